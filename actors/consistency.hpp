@@ -1,0 +1,28 @@
+// The consistency mode of the shard servers: sync, async or ssp:s.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/expected.hpp>
+
+namespace troupe {
+
+/// When a worker may read, and when pushes are applied.
+struct consistency {
+  enum class kind_t : uint8_t {
+    sync,   ///< sum every live worker's push for clock t, then apply once
+    async,  ///< apply each push on arrival; reads never wait
+    ssp,    ///< apply on arrival; a worker at clock c waits for c - s
+  };
+  kind_t kind = kind_t::sync;
+  uint32_t staleness = 0;  ///< s of ssp:s; 0 otherwise
+};
+
+/// Parses "sync", "async" or "ssp:S" (S a non-negative integer).
+caf::expected<consistency> parse_consistency(const std::string& text);
+
+/// "sync", "async" or "ssp:S".
+std::string to_string(const consistency& x);
+
+} // namespace troupe

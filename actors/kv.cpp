@@ -1,0 +1,111 @@
+// Blocking calls on a kv client through a scoped actor.
+#include "actors/kv.hpp"
+
+#include <chrono>
+#include <thread>
+
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/sec.hpp>
+
+#include "actors/kv_client.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+namespace troupe {
+
+caf::actor spawn_kv_client(caf::actor_system& sys, caf::actor scheduler,
+                           kv_settings cfg) {
+  return sys.spawn(kv_client, cfg, std::move(scheduler));
+}
+
+caf::expected<caf::actor> connect_scheduler(caf::actor_system& sys,
+                                            const std::string& host,
+                                            uint16_t port, uint32_t wait_ms) {
+  using clock = std::chrono::steady_clock;
+  auto deadline = clock::now() + std::chrono::milliseconds{wait_ms};
+  caf::error last;
+  for (auto delay = std::chrono::milliseconds{20};;
+       delay = std::min(delay * 2, std::chrono::milliseconds{500})) {
+    auto h = sys.middleman().remote_actor(host, port);
+    if (h)
+      return std::move(*h);
+    last = std::move(h.error());
+    if (clock::now() + delay > deadline)
+      break;
+    std::this_thread::sleep_for(delay);  // back-off while it starts
+  }
+  return caf::make_error(errc::not_connected, "no scheduler at",
+                         host + ":" + std::to_string(port),
+                         sys.render(last));
+}
+
+struct kv::impl {
+  explicit impl(caf::actor_system& sys) : self(sys) {}
+  caf::scoped_actor self;
+  std::chrono::milliseconds timeout{0};
+
+  template <class T, class... Ts>
+  caf::expected<T> call(const caf::actor& to, std::chrono::milliseconds t,
+                        Ts&&... xs) {
+    caf::expected<T> out{caf::make_error(caf::sec::unexpected_response)};
+    self->request(to, t, std::forward<Ts>(xs)...)
+      .receive([&out](T& x) { out = std::move(x); },
+               [&out](caf::error& err) { out = std::move(err); });
+    return out;
+  }
+};
+
+kv::kv(caf::actor_system& sys, caf::actor scheduler, kv_settings cfg)
+  : impl_(std::make_unique<impl>(sys)) {
+  // The client's own timeouts fire first; ours only guards against a lost
+  // client, with room for a declare that waits for servers to join.
+  impl_->timeout = std::chrono::milliseconds{cfg.request_timeout_ms} * 4;
+  client_ = spawn_kv_client(sys, std::move(scheduler), cfg);
+}
+
+kv::~kv() {
+  impl_->self->send_exit(client_, caf::exit_reason::user_shutdown);
+}
+
+caf::expected<std::vector<named_array>> kv::init(std::vector<named_array> xs) {
+  return impl_->call<std::vector<named_array>>(client_, impl_->timeout,
+                                               init_atom_v, std::move(xs));
+}
+
+caf::expected<uint64_t> kv::push(uint64_t clock, std::vector<named_array> xs) {
+  return impl_->call<uint64_t>(client_, impl_->timeout, push_atom_v, clock,
+                               std::move(xs));
+}
+
+caf::expected<std::vector<named_array>> kv::pull(uint64_t clock,
+                                                 std::vector<uint64_t> keys) {
+  return impl_->call<std::vector<named_array>>(client_, impl_->timeout,
+                                               pull_atom_v, clock,
+                                               std::move(keys));
+}
+
+caf::expected<uint64_t> kv::barrier(const std::string& name,
+                                    uint32_t timeout_ms) {
+  return impl_->call<uint64_t>(
+    client_, std::chrono::milliseconds{timeout_ms} + impl_->timeout,
+    barrier_atom_v, name, timeout_ms);
+}
+
+caf::expected<std::pair<uint32_t, cluster_view>> kv::view() {
+  caf::expected<std::pair<uint32_t, cluster_view>> out{
+    caf::make_error(caf::sec::unexpected_response)};
+  impl_->self->request(client_, impl_->timeout, view_atom_v)
+    .receive(
+      [&out](uint32_t rank, const frame& f) {
+        cluster_view v;
+        if (auto err = decode(f, v))
+          out = std::move(err);
+        else
+          out = std::make_pair(rank, std::move(v));
+      },
+      [&out](caf::error& err) { out = std::move(err); });
+  return out;
+}
+
+} // namespace troupe

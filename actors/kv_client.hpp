@@ -1,0 +1,61 @@
+// The worker-side kv client: registers as a worker, follows the cluster
+// view, and turns whole-array init/push/pull into one message per server
+// (cut into parts only above kv.max-message-bytes).
+//
+// Messages:
+//   (init_atom, vector<named_array>)          -> vector<named_array>
+//       declares the arrays; the first declarer of a key initialises it,
+//       every caller gets the values in effect
+//   (push_atom, uint64_t clock, vector<named_array>) -> uint64_t version
+//       adds the arrays (gradients) for `clock`; reaches every server
+//   (pull_atom, uint64_t clock, vector<uint64_t> keys)
+//                                              -> vector<named_array>
+//       reads as a worker at `clock` (waits as the mode says)
+//   (barrier_atom, string name, uint32_t timeout_ms) -> uint64_t epoch
+//   (view_atom)                                -> uint32_t rank, frame view
+//
+// States and transitions (numbers cited in the code):
+//   joining -1-> connecting    1: RegisterReply: rank and view
+//   connecting -2-> ready      2: every server of the view connected
+//   ready -3-> connecting      3: newer view with new servers
+//   any -4-> stopped           4: scheduler down, or registration failed
+//   A server down or silent fails the requests to it within
+//   kv.request-timeout-ms (errc::timeout); the view decides what follows.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/behavior.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include "actors/node_config.hpp"
+#include "messages/kv.hpp"
+#include "messages/membership.hpp"
+
+namespace troupe {
+
+struct kv_client_state {
+  static inline const char* name = "kv-client";
+  kv_settings cfg;
+  caf::actor scheduler;
+  uint32_t rank = 0;
+  bool joined = false;
+  cluster_view view;
+  std::map<uint64_t, uint64_t> sizes;  // declared arrays, floats
+  std::map<slice_id, uint32_t> owner;  // slice -> server rank
+  std::map<uint32_t, caf::actor> servers;
+  size_t connecting = 0;
+  std::vector<std::function<void()>> waiting;  // ops until ready
+};
+
+using kv_client_actor = caf::stateful_actor<kv_client_state>;
+
+/// Spawnable behavior of a kv client.
+caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
+                        caf::actor scheduler);
+
+} // namespace troupe

@@ -1,0 +1,37 @@
+// troupe's own log (Debian's CAF has its logging compiled out): one line per
+// event on stderr, with time, level and the component that speaks.
+#pragma once
+
+#include <sstream>
+#include <string>
+
+namespace troupe {
+
+/// Severity of a log line; lines above the process's level are dropped.
+enum class log_level : int { error = 0, warning = 1, info = 2, debug = 3 };
+
+/// Sets the level for this process; parses "error|warning|info|debug".
+bool set_log_level(const std::string& name);
+
+/// True if a line at `lvl` would be written.
+bool log_enabled(log_level lvl);
+
+/// Writes one line "HH:MM:SS.mmm LEVEL who: what" to stderr, atomically.
+void log_line(log_level lvl, const std::string& who, const std::string& what);
+
+/// Concatenates `xs` with operator<<.
+template <class... Ts>
+std::string str(const Ts&... xs) {
+  std::ostringstream out;
+  (out << ... << xs);
+  return out.str();
+}
+
+} // namespace troupe
+
+#define TROUPE_LOG(lvl, who, ...)                                              \
+  do {                                                                         \
+    if (::troupe::log_enabled(::troupe::log_level::lvl))                       \
+      ::troupe::log_line(::troupe::log_level::lvl, who,                        \
+                         ::troupe::str(__VA_ARGS__));                          \
+  } while (false)

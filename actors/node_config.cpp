@@ -1,0 +1,102 @@
+// Options of a troupe node and their checks.
+#include "actors/node_config.hpp"
+
+#include <chrono>
+
+#include "actors/log.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+namespace troupe {
+
+node_config::node_config() {
+  add_message_types<caf::id_block::troupe>();
+  add_error_category(caf::atom("troupe"),
+                     [](uint8_t code, caf::atom_value, const caf::message& m) {
+                       return render_troupe_error(code, m);
+                     });
+  // CAF leaves heartbeats off: without them a hung peer is never noticed.
+  using namespace std::chrono_literals;
+  set("middleman.heartbeat-interval", caf::timespan{250ms});
+  set("middleman.connection-timeout", caf::timespan{2s});
+  // Fewer scheduler threads are faster on small machines.
+  set("scheduler.max-threads", size_t{2});
+  opt_group{custom_options_, "global"}
+    .add(role_name, "role", "scheduler | server | worker")
+    .add(scheduler_host, "scheduler-host", "scheduler address")
+    .add(scheduler_port, "scheduler-port", "scheduler port (0 = any, sched.)")
+    .add(host, "host", "address to publish this node on")
+    .add(port, "port", "port to publish this node on (0 = any free)")
+    .add(log_level, "log-level", "error | warning | info | debug");
+  opt_group{custom_options_, "cluster"}
+    .add(scheduler.servers, "servers", "servers to wait for before placing")
+    .add(scheduler.workers, "workers", "workers barriers wait for")
+    .add(scheduler.placement.slice_floats, "slice-floats",
+         "slice bound in floats (default 16384 = 64 KiB)")
+    .add(scheduler.placement.vnodes, "vnodes", "ring points per server")
+    .add(scheduler.placement.slack, "balance-slack",
+         "allowed load above the mean per server (0.05 = 5%)");
+  opt_group{custom_options_, "server"}.add(mode_text, "mode",
+                                           "sync | async | ssp:S");
+  opt_group{custom_options_, "kv"}
+    .add(kv.request_timeout_ms, "request-timeout-ms",
+         "give up on a reply after this long (ms, > 0)")
+    .add(kv.max_message_bytes, "max-message-bytes",
+         "cut pushes into parts above this size (bytes)");
+  opt_group{custom_options_, "worker"}
+    .add(workload.steps, "steps", "clocks the built-in workload runs")
+    .add(workload.keys, "keys", "arrays the built-in workload uses")
+    .add(workload.key_floats, "key-floats", "floats per array");
+}
+
+caf::expected<role> node_config::node_role() const {
+  if (role_name == "scheduler")
+    return role::scheduler;
+  if (role_name == "server")
+    return role::server;
+  if (role_name == "worker")
+    return role::worker;
+  return caf::make_error(errc::invalid_config,
+                         "--role must be scheduler, server or worker,"
+                         " got",
+                         role_name.empty() ? "nothing" : role_name);
+}
+
+caf::error node_config::finish() {
+  if (!set_log_level(log_level))
+    return caf::make_error(errc::invalid_config,
+                           "--troupe.log-level must be error, warning, info"
+                           " or debug, got",
+                           log_level);
+  auto mode = parse_consistency(mode_text);
+  if (!mode)
+    return std::move(mode.error());
+  server.mode = *mode;
+  auto& p = scheduler.placement;
+  if (p.slice_floats == 0 || p.slice_floats > max_slice_floats)
+    return caf::make_error(errc::invalid_config,
+                           "--cluster.slice-floats must be in 1..2^26");
+  if (p.vnodes == 0 || p.vnodes > 4096)
+    return caf::make_error(errc::invalid_config,
+                           "--cluster.vnodes must be in 1..4096");
+  if (!(p.slack >= 0.0 && p.slack <= 10.0))
+    return caf::make_error(errc::invalid_config,
+                           "--cluster.balance-slack must be in 0..10");
+  if (scheduler.servers == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--cluster.servers must be at least 1");
+  if (kv.request_timeout_ms == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--kv.request-timeout-ms must be > 0: every"
+                           " request needs a finite timeout");
+  if (kv.max_message_bytes < (1u << 16))
+    return caf::make_error(errc::invalid_config,
+                           "--kv.max-message-bytes must be >= 65536");
+  if (workload.keys == 0 || workload.key_floats == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.keys and --worker.key-floats must be"
+                           " > 0");
+  return caf::none;
+}
+
+} // namespace troupe

@@ -1,0 +1,84 @@
+// Configuration of a troupe node: CAF's INI file plus command-line flags.
+// This class alone reads options; actors get the plain settings structs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/expected.hpp>
+
+#include "actors/consistency.hpp"
+#include "actors/placement.hpp"
+#include "messages/membership.hpp"
+
+namespace troupe {
+
+/// Settings of the scheduler (INI group "cluster").
+struct scheduler_settings {
+  /// Servers to wait for before placing keys. Default 1.
+  uint32_t servers = 1;
+  /// Workers a barrier waits for (at least the live ones). Default 1.
+  uint32_t workers = 1;
+  /// Slicing and ring parameters.
+  placement_params placement;
+};
+
+/// Settings of a shard server (INI group "server").
+struct server_settings {
+  /// Consistency mode. Default sync.
+  consistency mode;
+};
+
+/// Settings of a worker's kv client (INI group "kv").
+struct kv_settings {
+  /// Give up on any reply after this long, in ms; 0 is not allowed.
+  uint32_t request_timeout_ms = 10000;
+  /// Cut a push into parts above this many bytes. Default 16 MiB.
+  uint32_t max_message_bytes = 16u << 20;
+};
+
+/// Settings of the built-in worker workload (INI group "worker").
+struct workload_settings {
+  /// Clocks to run. Default 20.
+  uint32_t steps = 20;
+  /// Arrays the workload pushes and pulls. Default 4.
+  uint32_t keys = 4;
+  /// Floats per array. Default 65536 (256 KiB).
+  uint32_t key_floats = 65536;
+};
+
+/// Base of every node's configuration: registers troupe's message types and
+/// error category, turns CAF heartbeats on, and reads every option.
+struct node_config : caf::actor_system_config {
+  /// scheduler | server | worker. Required for troupe-node.
+  std::string role_name;
+  /// Scheduler address. Default 127.0.0.1.
+  std::string scheduler_host = "127.0.0.1";
+  /// Scheduler port; the scheduler publishes on it (0 = any free port).
+  uint16_t scheduler_port = 4300;
+  /// Address this node publishes its actor on. Default 127.0.0.1.
+  std::string host = "127.0.0.1";
+  /// Port this node publishes on; 0 = any free port.
+  uint16_t port = 0;
+  /// Log level: error, warning, info or debug. Default info.
+  std::string log_level = "info";
+  /// Consistency mode as text (server.mode).
+  std::string mode_text = "sync";
+
+  scheduler_settings scheduler;
+  server_settings server;
+  kv_settings kv;
+  workload_settings workload;
+
+  node_config();
+
+  /// Checks and converts options after parsing; one error says what is
+  /// wrong and how to fix it.
+  caf::error finish();
+
+  /// The role parsed from role_name.
+  caf::expected<role> node_role() const;
+};
+
+} // namespace troupe

@@ -1,0 +1,113 @@
+// troupe-node: one process of a troupe cluster, by --troupe.role:
+// scheduler, server (a shard server) or worker (the built-in workload).
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/system_messages.hpp>
+
+#include "actors/kv.hpp"
+#include "actors/node_config.hpp"
+#include "actors/scheduler.hpp"
+#include "actors/shard_server.hpp"
+#include "actors/workload.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+using namespace troupe;
+
+namespace {
+
+int fail(const char* what, const caf::error& err) {
+  std::cerr << "*** " << what << " failed: " << describe(err) << '\n';
+  return 1;
+}
+
+/// Blocks until `a` ends; returns 0 if it ended normally.
+int wait_for(caf::actor_system& sys, const caf::actor& a, const char* what) {
+  caf::scoped_actor self{sys};
+  self->monitor(a);
+  int rc = 0;
+  self->receive([&](const caf::down_msg& dm) {
+    if (dm.reason && dm.reason != caf::exit_reason::user_shutdown)
+      rc = fail(what, dm.reason);
+  });
+  return rc;
+}
+
+void say_listening(const char* role_name, const std::string& host,
+                   uint16_t port) {
+  std::printf("troupe-node: %s listening on %s:%u (pid %d)\n", role_name,
+              host.c_str(), port, static_cast<int>(::getpid()));
+  std::fflush(stdout);
+}
+
+int run_scheduler(caf::actor_system& sys, const node_config& cfg) {
+  auto sched = sys.spawn(scheduler, cfg.scheduler);
+  auto port = sys.middleman().publish(sched, cfg.scheduler_port,
+                                      cfg.scheduler_host.c_str(), true);
+  if (!port) {
+    anon_send_exit(sched, caf::exit_reason::user_shutdown);
+    return fail("publishing the scheduler", port.error());
+  }
+  say_listening("scheduler", cfg.scheduler_host, *port);
+  return wait_for(sys, sched, "scheduler");
+}
+
+int run_server(caf::actor_system& sys, const node_config& cfg) {
+  auto sched = connect_scheduler(sys, cfg.scheduler_host, cfg.scheduler_port,
+                                 cfg.kv.request_timeout_ms);
+  if (!sched)
+    return fail("connecting to the scheduler", sched.error());
+  auto srv = sys.spawn(shard_server, cfg.server, *sched, update_fn{add_update});
+  auto port = sys.middleman().publish(srv, cfg.port, cfg.host.c_str(), true);
+  if (!port) {
+    anon_send_exit(srv, caf::exit_reason::user_shutdown);
+    return fail("publishing the server", port.error());
+  }
+  caf::anon_send(srv, start_atom_v, cfg.host, *port);
+  say_listening("server", cfg.host, *port);
+  return wait_for(sys, srv, "server");
+}
+
+int run_worker(caf::actor_system& sys, const node_config& cfg) {
+  auto sched = connect_scheduler(sys, cfg.scheduler_host, cfg.scheduler_port,
+                                 cfg.kv.request_timeout_ms);
+  if (!sched)
+    return fail("connecting to the scheduler", sched.error());
+  return run_counter_workload(sys, *sched, cfg);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  node_config cfg;
+  cfg.load<caf::io::middleman>();
+  // --help shows every group's options, not only the global ones.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (auto& a : args)
+    if (a == "--help" || a == "-h" || a == "-?")
+      a = "--long-help";
+  if (auto err = cfg.parse(std::move(args)))
+    return fail("reading options", err) + 1;
+  if (cfg.cli_helptext_printed)
+    return 0;
+  if (auto err = cfg.finish())
+    return fail("checking options", err) + 1;
+  auto r = cfg.node_role();
+  if (!r)
+    return fail("checking options", r.error()) + 1;
+  caf::actor_system sys{cfg};
+  switch (*r) {
+    case role::scheduler: return run_scheduler(sys, cfg);
+    case role::server: return run_server(sys, cfg);
+    case role::worker: return run_worker(sys, cfg);
+  }
+  return 2;
+}

@@ -1,0 +1,250 @@
+// Membership, views, placement and barriers; see the header for the
+// messages and the failure transitions.
+#include "actors/scheduler.hpp"
+
+#include <algorithm>
+
+#include <caf/event_based_actor.hpp>
+#include <caf/sec.hpp>
+#include <caf/system_messages.hpp>
+
+#include "actors/log.hpp"
+#include "actors/placement.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+namespace troupe {
+
+namespace {
+
+using self_ptr = scheduler_actor*;
+
+std::vector<node_info> nodes_of(self_ptr self, role kind) {
+  std::vector<node_info> out;
+  for (auto& m : self->state.members)
+    if (m.info.kind == kind)
+      out.push_back(m.info);
+  std::sort(out.begin(), out.end(),
+            [](const node_info& a, const node_info& b) {
+              return a.rank < b.rank;
+            });
+  return out;
+}
+
+cluster_view current_view(self_ptr self) {
+  auto& st = self->state;
+  return cluster_view{st.epoch,    nodes_of(self, role::server),
+                      nodes_of(self, role::worker),
+                      st.keys,     st.placement,
+                      st.cfg.placement.slice_floats};
+}
+
+/// Bumps the epoch and sends the new view to every member and watcher.
+void publish(self_ptr self) {
+  ++self->state.epoch;
+  auto f = encode(current_view(self));
+  for (auto& m : self->state.members)
+    self->send(m.handle, view_atom_v, f);
+  for (auto& w : self->state.watchers)
+    self->send(w, view_atom_v, f);
+  TROUPE_LOG(info, "scheduler", "view ", self->state.epoch, ": ",
+             nodes_of(self, role::server).size(), " servers, ",
+             nodes_of(self, role::worker).size(), " workers, ",
+             self->state.keys.size(), " keys");
+}
+
+uint32_t lowest_free_rank(self_ptr self, role kind) {
+  std::set<uint32_t> used;
+  for (auto& m : self->state.members)
+    if (m.info.kind == kind)
+      used.insert(m.info.rank);
+  uint32_t r = 0;
+  while (used.count(r) != 0)
+    ++r;
+  return r;
+}
+
+std::vector<uint32_t> server_ranks(self_ptr self) {
+  std::vector<uint32_t> out;
+  for (auto& n : nodes_of(self, role::server))
+    out.push_back(n.rank);
+  return out;
+}
+
+void replace_placement(self_ptr self) {
+  auto& st = self->state;
+  auto servers = server_ranks(self);
+  if (servers.empty())
+    st.placement.clear();
+  else
+    st.placement = place(st.keys, st.placement, servers, st.cfg.placement);
+}
+
+// -- barriers ---------------------------------------------------------------
+
+void check_barriers(self_ptr self) {
+  auto& st = self->state;
+  for (auto i = st.barriers.begin(); i != st.barriers.end();) {
+    auto& b = i->second;
+    auto live = nodes_of(self, b.kind);
+    auto expected = b.kind == role::server ? st.cfg.servers : st.cfg.workers;
+    bool all_live_arrived = std::all_of(
+      live.begin(), live.end(),
+      [&b](const node_info& n) { return b.arrived.count(n.rank) != 0; });
+    // Before the expected count has ever joined, wait for it; once a node
+    // died, the live ones are enough (a dead node never blocks a barrier).
+    bool enough = b.arrived.size() >= expected || live.size() < expected;
+    if (all_live_arrived && enough && !live.empty()) {
+      for (auto& rp : b.waiting)
+        rp.deliver(st.epoch);
+      i = st.barriers.erase(i);
+    } else {
+      ++i;
+    }
+  }
+}
+
+// -- handlers ---------------------------------------------------------------
+
+caf::result<frame> on_register(self_ptr self, const frame& f) {
+  register_request req;
+  if (auto err = decode(f, req)) {  // 2
+    TROUPE_LOG(warning, "scheduler", "dropped Register: ",
+               self->system().render(err));
+    return err;
+  }
+  if (req.kind == role::scheduler)
+    return caf::make_error(errc::malformed_message,
+                           "a scheduler cannot register");
+  auto handle = caf::actor_cast<caf::actor>(self->current_sender());
+  node_info info{req.kind, lowest_free_rank(self, req.kind), req.host,
+                 req.port, req.pid};
+  self->monitor(handle);
+  self->state.members.push_back({info, handle});
+  TROUPE_LOG(info, "scheduler", to_string(req.kind), " ", info.rank,
+             " joined (pid ", req.pid, ", ", req.host, ":", req.port, ")");
+  publish(self);
+  check_barriers(self);
+  return encode(register_reply{info.rank, current_view(self)});
+}
+
+caf::error add_keys(self_ptr self, const declare_request& req) {
+  auto& st = self->state;
+  for (auto& k : req.keys) {
+    auto i = std::find_if(st.keys.begin(), st.keys.end(),
+                          [&k](const key_info& x) { return x.key == k.key; });
+    if (i != st.keys.end() && i->size != k.size)
+      return caf::make_error(errc::size_conflict, "key", k.key, "declared",
+                             i->size, "now", k.size);
+  }
+  bool added = false;
+  for (auto& k : req.keys)
+    if (st.initialiser.emplace(k.key, req.worker).second) {
+      st.keys.push_back(k);
+      added = true;
+    }
+  if (added) {
+    replace_placement(self);
+    publish(self);
+  }
+  return caf::none;
+}
+
+void answer_declare(self_ptr self, const declare_request& req,
+                    caf::response_promise& rp) {
+  if (auto err = add_keys(self, req)) {
+    rp.deliver(err);
+    return;
+  }
+  declare_reply reply{current_view(self), {}};
+  for (auto& k : req.keys)
+    if (self->state.initialiser[k.key] == req.worker)
+      reply.initialiser.push_back(k.key);
+  rp.deliver(encode(reply));
+}
+
+void flush_parked(self_ptr self) {
+  auto& st = self->state;
+  if (server_ranks(self).size() < st.cfg.servers)
+    return;
+  auto parked = std::move(st.parked);
+  st.parked.clear();
+  for (auto& p : parked)
+    answer_declare(self, p.req, p.rp);
+}
+
+caf::result<frame> on_declare(self_ptr self, const frame& f) {
+  declare_request req;
+  if (auto err = decode(f, req)) {  // 2
+    TROUPE_LOG(warning, "scheduler", "dropped Declare: ",
+               self->system().render(err));
+    return err;
+  }
+  auto rp = self->make_response_promise();
+  self->state.parked.push_back({std::move(req), rp});
+  flush_parked(self);
+  return rp;
+}
+
+caf::result<uint64_t> on_barrier(self_ptr self, const frame& f) {
+  barrier_request req;
+  if (auto err = decode(f, req)) {  // 2
+    TROUPE_LOG(warning, "scheduler", "dropped Barrier: ",
+               self->system().render(err));
+    return err;
+  }
+  auto& b = self->state.barriers[req.name];
+  b.kind = req.kind;
+  b.arrived.insert(req.rank);
+  auto rp = self->make_response_promise();
+  b.waiting.push_back(rp);
+  check_barriers(self);
+  return rp;
+}
+
+void on_down(self_ptr self, const caf::down_msg& dm) {  // 1
+  auto& ms = self->state.members;
+  auto i = std::find_if(ms.begin(), ms.end(), [&dm](const auto& m) {
+    return m.handle.address() == dm.source;
+  });
+  if (i == ms.end()) {
+    auto& ws = self->state.watchers;
+    ws.erase(std::remove_if(ws.begin(), ws.end(),
+                            [&dm](const caf::actor& w) {
+                              return w.address() == dm.source;
+                            }),
+             ws.end());
+    return;
+  }
+  auto info = i->info;
+  ms.erase(i);
+  TROUPE_LOG(warning, "scheduler", to_string(info.kind), " ", info.rank,
+             " (pid ", info.pid, ") left the cluster: ",
+             self->system().render(dm.reason));
+  if (info.kind == role::server)
+    replace_placement(self);
+  publish(self);
+  check_barriers(self);
+}
+
+} // namespace
+
+caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
+  self->state.cfg = cfg;
+  self->set_down_handler(
+    [self](const caf::down_msg& dm) { on_down(self, dm); });
+  return {
+    [self](register_atom, const frame& f) { return on_register(self, f); },
+    [self](declare_atom, const frame& f) { return on_declare(self, f); },
+    [self](barrier_atom, const frame& f) { return on_barrier(self, f); },
+    [self](view_atom) { return encode(current_view(self)); },
+    [self](watch_atom) {
+      auto w = caf::actor_cast<caf::actor>(self->current_sender());
+      self->monitor(w);
+      self->state.watchers.push_back(w);
+      return encode(current_view(self));
+    },
+  };
+}
+
+} // namespace troupe

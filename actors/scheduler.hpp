@@ -1,0 +1,68 @@
+// The scheduler: membership, ranks, the cluster view, key placement and
+// barriers. One per cluster; the root of supervision.
+//
+// Messages (all bytes are frames of messages/membership.capnp):
+//   (register_atom, frame Register)  -> frame RegisterReply
+//   (declare_atom, frame Declare)    -> frame DeclareReply  [waits for
+//                                        the expected servers]
+//   (barrier_atom, frame Barrier)    -> uint64_t epoch      [waits for all]
+//   (view_atom)                      -> frame ClusterView
+//   (watch_atom)                     -> frame ClusterView, then
+//                                       (view_atom, frame) on every change
+//   scheduler -> every member and watcher: (view_atom, frame ClusterView)
+//
+// Failure handling (numbers cited in the code):
+//   1: member down (monitor, or heartbeat timeout closing its connection):
+//      it leaves the view; a server's slices are placed on the survivors;
+//      epoch + 1; the view is published; barriers are re-checked.
+//   2: malformed request: answered with errc::malformed_message and logged.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/behavior.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/response_promise.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include "actors/node_config.hpp"
+#include "messages/membership.hpp"
+
+namespace troupe {
+
+struct scheduler_state {
+  static inline const char* name = "scheduler";
+  struct member {
+    node_info info;
+    caf::actor handle;
+  };
+  struct barrier {
+    role kind = role::worker;
+    std::set<uint32_t> arrived;
+    std::vector<caf::response_promise> waiting;
+  };
+  struct parked_declare {
+    declare_request req;
+    caf::response_promise rp;
+  };
+  scheduler_settings cfg;
+  uint64_t epoch = 1;  // the empty cluster's view
+  std::vector<member> members;
+  std::vector<caf::actor> watchers;
+  std::vector<key_info> keys;
+  std::vector<slice_place> placement;
+  std::map<uint64_t, uint32_t> initialiser;  // key -> first declaring worker
+  std::vector<parked_declare> parked;        // until servers have joined
+  std::map<std::string, barrier> barriers;
+};
+
+using scheduler_actor = caf::stateful_actor<scheduler_state>;
+
+/// Spawnable behavior of the scheduler.
+caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg);
+
+} // namespace troupe

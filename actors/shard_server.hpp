@@ -1,0 +1,61 @@
+// A shard server: owns the slices the cluster view places on it and applies
+// pushes per its consistency mode (actors/shard_store.hpp has the rules).
+//
+// Messages (bytes are frames of messages/kv.capnp):
+//   (start_atom, string host, uint16_t port)  registers with the scheduler
+//   (view_atom, frame ClusterView)            from the scheduler
+//   (init_atom, frame Init)   -> frame PushReply
+//   (push_atom, frame Push)   -> frame PushReply
+//   (pull_atom, frame Pull)   -> frame PullReply    [may wait]
+//
+// States and transitions (numbers cited in the code):
+//   joining -1-> running      1: RegisterReply with our rank and a view
+//   joining -2-> stopped      2: registration failed or timed out
+//   running -3-> running      3: newer view: owned slices and live workers
+//                                change; waiting pulls are re-checked
+//   running -4-> running      4: request from a newer epoch than ours: held
+//                                until that view arrives
+//   running -5-> running      5: malformed request: error reply, logged
+//   any     -6-> stopped      6: scheduler down: the job is over
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/behavior.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/response_promise.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include "actors/node_config.hpp"
+#include "actors/shard_store.hpp"
+#include "messages/kv.hpp"
+#include "messages/membership.hpp"
+
+namespace troupe {
+
+struct shard_server_state {
+  static inline const char* name = "shard-server";
+  struct waiting_pull {
+    pull_request req;
+    caf::response_promise rp;
+  };
+  shard_store store;
+  caf::actor scheduler;
+  uint32_t rank = 0;
+  bool joined = false;
+  cluster_view view;
+  std::vector<waiting_pull> pulls;
+  std::vector<std::function<void()>> held;  // requests from a newer epoch
+  uint32_t request_timeout_ms = 10000;
+};
+
+using shard_server_actor = caf::stateful_actor<shard_server_state>;
+
+/// Spawnable behavior of a shard server. `fn` is the update hook (the
+/// training issue plugs optimizers in here).
+caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
+                           caf::actor scheduler, update_fn fn);
+
+} // namespace troupe

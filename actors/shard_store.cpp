@@ -1,0 +1,173 @@
+// Mode rules of a shard server's slices; see the header for the clock model.
+#include "actors/shard_store.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "messages/errors.hpp"
+
+namespace troupe {
+
+void add_update(slice_id, std::vector<float>& values,
+                const std::vector<float>& sum, uint32_t) {
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] += sum[i];
+}
+
+shard_store::shard_store(consistency mode, update_fn fn)
+  : mode_(mode), update_(std::move(fn)) {
+  // empty
+}
+
+void shard_store::set_owned(const std::map<slice_id, uint32_t>& owned) {
+  for (auto i = slices_.begin(); i != slices_.end();)
+    i = owned.count(i->first) == 0 ? slices_.erase(i) : std::next(i);
+  for (auto& [id, floats] : owned)
+    if (slices_.count(id) == 0)
+      slices_[id].floats = floats;
+}
+
+void shard_store::set_workers(const std::set<uint32_t>& live) {
+  auto start = mode_.kind == consistency::kind_t::sync ? rounds_applied_
+                                                       : min_clock();
+  for (auto i = workers_.begin(); i != workers_.end();)
+    i = live.count(i->first) == 0 ? workers_.erase(i) : std::next(i);
+  for (auto w : live)
+    if (workers_.count(w) == 0)
+      workers_[w].clock = start;
+  complete_rounds();
+}
+
+caf::error shard_store::check_slices(const std::vector<slice_data>& xs) const {
+  for (auto& x : xs) {
+    auto i = slices_.find(x.id);
+    if (i == slices_.end())
+      return caf::make_error(errc::slice_not_owned, x.id.key, x.id.index);
+    if (x.values.size() != i->second.floats)
+      return caf::make_error(errc::bad_shape, x.id.key, x.id.index,
+                             static_cast<uint64_t>(x.values.size()),
+                             i->second.floats);
+  }
+  return caf::none;
+}
+
+caf::error shard_store::init(const init_request& req) {
+  if (auto err = check_slices(req.slices))
+    return err;
+  for (auto& x : req.slices) {
+    auto& s = slices_[x.id];
+    if (!s.ready) {
+      s.values = x.values;
+      s.ready = true;
+    }
+  }
+  return caf::none;
+}
+
+caf::expected<push_reply> shard_store::push(const push_request& req) {
+  auto w = workers_.find(req.worker);
+  if (w == workers_.end())
+    return caf::make_error(errc::not_a_member, "worker", req.worker);
+  auto& wc = w->second;
+  if (req.clock < wc.clock
+      || (req.clock == wc.clock && wc.parts.count(req.part) != 0))
+    return push_reply{version_, true};
+  if (req.clock > wc.clock)
+    return caf::make_error(errc::clock_gap, "expected", wc.clock, "got",
+                           req.clock);
+  if (auto err = check_slices(req.slices))
+    return err;
+  for (auto& x : req.slices)
+    if (!slices_[x.id].ready)
+      return caf::make_error(errc::unknown_key, "slice not initialised",
+                             x.id.key, x.id.index);
+  if (mode_.kind == consistency::kind_t::sync)
+    add_to_round(req);
+  else
+    apply_now(req);
+  wc.parts.insert(req.part);
+  if (wc.parts.size() == req.parts) {
+    wc.parts.clear();
+    ++wc.clock;
+    complete_rounds();
+  }
+  return push_reply{version_, false};
+}
+
+void shard_store::apply_now(const push_request& req) {
+  for (auto& x : req.slices)
+    update_(x.id, slices_[x.id].values, x.values, 1);
+  ++version_;
+}
+
+void shard_store::add_to_round(const push_request& req) {
+  auto& round = rounds_[req.clock];
+  for (auto& x : req.slices) {
+    auto& r = round[x.id];
+    if (r.contributors == 0)
+      r.sum = x.values;
+    else
+      for (size_t i = 0; i < r.sum.size(); ++i)
+        r.sum[i] += x.values[i];
+    ++r.contributors;
+  }
+}
+
+void shard_store::complete_rounds() {
+  if (mode_.kind != consistency::kind_t::sync || workers_.empty())
+    return;
+  while (min_clock() > rounds_applied_) {
+    auto i = rounds_.find(rounds_applied_);
+    if (i != rounds_.end()) {
+      for (auto& [id, r] : i->second) {
+        auto s = slices_.find(id);
+        if (s != slices_.end())  // may have moved away meanwhile
+          update_(id, s->second.values, r.sum, r.contributors);
+      }
+      rounds_.erase(i);
+    }
+    version_ = ++rounds_applied_;
+  }
+}
+
+bool shard_store::readable_at(uint64_t clock) const {
+  switch (mode_.kind) {
+    case consistency::kind_t::sync: return rounds_applied_ >= clock;
+    case consistency::kind_t::async: return true;
+    case consistency::kind_t::ssp:
+      return min_clock() + mode_.staleness >= clock;
+  }
+  return false;
+}
+
+bool shard_store::initialised(const std::vector<slice_id>& ids) const {
+  return std::all_of(ids.begin(), ids.end(), [this](const slice_id& id) {
+    auto i = slices_.find(id);
+    return i != slices_.end() && i->second.ready;
+  });
+}
+
+caf::expected<pull_reply> shard_store::read(
+  const std::vector<slice_id>& ids) const {
+  pull_reply out;
+  out.version = version_;
+  out.slices.reserve(ids.size());
+  for (auto& id : ids) {
+    auto i = slices_.find(id);
+    if (i == slices_.end())
+      return caf::make_error(errc::slice_not_owned, id.key, id.index);
+    out.slices.push_back(slice_data{id, i->second.values});
+  }
+  return out;
+}
+
+uint64_t shard_store::min_clock() const {
+  if (workers_.empty())
+    return 0;
+  auto lo = std::numeric_limits<uint64_t>::max();
+  for (auto& [w, wc] : workers_)
+    lo = std::min(lo, wc.clock);
+  return lo;
+}
+
+} // namespace troupe

@@ -1,0 +1,108 @@
+// The slices of one shard server and the rules of its consistency mode,
+// without any actor: the shard server feeds it requests and views, and asks
+// it which waiting pulls may be answered. Deterministic, so tests can drive
+// any interleaving.
+//
+// Clocks: worker w's clock is the number of clocks it has pushed whole
+// (all parts). A push must carry exactly that clock; a lower one (or a part
+// already seen) is a duplicate, acknowledged and dropped.
+//   sync   round t is applied (sum of every live worker's push, one update)
+//          when every live worker's clock passed t; version = rounds applied;
+//          a worker at clock c reads once version >= c.
+//   async  each push is applied on arrival; reads never wait.
+//   ssp:s  each push is applied on arrival; a worker at clock c reads once
+//          the slowest live worker's clock is >= c - s.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include "actors/consistency.hpp"
+#include "messages/kv.hpp"
+
+namespace troupe {
+
+/// Applies an aggregated update to a slice: `values` += f(`sum`). The hook
+/// where optimizers plug in; `contributors` = pushes summed into `sum`.
+using update_fn = std::function<void(slice_id id, std::vector<float>& values,
+                                     const std::vector<float>& sum,
+                                     uint32_t contributors)>;
+
+/// The default update: values += sum (aggregation is a sum).
+void add_update(slice_id id, std::vector<float>& values,
+                const std::vector<float>& sum, uint32_t contributors);
+
+class shard_store {
+public:
+  explicit shard_store(consistency mode = {}, update_fn fn = add_update);
+
+  /// Sets the slices this store owns, with their lengths in floats. Slices
+  /// no longer owned are dropped; new ones start uninitialised.
+  void set_owned(const std::map<slice_id, uint32_t>& owned);
+
+  /// Sets the live workers. A newcomer starts at the clock the others
+  /// reached; a leaver no longer holds back rounds or reads.
+  void set_workers(const std::set<uint32_t>& live);
+
+  /// First values of slices; a slice already initialised keeps its values.
+  caf::error init(const init_request& req);
+
+  /// Accepts one part of a push (all slices or none).
+  caf::expected<push_reply> push(const push_request& req);
+
+  /// True if a worker at `clock` may read now under the mode.
+  bool readable_at(uint64_t clock) const;
+
+  /// True if this store owns `id`.
+  bool owns(const slice_id& id) const { return slices_.count(id) != 0; }
+
+  /// True if every slice in `ids` is owned and initialised.
+  bool initialised(const std::vector<slice_id>& ids) const;
+
+  /// Values of `ids`; errors if one is not owned.
+  caf::expected<pull_reply> read(const std::vector<slice_id>& ids) const;
+
+  /// sync: rounds applied; async and ssp: updates applied.
+  uint64_t version() const { return version_; }
+
+  /// Clock of the slowest live worker (0 if none).
+  uint64_t min_clock() const;
+
+  const consistency& mode() const { return mode_; }
+
+private:
+  struct slice_state {
+    uint32_t floats = 0;
+    bool ready = false;  // initialised
+    std::vector<float> values;
+  };
+  struct round_sum {  // sync: one slice's sum for one clock
+    std::vector<float> sum;
+    uint32_t contributors = 0;
+  };
+  struct worker_clock {
+    uint64_t clock = 0;
+    std::set<uint32_t> parts;  // parts seen of `clock`
+  };
+
+  caf::error check_slices(const std::vector<slice_data>& xs) const;
+  void apply_now(const push_request& req);
+  void add_to_round(const push_request& req);
+  void complete_rounds();
+
+  consistency mode_;
+  update_fn update_;
+  std::map<slice_id, slice_state> slices_;
+  std::map<uint32_t, worker_clock> workers_;
+  std::map<uint64_t, std::map<slice_id, round_sum>> rounds_;  // sync only
+  uint64_t rounds_applied_ = 0;
+  uint64_t version_ = 0;
+};
+
+} // namespace troupe

@@ -1,0 +1,94 @@
+// The counter push/pull workload: see the header.
+#include "actors/workload.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "actors/kv.hpp"
+#include "messages/errors.hpp"
+
+namespace troupe {
+
+namespace {
+
+/// Every element of every array equals the first; returns that value.
+caf::expected<float> uniform_value(const std::vector<named_array>& xs) {
+  float v = xs.front().values.front();
+  for (auto& x : xs)
+    for (auto y : x.values)
+      if (y != v)
+        return caf::make_error(errc::bad_shape, "array not uniform", x.key);
+  return v;
+}
+
+int fail(const char* what, const caf::error& err) {
+  std::cerr << "*** " << what << " failed: " << describe(err) << '\n';
+  return 1;
+}
+
+} // namespace
+
+int run_counter_workload(caf::actor_system& sys, caf::actor scheduler,
+                         const node_config& cfg) {
+  auto& w = cfg.workload;
+  kv store{sys, std::move(scheduler), cfg.kv};
+  std::vector<named_array> arrays;
+  std::vector<uint64_t> keys;
+  for (uint32_t k = 0; k < w.keys; ++k) {
+    arrays.push_back(named_array{k + 1, std::vector<float>(w.key_floats)});
+    keys.push_back(k + 1);
+  }
+  if (auto init = store.init(arrays); !init)
+    return fail("init", init.error());
+  if (auto b = store.barrier("start"); !b)
+    return fail("barrier start", b.error());
+  auto v = store.view();
+  if (!v)
+    return fail("view", v.error());
+  auto [rank, view] = *v;
+  auto start = std::chrono::steady_clock::now();
+  std::vector<named_array> ones = arrays;
+  for (auto& x : ones)
+    std::fill(x.values.begin(), x.values.end(), 1.0f);
+  for (uint64_t t = 0; t < w.steps; ++t) {
+    auto got = store.pull(t, keys);
+    if (!got)
+      return fail("pull", got.error());
+    auto value = uniform_value(*got);
+    if (!value || *value < float(t)) {
+      std::cerr << "*** worker " << rank << ": clock " << t
+                << " does not see its own acked pushes\n";
+      return 1;
+    }
+    if (auto pushed = store.push(t, ones); !pushed)
+      return fail("push", pushed.error());
+  }
+  double secs = std::chrono::duration<double>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+  if (auto b = store.barrier("end"); !b)
+    return fail("barrier end", b.error());
+  auto final_view = store.view();
+  auto got = store.pull(w.steps, keys);
+  if (!got || !final_view)
+    return fail("final pull", got ? final_view.error() : got.error());
+  auto workers = final_view->second.workers.size();
+  double mib = double(w.steps) * w.keys * w.key_floats * 4 / (1 << 20);
+  std::printf("worker %u: %u clocks x %u arrays of %u floats over %zu "
+              "servers in %.2f s: pushed %.1f MiB, pulled %.1f MiB "
+              "(%.0f MiB/s both ways)\n",
+              rank, w.steps, w.keys, w.key_floats, view.servers.size(), secs,
+              mib, mib, 2 * mib / secs);
+  auto value = uniform_value(*got);
+  float expected = float(w.steps) * float(workers);
+  bool exact = value && *value == expected;
+  std::printf("worker %u: final value %.0f, expected %u clocks x %zu workers"
+              " = %.0f: %s\n",
+              rank, value ? *value : -1.0f, w.steps, workers, expected,
+              exact ? "sums exact" : "MISMATCH");
+  std::fflush(stdout);
+  return exact ? 0 : 1;
+}
+
+} // namespace troupe

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every Debian package troupe needs to build, test and run.
+# usage: deploy/install-deps.sh   (as root; idempotent and quiet)
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git ca-certificates
+  libcaf-dev                 # CAF 0.17.6: actors, middleman, openssl
+  libcapnp-dev capnproto     # Cap'n Proto 0.9.2: messages
+  libboost-test-dev          # Boost.Test 1.74: tests
+  libopenblas-dev            # CPU math
+  prometheus-cpp-dev         # metrics
+  zlib1g-dev                 # gzipped IDX files
+  dataset-fashion-mnist      # training data
+  iproute2 procps            # tests: ss, kill, pgrep
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing ${missing[*]}; run as root" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,39 @@
+// Names and rendering of troupe's error codes.
+#include "messages/errors.hpp"
+
+#include <caf/message.hpp>
+
+namespace troupe {
+
+std::string to_string(errc x) {
+  switch (x) {
+    case errc::malformed_message: return "malformed_message";
+    case errc::slice_not_owned: return "slice_not_owned";
+    case errc::bad_shape: return "bad_shape";
+    case errc::clock_gap: return "clock_gap";
+    case errc::not_a_member: return "not_a_member";
+    case errc::unknown_key: return "unknown_key";
+    case errc::size_conflict: return "size_conflict";
+    case errc::timeout: return "timeout";
+    case errc::not_connected: return "not_connected";
+    case errc::invalid_config: return "invalid_config";
+    case errc::bad_file: return "bad_file";
+    case errc::peer_down: return "peer_down";
+  }
+  return "errc(" + std::to_string(static_cast<int>(x)) + ")";
+}
+
+std::string render_troupe_error(uint8_t code, const caf::message& ctx) {
+  auto out = to_string(static_cast<errc>(code));
+  if (!ctx.empty())
+    out += ": " + caf::to_string(ctx);
+  return out;
+}
+
+std::string describe(const caf::error& err) {
+  if (err.category() == caf::atom("troupe"))
+    return render_troupe_error(err.code(), err.context());
+  return caf::to_string(err);
+}
+
+} // namespace troupe

@@ -1,0 +1,51 @@
+// troupe's error codes: each one says what the caller should do.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/error.hpp>
+#include <caf/make_message.hpp>
+
+namespace troupe {
+
+enum class errc : uint8_t {
+  /// Bytes did not decode or break an invariant. Drop the message, log the
+  /// sender; do not retry the same bytes.
+  malformed_message = 1,
+  /// The slice is not owned by this server. Refresh the view and resend.
+  slice_not_owned,
+  /// A slice or array has another length than declared. Caller bug.
+  bad_shape,
+  /// A push skipped clocks. Caller bug: clocks go 0, 1, 2, ...
+  clock_gap,
+  /// The sender is not in the cluster view. Re-register, then retry.
+  not_a_member,
+  /// The key was never declared. Declare (kv init) it first.
+  unknown_key,
+  /// The key was declared before with another size. Caller bug.
+  size_conflict,
+  /// A peer did not answer in time. Treat it as dead or retry later.
+  timeout,
+  /// No connection to a peer named in the view. Retry after back-off.
+  not_connected,
+  /// A flag or config value is invalid. Fix the configuration.
+  invalid_config,
+  /// A file is missing or unreadable. Fix the path or install the data.
+  bad_file,
+  /// The peer died before answering. The control path decides what follows.
+  peer_down,
+};
+
+/// Name of `x`, as it appears in rendered errors.
+std::string to_string(errc x);
+
+/// Renders an error of category "troupe" with its context, for logs.
+std::string render_troupe_error(uint8_t code, const caf::message& ctx);
+
+/// One readable line for any error, without an actor system at hand.
+std::string describe(const caf::error& err);
+
+} // namespace troupe
+
+CAF_ERROR_CODE_ENUM(troupe::errc, "troupe")

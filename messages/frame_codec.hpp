@@ -1,0 +1,60 @@
+// Private to messages/: turns Cap'n Proto builders into frames and frames
+// into readers with deliberate limits. Never include outside messages/.
+#pragma once
+
+#include <memory>
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <caf/error.hpp>
+
+#include "messages/frame.hpp"
+
+namespace troupe::detail {
+
+/// Flattens `msg` into a frame with one pass over its segments.
+frame to_frame(capnp::MessageBuilder& msg);
+
+/// Owns what a reader of a frame needs: an aligned copy when the frame's
+/// bytes are not 8-byte aligned, and the reader itself.
+class frame_reader {
+public:
+  /// Checks sizes; on failure `error()` says why and `get` must not be used.
+  explicit frame_reader(const frame& f);
+  const caf::error& error() const { return err_; }
+  template <class T>
+  typename T::Reader get() {
+    return reader_->getRoot<T>();
+  }
+
+private:
+  caf::error err_;
+  kj::Array<capnp::word> aligned_;
+  std::unique_ptr<capnp::FlatArrayMessageReader> reader_;
+};
+
+/// Runs `fn` and turns a kj::Exception (malformed bytes) into
+/// errc::malformed_message; the one place that catches it.
+template <class F>
+caf::error decode_guarded(const frame& f, const char* what, F fn);
+
+} // namespace troupe::detail
+
+#include "messages/errors.hpp"
+
+namespace troupe::detail {
+
+template <class F>
+caf::error decode_guarded(const frame& f, const char* what, F fn) {
+  try {
+    frame_reader rd{f};
+    if (rd.error())
+      return rd.error();
+    return fn(rd);
+  } catch (const kj::Exception& e) {
+    return caf::make_error(errc::malformed_message, what,
+                           std::string{e.getDescription().cStr()});
+  }
+}
+
+} // namespace troupe::detail

@@ -1,0 +1,62 @@
+# Key-value conversation between a worker's kv client and shard servers.
+#
+#   worker -> server : Init  -> (empty reply)  first initialiser wins
+#   worker -> server : Push  -> PushReply      one per server per clock
+#   worker -> server : Pull  -> PullReply      waits per the consistency mode
+@0xeadaba6383c36339;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("troupe::schema");
+
+struct Slice {
+  # Values of one slice: raw little-endian float32.
+  key    @0 :UInt64;  # the array's key
+  index  @1 :UInt32;  # slice number within the array
+  values @2 :Data;    # 4 * n bytes, n <= slice bound of the view
+}
+
+struct SliceRef {
+  # Names one slice without values.
+  key   @0 :UInt64;
+  index @1 :UInt32;
+}
+
+struct Init {
+  # Worker -> server: first values of slices it owns. The first Init of a
+  # slice wins; later ones are acknowledged and ignored.
+  worker @0 :UInt32;        # sender's rank
+  epoch  @1 :UInt64;        # sender's view epoch
+  slices @2 :List(Slice);
+}
+
+struct Push {
+  # Worker -> server, once per clock (cut into parts only when the slices
+  # exceed the message bound). Acknowledged with PushReply.
+  worker @0 :UInt32;        # sender's rank in the view
+  clock  @1 :UInt64;        # (worker, clock, part) is unique; a repeat is
+                            # acknowledged and dropped
+  epoch  @2 :UInt64;        # sender's view epoch
+  part   @3 :UInt32;        # 0 .. parts-1
+  parts  @4 :UInt32;        # >= 1; the clock is complete when all arrived
+  slices @5 :List(Slice);   # every slice of this part held by the receiver
+}
+
+struct PushReply {
+  version   @0 :UInt64;     # server version after this push was accepted
+  duplicate @1 :Bool;       # true: already had it, nothing applied
+}
+
+struct Pull {
+  # Worker -> server. Answered once the mode allows a worker at `clock`
+  # to read and every requested slice is initialised.
+  worker @0 :UInt32;        # sender's rank in the view
+  clock  @1 :UInt64;        # sender's clock: sync serves version >= clock,
+                            # ssp:s serves slowest clock >= clock - s
+  epoch  @2 :UInt64;        # sender's view epoch
+  slices @3 :List(SliceRef);
+}
+
+struct PullReply {
+  version @0 :UInt64;       # server version the values belong to
+  slices  @1 :List(Slice);  # in the order they were asked for
+}

@@ -1,0 +1,167 @@
+// Encode/decode of the kv conversation. Values travel as raw little-endian
+// float32 in Cap'n Proto Data fields.
+#include "messages/kv.hpp"
+
+#include <cstring>
+
+#include "messages/errors.hpp"
+#include "messages/frame_codec.hpp"
+#include "messages/kv.capnp.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "troupe sends float32 as little-endian bytes");
+
+namespace troupe {
+
+namespace {
+
+using detail::decode_guarded;
+using detail::frame_reader;
+using detail::to_frame;
+
+caf::error bad(const char* what) {
+  return caf::make_error(errc::malformed_message, what);
+}
+
+void write_slices(capnp::List<schema::Slice>::Builder out,
+                  const std::vector<slice_data>& xs) {
+  for (size_t i = 0; i < xs.size(); ++i) {
+    out[i].setKey(xs[i].id.key);
+    out[i].setIndex(xs[i].id.index);
+    auto bytes = xs[i].values.size() * sizeof(float);
+    auto data = out[i].initValues(bytes);
+    if (bytes > 0)
+      std::memcpy(data.begin(), xs[i].values.data(), bytes);
+  }
+}
+
+caf::error read_slices(capnp::List<schema::Slice>::Reader in,
+                       std::vector<slice_data>& xs) {
+  if (in.size() > max_slices_per_message)
+    return bad("too many slices");
+  xs.resize(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    auto s = in[i];
+    auto data = s.getValues();  // fetched once: each get counts
+    if (data.size() % sizeof(float) != 0)
+      return caf::make_error(errc::malformed_message,
+                             "slice bytes not a multiple of 4", s.getKey(),
+                             s.getIndex());
+    xs[i].id = slice_id{s.getKey(), s.getIndex()};
+    xs[i].values.resize(data.size() / sizeof(float));
+    if (data.size() > 0)
+      std::memcpy(xs[i].values.data(), data.begin(), data.size());
+  }
+  return caf::none;
+}
+
+} // namespace
+
+frame encode(const init_request& x) {
+  capnp::MallocMessageBuilder msg;
+  auto b = msg.initRoot<schema::Init>();
+  b.setWorker(x.worker);
+  b.setEpoch(x.epoch);
+  write_slices(b.initSlices(x.slices.size()), x.slices);
+  return to_frame(msg);
+}
+
+frame encode(const push_request& x) {
+  capnp::MallocMessageBuilder msg;
+  auto b = msg.initRoot<schema::Push>();
+  b.setWorker(x.worker);
+  b.setClock(x.clock);
+  b.setEpoch(x.epoch);
+  b.setPart(x.part);
+  b.setParts(x.parts);
+  write_slices(b.initSlices(x.slices.size()), x.slices);
+  return to_frame(msg);
+}
+
+frame encode(const push_reply& x) {
+  capnp::MallocMessageBuilder msg;
+  auto b = msg.initRoot<schema::PushReply>();
+  b.setVersion(x.version);
+  b.setDuplicate(x.duplicate);
+  return to_frame(msg);
+}
+
+frame encode(const pull_request& x) {
+  capnp::MallocMessageBuilder msg;
+  auto b = msg.initRoot<schema::Pull>();
+  b.setWorker(x.worker);
+  b.setClock(x.clock);
+  b.setEpoch(x.epoch);
+  auto refs = b.initSlices(x.slices.size());
+  for (size_t i = 0; i < x.slices.size(); ++i) {
+    refs[i].setKey(x.slices[i].key);
+    refs[i].setIndex(x.slices[i].index);
+  }
+  return to_frame(msg);
+}
+
+frame encode(const pull_reply& x) {
+  capnp::MallocMessageBuilder msg;
+  auto b = msg.initRoot<schema::PullReply>();
+  b.setVersion(x.version);
+  write_slices(b.initSlices(x.slices.size()), x.slices);
+  return to_frame(msg);
+}
+
+caf::error decode(const frame& f, init_request& x) {
+  return decode_guarded(f, "Init", [&x](frame_reader& rd) {
+    auto r = rd.get<schema::Init>();
+    x.worker = r.getWorker();
+    x.epoch = r.getEpoch();
+    return read_slices(r.getSlices(), x.slices);
+  });
+}
+
+caf::error decode(const frame& f, push_request& x) {
+  return decode_guarded(f, "Push", [&x](frame_reader& rd) {
+    auto r = rd.get<schema::Push>();
+    x.worker = r.getWorker();
+    x.clock = r.getClock();
+    x.epoch = r.getEpoch();
+    x.part = r.getPart();
+    x.parts = r.getParts();
+    if (x.parts == 0 || x.part >= x.parts)
+      return bad("push part out of range");
+    return read_slices(r.getSlices(), x.slices);
+  });
+}
+
+caf::error decode(const frame& f, push_reply& x) {
+  return decode_guarded(f, "PushReply", [&x](frame_reader& rd) {
+    auto r = rd.get<schema::PushReply>();
+    x.version = r.getVersion();
+    x.duplicate = r.getDuplicate();
+    return caf::error{};
+  });
+}
+
+caf::error decode(const frame& f, pull_request& x) {
+  return decode_guarded(f, "Pull", [&x](frame_reader& rd) {
+    auto r = rd.get<schema::Pull>();
+    x.worker = r.getWorker();
+    x.clock = r.getClock();
+    x.epoch = r.getEpoch();
+    auto refs = r.getSlices();
+    if (refs.size() > max_slices_per_message)
+      return bad("too many slices");
+    x.slices.resize(refs.size());
+    for (size_t i = 0; i < refs.size(); ++i)
+      x.slices[i] = slice_id{refs[i].getKey(), refs[i].getIndex()};
+    return caf::error{};
+  });
+}
+
+caf::error decode(const frame& f, pull_reply& x) {
+  return decode_guarded(f, "PullReply", [&x](frame_reader& rd) {
+    auto r = rd.get<schema::PullReply>();
+    x.version = r.getVersion();
+    return read_slices(r.getSlices(), x.slices);
+  });
+}
+
+} // namespace troupe

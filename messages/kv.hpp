@@ -1,0 +1,89 @@
+// Key-value conversation (messages/kv.capnp) as plain C++ values, with
+// encode/decode. decode checks what the bytes alone can tell (lengths,
+// parts, counts); the shard server checks ownership and shapes.
+#pragma once
+
+#include <cstdint>
+#include <tuple>
+#include <vector>
+
+#include <caf/error.hpp>
+
+#include "messages/frame.hpp"
+
+namespace troupe {
+
+/// Names slice `index` of the array `key`.
+struct slice_id {
+  uint64_t key = 0;
+  uint32_t index = 0;
+  bool operator<(const slice_id& y) const {
+    return std::tie(key, index) < std::tie(y.key, y.index);
+  }
+  bool operator==(const slice_id& y) const {
+    return key == y.key && index == y.index;
+  }
+};
+
+/// One slice with its float32 values.
+struct slice_data {
+  slice_id id;
+  std::vector<float> values;
+  bool operator==(const slice_data& y) const {
+    return id == y.id && values == y.values;
+  }
+};
+
+/// Worker -> server: first values of slices.
+struct init_request {
+  uint32_t worker = 0;
+  uint64_t epoch = 0;
+  std::vector<slice_data> slices;
+};
+
+/// Worker -> server: one part of the worker's push for `clock`.
+struct push_request {
+  uint32_t worker = 0;
+  uint64_t clock = 0;
+  uint64_t epoch = 0;
+  uint32_t part = 0;
+  uint32_t parts = 1;
+  std::vector<slice_data> slices;
+};
+
+/// Server -> worker: the push was accepted (or was a duplicate).
+struct push_reply {
+  uint64_t version = 0;
+  bool duplicate = false;
+};
+
+/// Worker -> server: read slices as a worker at `clock`.
+struct pull_request {
+  uint32_t worker = 0;
+  uint64_t clock = 0;
+  uint64_t epoch = 0;
+  std::vector<slice_id> slices;
+};
+
+/// Server -> worker: values in the order asked for.
+struct pull_reply {
+  uint64_t version = 0;
+  std::vector<slice_data> slices;
+};
+
+/// Most slices in one kv message.
+constexpr size_t max_slices_per_message = size_t{1} << 20;
+
+frame encode(const init_request& x);
+frame encode(const push_request& x);
+frame encode(const push_reply& x);
+frame encode(const pull_request& x);
+frame encode(const pull_reply& x);
+
+caf::error decode(const frame& f, init_request& x);
+caf::error decode(const frame& f, push_request& x);
+caf::error decode(const frame& f, push_reply& x);
+caf::error decode(const frame& f, pull_request& x);
+caf::error decode(const frame& f, pull_reply& x);
+
+} // namespace troupe

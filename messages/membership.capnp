@@ -1,0 +1,85 @@
+# Membership: who is in the cluster, and the cluster view everyone acts on.
+#
+#   node (server, worker)  -> scheduler : Register        -> RegisterReply
+#   scheduler -> every node              : ClusterView     (on every change)
+#   worker kv client       -> scheduler : Declare         -> DeclareReply
+#   any node               -> scheduler : Barrier         -> (empty reply)
+@0xc3eeedaf328c9725;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("troupe::schema");
+
+enum Role {
+  scheduler @0;
+  server @1;     # shard server: owns slices of parameter arrays
+  worker @2;     # pushes gradients, pulls weights
+}
+
+struct Node {
+  # One member of the cluster as the scheduler knows it.
+  role @0 :Role;
+  rank @1 :UInt32;   # dense per role: 0 .. (count of that role - 1) at join
+  host @2 :Text;     # address its actor is published on; "" = not published
+  port @3 :UInt16;   # 0 = not published (workers)
+  pid  @4 :UInt32;   # operating-system process id, for logs and deploy tools
+}
+
+struct Register {
+  # Node -> scheduler, once at start. Answered with RegisterReply.
+  role @0 :Role;
+  host @1 :Text;     # where the node's actor is published ("" if not)
+  port @2 :UInt16;   # its port (0 if not published)
+  pid  @3 :UInt32;   # operating-system process id
+}
+
+struct SlicePlace {
+  # Where one slice of a parameter array lives.
+  key    @0 :UInt64;  # the array's key
+  index  @1 :UInt32;  # slice number within the array, 0-based
+  server @2 :UInt32;  # rank of the server that owns it
+}
+
+struct KeyInfo {
+  # A declared parameter array.
+  key   @0 :UInt64;   # the array's key
+  size  @1 :UInt64;   # number of float32 elements in the whole array
+}
+
+struct ClusterView {
+  # Scheduler -> every node, on every change. Later epochs replace earlier.
+  epoch       @0 :UInt64;         # strictly increasing; 1 is the first view
+  servers     @1 :List(Node);     # live servers, by rank
+  workers     @2 :List(Node);     # live workers, by rank
+  keys        @3 :List(KeyInfo);  # declared arrays
+  placement   @4 :List(SlicePlace);  # every slice of every declared array
+  sliceFloats @5 :UInt32;         # slice bound: floats per slice (> 0)
+}
+
+struct RegisterReply {
+  # Scheduler -> node: its rank and the view that includes it.
+  rank @0 :UInt32;
+  view @1 :ClusterView;
+}
+
+struct Declare {
+  # Worker -> scheduler: the arrays this worker will push and pull.
+  # The scheduler slices and places them; answered with DeclareReply once
+  # the expected number of servers has joined.
+  worker @0 :UInt32;          # the declaring worker's rank
+  keys   @1 :List(KeyInfo);   # same key declared twice must keep its size
+}
+
+struct DeclareReply {
+  # Scheduler -> worker.
+  view        @0 :ClusterView;   # includes the declared arrays
+  initialiser @1 :List(UInt64);  # keys this worker must initialise (first
+                                 # declarer of a key); others wait for them
+}
+
+struct Barrier {
+  # Node -> scheduler. Answered when every expected live node of `role` has
+  # arrived at the barrier `name`.
+  name @0 :Text;   # 1..64 characters
+  role @1 :Role;   # whose arrivals count
+  rank @2 :UInt32; # the arriving node's rank within `role`
+}

@@ -1,0 +1,323 @@
+// Encode/decode of the membership conversation, with validation.
+#include "messages/membership.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "messages/errors.hpp"
+#include "messages/frame_codec.hpp"
+#include "messages/membership.capnp.h"
+
+namespace troupe {
+
+namespace {
+
+using detail::decode_guarded;
+using detail::frame_reader;
+using detail::to_frame;
+
+constexpr size_t max_host_chars = 255;
+
+caf::error bad(const char* what) {
+  return caf::make_error(errc::malformed_message, what);
+}
+
+caf::error read_role(schema::Role r, role& out) {
+  auto v = static_cast<uint16_t>(r);
+  if (v > static_cast<uint16_t>(role::worker))
+    return bad("unknown role");
+  out = static_cast<role>(v);
+  return caf::none;
+}
+
+// -- views ------------------------------------------------------------------
+
+void write_node(schema::Node::Builder b, const node_info& x) {
+  b.setRole(static_cast<schema::Role>(x.kind));
+  b.setRank(x.rank);
+  b.setHost(x.host);
+  b.setPort(x.port);
+  b.setPid(x.pid);
+}
+
+caf::error read_node(schema::Node::Reader r, node_info& x) {
+  if (auto err = read_role(r.getRole(), x.kind))
+    return err;
+  if (r.getHost().size() > max_host_chars)
+    return bad("host name too long");
+  x.rank = r.getRank();
+  x.host = r.getHost().cStr();
+  x.port = r.getPort();
+  x.pid = r.getPid();
+  return caf::none;
+}
+
+void write_view(schema::ClusterView::Builder b, const cluster_view& x) {
+  b.setEpoch(x.epoch);
+  b.setSliceFloats(x.slice_floats);
+  auto servers = b.initServers(x.servers.size());
+  for (size_t i = 0; i < x.servers.size(); ++i)
+    write_node(servers[i], x.servers[i]);
+  auto workers = b.initWorkers(x.workers.size());
+  for (size_t i = 0; i < x.workers.size(); ++i)
+    write_node(workers[i], x.workers[i]);
+  auto keys = b.initKeys(x.keys.size());
+  for (size_t i = 0; i < x.keys.size(); ++i) {
+    keys[i].setKey(x.keys[i].key);
+    keys[i].setSize(x.keys[i].size);
+  }
+  auto places = b.initPlacement(x.placement.size());
+  for (size_t i = 0; i < x.placement.size(); ++i) {
+    places[i].setKey(x.placement[i].key);
+    places[i].setIndex(x.placement[i].index);
+    places[i].setServer(x.placement[i].server);
+  }
+}
+
+caf::error read_nodes(capnp::List<schema::Node>::Reader r, role expected,
+                      std::vector<node_info>& out) {
+  if (r.size() > max_nodes)
+    return bad("too many nodes");
+  out.resize(r.size());
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (auto err = read_node(r[i], out[i]))
+      return err;
+    if (out[i].kind != expected)
+      return bad("node listed under the wrong role");
+  }
+  return caf::none;
+}
+
+caf::error read_keys(capnp::List<schema::KeyInfo>::Reader r,
+                     std::vector<key_info>& out) {
+  out.resize(r.size());
+  for (size_t i = 0; i < r.size(); ++i)
+    out[i] = key_info{r[i].getKey(), r[i].getSize()};
+  return caf::none;
+}
+
+caf::error read_view(schema::ClusterView::Reader r, cluster_view& x) {
+  x.epoch = r.getEpoch();
+  x.slice_floats = r.getSliceFloats();
+  if (auto err = read_nodes(r.getServers(), role::server, x.servers))
+    return err;
+  if (auto err = read_nodes(r.getWorkers(), role::worker, x.workers))
+    return err;
+  read_keys(r.getKeys(), x.keys);
+  auto places = r.getPlacement();
+  x.placement.resize(places.size());
+  for (size_t i = 0; i < places.size(); ++i)
+    x.placement[i] = slice_place{places[i].getKey(), places[i].getIndex(),
+                                 places[i].getServer()};
+  return validate(x);
+}
+
+caf::error check_keys(const std::vector<key_info>& keys) {
+  std::set<uint64_t> seen;
+  for (auto& k : keys) {
+    if (k.size == 0 || k.size > max_key_size)
+      return caf::make_error(errc::malformed_message, "key size out of range",
+                             k.key, k.size);
+    if (!seen.insert(k.key).second)
+      return caf::make_error(errc::malformed_message, "key listed twice",
+                             k.key);
+  }
+  return caf::none;
+}
+
+caf::error check_ranks(const std::vector<node_info>& nodes) {
+  std::set<uint32_t> ranks;
+  for (auto& n : nodes)
+    if (!ranks.insert(n.rank).second)
+      return caf::make_error(errc::malformed_message, "rank listed twice",
+                             n.rank);
+  return caf::none;
+}
+
+} // namespace
+
+const char* to_string(role x) {
+  switch (x) {
+    case role::scheduler: return "scheduler";
+    case role::server: return "server";
+    case role::worker: return "worker";
+  }
+  return "unknown";
+}
+
+bool node_info::operator==(const node_info& y) const {
+  return kind == y.kind && rank == y.rank && host == y.host && port == y.port
+         && pid == y.pid;
+}
+
+bool cluster_view::operator==(const cluster_view& y) const {
+  return epoch == y.epoch && servers == y.servers && workers == y.workers
+         && keys == y.keys && placement == y.placement
+         && slice_floats == y.slice_floats;
+}
+
+caf::error validate(const cluster_view& x) {
+  if (x.epoch == 0)
+    return bad("view epoch 0");
+  if (x.slice_floats == 0 || x.slice_floats > max_slice_floats)
+    return bad("slice bound out of range");
+  if (auto err = check_ranks(x.servers))
+    return err;
+  if (auto err = check_ranks(x.workers))
+    return err;
+  if (auto err = check_keys(x.keys))
+    return err;
+  std::set<uint32_t> live;
+  for (auto& s : x.servers)
+    live.insert(s.rank);
+  std::map<uint64_t, uint64_t> slices_of;  // key -> expected slice count
+  for (auto& k : x.keys)
+    slices_of[k.key] = (k.size + x.slice_floats - 1) / x.slice_floats;
+  std::set<std::pair<uint64_t, uint32_t>> placed;
+  for (auto& p : x.placement) {
+    auto i = slices_of.find(p.key);
+    if (i == slices_of.end() || p.index >= i->second)
+      return caf::make_error(errc::malformed_message,
+                             "placement of an undeclared slice", p.key,
+                             p.index);
+    if (live.count(p.server) == 0)
+      return caf::make_error(errc::malformed_message,
+                             "slice placed on a server not in the view",
+                             p.key, p.index, p.server);
+    if (!placed.emplace(p.key, p.index).second)
+      return bad("slice placed twice");
+  }
+  uint64_t expected = 0;
+  for (auto& kv : slices_of)
+    expected += kv.second;
+  // With no server alive, declared arrays have no place until one joins.
+  if (!x.servers.empty() && placed.size() != expected)
+    return bad("declared slices without a place");
+  return caf::none;
+}
+
+// -- encode -----------------------------------------------------------------
+
+frame encode(const register_request& x) {
+  capnp::MallocMessageBuilder msg;
+  auto b = msg.initRoot<schema::Register>();
+  b.setRole(static_cast<schema::Role>(x.kind));
+  b.setHost(x.host);
+  b.setPort(x.port);
+  b.setPid(x.pid);
+  return to_frame(msg);
+}
+
+frame encode(const register_reply& x) {
+  capnp::MallocMessageBuilder msg;
+  auto b = msg.initRoot<schema::RegisterReply>();
+  b.setRank(x.rank);
+  write_view(b.initView(), x.view);
+  return to_frame(msg);
+}
+
+frame encode(const cluster_view& x) {
+  capnp::MallocMessageBuilder msg;
+  write_view(msg.initRoot<schema::ClusterView>(), x);
+  return to_frame(msg);
+}
+
+frame encode(const declare_request& x) {
+  capnp::MallocMessageBuilder msg;
+  auto b = msg.initRoot<schema::Declare>();
+  b.setWorker(x.worker);
+  auto keys = b.initKeys(x.keys.size());
+  for (size_t i = 0; i < x.keys.size(); ++i) {
+    keys[i].setKey(x.keys[i].key);
+    keys[i].setSize(x.keys[i].size);
+  }
+  return to_frame(msg);
+}
+
+frame encode(const declare_reply& x) {
+  capnp::MallocMessageBuilder msg;
+  auto b = msg.initRoot<schema::DeclareReply>();
+  write_view(b.initView(), x.view);
+  auto init = b.initInitialiser(x.initialiser.size());
+  for (size_t i = 0; i < x.initialiser.size(); ++i)
+    init.set(i, x.initialiser[i]);
+  return to_frame(msg);
+}
+
+frame encode(const barrier_request& x) {
+  capnp::MallocMessageBuilder msg;
+  auto b = msg.initRoot<schema::Barrier>();
+  b.setName(x.name);
+  b.setRole(static_cast<schema::Role>(x.kind));
+  b.setRank(x.rank);
+  return to_frame(msg);
+}
+
+// -- decode -----------------------------------------------------------------
+
+caf::error decode(const frame& f, register_request& x) {
+  return decode_guarded(f, "Register", [&x](frame_reader& rd) {
+    auto r = rd.get<schema::Register>();
+    if (auto err = read_role(r.getRole(), x.kind))
+      return err;
+    if (r.getHost().size() > max_host_chars)
+      return bad("host name too long");
+    x.host = r.getHost().cStr();
+    x.port = r.getPort();
+    x.pid = r.getPid();
+    return caf::error{};
+  });
+}
+
+caf::error decode(const frame& f, register_reply& x) {
+  return decode_guarded(f, "RegisterReply", [&x](frame_reader& rd) {
+    auto r = rd.get<schema::RegisterReply>();
+    x.rank = r.getRank();
+    return read_view(r.getView(), x.view);
+  });
+}
+
+caf::error decode(const frame& f, cluster_view& x) {
+  return decode_guarded(f, "ClusterView", [&x](frame_reader& rd) {
+    return read_view(rd.get<schema::ClusterView>(), x);
+  });
+}
+
+caf::error decode(const frame& f, declare_request& x) {
+  return decode_guarded(f, "Declare", [&x](frame_reader& rd) {
+    auto r = rd.get<schema::Declare>();
+    x.worker = r.getWorker();
+    read_keys(r.getKeys(), x.keys);
+    return check_keys(x.keys);
+  });
+}
+
+caf::error decode(const frame& f, declare_reply& x) {
+  return decode_guarded(f, "DeclareReply", [&x](frame_reader& rd) {
+    auto r = rd.get<schema::DeclareReply>();
+    if (auto err = read_view(r.getView(), x.view))
+      return err;
+    auto init = r.getInitialiser();
+    x.initialiser.clear();
+    for (auto k : init)
+      x.initialiser.push_back(k);
+    return caf::error{};
+  });
+}
+
+caf::error decode(const frame& f, barrier_request& x) {
+  return decode_guarded(f, "Barrier", [&x](frame_reader& rd) {
+    auto r = rd.get<schema::Barrier>();
+    auto name = r.getName();
+    if (name.size() == 0 || name.size() > max_barrier_name)
+      return bad("barrier name must have 1..64 characters");
+    if (auto err = read_role(r.getRole(), x.kind))
+      return err;
+    x.name = name.cStr();
+    x.rank = r.getRank();
+    return caf::error{};
+  });
+}
+
+} // namespace troupe

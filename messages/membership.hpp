@@ -1,0 +1,125 @@
+// Membership conversation (messages/membership.capnp) as plain C++ values,
+// with encode/decode. decode validates everything the bytes alone can tell.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/error.hpp>
+
+#include "messages/frame.hpp"
+
+namespace troupe {
+
+/// What a node does in the cluster.
+enum class role : uint8_t { scheduler = 0, server = 1, worker = 2 };
+
+/// Name of `x`: "scheduler", "server" or "worker".
+const char* to_string(role x);
+
+/// One member of the cluster.
+struct node_info {
+  role kind = role::worker;
+  uint32_t rank = 0;  ///< dense per role
+  std::string host;   ///< published address, "" if not published
+  uint16_t port = 0;  ///< published port, 0 if not published
+  uint32_t pid = 0;   ///< operating-system process id
+  bool operator==(const node_info& y) const;
+};
+
+/// A declared parameter array: `size` float32 elements under `key`.
+struct key_info {
+  uint64_t key = 0;
+  uint64_t size = 0;
+  bool operator==(const key_info& y) const {
+    return key == y.key && size == y.size;
+  }
+};
+
+/// Slice `index` of array `key` lives on server `server` (a rank).
+struct slice_place {
+  uint64_t key = 0;
+  uint32_t index = 0;
+  uint32_t server = 0;
+  bool operator==(const slice_place& y) const {
+    return key == y.key && index == y.index && server == y.server;
+  }
+};
+
+/// What every node acts on; later epochs replace earlier ones.
+struct cluster_view {
+  uint64_t epoch = 0;  ///< 0 = no view yet; published views start at 1
+  std::vector<node_info> servers;
+  std::vector<node_info> workers;
+  std::vector<key_info> keys;
+  std::vector<slice_place> placement;
+  uint32_t slice_floats = 0;  ///< slice bound in floats
+  bool operator==(const cluster_view& y) const;
+};
+
+/// Node -> scheduler at start.
+struct register_request {
+  role kind = role::worker;
+  std::string host;
+  uint16_t port = 0;
+  uint32_t pid = 0;
+};
+
+/// Scheduler -> node: its rank and the first view that has it.
+struct register_reply {
+  uint32_t rank = 0;
+  cluster_view view;
+};
+
+/// Worker -> scheduler: arrays it will use.
+struct declare_request {
+  uint32_t worker = 0;
+  std::vector<key_info> keys;
+};
+
+/// Scheduler -> worker: the placed arrays, and which it must initialise.
+struct declare_reply {
+  cluster_view view;
+  std::vector<uint64_t> initialiser;
+};
+
+/// Node -> scheduler: arrived at barrier `name` (1..64 characters).
+struct barrier_request {
+  std::string name;
+  role kind = role::worker;
+  uint32_t rank = 0;
+};
+
+// -- limits checked by decode -----------------------------------------------
+
+/// Most nodes of one role in a view.
+constexpr size_t max_nodes = 4096;
+/// Most elements of one array (2^36 floats = 256 GiB).
+constexpr uint64_t max_key_size = uint64_t{1} << 36;
+/// Largest slice bound, in floats (64 Mi floats = 256 MiB).
+constexpr uint32_t max_slice_floats = 64u << 20;
+/// Longest barrier name.
+constexpr size_t max_barrier_name = 64;
+
+// -- codec ------------------------------------------------------------------
+
+frame encode(const register_request& x);
+frame encode(const register_reply& x);
+frame encode(const cluster_view& x);
+frame encode(const declare_request& x);
+frame encode(const declare_reply& x);
+frame encode(const barrier_request& x);
+
+caf::error decode(const frame& f, register_request& x);
+caf::error decode(const frame& f, register_reply& x);
+caf::error decode(const frame& f, cluster_view& x);
+caf::error decode(const frame& f, declare_request& x);
+caf::error decode(const frame& f, declare_reply& x);
+caf::error decode(const frame& f, barrier_request& x);
+
+/// Checks the invariants of a view: unique ranks, every slice of every
+/// declared array placed exactly once on a live server.
+caf::error validate(const cluster_view& x);
+
+} // namespace troupe
