@@ -35,9 +35,9 @@ caf::expected<caf::actor> connect_scheduler(caf::actor_system& sys,
       break;
     std::this_thread::sleep_for(delay);  // back-off while it starts
   }
-  return caf::make_error(errc::not_connected, "no scheduler at",
-                         host + ":" + std::to_string(port),
-                         sys.render(last));
+  return caf::make_error(errc::not_connected,
+                         "no scheduler at " + host + ":" + std::to_string(port)
+                           + " (" + sys.render(last) + ")");
 }
 
 struct kv::impl {

@@ -65,7 +65,7 @@ caf::expected<role> node_config::node_role() const {
 caf::error node_config::finish() {
   if (!set_log_level(log_level))
     return caf::make_error(errc::invalid_config,
-                           "--troupe.log-level must be error, warning, info"
+                           "--log-level must be error, warning, info"
                            " or debug, got",
                            log_level);
   auto mode = parse_consistency(mode_text);

@@ -88,28 +88,34 @@ std::vector<slice_place> place(const std::vector<key_info>& keys,
   }
   auto cap = static_cast<uint64_t>(
     std::ceil((1.0 + params.slack) * double(total) / double(servers.size())));
+  // Largest slices first, so that small ones fill what is left: the
+  // placement then stays balanced even when slices are coarse.
+  std::vector<std::pair<uint64_t, slice_id>> todo;  // (floats, slice)
+  for (auto& k : keys)
+    for (uint32_t i = 0; i < slice_count(k.size, params.slice_floats); ++i)
+      if (kept.count(slice_id{k.key, i}) == 0)
+        todo.emplace_back(floats_of(sizes, slice_id{k.key, i},
+                                    params.slice_floats),
+                          slice_id{k.key, i});
+  std::stable_sort(todo.begin(), todo.end(),
+                   [](const auto& a, const auto& b) {
+                     return a.first > b.first;
+                   });
   hash_ring ring{servers, params.vnodes};
-  for (auto& k : keys) {
-    auto n = slice_count(k.size, params.slice_floats);
-    for (uint32_t i = 0; i < n; ++i) {
-      slice_id id{k.key, i};
-      if (kept.count(id) != 0)
-        continue;
-      auto floats = floats_of(sizes, id, params.slice_floats);
-      auto pref = ring.preference(slice_hash(id));
-      // First server on the ring with room; else the least loaded.
-      auto chosen = *std::min_element(pref.begin(), pref.end(),
-                                      [&load](uint32_t a, uint32_t b) {
-                                        return load[a] < load[b];
-                                      });
-      for (auto s : pref)
-        if (load[s] + floats <= cap) {
-          chosen = s;
-          break;
-        }
-      load[chosen] += floats;
-      out.push_back(slice_place{k.key, i, chosen});
-    }
+  for (auto& [floats, id] : todo) {
+    auto pref = ring.preference(slice_hash(id));
+    // First server on the ring with room; else the least loaded.
+    auto chosen = *std::min_element(pref.begin(), pref.end(),
+                                    [&load](uint32_t a, uint32_t b) {
+                                      return load[a] < load[b];
+                                    });
+    for (auto s : pref)
+      if (load[s] + floats <= cap) {
+        chosen = s;
+        break;
+      }
+    load[chosen] += floats;
+    out.push_back(slice_place{id.key, id.index, chosen});
   }
   std::sort(out.begin(), out.end(),
             [](const slice_place& a, const slice_place& b) {

@@ -1,8 +1,9 @@
 // Key distribution: arrays cut into slices, slices placed on servers by a
 // consistent-hash ring with virtual nodes and bounded loads.
 //
-// Each slice walks the ring clockwise from its hash and takes the first
-// server whose load stays within (1 + slack) times the mean; a slice already
+// Slices are placed largest first; each walks the ring clockwise from its
+// hash and takes the first server whose load stays within (1 + slack) times
+// the mean, else the least loaded one; a slice already
 // placed on a live server never moves. So removing a server moves only its
 // own slices, and loads stay within the slack of each other.
 #pragma once

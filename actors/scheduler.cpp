@@ -106,6 +106,8 @@ void check_barriers(self_ptr self) {
 
 // -- handlers ---------------------------------------------------------------
 
+void flush_parked(self_ptr self);
+
 caf::result<frame> on_register(self_ptr self, const frame& f) {
   register_request req;
   if (auto err = decode(f, req)) {  // 2
@@ -125,7 +127,9 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
              " joined (pid ", req.pid, ", ", req.host, ":", req.port, ")");
   publish(self);
   check_barriers(self);
-  return encode(register_reply{info.rank, current_view(self)});
+  auto reply = encode(register_reply{info.rank, current_view(self)});
+  flush_parked(self);  // declares waiting for this server
+  return reply;
 }
 
 caf::error add_keys(self_ptr self, const declare_request& req) {

@@ -43,6 +43,11 @@ void serve_pulls(self_ptr self) {
 
 void apply_view(self_ptr self, cluster_view v) {  // 3
   auto& st = self->state;
+  if (!st.joined) {  // ownership needs our rank: keep the newest for later
+    if (v.epoch > st.early_view.epoch)
+      st.early_view = std::move(v);
+    return;
+  }
   if (v.epoch <= st.view.epoch)
     return;
   std::map<uint64_t, uint64_t> sizes;
@@ -63,10 +68,14 @@ void apply_view(self_ptr self, cluster_view v) {  // 3
   st.view = std::move(v);
   TROUPE_LOG(debug, who(self), "view ", st.view.epoch, ": ", owned.size(),
              " slices, ", workers.size(), " workers");
+  // Run what waited for this epoch; keep what waits for a later one.
   auto held = std::move(st.held);
   st.held.clear();
-  for (auto& fn : held)
-    fn();
+  for (auto& [epoch, fn] : held)
+    if (epoch <= st.view.epoch)
+      fn();
+    else
+      st.held.emplace_back(epoch, std::move(fn));
   serve_pulls(self);
 }
 
@@ -76,15 +85,16 @@ void when_epoch(self_ptr self, uint64_t epoch, F fn) {
   if (epoch <= self->state.view.epoch)
     fn();
   else
-    self->state.held.emplace_back(std::move(fn));
+    self->state.held.emplace_back(epoch, std::move(fn));
 }
 
 template <class Request>
 bool decode_or_reject(self_ptr self, const frame& f, Request& req,
                       caf::response_promise& rp) {
   if (auto err = decode(f, req)) {  // 5
+    auto from = rp.source();
     TROUPE_LOG(warning, who(self), "dropped a malformed request from ",
-               caf::to_string(self->current_sender()), ": ",
+               from ? caf::to_string(from->node()) : std::string{"?"}, ": ",
                self->system().render(err));
     rp.deliver(err);
     return false;
@@ -146,6 +156,8 @@ void start(self_ptr self, const std::string& host, uint16_t port) {
         TROUPE_LOG(info, who(self), "joined, mode ",
                    to_string(self->state.store.mode()));
         apply_view(self, std::move(reply.view));
+        if (self->state.early_view.epoch > 0)
+          apply_view(self, std::move(self->state.early_view));
       },
       [self](caf::error& err) {  // 2
         TROUPE_LOG(error, "server", "registration failed: ",

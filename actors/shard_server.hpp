@@ -20,6 +20,7 @@
 #pragma once
 
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include <caf/actor.hpp>
@@ -46,8 +47,10 @@ struct shard_server_state {
   uint32_t rank = 0;
   bool joined = false;
   cluster_view view;
+  cluster_view early_view;  // newest view received before we joined
   std::vector<waiting_pull> pulls;
-  std::vector<std::function<void()>> held;  // requests from a newer epoch
+  // Requests from a newer epoch than ours, with that epoch.
+  std::vector<std::pair<uint64_t, std::function<void()>>> held;
   uint32_t request_timeout_ms = 10000;
 };
 

@@ -24,13 +24,19 @@ std::string to_string(errc x) {
 }
 
 std::string render_troupe_error(uint8_t code, const caf::message& ctx) {
+  // "code: a b c", strings without quotes: one readable line.
   auto out = to_string(static_cast<errc>(code));
-  if (!ctx.empty())
-    out += ": " + caf::to_string(ctx);
+  for (size_t i = 0; i < ctx.size(); ++i) {
+    out += i == 0 ? ": " : " ";
+    out += ctx.match_element<std::string>(i) ? ctx.get_as<std::string>(i)
+                                             : ctx.stringify(i);
+  }
   return out;
 }
 
 std::string describe(const caf::error& err) {
+  if (!err)
+    return "no error";
   if (err.category() == caf::atom("troupe"))
     return render_troupe_error(err.code(), err.context());
   return caf::to_string(err);

@@ -1,1 +1,303 @@
-int main(){}
+// The scheduler, shard servers and kv clients as actors: servers and the
+// scheduler in one actor system, workers in another, over loopback. The test
+// orders every step by waiting on replies.
+#define BOOST_TEST_MODULE kv_modes_tests
+#include <boost/test/unit_test.hpp>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/kv.hpp"
+#include "actors/scheduler.hpp"
+#include "actors/shard_server.hpp"
+#include "messages/errors.hpp"
+#include "messages/kv.hpp"
+#include "messages/type_ids.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+
+namespace {
+
+node_config make_config() {
+  node_config cfg;
+  cfg.load<caf::io::middleman>();
+  cfg.kv.request_timeout_ms = 10000;
+  return cfg;
+}
+
+/// A scheduler and `servers` shard servers in system `a`; workers (kv
+/// clients) in system `b`.
+struct cluster {
+  node_config cfg_a = make_config();
+  node_config cfg_b = make_config();
+  caf::actor_system a{cfg_a};
+  caf::actor_system b{cfg_b};
+  caf::scoped_actor self{b};
+  caf::actor sched;
+  std::vector<uint16_t> server_ports;
+  std::vector<std::unique_ptr<kv>> workers;
+
+  cluster(const std::string& mode, uint32_t servers, uint32_t nworkers,
+          uint32_t max_message_bytes = 16u << 20) {
+    scheduler_settings ss;
+    ss.servers = servers;
+    ss.workers = nworkers;
+    ss.placement.slice_floats = 1000;
+    sched = a.spawn(scheduler, ss);
+    auto port = a.middleman().publish(sched, 0, "127.0.0.1");
+    BOOST_REQUIRE(port);
+    for (uint32_t i = 0; i < servers; ++i) {
+      server_settings sv{*parse_consistency(mode)};
+      auto s = a.spawn(shard_server, sv, sched, update_fn{add_update});
+      auto p = a.middleman().publish(s, 0, "127.0.0.1");
+      BOOST_REQUIRE(p);
+      caf::anon_send(s, start_atom_v, std::string{"127.0.0.1"}, *p);
+      server_ports.push_back(*p);
+    }
+    auto remote = connect_scheduler(b, "127.0.0.1", *port, 5000);
+    BOOST_REQUIRE(remote);
+    kv_settings ks;
+    ks.request_timeout_ms = 10000;
+    ks.max_message_bytes = max_message_bytes;
+    for (uint32_t i = 0; i < nworkers; ++i)
+      workers.push_back(std::make_unique<kv>(b, *remote, ks));
+  }
+
+  ~cluster() {
+    workers.clear();
+    caf::anon_send_exit(sched, caf::exit_reason::user_shutdown);
+  }
+
+  /// Worker with rank `r`.
+  kv& worker(uint32_t r) {
+    for (auto& w : workers)
+      if (w->view()->first == r)
+        return *w;
+    BOOST_FAIL("no worker of rank " << r);
+    return *workers.front();
+  }
+};
+
+std::vector<named_array> filled(uint64_t key, size_t n, float x) {
+  return {named_array{key, std::vector<float>(n, x)}};
+}
+
+/// The error of `x` as text, or "" (Boost evaluates messages eagerly).
+template <class T>
+std::string why(const caf::expected<T>& x) {
+  return x ? std::string{} : describe(x.error());
+}
+
+bool all_equal(const std::vector<named_array>& xs, float x) {
+  for (auto& a : xs)
+    for (auto y : a.values)
+      if (y != x)
+        return false;
+  return !xs.empty();
+}
+
+/// Initialises key 1 (n floats, zeros) from every worker.
+void init_all(cluster& c, size_t n) {
+  for (auto& w : c.workers) {
+    auto got = w->init(filled(1, n, 0.0f));
+    BOOST_REQUIRE_MESSAGE(got, why(got));
+    BOOST_REQUIRE(all_equal(*got, 0.0f));
+  }
+}
+
+/// Sends a pull as a plain message: its reply lands in c.self's mailbox.
+void send_pull(cluster& c, kv& w, uint64_t clock) {
+  c.self->send(w.handle(), pull_atom_v, clock, std::vector<uint64_t>{1});
+}
+
+/// True if the reply of a pull sent with send_pull is already there.
+bool pull_answered(cluster& c) {
+  bool answered = false;
+  c.self->receive([&](const std::vector<named_array>&) { answered = true; },
+                  [&](const caf::error&) { answered = true; },
+                  caf::after(std::chrono::seconds{0}) >> [] {});
+  return answered;
+}
+
+/// Waits (bounded) for the reply of a pull sent with send_pull.
+std::vector<named_array> await_pull(cluster& c) {
+  std::vector<named_array> out;
+  c.self->receive([&](std::vector<named_array>& xs) { out = std::move(xs); },
+                  [&](const caf::error& err) {
+                    BOOST_FAIL("pull failed: " << describe(err));
+                  },
+                  caf::after(std::chrono::seconds{20}) >> [] {
+                    BOOST_FAIL("pull never answered");
+                  });
+  return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(kv_modes_tests)
+
+BOOST_AUTO_TEST_CASE(sync_sum_is_exact_and_a_pull_for_t_plus_1_waits) {
+  cluster c{"sync", 1, 2};
+  init_all(c, 8);
+  auto& w0 = c.worker(0);
+  auto& w1 = c.worker(1);
+  BOOST_REQUIRE(w0.push(0, filled(1, 8, 1.0f)));
+  send_pull(c, w0, 1);
+  // A later pull from the same worker to the same server is answered
+  // after the server saw the first one, which must still wait.
+  auto now = w0.pull(0, {1});
+  BOOST_REQUIRE(now);
+  BOOST_CHECK(all_equal(*now, 0.0f));
+  BOOST_CHECK(!pull_answered(c));
+  BOOST_REQUIRE(w1.push(0, filled(1, 8, 2.0f)));  // the last push
+  BOOST_CHECK(all_equal(await_pull(c), 3.0f));
+}
+
+BOOST_AUTO_TEST_CASE(ssp_blocks_a_fast_worker_until_the_slowest_catches_up) {
+  cluster c{"ssp:1", 1, 2};
+  init_all(c, 4);
+  auto& w0 = c.worker(0);
+  auto& w1 = c.worker(1);
+  for (uint64_t t = 0; t < 2; ++t) {
+    BOOST_REQUIRE(w0.pull(t, {1}));  // 0 and 1 ahead: allowed with s = 1
+    BOOST_REQUIRE(w0.push(t, filled(1, 4, 1.0f)));
+  }
+  send_pull(c, w0, 2);  // 2 ahead of the slowest: s + 1
+  BOOST_REQUIRE(w0.pull(1, {1}));
+  BOOST_CHECK(!pull_answered(c));
+  BOOST_REQUIRE(w1.push(0, filled(1, 4, 1.0f)));
+  BOOST_CHECK(all_equal(await_pull(c), 3.0f));
+}
+
+BOOST_AUTO_TEST_CASE(async_reads_never_wait) {
+  cluster c{"async", 2, 2};
+  init_all(c, 2500);
+  auto& w0 = c.worker(0);
+  for (uint64_t t = 0; t < 5; ++t)
+    BOOST_REQUIRE(w0.push(t, filled(1, 2500, 1.0f)));
+  auto got = w0.pull(1000, {1});  // far ahead of worker 1, still served
+  BOOST_REQUIRE(got);
+  BOOST_CHECK(all_equal(*got, 5.0f));
+}
+
+BOOST_AUTO_TEST_CASE(large_arrays_in_parts_over_three_servers_sum_exactly) {
+  // Slices of 1000 floats, messages cut at 64 KiB: many parts per server.
+  cluster c{"sync", 3, 2, 1u << 16};
+  const size_t n = 300000;
+  init_all(c, n);
+  for (uint64_t t = 0; t < 3; ++t)
+    for (auto& w : c.workers)
+      BOOST_REQUIRE(w->push(t, filled(1, n, 0.5f)));
+  for (auto& w : c.workers) {
+    auto got = w->pull(3, {1});
+    BOOST_REQUIRE(got);
+    BOOST_CHECK(all_equal(*got, 3.0f));
+  }
+  auto v = c.workers.front()->view();
+  BOOST_REQUIRE(v);
+  BOOST_CHECK_EQUAL(v->second.servers.size(), 3u);
+  BOOST_CHECK_EQUAL(v->second.placement.size(), 300u);
+}
+
+BOOST_AUTO_TEST_CASE(undeclared_keys_and_wrong_lengths_are_refused) {
+  cluster c{"async", 1, 1};
+  init_all(c, 4);
+  auto& w = c.worker(0);
+  BOOST_CHECK(w.push(0, filled(99, 4, 1.0f)).error() == errc::unknown_key);
+  BOOST_CHECK(w.push(0, filled(1, 5, 1.0f)).error() == errc::bad_shape);
+  BOOST_CHECK(w.pull(0, {99}).error() == errc::unknown_key);
+  BOOST_CHECK(w.init(filled(1, 5, 0.0f)).error() == errc::size_conflict);
+  auto got = w.pull(0, {1});  // nothing was applied
+  BOOST_REQUIRE(got);
+  BOOST_CHECK(all_equal(*got, 0.0f));
+}
+
+BOOST_AUTO_TEST_CASE(a_server_drops_duplicates_and_survives_malformed_bytes) {
+  cluster c{"async", 1, 1};
+  init_all(c, 1000);
+  auto server = c.b.middleman().remote_actor("127.0.0.1",
+                                             c.server_ports.front());
+  BOOST_REQUIRE(server);
+  auto v = c.worker(0).view();
+  BOOST_REQUIRE(v);
+  push_request p{0, 0, v->second.epoch, 0, 1,
+                 {{{1, 0}, std::vector<float>(1000, 1.0f)}}};
+  auto ask = [&](auto atom, const frame& f) {
+    caf::expected<frame> out{caf::make_error(caf::sec::unexpected_response)};
+    c.self->request(*server, 10s, atom, f)
+      .receive([&](frame& r) { out = std::move(r); },
+               [&](caf::error& err) { out = std::move(err); });
+    return out;
+  };
+  push_reply first, second;
+  BOOST_REQUIRE(!decode(*ask(push_atom_v, encode(p)), first));
+  BOOST_REQUIRE(!decode(*ask(push_atom_v, encode(p)), second));
+  BOOST_CHECK(!first.duplicate);
+  BOOST_CHECK(second.duplicate);
+  auto garbage = ask(push_atom_v, frame{std::vector<uint8_t>(40, 0x5A)});
+  BOOST_CHECK(garbage.error() == errc::malformed_message);
+  auto odd = ask(pull_atom_v, frame{std::vector<uint8_t>(5, 1)});
+  BOOST_CHECK(odd.error() == errc::malformed_message);
+  auto got = c.worker(0).pull(1, {1});  // still serving, applied once
+  BOOST_REQUIRE(got);
+  BOOST_CHECK(all_equal(*got, 1.0f));
+}
+
+BOOST_AUTO_TEST_CASE(a_barrier_waits_for_every_worker) {
+  cluster c{"sync", 1, 2};
+  auto& w0 = c.worker(0);
+  auto& w1 = c.worker(1);
+  c.self->send(w0.handle(), barrier_atom_v, std::string{"b"}, uint32_t{20000});
+  // w0's barrier reached the scheduler before w1's view round trip ends.
+  BOOST_REQUIRE(w0.view());
+  bool early = false;
+  c.self->receive([&](uint64_t) { early = true; },
+                  caf::after(std::chrono::seconds{0}) >> [] {});
+  BOOST_CHECK(!early);
+  BOOST_REQUIRE(w1.barrier("b"));
+  bool released = false;
+  c.self->receive([&](uint64_t) { released = true; },
+                  caf::after(std::chrono::seconds{20}) >> [] {});
+  BOOST_CHECK(released);
+}
+
+BOOST_AUTO_TEST_CASE(a_view_that_overtakes_the_register_reply_is_not_lost) {
+  // A fake scheduler sends a newer view (slice on rank 1) before it
+  // answers Register with rank 1 and an older view: the server must apply
+  // the newer view with its real rank.
+  node_config cfg = make_config();
+  caf::actor_system sys{cfg};
+  cluster_view older;
+  older.epoch = 2;
+  older.slice_floats = 4;
+  older.servers = {{role::server, 0, "h", 1, 1}, {role::server, 1, "h", 2, 2}};
+  auto newer = older;
+  newer.epoch = 3;
+  newer.workers = {{role::worker, 0, "", 0, 3}};
+  newer.keys = {{1, 4}};
+  newer.placement = {{1, 0, 1}};
+  auto fake = sys.spawn([older, newer](caf::event_based_actor* self)
+                          -> caf::behavior {
+    return {[=](register_atom, const frame&) {
+      auto server = caf::actor_cast<caf::actor>(self->current_sender());
+      self->send(server, view_atom_v, encode(newer));
+      return encode(register_reply{1, older});
+    }};
+  });
+  auto srv = sys.spawn(shard_server, server_settings{}, fake,
+                       update_fn{add_update});
+  caf::scoped_actor self{sys};
+  caf::anon_send(srv, start_atom_v, std::string{"h"}, uint16_t{2});
+  init_request init{0, 3, {{{1, 0}, {1, 2, 3, 4}}}};
+  caf::error result = caf::make_error(caf::sec::unexpected_response);
+  self->request(srv, 10s, init_atom_v, encode(init))
+    .receive([&](const frame&) { result = caf::none; },
+             [&](caf::error& err) { result = std::move(err); });
+  BOOST_CHECK_MESSAGE(!result, describe(result));
+  caf::anon_send_exit(srv, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(fake, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,1 +1,87 @@
-int main(){}
+// Options of troupe-node: defaults, flags, and clear errors for bad values.
+#define BOOST_TEST_MODULE node_config_tests
+#include <boost/test/unit_test.hpp>
+
+#include <caf/io/middleman.hpp>
+#include <caf/settings.hpp>
+
+#include "actors/node_config.hpp"
+#include "messages/errors.hpp"
+
+using namespace troupe;
+
+namespace {
+
+caf::error parse(node_config& cfg, std::vector<std::string> args) {
+  cfg.load<caf::io::middleman>();
+  if (auto err = cfg.parse(std::move(args)))
+    return err;
+  return cfg.finish();
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(node_config_tests)
+
+BOOST_AUTO_TEST_CASE(modes_parse_and_print) {
+  BOOST_CHECK(parse_consistency("sync")->kind == consistency::kind_t::sync);
+  BOOST_CHECK(parse_consistency("async")->kind == consistency::kind_t::async);
+  auto ssp = parse_consistency("ssp:3");
+  BOOST_REQUIRE(ssp);
+  BOOST_CHECK(ssp->kind == consistency::kind_t::ssp && ssp->staleness == 3);
+  BOOST_CHECK_EQUAL(to_string(*ssp), "ssp:3");
+  for (auto bad : {"", "ssp", "ssp:", "ssp:-1", "ssp:x", "SYNC", "ssp:1e3"})
+    BOOST_CHECK_MESSAGE(parse_consistency(bad).error()
+                          == errc::invalid_config,
+                        bad);
+}
+
+BOOST_AUTO_TEST_CASE(defaults_turn_heartbeats_on) {
+  node_config cfg;
+  BOOST_REQUIRE(!parse(cfg, {}));
+  auto hb = caf::get_if<caf::timespan>(&cfg, "middleman.heartbeat-interval");
+  BOOST_REQUIRE(hb);
+  BOOST_CHECK(*hb > caf::timespan{0});
+  auto to = caf::get_if<caf::timespan>(&cfg, "middleman.connection-timeout");
+  BOOST_REQUIRE(to);
+  BOOST_CHECK(*to > *hb);
+  BOOST_CHECK(cfg.server.mode.kind == consistency::kind_t::sync);
+}
+
+BOOST_AUTO_TEST_CASE(flags_set_options) {
+  node_config cfg;
+  BOOST_REQUIRE(!parse(cfg, {"--role=server", "--server.mode=ssp:2",
+                             "--cluster.servers=4", "--port=4411",
+                             "--middleman.heartbeat-interval=50ms"}));
+  BOOST_CHECK(*cfg.node_role() == role::server);
+  BOOST_CHECK(cfg.server.mode.kind == consistency::kind_t::ssp);
+  BOOST_CHECK_EQUAL(cfg.server.mode.staleness, 2u);
+  BOOST_CHECK_EQUAL(cfg.scheduler.servers, 4u);
+  BOOST_CHECK_EQUAL(cfg.port, 4411);
+  auto hb = caf::get_if<caf::timespan>(&cfg, "middleman.heartbeat-interval");
+  BOOST_REQUIRE(hb);
+  BOOST_CHECK(*hb == caf::timespan{std::chrono::milliseconds{50}});
+}
+
+BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
+  auto rejected = [](std::vector<std::string> args, const std::string& flag) {
+    node_config cfg;
+    auto err = parse(cfg, args);
+    BOOST_CHECK_MESSAGE(err, "accepted: " << args.front());
+    if (err && err.category() == caf::atom("troupe"))
+      BOOST_CHECK_MESSAGE(describe(err).find(flag) != std::string::npos,
+                          describe(err));
+  };
+  rejected({"--server.mode=fast"}, "mode");
+  rejected({"--log-level=loud"}, "--log-level");
+  rejected({"--cluster.slice-floats=0"}, "--cluster.slice-floats");
+  rejected({"--cluster.servers=0"}, "--cluster.servers");
+  rejected({"--kv.request-timeout-ms=0"}, "--kv.request-timeout-ms");
+  rejected({"--no-such-flag=1"}, "");
+  rejected({"--port=99999"}, "");
+  node_config cfg;
+  BOOST_REQUIRE(!parse(cfg, {"--role=chief"}));
+  BOOST_CHECK(cfg.node_role().error() == errc::invalid_config);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

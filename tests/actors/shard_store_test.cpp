@@ -1,1 +1,193 @@
-int main(){}
+// The consistency modes of a shard server's store, under interleavings the
+// test chooses step by step.
+#define BOOST_TEST_MODULE shard_store_tests
+#include <boost/test/unit_test.hpp>
+
+#include "actors/shard_store.hpp"
+#include "messages/errors.hpp"
+
+using namespace troupe;
+
+namespace {
+
+const slice_id a{1, 0};
+const slice_id b{2, 0};
+
+/// A store owning slices a (3 floats) and b (2 floats), initialised to 0,
+/// with workers 0, 1 and 2.
+struct fixture {
+  shard_store store;
+  explicit fixture(const std::string& mode)
+    : store(*parse_consistency(mode)) {
+    store.set_owned({{a, 3}, {b, 2}});
+    store.set_workers({0, 1, 2});
+    BOOST_REQUIRE(!store.init(init_request{
+      0, 1, {{a, {0, 0, 0}}, {b, {0, 0}}}}));
+  }
+  caf::expected<push_reply> push(uint32_t w, uint64_t clock, float x,
+                                 uint32_t part = 0, uint32_t parts = 1) {
+    return store.push(push_request{w, clock, 1, part, parts,
+                                   {{a, {x, x, x}}, {b, {x, x}}}});
+  }
+  float value_of(slice_id id) {
+    auto r = store.read({id});
+    BOOST_REQUIRE(r);
+    return r->slices[0].values[0];
+  }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(shard_store_tests)
+
+BOOST_AUTO_TEST_CASE(sync_sums_every_push_exactly_and_a_pull_waits_for_the_last) {
+  fixture f{"sync"};
+  BOOST_CHECK(f.store.readable_at(0));
+  BOOST_REQUIRE(f.push(0, 0, 1.0f));
+  BOOST_REQUIRE(f.push(2, 0, 4.0f));
+  // Two of three pushed clock 0: version 1 does not exist yet.
+  BOOST_CHECK(!f.store.readable_at(1));
+  BOOST_CHECK_EQUAL(f.value_of(a), 0.0f);
+  BOOST_CHECK_EQUAL(f.store.version(), 0u);
+  BOOST_REQUIRE(f.push(1, 0, 2.0f));  // the last push
+  BOOST_CHECK(f.store.readable_at(1));
+  BOOST_CHECK_EQUAL(f.store.version(), 1u);
+  BOOST_CHECK_EQUAL(f.value_of(a), 7.0f);
+  BOOST_CHECK_EQUAL(f.value_of(b), 7.0f);
+}
+
+BOOST_AUTO_TEST_CASE(sync_keeps_an_early_push_for_the_next_round) {
+  fixture f{"sync"};
+  BOOST_REQUIRE(f.push(0, 0, 1.0f));
+  BOOST_REQUIRE(f.push(0, 1, 10.0f));  // worker 0 is one clock ahead
+  BOOST_REQUIRE(f.push(1, 0, 1.0f));
+  BOOST_REQUIRE(f.push(2, 0, 1.0f));
+  BOOST_CHECK_EQUAL(f.store.version(), 1u);
+  BOOST_CHECK_EQUAL(f.value_of(a), 3.0f);
+  BOOST_REQUIRE(f.push(1, 1, 10.0f));
+  BOOST_REQUIRE(f.push(2, 1, 10.0f));
+  BOOST_CHECK_EQUAL(f.store.version(), 2u);
+  BOOST_CHECK_EQUAL(f.value_of(a), 33.0f);
+}
+
+BOOST_AUTO_TEST_CASE(sync_completes_a_round_when_a_worker_leaves) {
+  fixture f{"sync"};
+  BOOST_REQUIRE(f.push(0, 0, 1.0f));
+  BOOST_REQUIRE(f.push(1, 0, 1.0f));
+  BOOST_CHECK(!f.store.readable_at(1));
+  f.store.set_workers({0, 1});  // worker 2 died
+  BOOST_CHECK(f.store.readable_at(1));
+  BOOST_CHECK_EQUAL(f.value_of(a), 2.0f);
+}
+
+BOOST_AUTO_TEST_CASE(sync_waits_for_every_part_of_a_push) {
+  fixture f{"sync"};
+  auto part = [&f](uint32_t w, uint32_t p, slice_id id, size_t n) {
+    return f.store.push(push_request{
+      w, 0, 1, p, 2, {{id, std::vector<float>(n, 1.0f)}}});
+  };
+  BOOST_REQUIRE(part(0, 0, a, 3));
+  BOOST_REQUIRE(f.push(1, 0, 1.0f));
+  BOOST_REQUIRE(f.push(2, 0, 1.0f));
+  BOOST_CHECK(!f.store.readable_at(1));  // worker 0 sent 1 of 2 parts
+  BOOST_REQUIRE(part(0, 1, b, 2));
+  BOOST_CHECK(f.store.readable_at(1));
+  BOOST_CHECK_EQUAL(f.value_of(a), 3.0f);
+  BOOST_CHECK_EQUAL(f.value_of(b), 3.0f);
+}
+
+BOOST_AUTO_TEST_CASE(ssp_blocks_a_fast_worker_at_s_plus_one_ahead) {
+  fixture f{"ssp:2"};
+  // Worker 0 runs ahead: its pushes are applied on arrival.
+  for (uint64_t c = 0; c < 3; ++c) {
+    BOOST_CHECK_MESSAGE(f.store.readable_at(c), "clock " << c);
+    BOOST_REQUIRE(f.push(0, c, 1.0f));
+  }
+  BOOST_CHECK_EQUAL(f.value_of(a), 3.0f);
+  // At clock 3 it is s + 1 = 3 ahead of the slowest (clock 0): blocked.
+  BOOST_CHECK(!f.store.readable_at(3));
+  BOOST_REQUIRE(f.push(1, 0, 1.0f));
+  BOOST_CHECK(!f.store.readable_at(3));  // worker 2 is still at 0
+  BOOST_REQUIRE(f.push(2, 0, 1.0f));
+  BOOST_CHECK(f.store.readable_at(3));  // the slowest caught up to 1
+  BOOST_CHECK(!f.store.readable_at(4));
+  BOOST_CHECK_EQUAL(f.value_of(a), 5.0f);
+}
+
+BOOST_AUTO_TEST_CASE(async_applies_on_arrival_and_never_waits) {
+  fixture f{"async"};
+  for (uint64_t c = 0; c < 50; ++c) {
+    BOOST_CHECK(f.store.readable_at(c));
+    BOOST_REQUIRE(f.push(0, c, 1.0f));
+    BOOST_CHECK_EQUAL(f.value_of(a), float(c + 1));
+  }
+  BOOST_CHECK(f.store.readable_at(1000));
+  BOOST_CHECK_EQUAL(f.store.min_clock(), 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_duplicate_push_is_applied_once) {
+  for (auto mode : {"sync", "async", "ssp:1"}) {
+    fixture f{mode};
+    for (uint32_t w = 0; w < 3; ++w) {
+      BOOST_REQUIRE(f.push(w, 0, 1.0f));
+      auto again = f.push(w, 0, 1.0f);
+      BOOST_REQUIRE(again);
+      BOOST_CHECK_MESSAGE(again->duplicate, mode);
+    }
+    BOOST_CHECK_MESSAGE(f.value_of(a) == 3.0f, mode);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_pushes_are_refused_and_change_nothing) {
+  fixture f{"async"};
+  BOOST_CHECK(f.push(0, 1, 1.0f).error() == errc::clock_gap);
+  BOOST_CHECK(f.push(7, 0, 1.0f).error() == errc::not_a_member);
+  BOOST_CHECK(f.store.push(push_request{0, 0, 1, 0, 1, {{{9, 0}, {1.0f}}}})
+                .error()
+              == errc::slice_not_owned);
+  // One good slice and one of the wrong length: nothing is applied.
+  BOOST_CHECK(f.store
+                .push(push_request{0, 0, 1, 0, 1,
+                                   {{a, {1, 1, 1}}, {b, {1, 1, 1}}}})
+                .error()
+              == errc::bad_shape);
+  BOOST_CHECK_EQUAL(f.value_of(a), 0.0f);
+  BOOST_CHECK_EQUAL(f.store.version(), 0u);
+}
+
+BOOST_AUTO_TEST_CASE(the_first_init_wins_and_uninitialised_slices_wait) {
+  shard_store s{consistency{}};
+  s.set_owned({{a, 2}});
+  s.set_workers({0});
+  BOOST_CHECK(!s.initialised({a}));
+  BOOST_CHECK(s.push(push_request{0, 0, 1, 0, 1, {{a, {1, 1}}}}).error()
+              == errc::unknown_key);
+  BOOST_REQUIRE(!s.init(init_request{0, 1, {{a, {5, 6}}}}));
+  BOOST_REQUIRE(!s.init(init_request{1, 1, {{a, {7, 8}}}}));
+  BOOST_CHECK(s.initialised({a}));
+  BOOST_CHECK(s.read({a})->slices[0].values == std::vector<float>({5, 6}));
+  BOOST_CHECK(s.init(init_request{0, 1, {{a, {1}}}}) == errc::bad_shape);
+}
+
+BOOST_AUTO_TEST_CASE(the_update_hook_sees_each_sync_round_once) {
+  int calls = 0;
+  uint32_t seen = 0;
+  shard_store s{consistency{}, [&](slice_id, std::vector<float>& v,
+                                   const std::vector<float>& sum,
+                                   uint32_t contributors) {
+                  ++calls;
+                  seen = contributors;
+                  for (size_t i = 0; i < v.size(); ++i)
+                    v[i] -= 0.5f * sum[i] / float(contributors);
+                }};
+  s.set_owned({{a, 1}});
+  s.set_workers({0, 1});
+  BOOST_REQUIRE(!s.init(init_request{0, 1, {{a, {10}}}}));
+  BOOST_REQUIRE(s.push(push_request{0, 0, 1, 0, 1, {{a, {2}}}}));
+  BOOST_REQUIRE(s.push(push_request{1, 0, 1, 0, 1, {{a, {4}}}}));
+  BOOST_CHECK_EQUAL(calls, 1);
+  BOOST_CHECK_EQUAL(seen, 2u);
+  BOOST_CHECK_EQUAL(s.read({a})->slices[0].values[0], 10.0f - 1.5f);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

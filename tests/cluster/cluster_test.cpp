@@ -1,1 +1,237 @@
-int main(){}
+// Real troupe-node processes on loopback: a whole cluster pushing and
+// pulling in each mode, and dead or hung processes leaving the view.
+#define BOOST_TEST_MODULE cluster_tests
+#include <boost/test/unit_test.hpp>
+
+#include <memory>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/kv.hpp"
+#include "actors/node_config.hpp"
+#include "messages/errors.hpp"
+#include "messages/membership.hpp"
+#include "messages/type_ids.hpp"
+#include "tests/cluster/child_process.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+using troupe::test::child_process;
+
+namespace {
+
+const std::string node_bin = TROUPE_NODE_BIN;
+
+// Fast failure detection for the tests: heartbeats every 100 ms.
+const std::vector<std::string> fast_heartbeats{
+  "--middleman.heartbeat-interval=100ms",
+  "--middleman.connection-timeout=1s"};
+
+std::vector<std::string> node_args(std::vector<std::string> args) {
+  args.insert(args.begin(), node_bin);
+  args.insert(args.end(), fast_heartbeats.begin(), fast_heartbeats.end());
+  return args;
+}
+
+/// A scheduler process and its port.
+struct scheduler_process {
+  std::unique_ptr<child_process> proc;
+  uint16_t port = 0;
+  scheduler_process(uint32_t servers, uint32_t workers) {
+    proc = std::make_unique<child_process>(node_args(
+      {"--role=scheduler", "--scheduler-port=0",
+       "--cluster.servers=" + std::to_string(servers),
+       "--cluster.workers=" + std::to_string(workers)}));
+    auto line = proc->wait_for_line("scheduler listening on", 20s);
+    BOOST_REQUIRE_MESSAGE(line, "no scheduler: " << proc->output());
+    port = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+  }
+  std::string flag() const {
+    return "--scheduler-port=" + std::to_string(port);
+  }
+};
+
+std::unique_ptr<child_process> start_server(const scheduler_process& s,
+                                            const std::string& mode) {
+  auto p = std::make_unique<child_process>(
+    node_args({"--role=server", s.flag(), "--server.mode=" + mode}));
+  BOOST_REQUIRE_MESSAGE(p->wait_for_line("server listening on", 20s),
+                        p->output());
+  return p;
+}
+
+std::unique_ptr<child_process> start_worker(const scheduler_process& s,
+                                            uint32_t steps) {
+  return std::make_unique<child_process>(
+    node_args({"--role=worker", s.flag(),
+               "--worker.steps=" + std::to_string(steps), "--worker.keys=3",
+               "--worker.key-floats=40000"}));
+}
+
+/// The test's own CAF node, watching the scheduler's view.
+struct watcher {
+  node_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<caf::scoped_actor> self;
+  caf::actor sched;
+  cluster_view view;
+
+  explicit watcher(uint16_t port) {
+    cfg.load<caf::io::middleman>();
+    cfg.set("middleman.heartbeat-interval", caf::timespan{100ms});
+    cfg.set("middleman.connection-timeout", caf::timespan{1s});
+    sys = std::make_unique<caf::actor_system>(cfg);
+    self = std::make_unique<caf::scoped_actor>(*sys);
+    auto s = connect_scheduler(*sys, "127.0.0.1", port, 10000);
+    BOOST_REQUIRE(s);
+    sched = *s;
+    (*self)->request(sched, 10s, watch_atom_v)
+      .receive([this](const frame& f) { BOOST_REQUIRE(!decode(f, view)); },
+               [](const caf::error& err) {
+                 BOOST_FAIL("watch failed: " << describe(err));
+               });
+  }
+
+  /// Waits (bounded) for a view that satisfies `pred`.
+  template <class Pred>
+  bool wait_for(Pred pred, std::chrono::seconds limit = 20s) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!pred(view)) {
+      auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= 0s)
+        return false;
+      (*self)->receive(
+        [this](view_atom, const frame& f) {
+          cluster_view v;
+          if (!decode(f, v) && v.epoch > view.epoch)
+            view = std::move(v);
+        },
+        caf::after(left) >> [] {});
+    }
+    return true;
+  }
+};
+
+bool has_pid(const std::vector<node_info>& nodes, pid_t pid) {
+  for (auto& n : nodes)
+    if (n.pid == static_cast<uint32_t>(pid))
+      return true;
+  return false;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(cluster_tests)
+
+BOOST_AUTO_TEST_CASE(a_cluster_of_processes_sums_pushes_exactly_in_each_mode) {
+  for (std::string mode : {"sync", "ssp:1", "async"}) {
+    BOOST_TEST_MESSAGE("mode " << mode);
+    scheduler_process s{2, 2};
+    auto s0 = start_server(s, mode);
+    auto s1 = start_server(s, mode);
+    auto w0 = start_worker(s, 15);
+    auto w1 = start_worker(s, 15);
+    for (auto* w : {w0.get(), w1.get()}) {
+      auto rc = w->wait_exit(60s);
+      BOOST_REQUIRE_MESSAGE(rc, "worker did not finish: " << w->output());
+      BOOST_CHECK_MESSAGE(*rc == 0, mode << ": " << w->output());
+      auto line = w->wait_for_line("final value", 1s);
+      BOOST_REQUIRE_MESSAGE(line, w->output());
+      BOOST_CHECK_MESSAGE(line->find("= 30: sums exact") != std::string::npos,
+                          *line);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_killed_server_and_a_killed_worker_leave_the_view) {
+  scheduler_process s{2, 1};
+  auto s0 = start_server(s, "sync");
+  auto s1 = start_server(s, "sync");
+  auto w0 = start_worker(s, 100000000);
+  watcher obs{s.port};
+  BOOST_REQUIRE(obs.wait_for([](const cluster_view& v) {
+    return v.servers.size() == 2 && v.workers.size() == 1 && !v.keys.empty();
+  }));
+  auto killed_at = std::chrono::steady_clock::now();
+  s1->signal(SIGKILL);
+  auto victim = s1->pid();
+  BOOST_REQUIRE(obs.wait_for([victim](const cluster_view& v) {
+    return v.servers.size() == 1 && !has_pid(v.servers, victim);
+  }));
+  BOOST_TEST_MESSAGE("killed server left the view after "
+                     << std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - killed_at)
+                          .count()
+                     << " ms");
+  // Its slices now live on the survivor: the view stays valid.
+  BOOST_CHECK(!validate(obs.view));
+  for (auto& p : obs.view.placement)
+    BOOST_CHECK_EQUAL(p.server, obs.view.servers.front().rank);
+  w0->signal(SIGKILL);
+  BOOST_REQUIRE(obs.wait_for(
+    [](const cluster_view& v) { return v.workers.empty(); }));
+}
+
+BOOST_AUTO_TEST_CASE(a_hung_worker_leaves_the_view_after_the_heartbeat_timeout) {
+  scheduler_process s{1, 1};
+  auto s0 = start_server(s, "async");
+  auto w0 = start_worker(s, 100000000);
+  watcher obs{s.port};
+  BOOST_REQUIRE(obs.wait_for(
+    [](const cluster_view& v) { return v.workers.size() == 1; }));
+  auto stopped_at = std::chrono::steady_clock::now();
+  w0->signal(SIGSTOP);
+  BOOST_REQUIRE(obs.wait_for(
+    [](const cluster_view& v) { return v.workers.empty(); }, 15s));
+  BOOST_TEST_MESSAGE("hung worker left the view after "
+                     << std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - stopped_at)
+                          .count()
+                     << " ms");
+  w0->signal(SIGCONT);
+}
+
+BOOST_AUTO_TEST_CASE(bad_flags_get_one_clear_line_and_a_nonzero_exit) {
+  struct bad_case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  for (auto& c : std::vector<bad_case>{
+         {{"--role=chief"}, "--role must be"},
+         {{"--role=server", "--server.mode=ssp:x"}, "mode must be"},
+         {{"--role=worker", "--kv.request-timeout-ms=0"},
+          "--kv.request-timeout-ms"},
+         {{"--role=server", "--no-such-flag=1"}, "***"}}) {
+    c.args.insert(c.args.begin(), node_bin);
+    child_process p{c.args};
+    auto rc = p.wait_exit(20s);
+    BOOST_REQUIRE(rc);
+    BOOST_CHECK_NE(*rc, 0);
+    BOOST_CHECK_MESSAGE(p.output().find(c.says) != std::string::npos,
+                        p.output());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_worker_without_a_scheduler_gives_up_clearly) {
+  // A port nobody listens on: a scheduler that just exited frees one.
+  uint16_t port;
+  {
+    scheduler_process s{1, 1};
+    port = s.port;
+    s.proc->signal(SIGKILL);
+    BOOST_REQUIRE(s.proc->wait_exit(10s));
+  }
+  child_process w{node_args({"--role=worker",
+                             "--scheduler-port=" + std::to_string(port),
+                             "--kv.request-timeout-ms=1000"})};
+  auto rc = w.wait_exit(30s);
+  BOOST_REQUIRE(rc);
+  BOOST_CHECK_NE(*rc, 0);
+  BOOST_CHECK_MESSAGE(w.output().find("no scheduler at 127.0.0.1:")
+                        != std::string::npos,
+                      w.output());
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,1 +1,177 @@
-int main(){}
+// Encode/decode of the membership conversation, including malformed bytes,
+// and CAF's serializer round trip of every registered type.
+#define BOOST_TEST_MODULE membership_tests
+#include <boost/test/unit_test.hpp>
+
+#include <caf/actor_system.hpp>
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+
+#include "actors/node_config.hpp"
+#include "messages/errors.hpp"
+#include "messages/membership.capnp.h"
+#include "messages/membership.hpp"
+#include "messages/type_ids.hpp"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+using namespace troupe;
+
+namespace {
+
+cluster_view sample_view() {
+  cluster_view v;
+  v.epoch = 7;
+  v.slice_floats = 4;
+  v.servers = {{role::server, 0, "127.0.0.1", 4301, 11},
+               {role::server, 1, "127.0.0.1", 4302, 12}};
+  v.workers = {{role::worker, 0, "", 0, 21}};
+  v.keys = {{1, 10}, {2, 3}};
+  v.placement = {{1, 0, 0}, {1, 1, 1}, {1, 2, 0}, {2, 0, 1}};
+  return v;
+}
+
+frame raw(capnp::MallocMessageBuilder& msg) {
+  auto words = capnp::messageToFlatArray(msg);
+  auto bytes = words.asBytes();
+  return frame{std::vector<uint8_t>(bytes.begin(), bytes.end())};
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(membership_tests)
+
+BOOST_AUTO_TEST_CASE(every_message_survives_a_round_trip) {
+  register_request rq{role::server, "10.0.0.1", 4301, 42};
+  register_request rq2;
+  BOOST_REQUIRE(!decode(encode(rq), rq2));
+  BOOST_CHECK(rq2.kind == role::server && rq2.host == "10.0.0.1");
+  BOOST_CHECK(rq2.port == 4301 && rq2.pid == 42);
+
+  register_reply rr{3, sample_view()}, rr2;
+  BOOST_REQUIRE(!decode(encode(rr), rr2));
+  BOOST_CHECK_EQUAL(rr2.rank, 3u);
+  BOOST_CHECK(rr2.view == sample_view());
+
+  cluster_view v2;
+  BOOST_REQUIRE(!decode(encode(sample_view()), v2));
+  BOOST_CHECK(v2 == sample_view());
+
+  declare_request d{1, {{5, 100}, {6, 1}}}, d2;
+  BOOST_REQUIRE(!decode(encode(d), d2));
+  BOOST_CHECK_EQUAL(d2.worker, 1u);
+  BOOST_CHECK(d2.keys == d.keys);
+
+  declare_reply dr{sample_view(), {1, 2}}, dr2;
+  BOOST_REQUIRE(!decode(encode(dr), dr2));
+  BOOST_CHECK(dr2.view == sample_view());
+  BOOST_CHECK(dr2.initialiser == dr.initialiser);
+
+  barrier_request b{"start", role::worker, 2}, b2;
+  BOOST_REQUIRE(!decode(encode(b), b2));
+  BOOST_CHECK(b2.name == "start" && b2.kind == role::worker && b2.rank == 2);
+}
+
+BOOST_AUTO_TEST_CASE(garbage_and_truncated_bytes_are_malformed) {
+  cluster_view v;
+  BOOST_CHECK(decode(frame{}, v) == errc::malformed_message);
+  BOOST_CHECK(decode(frame{std::vector<uint8_t>(13, 0xAB)}, v)
+              == errc::malformed_message);
+  BOOST_CHECK(decode(frame{std::vector<uint8_t>(64, 0xFF)}, v)
+              == errc::malformed_message);
+  auto f = encode(sample_view());
+  for (size_t cut = 8; cut < f.bytes.size(); cut += 8) {
+    frame t{std::vector<uint8_t>(f.bytes.begin(), f.bytes.begin() + cut)};
+    BOOST_CHECK_MESSAGE(decode(t, v) == errc::malformed_message,
+                        "truncated to " << cut << " bytes");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_view_that_breaks_its_invariants_is_refused) {
+  cluster_view v;
+  auto bad_server = sample_view();
+  bad_server.placement[0].server = 9;  // not a live server
+  BOOST_CHECK(decode(encode(bad_server), v) == errc::malformed_message);
+  auto twice = sample_view();
+  twice.placement.push_back(twice.placement[0]);
+  BOOST_CHECK(decode(encode(twice), v) == errc::malformed_message);
+  auto missing = sample_view();
+  missing.placement.pop_back();
+  BOOST_CHECK(decode(encode(missing), v) == errc::malformed_message);
+  auto out_of_range = sample_view();
+  out_of_range.placement[0].index = 3;  // key 1 has 3 slices of 4
+  BOOST_CHECK(decode(encode(out_of_range), v) == errc::malformed_message);
+  auto dup_rank = sample_view();
+  dup_rank.servers[1].rank = 0;
+  BOOST_CHECK(decode(encode(dup_rank), v) == errc::malformed_message);
+  auto no_bound = sample_view();
+  no_bound.slice_floats = 0;
+  BOOST_CHECK(decode(encode(no_bound), v) == errc::malformed_message);
+  auto epoch0 = sample_view();
+  epoch0.epoch = 0;
+  BOOST_CHECK(decode(encode(epoch0), v) == errc::malformed_message);
+  auto empty_key = sample_view();
+  empty_key.keys.push_back({3, 0});
+  BOOST_CHECK(decode(encode(empty_key), v) == errc::malformed_message);
+}
+
+BOOST_AUTO_TEST_CASE(out_of_range_fields_are_malformed) {
+  capnp::MallocMessageBuilder msg;
+  auto r = msg.initRoot<schema::Register>();
+  r.setRole(static_cast<schema::Role>(9));
+  register_request rq;
+  BOOST_CHECK(decode(raw(msg), rq) == errc::malformed_message);
+
+  barrier_request b;
+  BOOST_CHECK(decode(encode(barrier_request{"", role::worker, 0}), b)
+              == errc::malformed_message);
+  BOOST_CHECK(decode(encode(barrier_request{std::string(65, 'x'),
+                                            role::worker, 0}),
+                     b)
+              == errc::malformed_message);
+
+  declare_request d;
+  BOOST_CHECK(decode(encode(declare_request{0, {{1, 4}, {1, 4}}}), d)
+              == errc::malformed_message);
+  BOOST_CHECK(decode(encode(declare_request{0, {{1, max_key_size + 1}}}), d)
+              == errc::malformed_message);
+}
+
+BOOST_AUTO_TEST_CASE(a_frame_with_unaligned_bytes_still_decodes) {
+  auto f = encode(barrier_request{"x", role::server, 1});
+  // Copy into a buffer whose data starts one byte off an 8-byte boundary.
+  std::vector<uint8_t> storage(f.bytes.size() + 1);
+  std::copy(f.bytes.begin(), f.bytes.end(), storage.begin() + 1);
+  frame shifted;
+  shifted.bytes.assign(storage.begin() + 1, storage.end());
+  barrier_request b;
+  BOOST_CHECK(!decode(shifted, b));
+  BOOST_CHECK_EQUAL(b.name, "x");
+}
+
+BOOST_AUTO_TEST_CASE(registered_types_round_trip_through_the_caf_serializer) {
+  node_config cfg;
+  caf::actor_system sys{cfg};
+  auto f = encode(sample_view());
+  named_array a{42, {1.5f, -2.0f, 3.25f}};
+  std::vector<named_array> as{a, named_array{7, {}}};
+  std::vector<uint64_t> keys{1, 2, 3};
+  auto msg = caf::make_message(f, a, as, keys);
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  BOOST_REQUIRE(!sink(msg));
+  caf::message copy;
+  caf::binary_deserializer source{sys, buf};
+  BOOST_REQUIRE(!source(copy));
+  bool types_match = copy.match_elements<frame, named_array,
+                                         std::vector<named_array>,
+                                         std::vector<uint64_t>>();
+  BOOST_REQUIRE(types_match);
+  BOOST_CHECK(copy.get_as<frame>(0).bytes == f.bytes);
+  BOOST_CHECK(copy.get_as<named_array>(1).values == a.values);
+  BOOST_CHECK_EQUAL(copy.get_as<std::vector<named_array>>(2).size(), 2u);
+  BOOST_CHECK(copy.get_as<std::vector<uint64_t>>(3) == keys);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
