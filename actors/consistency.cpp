@@ -13,9 +13,8 @@ caf::expected<consistency> parse_consistency(const std::string& text) {
     return consistency{kind::sync, 0};
   if (text == "async")
     return consistency{kind::async, 0};
-  if (text.rfind("ssp:", 0) == 0 && text.size() > 4
-      && text.size() <= 4 + 9
-      && text.find_first_not_of("0123456789", 4) == std::string::npos) {
+  if (text.rfind("ssp:", 0) == 0 && text.size() > 4 && text.size() <= 4 + 9 &&
+      text.find_first_not_of("0123456789", 4) == std::string::npos) {
     auto s = std::strtoul(text.c_str() + 4, nullptr, 10);
     return consistency{kind::ssp, static_cast<uint32_t>(s)};
   }
@@ -26,9 +25,12 @@ caf::expected<consistency> parse_consistency(const std::string& text) {
 
 std::string to_string(const consistency& x) {
   switch (x.kind) {
-    case consistency::kind_t::sync: return "sync";
-    case consistency::kind_t::async: return "async";
-    case consistency::kind_t::ssp: return "ssp:" + std::to_string(x.staleness);
+  case consistency::kind_t::sync:
+    return "sync";
+  case consistency::kind_t::async:
+    return "async";
+  case consistency::kind_t::ssp:
+    return "ssp:" + std::to_string(x.staleness);
   }
   return "?";
 }

@@ -11,12 +11,12 @@ namespace troupe {
 /// When a worker may read, and when pushes are applied.
 struct consistency {
   enum class kind_t : uint8_t {
-    sync,   ///< sum every live worker's push for clock t, then apply once
-    async,  ///< apply each push on arrival; reads never wait
-    ssp,    ///< apply on arrival; a worker at clock c waits for c - s
+    sync,  ///< sum every live worker's push for clock t, then apply once
+    async, ///< apply each push on arrival; reads never wait
+    ssp,   ///< apply on arrival; a worker at clock c waits for c - s
   };
   kind_t kind = kind_t::sync;
-  uint32_t staleness = 0;  ///< s of ssp:s; 0 otherwise
+  uint32_t staleness = 0; ///< s of ssp:s; 0 otherwise
 };
 
 /// Parses "sync", "async" or "ssp:S" (S a non-negative integer).

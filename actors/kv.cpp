@@ -33,11 +33,11 @@ caf::expected<caf::actor> connect_scheduler(caf::actor_system& sys,
     last = std::move(h.error());
     if (clock::now() + delay > deadline)
       break;
-    std::this_thread::sleep_for(delay);  // back-off while it starts
+    std::this_thread::sleep_for(delay); // back-off while it starts
   }
-  return caf::make_error(errc::not_connected,
-                         "no scheduler at " + host + ":" + std::to_string(port)
-                           + " (" + sys.render(last) + ")");
+  return caf::make_error(errc::not_connected, "no scheduler at " + host + ":" +
+                                                  std::to_string(port) + " (" +
+                                                  sys.render(last) + ")");
 }
 
 struct kv::impl {
@@ -50,14 +50,14 @@ struct kv::impl {
                         Ts&&... xs) {
     caf::expected<T> out{caf::make_error(caf::sec::unexpected_response)};
     self->request(to, t, std::forward<Ts>(xs)...)
-      .receive([&out](T& x) { out = std::move(x); },
-               [&out](caf::error& err) { out = std::move(err); });
+        .receive([&out](T& x) { out = std::move(x); },
+                 [&out](caf::error& err) { out = std::move(err); });
     return out;
   }
 };
 
 kv::kv(caf::actor_system& sys, caf::actor scheduler, kv_settings cfg)
-  : impl_(std::make_unique<impl>(sys)) {
+    : impl_(std::make_unique<impl>(sys)) {
   // The client's own timeouts fire first; ours only guards against a lost
   // client, with room for a declare that waits for servers to join.
   impl_->timeout = std::chrono::milliseconds{cfg.request_timeout_ms} * 4;
@@ -80,31 +80,30 @@ caf::expected<uint64_t> kv::push(uint64_t clock, std::vector<named_array> xs) {
 
 caf::expected<std::vector<named_array>> kv::pull(uint64_t clock,
                                                  std::vector<uint64_t> keys) {
-  return impl_->call<std::vector<named_array>>(client_, impl_->timeout,
-                                               pull_atom_v, clock,
-                                               std::move(keys));
+  return impl_->call<std::vector<named_array>>(
+      client_, impl_->timeout, pull_atom_v, clock, std::move(keys));
 }
 
 caf::expected<uint64_t> kv::barrier(const std::string& name,
                                     uint32_t timeout_ms) {
   return impl_->call<uint64_t>(
-    client_, std::chrono::milliseconds{timeout_ms} + impl_->timeout,
-    barrier_atom_v, name, timeout_ms);
+      client_, std::chrono::milliseconds{timeout_ms} + impl_->timeout,
+      barrier_atom_v, name, timeout_ms);
 }
 
 caf::expected<std::pair<uint32_t, cluster_view>> kv::view() {
   caf::expected<std::pair<uint32_t, cluster_view>> out{
-    caf::make_error(caf::sec::unexpected_response)};
+      caf::make_error(caf::sec::unexpected_response)};
   impl_->self->request(client_, impl_->timeout, view_atom_v)
-    .receive(
-      [&out](uint32_t rank, const frame& f) {
-        cluster_view v;
-        if (auto err = decode(f, v))
-          out = std::move(err);
-        else
-          out = std::make_pair(rank, std::move(v));
-      },
-      [&out](caf::error& err) { out = std::move(err); });
+      .receive(
+          [&out](uint32_t rank, const frame& f) {
+            cluster_view v;
+            if (auto err = decode(f, v))
+              out = std::move(err);
+            else
+              out = std::make_pair(rank, std::move(v));
+          },
+          [&out](caf::error& err) { out = std::move(err); });
   return out;
 }
 

@@ -40,7 +40,7 @@ bool ready(self_ptr self) {
   return self->state.joined && self->state.connecting == 0;
 }
 
-void flush_waiting(self_ptr self) {  // 2
+void flush_waiting(self_ptr self) { // 2
   if (!ready(self))
     return;
   auto ops = std::move(self->state.waiting);
@@ -49,8 +49,7 @@ void flush_waiting(self_ptr self) {  // 2
     op();
 }
 
-template <class F>
-void when_ready(self_ptr self, F fn) {
+template <class F> void when_ready(self_ptr self, F fn) {
   if (ready(self))
     fn();
   else
@@ -62,27 +61,27 @@ void connect(self_ptr self, const node_info& n) {
   auto mm = self->home_system().middleman().actor_handle();
   auto rank = n.rank;
   self->request(mm, timeout_of(self), caf::connect_atom_v, n.host, n.port)
-    .then(
-      [self, rank](const caf::node_id&, caf::strong_actor_ptr& ptr,
-                   const std::set<std::string>&) {
-        --self->state.connecting;
-        if (ptr) {
-          auto h = caf::actor_cast<caf::actor>(ptr);
-          self->monitor(h);
-          self->state.servers[rank] = h;
-        }
-        flush_waiting(self);
-      },
-      [self, n](caf::error& err) {
-        --self->state.connecting;
-        TROUPE_LOG(error, who(self), "cannot connect to server ", n.rank,
-                   " at ", n.host, ":", n.port, ": ",
-                   self->system().render(err));
-        flush_waiting(self);
-      });
+      .then(
+          [self, rank](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                       const std::set<std::string>&) {
+            --self->state.connecting;
+            if (ptr) {
+              auto h = caf::actor_cast<caf::actor>(ptr);
+              self->monitor(h);
+              self->state.servers[rank] = h;
+            }
+            flush_waiting(self);
+          },
+          [self, n](caf::error& err) {
+            --self->state.connecting;
+            TROUPE_LOG(error, who(self), "cannot connect to server ", n.rank,
+                       " at ", n.host, ":", n.port, ": ",
+                       self->system().render(err));
+            flush_waiting(self);
+          });
 }
 
-void apply_view(self_ptr self, cluster_view v) {  // 3
+void apply_view(self_ptr self, cluster_view v) { // 3
   auto& st = self->state;
   if (v.epoch <= st.view.epoch)
     return;
@@ -97,9 +96,9 @@ void apply_view(self_ptr self, cluster_view v) {  // 3
     auto i = st.servers.find(s.rank);
     if (i != st.servers.end())
       kept.emplace(s.rank, i->second);
-    else if (st.view.epoch == 0 || !std::any_of(
-               st.view.servers.begin(), st.view.servers.end(),
-               [&s](const node_info& o) { return o == s; }))
+    else if (st.view.epoch == 0 ||
+             !std::any_of(st.view.servers.begin(), st.view.servers.end(),
+                          [&s](const node_info& o) { return o == s; }))
       connect(self, s);
   }
   st.servers = std::move(kept);
@@ -143,21 +142,21 @@ void scatter(self_ptr self, Atom atom, gather_ptr g,
     }
     auto r = rank;
     self->request(h->second, timeout_of(self), atom, std::move(f))
-      .then(
-        [g, on_reply, done](const frame& reply) {
-          if (g->failed)
-            return;
-          if (auto err = on_reply(reply))
-            g->fail(std::move(err));
-          else if (--g->pending == 0)
-            done();
-        },
-        [g, r](caf::error& err) {
-          if (err == caf::sec::request_timeout)
-            g->fail(caf::make_error(errc::timeout, "server", r));
-          else
-            g->fail(std::move(err));
-        });
+        .then(
+            [g, on_reply, done](const frame& reply) {
+              if (g->failed)
+                return;
+              if (auto err = on_reply(reply))
+                g->fail(std::move(err));
+              else if (--g->pending == 0)
+                done();
+            },
+            [g, r](caf::error& err) {
+              if (err == caf::sec::request_timeout)
+                g->fail(caf::make_error(errc::timeout, "server", r));
+              else
+                g->fail(std::move(err));
+            });
   }
 }
 
@@ -174,8 +173,8 @@ caf::error check_arrays(self_ptr self, const arrays& xs) {
 }
 
 /// The slices of `xs`, grouped by owning server.
-std::map<uint32_t, std::vector<slice_data>> slices_by_server(
-  self_ptr self, const arrays& xs) {
+std::map<uint32_t, std::vector<slice_data>> slices_by_server(self_ptr self,
+                                                             const arrays& xs) {
   std::map<uint32_t, std::vector<slice_data>> out;
   auto bound = self->state.view.slice_floats;
   for (auto& x : xs) {
@@ -183,9 +182,9 @@ std::map<uint32_t, std::vector<slice_data>> slices_by_server(
     for (uint32_t i = 0; i < n; ++i) {
       auto r = slice_range(x.values.size(), bound, i);
       slice_id id{x.key, i};
-      out[self->state.owner.at(id)].push_back(slice_data{
-        id, std::vector<float>(x.values.begin() + r.first,
-                               x.values.begin() + r.second)});
+      out[self->state.owner.at(id)].push_back(
+          slice_data{id, std::vector<float>(x.values.begin() + r.first,
+                                            x.values.begin() + r.second)});
     }
   }
   return out;
@@ -200,7 +199,8 @@ std::vector<std::vector<slice_data>> cut_parts(self_ptr self,
   size_t bytes = 0;
   for (auto& x : xs) {
     auto b = x.values.size() * sizeof(float);
-    if (!parts.back().empty() && bytes + b > self->state.cfg.max_message_bytes) {
+    if (!parts.back().empty() &&
+        bytes + b > self->state.cfg.max_message_bytes) {
       parts.emplace_back();
       bytes = 0;
     }
@@ -223,24 +223,24 @@ void do_push(self_ptr self, uint64_t clock, const arrays& xs,
   for (auto& s : self->state.view.servers) {
     auto parts = cut_parts(self, std::move(by_server[s.rank]));
     for (uint32_t p = 0; p < parts.size(); ++p)
-      msgs.emplace_back(s.rank,
-                        encode(push_request{self->state.rank, clock,
-                                            self->state.view.epoch, p,
-                                            static_cast<uint32_t>(parts.size()),
-                                            std::move(parts[p])}));
+      msgs.emplace_back(
+          s.rank,
+          encode(push_request{self->state.rank, clock, self->state.view.epoch,
+                              p, static_cast<uint32_t>(parts.size()),
+                              std::move(parts[p])}));
   }
   auto g = std::make_shared<gather>();
   g->rp = rp;
   auto version = std::make_shared<uint64_t>(UINT64_MAX);
   scatter(
-    self, push_atom_v, g, std::move(msgs),
-    [version](const frame& f) {
-      push_reply r;
-      auto err = decode(f, r);
-      *version = std::min(*version, r.version);
-      return err;
-    },
-    [g, version] { g->rp.deliver(*version == UINT64_MAX ? 0 : *version); });
+      self, push_atom_v, g, std::move(msgs),
+      [version](const frame& f) {
+        push_reply r;
+        auto err = decode(f, r);
+        *version = std::min(*version, r.version);
+        return err;
+      },
+      [g, version] { g->rp.deliver(*version == UINT64_MAX ? 0 : *version); });
 }
 
 // -- pull -------------------------------------------------------------------
@@ -264,7 +264,7 @@ void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
   for (auto& a : *out)
     for (uint32_t i = 0; i < slice_count(a.values.size(), bound); ++i)
       reqs[self->state.owner.at(slice_id{a.key, i})].slices.push_back(
-        slice_id{a.key, i});
+          slice_id{a.key, i});
   std::vector<std::pair<uint32_t, frame>> msgs;
   for (auto& [rank, req] : reqs) {
     req.worker = self->state.rank;
@@ -275,47 +275,48 @@ void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
   auto g = std::make_shared<gather>();
   g->rp = rp;
   scatter(
-    self, pull_atom_v, g, std::move(msgs),
-    [out, index_of, bound](const frame& f) {
-      pull_reply r;
-      if (auto err = decode(f, r))
-        return err;
-      for (auto& s : r.slices) {
-        auto i = index_of.find(s.id.key);
-        if (i == index_of.end())
-          return caf::make_error(errc::malformed_message, "unasked slice");
-        auto& dst = (*out)[i->second].values;
-        auto range = slice_range(dst.size(), bound, s.id.index);
-        if (s.values.size() != range.second - range.first)
-          return caf::make_error(errc::bad_shape, s.id.key, s.id.index);
-        std::copy(s.values.begin(), s.values.end(), dst.begin() + range.first);
-      }
-      return caf::error{};
-    },
-    [g, out] { g->rp.deliver(std::move(*out)); });
+      self, pull_atom_v, g, std::move(msgs),
+      [out, index_of, bound](const frame& f) {
+        pull_reply r;
+        if (auto err = decode(f, r))
+          return err;
+        for (auto& s : r.slices) {
+          auto i = index_of.find(s.id.key);
+          if (i == index_of.end())
+            return caf::make_error(errc::malformed_message, "unasked slice");
+          auto& dst = (*out)[i->second].values;
+          auto range = slice_range(dst.size(), bound, s.id.index);
+          if (s.values.size() != range.second - range.first)
+            return caf::make_error(errc::bad_shape, s.id.key, s.id.index);
+          std::copy(s.values.begin(), s.values.end(),
+                    dst.begin() + range.first);
+        }
+        return caf::error{};
+      },
+      [g, out] { g->rp.deliver(std::move(*out)); });
 }
 
 // -- init -------------------------------------------------------------------
 
 void send_inits(self_ptr self, const arrays& xs,
-                const std::vector<uint64_t>& mine,
-                std::function<void()> then, gather_ptr g) {
+                const std::vector<uint64_t>& mine, std::function<void()> then,
+                gather_ptr g) {
   arrays own;
   for (auto& x : xs)
     if (std::find(mine.begin(), mine.end(), x.key) != mine.end())
       own.push_back(x);
   std::vector<std::pair<uint32_t, frame>> msgs;
   for (auto& [rank, slices] : slices_by_server(self, own))
-    msgs.emplace_back(rank, encode(init_request{self->state.rank,
-                                                self->state.view.epoch,
-                                                std::move(slices)}));
+    msgs.emplace_back(
+        rank, encode(init_request{self->state.rank, self->state.view.epoch,
+                                  std::move(slices)}));
   scatter(
-    self, init_atom_v, g, std::move(msgs),
-    [](const frame& f) {
-      push_reply r;
-      return decode(f, r);
-    },
-    std::move(then));
+      self, init_atom_v, g, std::move(msgs),
+      [](const frame& f) {
+        push_reply r;
+        return decode(f, r);
+      },
+      std::move(then));
 }
 
 void do_init(self_ptr self, arrays xs, caf::response_promise rp) {
@@ -329,21 +330,21 @@ void do_init(self_ptr self, arrays xs, caf::response_promise rp) {
   g->rp = rp;
   self->request(self->state.scheduler, timeout_of(self), declare_atom_v,
                 encode(req))
-    .then(
-      [self, xs, keys, g](const frame& f) {
-        declare_reply reply;
-        if (auto err = decode(f, reply)) {
-          g->fail(err);
-          return;
-        }
-        apply_view(self, reply.view);
-        when_ready(self, [self, xs, keys, g, mine = reply.initialiser] {
-          send_inits(self, xs, mine, [self, keys, g] {
-            do_pull(self, 0, keys, g->rp);
-          }, g);
-        });
-      },
-      [g](caf::error& err) { g->fail(err); });
+      .then(
+          [self, xs, keys, g](const frame& f) {
+            declare_reply reply;
+            if (auto err = decode(f, reply)) {
+              g->fail(err);
+              return;
+            }
+            apply_view(self, reply.view);
+            when_ready(self, [self, xs, keys, g, mine = reply.initialiser] {
+              send_inits(
+                  self, xs, mine,
+                  [self, keys, g] { do_pull(self, 0, keys, g->rp); }, g);
+            });
+          },
+          [g](caf::error& err) { g->fail(err); });
 }
 
 // -- registration -------------------------------------------------------------
@@ -352,30 +353,30 @@ void join(self_ptr self) {
   register_request req{role::worker, "", 0, static_cast<uint32_t>(::getpid())};
   self->request(self->state.scheduler, timeout_of(self), register_atom_v,
                 encode(req))
-    .then(
-      [self](const frame& f) {  // 1
-        register_reply reply;
-        if (auto err = decode(f, reply)) {
-          self->quit(err);  // 4
-          return;
-        }
-        self->state.rank = reply.rank;
-        self->state.joined = true;
-        TROUPE_LOG(info, who(self), "joined");
-        apply_view(self, std::move(reply.view));
-      },
-      [self](caf::error& err) {  // 4
-        TROUPE_LOG(error, "worker", "registration failed: ",
-                   self->system().render(err));
-        self->quit(err);
-      });
+      .then(
+          [self](const frame& f) { // 1
+            register_reply reply;
+            if (auto err = decode(f, reply)) {
+              self->quit(err); // 4
+              return;
+            }
+            self->state.rank = reply.rank;
+            self->state.joined = true;
+            TROUPE_LOG(info, who(self), "joined");
+            apply_view(self, std::move(reply.view));
+          },
+          [self](caf::error& err) { // 4
+            TROUPE_LOG(error, "worker",
+                       "registration failed: ", self->system().render(err));
+            self->quit(err);
+          });
 }
 
 void on_down(self_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
-  if (dm.source == st.scheduler.address()) {  // 4
-    TROUPE_LOG(error, who(self), "scheduler down: ",
-               self->system().render(dm.reason));
+  if (dm.source == st.scheduler.address()) { // 4
+    TROUPE_LOG(error, who(self),
+               "scheduler down: ", self->system().render(dm.reason));
     self->quit(caf::make_error(errc::peer_down, "scheduler"));
     return;
   }
@@ -395,57 +396,57 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
   self->state.scheduler = scheduler;
   self->monitor(scheduler);
   self->set_down_handler(
-    [self](const caf::down_msg& dm) { on_down(self, dm); });
+      [self](const caf::down_msg& dm) { on_down(self, dm); });
   join(self);
   return {
-    [self](view_atom, const frame& f) {
-      cluster_view v;
-      if (auto err = decode(f, v))
-        TROUPE_LOG(warning, who(self), "dropped a malformed view: ",
-                   self->system().render(err));
-      else
-        apply_view(self, std::move(v));
-    },
-    [self](init_atom, arrays& xs) {
-      auto rp = self->make_response_promise();
-      when_ready(self, [self, xs = std::move(xs), rp]() mutable {
-        do_init(self, std::move(xs), rp);
-      });
-      return rp;
-    },
-    [self](push_atom, uint64_t clock, arrays& xs) {
-      auto rp = self->make_response_promise();
-      when_ready(self, [self, clock, xs = std::move(xs), rp] {
-        do_push(self, clock, xs, rp);
-      });
-      return rp;
-    },
-    [self](pull_atom, uint64_t clock, std::vector<uint64_t>& keys) {
-      auto rp = self->make_response_promise();
-      when_ready(self, [self, clock, keys = std::move(keys), rp] {
-        do_pull(self, clock, keys, rp);
-      });
-      return rp;
-    },
-    [self](barrier_atom, const std::string& name, uint32_t timeout_ms) {
-      auto rp = self->make_response_promise();
-      when_ready(self, [self, name, timeout_ms, rp]() mutable {
-        barrier_request req{name, role::worker, self->state.rank};
-        self->request(self->state.scheduler,
-                      std::chrono::milliseconds{timeout_ms}, barrier_atom_v,
-                      encode(req))
-          .then([rp](uint64_t epoch) mutable { rp.deliver(epoch); },
-                [rp](caf::error& err) mutable { rp.deliver(err); });
-      });
-      return rp;
-    },
-    [self](view_atom) {
-      auto rp = self->make_response_promise();
-      when_ready(self, [self, rp]() mutable {
-        rp.deliver(self->state.rank, encode(self->state.view));
-      });
-      return rp;
-    },
+      [self](view_atom, const frame& f) {
+        cluster_view v;
+        if (auto err = decode(f, v))
+          TROUPE_LOG(warning, who(self),
+                     "dropped a malformed view: ", self->system().render(err));
+        else
+          apply_view(self, std::move(v));
+      },
+      [self](init_atom, arrays& xs) {
+        auto rp = self->make_response_promise();
+        when_ready(self, [self, xs = std::move(xs), rp]() mutable {
+          do_init(self, std::move(xs), rp);
+        });
+        return rp;
+      },
+      [self](push_atom, uint64_t clock, arrays& xs) {
+        auto rp = self->make_response_promise();
+        when_ready(self, [self, clock, xs = std::move(xs), rp] {
+          do_push(self, clock, xs, rp);
+        });
+        return rp;
+      },
+      [self](pull_atom, uint64_t clock, std::vector<uint64_t>& keys) {
+        auto rp = self->make_response_promise();
+        when_ready(self, [self, clock, keys = std::move(keys), rp] {
+          do_pull(self, clock, keys, rp);
+        });
+        return rp;
+      },
+      [self](barrier_atom, const std::string& name, uint32_t timeout_ms) {
+        auto rp = self->make_response_promise();
+        when_ready(self, [self, name, timeout_ms, rp]() mutable {
+          barrier_request req{name, role::worker, self->state.rank};
+          self->request(self->state.scheduler,
+                        std::chrono::milliseconds{timeout_ms}, barrier_atom_v,
+                        encode(req))
+              .then([rp](uint64_t epoch) mutable { rp.deliver(epoch); },
+                    [rp](caf::error& err) mutable { rp.deliver(err); });
+        });
+        return rp;
+      },
+      [self](view_atom) {
+        auto rp = self->make_response_promise();
+        when_ready(self, [self, rp]() mutable {
+          rp.deliver(self->state.rank, encode(self->state.view));
+        });
+        return rp;
+      },
   };
 }
 

@@ -45,11 +45,11 @@ struct kv_client_state {
   uint32_t rank = 0;
   bool joined = false;
   cluster_view view;
-  std::map<uint64_t, uint64_t> sizes;  // declared arrays, floats
-  std::map<slice_id, uint32_t> owner;  // slice -> server rank
+  std::map<uint64_t, uint64_t> sizes; // declared arrays, floats
+  std::map<slice_id, uint32_t> owner; // slice -> server rank
   std::map<uint32_t, caf::actor> servers;
   size_t connecting = 0;
-  std::vector<std::function<void()>> waiting;  // ops until ready
+  std::vector<std::function<void()>> waiting; // ops until ready
 };
 
 using kv_client_actor = caf::stateful_actor<kv_client_state>;

@@ -16,10 +16,14 @@ std::mutex out_mtx;
 
 const char* name_of(log_level lvl) {
   switch (lvl) {
-    case log_level::error: return "ERROR";
-    case log_level::warning: return "WARN ";
-    case log_level::info: return "INFO ";
-    case log_level::debug: return "DEBUG";
+  case log_level::error:
+    return "ERROR";
+  case log_level::warning:
+    return "WARN ";
+  case log_level::info:
+    return "INFO ";
+  case log_level::debug:
+    return "DEBUG";
   }
   return "?";
 }
@@ -48,9 +52,9 @@ void log_line(log_level lvl, const std::string& who, const std::string& what) {
   std::tm tm{};
   gmtime_r(&t, &tm);
   std::lock_guard<std::mutex> guard{out_mtx};
-  std::fprintf(stderr, "%02d:%02d:%02d.%03d %s %s: %s\n", tm.tm_hour,
-               tm.tm_min, tm.tm_sec, static_cast<int>(ms), name_of(lvl),
-               who.c_str(), what.c_str());
+  std::fprintf(stderr, "%02d:%02d:%02d.%03d %s %s: %s\n", tm.tm_hour, tm.tm_min,
+               tm.tm_sec, static_cast<int>(ms), name_of(lvl), who.c_str(),
+               what.c_str());
 }
 
 } // namespace troupe

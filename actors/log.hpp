@@ -20,8 +20,7 @@ bool log_enabled(log_level lvl);
 void log_line(log_level lvl, const std::string& who, const std::string& what);
 
 /// Concatenates `xs` with operator<<.
-template <class... Ts>
-std::string str(const Ts&... xs) {
+template <class... Ts> std::string str(const Ts&... xs) {
   std::ostringstream out;
   (out << ... << xs);
   return out.str();

@@ -22,31 +22,31 @@ node_config::node_config() {
   // Fewer scheduler threads are faster on small machines.
   set("scheduler.max-threads", size_t{2});
   opt_group{custom_options_, "global"}
-    .add(role_name, "role", "scheduler | server | worker")
-    .add(scheduler_host, "scheduler-host", "scheduler address")
-    .add(scheduler_port, "scheduler-port", "scheduler port (0 = any, sched.)")
-    .add(host, "host", "address to publish this node on")
-    .add(port, "port", "port to publish this node on (0 = any free)")
-    .add(log_level, "log-level", "error | warning | info | debug");
+      .add(role_name, "role", "scheduler | server | worker")
+      .add(scheduler_host, "scheduler-host", "scheduler address")
+      .add(scheduler_port, "scheduler-port", "scheduler port (0 = any, sched.)")
+      .add(host, "host", "address to publish this node on")
+      .add(port, "port", "port to publish this node on (0 = any free)")
+      .add(log_level, "log-level", "error | warning | info | debug");
   opt_group{custom_options_, "cluster"}
-    .add(scheduler.servers, "servers", "servers to wait for before placing")
-    .add(scheduler.workers, "workers", "workers barriers wait for")
-    .add(scheduler.placement.slice_floats, "slice-floats",
-         "slice bound in floats (default 16384 = 64 KiB)")
-    .add(scheduler.placement.vnodes, "vnodes", "ring points per server")
-    .add(scheduler.placement.slack, "balance-slack",
-         "allowed load above the mean per server (0.05 = 5%)");
+      .add(scheduler.servers, "servers", "servers to wait for before placing")
+      .add(scheduler.workers, "workers", "workers barriers wait for")
+      .add(scheduler.placement.slice_floats, "slice-floats",
+           "slice bound in floats (default 16384 = 64 KiB)")
+      .add(scheduler.placement.vnodes, "vnodes", "ring points per server")
+      .add(scheduler.placement.slack, "balance-slack",
+           "allowed load above the mean per server (0.05 = 5%)");
   opt_group{custom_options_, "server"}.add(mode_text, "mode",
                                            "sync | async | ssp:S");
   opt_group{custom_options_, "kv"}
-    .add(kv.request_timeout_ms, "request-timeout-ms",
-         "give up on a reply after this long (ms, > 0)")
-    .add(kv.max_message_bytes, "max-message-bytes",
-         "cut pushes into parts above this size (bytes)");
+      .add(kv.request_timeout_ms, "request-timeout-ms",
+           "give up on a reply after this long (ms, > 0)")
+      .add(kv.max_message_bytes, "max-message-bytes",
+           "cut pushes into parts above this size (bytes)");
   opt_group{custom_options_, "worker"}
-    .add(workload.steps, "steps", "clocks the built-in workload runs")
-    .add(workload.keys, "keys", "arrays the built-in workload uses")
-    .add(workload.key_floats, "key-floats", "floats per array");
+      .add(workload.steps, "steps", "clocks the built-in workload runs")
+      .add(workload.keys, "keys", "arrays the built-in workload uses")
+      .add(workload.key_floats, "key-floats", "floats per array");
 }
 
 caf::expected<role> node_config::node_role() const {

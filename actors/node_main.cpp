@@ -105,9 +105,12 @@ int main(int argc, char** argv) {
     return fail("checking options", r.error()) + 1;
   caf::actor_system sys{cfg};
   switch (*r) {
-    case role::scheduler: return run_scheduler(sys, cfg);
-    case role::server: return run_server(sys, cfg);
-    case role::worker: return run_worker(sys, cfg);
+  case role::scheduler:
+    return run_scheduler(sys, cfg);
+  case role::server:
+    return run_server(sys, cfg);
+  case role::worker:
+    return run_worker(sys, cfg);
   }
   return 2;
 }

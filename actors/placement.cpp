@@ -9,7 +9,7 @@ namespace troupe {
 
 namespace {
 
-uint64_t mix(uint64_t x) {  // splitmix64 finaliser
+uint64_t mix(uint64_t x) { // splitmix64 finaliser
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
@@ -39,7 +39,7 @@ uint64_t slice_hash(slice_id id) {
 }
 
 hash_ring::hash_ring(const std::vector<uint32_t>& servers, uint32_t vnodes)
-  : servers_(servers.size()) {
+    : servers_(servers.size()) {
   for (auto s : servers)
     for (uint32_t v = 0; v < vnodes; ++v)
       points_.emplace_back(mix((uint64_t{s} << 32) | v), s);
@@ -51,8 +51,8 @@ std::vector<uint32_t> hash_ring::preference(uint64_t h) const {
   if (points_.empty())
     return out;
   auto start = std::lower_bound(points_.begin(), points_.end(),
-                                std::make_pair(h, uint32_t{0}))
-               - points_.begin();
+                                std::make_pair(h, uint32_t{0})) -
+               points_.begin();
   for (size_t i = 0; i < points_.size() && out.size() < servers_; ++i) {
     auto s = points_[(start + i) % points_.size()].second;
     if (std::find(out.begin(), out.end(), s) == out.end())
@@ -83,32 +83,30 @@ std::vector<slice_place> place(const std::vector<key_info>& keys,
       continue;
     out.push_back(p);
     kept.insert(slice_id{p.key, p.index});
-    load[p.server] += floats_of(sizes, slice_id{p.key, p.index},
-                                params.slice_floats);
+    load[p.server] +=
+        floats_of(sizes, slice_id{p.key, p.index}, params.slice_floats);
   }
   auto cap = static_cast<uint64_t>(
-    std::ceil((1.0 + params.slack) * double(total) / double(servers.size())));
+      std::ceil((1.0 + params.slack) * double(total) / double(servers.size())));
   // Largest slices first, so that small ones fill what is left: the
   // placement then stays balanced even when slices are coarse.
-  std::vector<std::pair<uint64_t, slice_id>> todo;  // (floats, slice)
+  std::vector<std::pair<uint64_t, slice_id>> todo; // (floats, slice)
   for (auto& k : keys)
     for (uint32_t i = 0; i < slice_count(k.size, params.slice_floats); ++i)
       if (kept.count(slice_id{k.key, i}) == 0)
-        todo.emplace_back(floats_of(sizes, slice_id{k.key, i},
-                                    params.slice_floats),
-                          slice_id{k.key, i});
-  std::stable_sort(todo.begin(), todo.end(),
-                   [](const auto& a, const auto& b) {
-                     return a.first > b.first;
-                   });
+        todo.emplace_back(
+            floats_of(sizes, slice_id{k.key, i}, params.slice_floats),
+            slice_id{k.key, i});
+  std::stable_sort(todo.begin(), todo.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first;
+  });
   hash_ring ring{servers, params.vnodes};
   for (auto& [floats, id] : todo) {
     auto pref = ring.preference(slice_hash(id));
     // First server on the ring with room; else the least loaded.
-    auto chosen = *std::min_element(pref.begin(), pref.end(),
-                                    [&load](uint32_t a, uint32_t b) {
-                                      return load[a] < load[b];
-                                    });
+    auto chosen = *std::min_element(
+        pref.begin(), pref.end(),
+        [&load](uint32_t a, uint32_t b) { return load[a] < load[b]; });
     for (auto s : pref)
       if (load[s] + floats <= cap) {
         chosen = s;

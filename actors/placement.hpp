@@ -38,15 +38,15 @@ public:
   std::vector<uint32_t> preference(uint64_t h) const;
 
 private:
-  std::vector<std::pair<uint64_t, uint32_t>> points_;  // sorted by hash
+  std::vector<std::pair<uint64_t, uint32_t>> points_; // sorted by hash
   size_t servers_;
 };
 
 /// Parameters of placement.
 struct placement_params {
-  uint32_t slice_floats = 16384;  ///< slice bound: 64 KiB of float32
-  uint32_t vnodes = 64;           ///< ring points per server
-  double slack = 0.05;            ///< allowed load above the mean
+  uint32_t slice_floats = 16384; ///< slice bound: 64 KiB of float32
+  uint32_t vnodes = 64;          ///< ring points per server
+  double slack = 0.05;           ///< allowed load above the mean
 };
 
 /// Returns a placement of every slice of `keys` on `servers`: entries of

@@ -24,18 +24,19 @@ std::vector<node_info> nodes_of(self_ptr self, role kind) {
   for (auto& m : self->state.members)
     if (m.info.kind == kind)
       out.push_back(m.info);
-  std::sort(out.begin(), out.end(),
-            [](const node_info& a, const node_info& b) {
-              return a.rank < b.rank;
-            });
+  std::sort(out.begin(), out.end(), [](const node_info& a, const node_info& b) {
+    return a.rank < b.rank;
+  });
   return out;
 }
 
 cluster_view current_view(self_ptr self) {
   auto& st = self->state;
-  return cluster_view{st.epoch,    nodes_of(self, role::server),
+  return cluster_view{st.epoch,
+                      nodes_of(self, role::server),
                       nodes_of(self, role::worker),
-                      st.keys,     st.placement,
+                      st.keys,
+                      st.placement,
                       st.cfg.placement.slice_floats};
 }
 
@@ -88,9 +89,10 @@ void check_barriers(self_ptr self) {
     auto& b = i->second;
     auto live = nodes_of(self, b.kind);
     auto expected = b.kind == role::server ? st.cfg.servers : st.cfg.workers;
-    bool all_live_arrived = std::all_of(
-      live.begin(), live.end(),
-      [&b](const node_info& n) { return b.arrived.count(n.rank) != 0; });
+    bool all_live_arrived =
+        std::all_of(live.begin(), live.end(), [&b](const node_info& n) {
+          return b.arrived.count(n.rank) != 0;
+        });
     // Before the expected count has ever joined, wait for it; once a node
     // died, the live ones are enough (a dead node never blocks a barrier).
     bool enough = b.arrived.size() >= expected || live.size() < expected;
@@ -110,17 +112,17 @@ void flush_parked(self_ptr self);
 
 caf::result<frame> on_register(self_ptr self, const frame& f) {
   register_request req;
-  if (auto err = decode(f, req)) {  // 2
-    TROUPE_LOG(warning, "scheduler", "dropped Register: ",
-               self->system().render(err));
+  if (auto err = decode(f, req)) { // 2
+    TROUPE_LOG(warning, "scheduler",
+               "dropped Register: ", self->system().render(err));
     return err;
   }
   if (req.kind == role::scheduler)
     return caf::make_error(errc::malformed_message,
                            "a scheduler cannot register");
   auto handle = caf::actor_cast<caf::actor>(self->current_sender());
-  node_info info{req.kind, lowest_free_rank(self, req.kind), req.host,
-                 req.port, req.pid};
+  node_info info{req.kind, lowest_free_rank(self, req.kind), req.host, req.port,
+                 req.pid};
   self->monitor(handle);
   self->state.members.push_back({info, handle});
   TROUPE_LOG(info, "scheduler", to_string(req.kind), " ", info.rank,
@@ -128,7 +130,7 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
   publish(self);
   check_barriers(self);
   auto reply = encode(register_reply{info.rank, current_view(self)});
-  flush_parked(self);  // declares waiting for this server
+  flush_parked(self); // declares waiting for this server
   return reply;
 }
 
@@ -179,9 +181,9 @@ void flush_parked(self_ptr self) {
 
 caf::result<frame> on_declare(self_ptr self, const frame& f) {
   declare_request req;
-  if (auto err = decode(f, req)) {  // 2
-    TROUPE_LOG(warning, "scheduler", "dropped Declare: ",
-               self->system().render(err));
+  if (auto err = decode(f, req)) { // 2
+    TROUPE_LOG(warning, "scheduler",
+               "dropped Declare: ", self->system().render(err));
     return err;
   }
   auto rp = self->make_response_promise();
@@ -192,9 +194,9 @@ caf::result<frame> on_declare(self_ptr self, const frame& f) {
 
 caf::result<uint64_t> on_barrier(self_ptr self, const frame& f) {
   barrier_request req;
-  if (auto err = decode(f, req)) {  // 2
-    TROUPE_LOG(warning, "scheduler", "dropped Barrier: ",
-               self->system().render(err));
+  if (auto err = decode(f, req)) { // 2
+    TROUPE_LOG(warning, "scheduler",
+               "dropped Barrier: ", self->system().render(err));
     return err;
   }
   auto& b = self->state.barriers[req.name];
@@ -206,7 +208,7 @@ caf::result<uint64_t> on_barrier(self_ptr self, const frame& f) {
   return rp;
 }
 
-void on_down(self_ptr self, const caf::down_msg& dm) {  // 1
+void on_down(self_ptr self, const caf::down_msg& dm) { // 1
   auto& ms = self->state.members;
   auto i = std::find_if(ms.begin(), ms.end(), [&dm](const auto& m) {
     return m.handle.address() == dm.source;
@@ -223,8 +225,8 @@ void on_down(self_ptr self, const caf::down_msg& dm) {  // 1
   auto info = i->info;
   ms.erase(i);
   TROUPE_LOG(warning, "scheduler", to_string(info.kind), " ", info.rank,
-             " (pid ", info.pid, ") left the cluster: ",
-             self->system().render(dm.reason));
+             " (pid ", info.pid,
+             ") left the cluster: ", self->system().render(dm.reason));
   if (info.kind == role::server)
     replace_placement(self);
   publish(self);
@@ -236,18 +238,18 @@ void on_down(self_ptr self, const caf::down_msg& dm) {  // 1
 caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
   self->state.cfg = cfg;
   self->set_down_handler(
-    [self](const caf::down_msg& dm) { on_down(self, dm); });
+      [self](const caf::down_msg& dm) { on_down(self, dm); });
   return {
-    [self](register_atom, const frame& f) { return on_register(self, f); },
-    [self](declare_atom, const frame& f) { return on_declare(self, f); },
-    [self](barrier_atom, const frame& f) { return on_barrier(self, f); },
-    [self](view_atom) { return encode(current_view(self)); },
-    [self](watch_atom) {
-      auto w = caf::actor_cast<caf::actor>(self->current_sender());
-      self->monitor(w);
-      self->state.watchers.push_back(w);
-      return encode(current_view(self));
-    },
+      [self](register_atom, const frame& f) { return on_register(self, f); },
+      [self](declare_atom, const frame& f) { return on_declare(self, f); },
+      [self](barrier_atom, const frame& f) { return on_barrier(self, f); },
+      [self](view_atom) { return encode(current_view(self)); },
+      [self](watch_atom) {
+        auto w = caf::actor_cast<caf::actor>(self->current_sender());
+        self->monitor(w);
+        self->state.watchers.push_back(w);
+        return encode(current_view(self));
+      },
   };
 }
 

@@ -50,13 +50,13 @@ struct scheduler_state {
     caf::response_promise rp;
   };
   scheduler_settings cfg;
-  uint64_t epoch = 1;  // the empty cluster's view
+  uint64_t epoch = 1; // the empty cluster's view
   std::vector<member> members;
   std::vector<caf::actor> watchers;
   std::vector<key_info> keys;
   std::vector<slice_place> placement;
-  std::map<uint64_t, uint32_t> initialiser;  // key -> first declaring worker
-  std::vector<parked_declare> parked;        // until servers have joined
+  std::map<uint64_t, uint32_t> initialiser; // key -> first declaring worker
+  std::vector<parked_declare> parked;       // until servers have joined
   std::map<std::string, barrier> barriers;
 };
 

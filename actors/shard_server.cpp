@@ -27,8 +27,8 @@ void serve_pulls(self_ptr self) {
   auto& st = self->state;
   std::vector<shard_server_state::waiting_pull> still;
   for (auto& p : st.pulls) {
-    if (!st.store.readable_at(p.req.clock)
-        || !st.store.initialised(p.req.slices)) {
+    if (!st.store.readable_at(p.req.clock) ||
+        !st.store.initialised(p.req.slices)) {
       still.push_back(std::move(p));
       continue;
     }
@@ -41,9 +41,9 @@ void serve_pulls(self_ptr self) {
   st.pulls = std::move(still);
 }
 
-void apply_view(self_ptr self, cluster_view v) {  // 3
+void apply_view(self_ptr self, cluster_view v) { // 3
   auto& st = self->state;
-  if (!st.joined) {  // ownership needs our rank: keep the newest for later
+  if (!st.joined) { // ownership needs our rank: keep the newest for later
     if (v.epoch > st.early_view.epoch)
       st.early_view = std::move(v);
     return;
@@ -57,8 +57,8 @@ void apply_view(self_ptr self, cluster_view v) {  // 3
   for (auto& p : v.placement)
     if (p.server == st.rank) {
       auto r = slice_range(sizes[p.key], v.slice_floats, p.index);
-      owned[slice_id{p.key, p.index}] = static_cast<uint32_t>(r.second
-                                                              - r.first);
+      owned[slice_id{p.key, p.index}] =
+          static_cast<uint32_t>(r.second - r.first);
     }
   std::set<uint32_t> workers;
   for (auto& w : v.workers)
@@ -80,8 +80,7 @@ void apply_view(self_ptr self, cluster_view v) {  // 3
 }
 
 /// Runs `fn` now, or once our view reaches `epoch`.  // 4
-template <class F>
-void when_epoch(self_ptr self, uint64_t epoch, F fn) {
+template <class F> void when_epoch(self_ptr self, uint64_t epoch, F fn) {
   if (epoch <= self->state.view.epoch)
     fn();
   else
@@ -91,7 +90,7 @@ void when_epoch(self_ptr self, uint64_t epoch, F fn) {
 template <class Request>
 bool decode_or_reject(self_ptr self, const frame& f, Request& req,
                       caf::response_promise& rp) {
-  if (auto err = decode(f, req)) {  // 5
+  if (auto err = decode(f, req)) { // 5
     auto from = rp.source();
     TROUPE_LOG(warning, who(self), "dropped a malformed request from ",
                from ? caf::to_string(from->node()) : std::string{"?"}, ": ",
@@ -116,8 +115,8 @@ void handle_push(self_ptr self, const push_request& req,
                  caf::response_promise rp) {
   auto reply = self->state.store.push(req);
   if (!reply) {
-    TROUPE_LOG(debug, who(self), "push refused: ",
-               self->system().render(reply.error()));
+    TROUPE_LOG(debug, who(self),
+               "push refused: ", self->system().render(reply.error()));
     rp.deliver(std::move(reply.error()));
     return;
   }
@@ -127,7 +126,7 @@ void handle_push(self_ptr self, const push_request& req,
 
 void handle_pull(self_ptr self, pull_request req, caf::response_promise rp) {
   auto& st = self->state;
-  for (auto& id : req.slices)  // unknown slices fail now, not after a wait
+  for (auto& id : req.slices) // unknown slices fail now, not after a wait
     if (!st.store.owns(id)) {
       rp.deliver(caf::make_error(errc::slice_not_owned, id.key, id.index));
       return;
@@ -142,28 +141,28 @@ void start(self_ptr self, const std::string& host, uint16_t port) {
   self->request(self->state.scheduler,
                 std::chrono::milliseconds{self->state.request_timeout_ms},
                 register_atom_v, encode(req))
-    .then(
-      [self](const frame& f) {  // 1
-        register_reply reply;
-        if (auto err = decode(f, reply)) {
-          TROUPE_LOG(error, "server", "bad RegisterReply: ",
-                     self->system().render(err));
-          self->quit(err);
-          return;
-        }
-        self->state.rank = reply.rank;
-        self->state.joined = true;
-        TROUPE_LOG(info, who(self), "joined, mode ",
-                   to_string(self->state.store.mode()));
-        apply_view(self, std::move(reply.view));
-        if (self->state.early_view.epoch > 0)
-          apply_view(self, std::move(self->state.early_view));
-      },
-      [self](caf::error& err) {  // 2
-        TROUPE_LOG(error, "server", "registration failed: ",
-                   self->system().render(err));
-        self->quit(err);
-      });
+      .then(
+          [self](const frame& f) { // 1
+            register_reply reply;
+            if (auto err = decode(f, reply)) {
+              TROUPE_LOG(error, "server",
+                         "bad RegisterReply: ", self->system().render(err));
+              self->quit(err);
+              return;
+            }
+            self->state.rank = reply.rank;
+            self->state.joined = true;
+            TROUPE_LOG(info, who(self), "joined, mode ",
+                       to_string(self->state.store.mode()));
+            apply_view(self, std::move(reply.view));
+            if (self->state.early_view.epoch > 0)
+              apply_view(self, std::move(self->state.early_view));
+          },
+          [self](caf::error& err) { // 2
+            TROUPE_LOG(error, "server",
+                       "registration failed: ", self->system().render(err));
+            self->quit(err);
+          });
 }
 
 } // namespace
@@ -174,52 +173,50 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
   self->state.scheduler = scheduler;
   self->monitor(scheduler);
   self->set_down_handler([self](const caf::down_msg& dm) {
-    if (dm.source == self->state.scheduler.address()) {  // 6
-      TROUPE_LOG(error, who(self), "scheduler down: ",
-                 self->system().render(dm.reason));
+    if (dm.source == self->state.scheduler.address()) { // 6
+      TROUPE_LOG(error, who(self),
+                 "scheduler down: ", self->system().render(dm.reason));
       self->quit(caf::make_error(errc::peer_down, "scheduler"));
     }
   });
   return {
-    [self](start_atom, const std::string& host, uint16_t port) {
-      start(self, host, port);
-    },
-    [self](view_atom, const frame& f) {
-      cluster_view v;
-      if (auto err = decode(f, v)) {
-        TROUPE_LOG(warning, who(self), "dropped a malformed view: ",
-                   self->system().render(err));
-        return;
-      }
-      apply_view(self, std::move(v));
-    },
-    [self](init_atom, const frame& f) {
-      auto rp = self->make_response_promise();
-      init_request req;
-      if (decode_or_reject(self, f, req, rp))
-        when_epoch(self, req.epoch, [self, req, rp]() mutable {
-          handle_init(self, req, rp);
-        });
-      return rp;
-    },
-    [self](push_atom, const frame& f) {
-      auto rp = self->make_response_promise();
-      push_request req;
-      if (decode_or_reject(self, f, req, rp))
-        when_epoch(self, req.epoch, [self, req, rp]() mutable {
-          handle_push(self, req, rp);
-        });
-      return rp;
-    },
-    [self](pull_atom, const frame& f) {
-      auto rp = self->make_response_promise();
-      pull_request req;
-      if (decode_or_reject(self, f, req, rp))
-        when_epoch(self, req.epoch, [self, req, rp]() mutable {
-          handle_pull(self, std::move(req), rp);
-        });
-      return rp;
-    },
+      [self](start_atom, const std::string& host, uint16_t port) {
+        start(self, host, port);
+      },
+      [self](view_atom, const frame& f) {
+        cluster_view v;
+        if (auto err = decode(f, v)) {
+          TROUPE_LOG(warning, who(self),
+                     "dropped a malformed view: ", self->system().render(err));
+          return;
+        }
+        apply_view(self, std::move(v));
+      },
+      [self](init_atom, const frame& f) {
+        auto rp = self->make_response_promise();
+        init_request req;
+        if (decode_or_reject(self, f, req, rp))
+          when_epoch(self, req.epoch,
+                     [self, req, rp]() mutable { handle_init(self, req, rp); });
+        return rp;
+      },
+      [self](push_atom, const frame& f) {
+        auto rp = self->make_response_promise();
+        push_request req;
+        if (decode_or_reject(self, f, req, rp))
+          when_epoch(self, req.epoch,
+                     [self, req, rp]() mutable { handle_push(self, req, rp); });
+        return rp;
+      },
+      [self](pull_atom, const frame& f) {
+        auto rp = self->make_response_promise();
+        pull_request req;
+        if (decode_or_reject(self, f, req, rp))
+          when_epoch(self, req.epoch, [self, req, rp]() mutable {
+            handle_pull(self, std::move(req), rp);
+          });
+        return rp;
+      },
   };
 }
 

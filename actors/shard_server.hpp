@@ -47,7 +47,7 @@ struct shard_server_state {
   uint32_t rank = 0;
   bool joined = false;
   cluster_view view;
-  cluster_view early_view;  // newest view received before we joined
+  cluster_view early_view; // newest view received before we joined
   std::vector<waiting_pull> pulls;
   // Requests from a newer epoch than ours, with that epoch.
   std::vector<std::pair<uint64_t, std::function<void()>>> held;

@@ -15,7 +15,7 @@ void add_update(slice_id, std::vector<float>& values,
 }
 
 shard_store::shard_store(consistency mode, update_fn fn)
-  : mode_(mode), update_(std::move(fn)) {
+    : mode_(mode), update_(std::move(fn)) {
   // empty
 }
 
@@ -28,8 +28,8 @@ void shard_store::set_owned(const std::map<slice_id, uint32_t>& owned) {
 }
 
 void shard_store::set_workers(const std::set<uint32_t>& live) {
-  auto start = mode_.kind == consistency::kind_t::sync ? rounds_applied_
-                                                       : min_clock();
+  auto start =
+      mode_.kind == consistency::kind_t::sync ? rounds_applied_ : min_clock();
   for (auto i = workers_.begin(); i != workers_.end();)
     i = live.count(i->first) == 0 ? workers_.erase(i) : std::next(i);
   for (auto w : live)
@@ -69,8 +69,8 @@ caf::expected<push_reply> shard_store::push(const push_request& req) {
   if (w == workers_.end())
     return caf::make_error(errc::not_a_member, "worker", req.worker);
   auto& wc = w->second;
-  if (req.clock < wc.clock
-      || (req.clock == wc.clock && wc.parts.count(req.part) != 0))
+  if (req.clock < wc.clock ||
+      (req.clock == wc.clock && wc.parts.count(req.part) != 0))
     return push_reply{version_, true};
   if (req.clock > wc.clock)
     return caf::make_error(errc::clock_gap, "expected", wc.clock, "got",
@@ -121,7 +121,7 @@ void shard_store::complete_rounds() {
     if (i != rounds_.end()) {
       for (auto& [id, r] : i->second) {
         auto s = slices_.find(id);
-        if (s != slices_.end())  // may have moved away meanwhile
+        if (s != slices_.end()) // may have moved away meanwhile
           update_(id, s->second.values, r.sum, r.contributors);
       }
       rounds_.erase(i);
@@ -132,10 +132,12 @@ void shard_store::complete_rounds() {
 
 bool shard_store::readable_at(uint64_t clock) const {
   switch (mode_.kind) {
-    case consistency::kind_t::sync: return rounds_applied_ >= clock;
-    case consistency::kind_t::async: return true;
-    case consistency::kind_t::ssp:
-      return min_clock() + mode_.staleness >= clock;
+  case consistency::kind_t::sync:
+    return rounds_applied_ >= clock;
+  case consistency::kind_t::async:
+    return true;
+  case consistency::kind_t::ssp:
+    return min_clock() + mode_.staleness >= clock;
   }
   return false;
 }
@@ -147,8 +149,8 @@ bool shard_store::initialised(const std::vector<slice_id>& ids) const {
   });
 }
 
-caf::expected<pull_reply> shard_store::read(
-  const std::vector<slice_id>& ids) const {
+caf::expected<pull_reply>
+shard_store::read(const std::vector<slice_id>& ids) const {
   pull_reply out;
   out.version = version_;
   out.slices.reserve(ids.size());

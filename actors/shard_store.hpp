@@ -30,9 +30,9 @@ namespace troupe {
 
 /// Applies an aggregated update to a slice: `values` += f(`sum`). The hook
 /// where optimizers plug in; `contributors` = pushes summed into `sum`.
-using update_fn = std::function<void(slice_id id, std::vector<float>& values,
-                                     const std::vector<float>& sum,
-                                     uint32_t contributors)>;
+using update_fn =
+    std::function<void(slice_id id, std::vector<float>& values,
+                       const std::vector<float>& sum, uint32_t contributors)>;
 
 /// The default update: values += sum (aggregation is a sum).
 void add_update(slice_id id, std::vector<float>& values,
@@ -79,16 +79,16 @@ public:
 private:
   struct slice_state {
     uint32_t floats = 0;
-    bool ready = false;  // initialised
+    bool ready = false; // initialised
     std::vector<float> values;
   };
-  struct round_sum {  // sync: one slice's sum for one clock
+  struct round_sum { // sync: one slice's sum for one clock
     std::vector<float> sum;
     uint32_t contributors = 0;
   };
   struct worker_clock {
     uint64_t clock = 0;
-    std::set<uint32_t> parts;  // parts seen of `clock`
+    std::set<uint32_t> parts; // parts seen of `clock`
   };
 
   caf::error check_slices(const std::vector<slice_data>& xs) const;
@@ -100,7 +100,7 @@ private:
   update_fn update_;
   std::map<slice_id, slice_state> slices_;
   std::map<uint32_t, worker_clock> workers_;
-  std::map<uint64_t, std::map<slice_id, round_sum>> rounds_;  // sync only
+  std::map<uint64_t, std::map<slice_id, round_sum>> rounds_; // sync only
   uint64_t rounds_applied_ = 0;
   uint64_t version_ = 0;
 };

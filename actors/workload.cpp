@@ -75,9 +75,9 @@ int run_counter_workload(caf::actor_system& sys, caf::actor scheduler,
     if (auto pushed = store.push(t, ones); !pushed)
       return fail("push", pushed.error());
   }
-  double secs = std::chrono::duration<double>(
-                  std::chrono::steady_clock::now() - start)
-                  .count();
+  double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   if (auto b = store.barrier("end"); !b)
     return fail("barrier end", b.error());
   auto final_view = store.view();

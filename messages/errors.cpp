@@ -7,18 +7,30 @@ namespace troupe {
 
 std::string to_string(errc x) {
   switch (x) {
-    case errc::malformed_message: return "malformed_message";
-    case errc::slice_not_owned: return "slice_not_owned";
-    case errc::bad_shape: return "bad_shape";
-    case errc::clock_gap: return "clock_gap";
-    case errc::not_a_member: return "not_a_member";
-    case errc::unknown_key: return "unknown_key";
-    case errc::size_conflict: return "size_conflict";
-    case errc::timeout: return "timeout";
-    case errc::not_connected: return "not_connected";
-    case errc::invalid_config: return "invalid_config";
-    case errc::bad_file: return "bad_file";
-    case errc::peer_down: return "peer_down";
+  case errc::malformed_message:
+    return "malformed_message";
+  case errc::slice_not_owned:
+    return "slice_not_owned";
+  case errc::bad_shape:
+    return "bad_shape";
+  case errc::clock_gap:
+    return "clock_gap";
+  case errc::not_a_member:
+    return "not_a_member";
+  case errc::unknown_key:
+    return "unknown_key";
+  case errc::size_conflict:
+    return "size_conflict";
+  case errc::timeout:
+    return "timeout";
+  case errc::not_connected:
+    return "not_connected";
+  case errc::invalid_config:
+    return "invalid_config";
+  case errc::bad_file:
+    return "bad_file";
+  case errc::peer_down:
+    return "peer_down";
   }
   return "errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

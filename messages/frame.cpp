@@ -11,9 +11,8 @@ frame to_frame(capnp::MessageBuilder& msg) {
   frame out;
   out.bytes.resize(capnp::computeSerializedSizeInWords(msg) *
                    sizeof(capnp::word));
-  kj::ArrayOutputStream stream{
-    kj::arrayPtr(reinterpret_cast<kj::byte*>(out.bytes.data()),
-                 out.bytes.size())};
+  kj::ArrayOutputStream stream{kj::arrayPtr(
+      reinterpret_cast<kj::byte*>(out.bytes.data()), out.bytes.size())};
   capnp::writeMessage(stream, msg);
   return out;
 }
@@ -38,7 +37,7 @@ frame_reader::frame_reader(const frame& f) {
   opts.traversalLimitInWords = std::max<uint64_t>(words * 4, 8u << 20);
   opts.nestingLimit = 16;
   reader_ = std::make_unique<capnp::FlatArrayMessageReader>(
-    kj::arrayPtr(data, words), opts);
+      kj::arrayPtr(data, words), opts);
 }
 
 } // namespace troupe::detail

@@ -4,9 +4,9 @@
 
 #include <memory>
 
+#include <caf/error.hpp>
 #include <capnp/message.h>
 #include <capnp/serialize.h>
-#include <caf/error.hpp>
 
 #include "messages/frame.hpp"
 
@@ -22,10 +22,7 @@ public:
   /// Checks sizes; on failure `error()` says why and `get` must not be used.
   explicit frame_reader(const frame& f);
   const caf::error& error() const { return err_; }
-  template <class T>
-  typename T::Reader get() {
-    return reader_->getRoot<T>();
-  }
+  template <class T> typename T::Reader get() { return reader_->getRoot<T>(); }
 
 private:
   caf::error err_;

@@ -42,7 +42,7 @@ caf::error read_slices(capnp::List<schema::Slice>::Reader in,
   xs.resize(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
     auto s = in[i];
-    auto data = s.getValues();  // fetched once: each get counts
+    auto data = s.getValues(); // fetched once: each get counts
     if (data.size() % sizeof(float) != 0)
       return caf::make_error(errc::malformed_message,
                              "slice bytes not a multiple of 4", s.getKey(),

@@ -139,22 +139,25 @@ caf::error check_ranks(const std::vector<node_info>& nodes) {
 
 const char* to_string(role x) {
   switch (x) {
-    case role::scheduler: return "scheduler";
-    case role::server: return "server";
-    case role::worker: return "worker";
+  case role::scheduler:
+    return "scheduler";
+  case role::server:
+    return "server";
+  case role::worker:
+    return "worker";
   }
   return "unknown";
 }
 
 bool node_info::operator==(const node_info& y) const {
-  return kind == y.kind && rank == y.rank && host == y.host && port == y.port
-         && pid == y.pid;
+  return kind == y.kind && rank == y.rank && host == y.host && port == y.port &&
+         pid == y.pid;
 }
 
 bool cluster_view::operator==(const cluster_view& y) const {
-  return epoch == y.epoch && servers == y.servers && workers == y.workers
-         && keys == y.keys && placement == y.placement
-         && slice_floats == y.slice_floats;
+  return epoch == y.epoch && servers == y.servers && workers == y.workers &&
+         keys == y.keys && placement == y.placement &&
+         slice_floats == y.slice_floats;
 }
 
 caf::error validate(const cluster_view& x) {
@@ -171,7 +174,7 @@ caf::error validate(const cluster_view& x) {
   std::set<uint32_t> live;
   for (auto& s : x.servers)
     live.insert(s.rank);
-  std::map<uint64_t, uint64_t> slices_of;  // key -> expected slice count
+  std::map<uint64_t, uint64_t> slices_of; // key -> expected slice count
   for (auto& k : x.keys)
     slices_of[k.key] = (k.size + x.slice_floats - 1) / x.slice_floats;
   std::set<std::pair<uint64_t, uint32_t>> placed;
@@ -183,8 +186,8 @@ caf::error validate(const cluster_view& x) {
                              p.index);
     if (live.count(p.server) == 0)
       return caf::make_error(errc::malformed_message,
-                             "slice placed on a server not in the view",
-                             p.key, p.index, p.server);
+                             "slice placed on a server not in the view", p.key,
+                             p.index, p.server);
     if (!placed.emplace(p.key, p.index).second)
       return bad("slice placed twice");
   }

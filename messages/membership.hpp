@@ -21,10 +21,10 @@ const char* to_string(role x);
 /// One member of the cluster.
 struct node_info {
   role kind = role::worker;
-  uint32_t rank = 0;  ///< dense per role
-  std::string host;   ///< published address, "" if not published
-  uint16_t port = 0;  ///< published port, 0 if not published
-  uint32_t pid = 0;   ///< operating-system process id
+  uint32_t rank = 0; ///< dense per role
+  std::string host;  ///< published address, "" if not published
+  uint16_t port = 0; ///< published port, 0 if not published
+  uint32_t pid = 0;  ///< operating-system process id
   bool operator==(const node_info& y) const;
 };
 
@@ -49,12 +49,12 @@ struct slice_place {
 
 /// What every node acts on; later epochs replace earlier ones.
 struct cluster_view {
-  uint64_t epoch = 0;  ///< 0 = no view yet; published views start at 1
+  uint64_t epoch = 0; ///< 0 = no view yet; published views start at 1
   std::vector<node_info> servers;
   std::vector<node_info> workers;
   std::vector<key_info> keys;
   std::vector<slice_place> placement;
-  uint32_t slice_floats = 0;  ///< slice bound in floats
+  uint32_t slice_floats = 0; ///< slice bound in floats
   bool operator==(const cluster_view& y) const;
 };
 

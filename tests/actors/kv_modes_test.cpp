@@ -85,8 +85,7 @@ std::vector<named_array> filled(uint64_t key, size_t n, float x) {
 }
 
 /// The error of `x` as text, or "" (Boost evaluates messages eagerly).
-template <class T>
-std::string why(const caf::expected<T>& x) {
+template <class T> std::string why(const caf::expected<T>& x) {
   return x ? std::string{} : describe(x.error());
 }
 
@@ -128,9 +127,8 @@ std::vector<named_array> await_pull(cluster& c) {
                   [&](const caf::error& err) {
                     BOOST_FAIL("pull failed: " << describe(err));
                   },
-                  caf::after(std::chrono::seconds{20}) >> [] {
-                    BOOST_FAIL("pull never answered");
-                  });
+                  caf::after(std::chrono::seconds{20}) >>
+                      [] { BOOST_FAIL("pull never answered"); });
   return out;
 }
 
@@ -151,7 +149,7 @@ BOOST_AUTO_TEST_CASE(sync_sum_is_exact_and_a_pull_for_t_plus_1_waits) {
   BOOST_REQUIRE(now);
   BOOST_CHECK(all_equal(*now, 0.0f));
   BOOST_CHECK(!pull_answered(c));
-  BOOST_REQUIRE(w1.push(0, filled(1, 8, 2.0f)));  // the last push
+  BOOST_REQUIRE(w1.push(0, filled(1, 8, 2.0f))); // the last push
   BOOST_CHECK(all_equal(await_pull(c), 3.0f));
 }
 
@@ -161,10 +159,10 @@ BOOST_AUTO_TEST_CASE(ssp_blocks_a_fast_worker_until_the_slowest_catches_up) {
   auto& w0 = c.worker(0);
   auto& w1 = c.worker(1);
   for (uint64_t t = 0; t < 2; ++t) {
-    BOOST_REQUIRE(w0.pull(t, {1}));  // 0 and 1 ahead: allowed with s = 1
+    BOOST_REQUIRE(w0.pull(t, {1})); // 0 and 1 ahead: allowed with s = 1
     BOOST_REQUIRE(w0.push(t, filled(1, 4, 1.0f)));
   }
-  send_pull(c, w0, 2);  // 2 ahead of the slowest: s + 1
+  send_pull(c, w0, 2); // 2 ahead of the slowest: s + 1
   BOOST_REQUIRE(w0.pull(1, {1}));
   BOOST_CHECK(!pull_answered(c));
   BOOST_REQUIRE(w1.push(0, filled(1, 4, 1.0f)));
@@ -177,7 +175,7 @@ BOOST_AUTO_TEST_CASE(async_reads_never_wait) {
   auto& w0 = c.worker(0);
   for (uint64_t t = 0; t < 5; ++t)
     BOOST_REQUIRE(w0.push(t, filled(1, 2500, 1.0f)));
-  auto got = w0.pull(1000, {1});  // far ahead of worker 1, still served
+  auto got = w0.pull(1000, {1}); // far ahead of worker 1, still served
   BOOST_REQUIRE(got);
   BOOST_CHECK(all_equal(*got, 5.0f));
 }
@@ -209,7 +207,7 @@ BOOST_AUTO_TEST_CASE(undeclared_keys_and_wrong_lengths_are_refused) {
   BOOST_CHECK(w.push(0, filled(1, 5, 1.0f)).error() == errc::bad_shape);
   BOOST_CHECK(w.pull(0, {99}).error() == errc::unknown_key);
   BOOST_CHECK(w.init(filled(1, 5, 0.0f)).error() == errc::size_conflict);
-  auto got = w.pull(0, {1});  // nothing was applied
+  auto got = w.pull(0, {1}); // nothing was applied
   BOOST_REQUIRE(got);
   BOOST_CHECK(all_equal(*got, 0.0f));
 }
@@ -217,18 +215,18 @@ BOOST_AUTO_TEST_CASE(undeclared_keys_and_wrong_lengths_are_refused) {
 BOOST_AUTO_TEST_CASE(a_server_drops_duplicates_and_survives_malformed_bytes) {
   cluster c{"async", 1, 1};
   init_all(c, 1000);
-  auto server = c.b.middleman().remote_actor("127.0.0.1",
-                                             c.server_ports.front());
+  auto server =
+      c.b.middleman().remote_actor("127.0.0.1", c.server_ports.front());
   BOOST_REQUIRE(server);
   auto v = c.worker(0).view();
   BOOST_REQUIRE(v);
-  push_request p{0, 0, v->second.epoch, 0, 1,
-                 {{{1, 0}, std::vector<float>(1000, 1.0f)}}};
+  push_request p{0, 0, v->second.epoch,
+                 0, 1, {{{1, 0}, std::vector<float>(1000, 1.0f)}}};
   auto ask = [&](auto atom, const frame& f) {
     caf::expected<frame> out{caf::make_error(caf::sec::unexpected_response)};
     c.self->request(*server, 10s, atom, f)
-      .receive([&](frame& r) { out = std::move(r); },
-               [&](caf::error& err) { out = std::move(err); });
+        .receive([&](frame& r) { out = std::move(r); },
+                 [&](caf::error& err) { out = std::move(err); });
     return out;
   };
   push_reply first, second;
@@ -240,7 +238,7 @@ BOOST_AUTO_TEST_CASE(a_server_drops_duplicates_and_survives_malformed_bytes) {
   BOOST_CHECK(garbage.error() == errc::malformed_message);
   auto odd = ask(pull_atom_v, frame{std::vector<uint8_t>(5, 1)});
   BOOST_CHECK(odd.error() == errc::malformed_message);
-  auto got = c.worker(0).pull(1, {1});  // still serving, applied once
+  auto got = c.worker(0).pull(1, {1}); // still serving, applied once
   BOOST_REQUIRE(got);
   BOOST_CHECK(all_equal(*got, 1.0f));
 }
@@ -278,23 +276,23 @@ BOOST_AUTO_TEST_CASE(a_view_that_overtakes_the_register_reply_is_not_lost) {
   newer.workers = {{role::worker, 0, "", 0, 3}};
   newer.keys = {{1, 4}};
   newer.placement = {{1, 0, 1}};
-  auto fake = sys.spawn([older, newer](caf::event_based_actor* self)
-                          -> caf::behavior {
-    return {[=](register_atom, const frame&) {
-      auto server = caf::actor_cast<caf::actor>(self->current_sender());
-      self->send(server, view_atom_v, encode(newer));
-      return encode(register_reply{1, older});
-    }};
-  });
-  auto srv = sys.spawn(shard_server, server_settings{}, fake,
-                       update_fn{add_update});
+  auto fake =
+      sys.spawn([older, newer](caf::event_based_actor* self) -> caf::behavior {
+        return {[=](register_atom, const frame&) {
+          auto server = caf::actor_cast<caf::actor>(self->current_sender());
+          self->send(server, view_atom_v, encode(newer));
+          return encode(register_reply{1, older});
+        }};
+      });
+  auto srv =
+      sys.spawn(shard_server, server_settings{}, fake, update_fn{add_update});
   caf::scoped_actor self{sys};
   caf::anon_send(srv, start_atom_v, std::string{"h"}, uint16_t{2});
   init_request init{0, 3, {{{1, 0}, {1, 2, 3, 4}}}};
   caf::error result = caf::make_error(caf::sec::unexpected_response);
   self->request(srv, 10s, init_atom_v, encode(init))
-    .receive([&](const frame&) { result = caf::none; },
-             [&](caf::error& err) { result = std::move(err); });
+      .receive([&](const frame&) { result = caf::none; },
+               [&](caf::error& err) { result = std::move(err); });
   BOOST_CHECK_MESSAGE(!result, describe(result));
   caf::anon_send_exit(srv, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(fake, caf::exit_reason::user_shutdown);

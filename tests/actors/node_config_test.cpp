@@ -31,8 +31,7 @@ BOOST_AUTO_TEST_CASE(modes_parse_and_print) {
   BOOST_CHECK(ssp->kind == consistency::kind_t::ssp && ssp->staleness == 3);
   BOOST_CHECK_EQUAL(to_string(*ssp), "ssp:3");
   for (auto bad : {"", "ssp", "ssp:", "ssp:-1", "ssp:x", "SYNC", "ssp:1e3"})
-    BOOST_CHECK_MESSAGE(parse_consistency(bad).error()
-                          == errc::invalid_config,
+    BOOST_CHECK_MESSAGE(parse_consistency(bad).error() == errc::invalid_config,
                         bad);
 }
 

@@ -14,9 +14,9 @@ namespace {
 /// The parameter arrays of an MLP 784-256-128-10 and of a small CNN
 /// (conv 5x5x1x32, conv 5x5x32x64, fc 3136x1024, fc 1024x10).
 std::vector<key_info> realistic_model() {
-  std::vector<uint64_t> sizes{784 * 256, 256,  256 * 128, 128, 128 * 10, 10,
-                              5 * 5 * 32, 32, 5 * 5 * 32 * 64, 64,
-                              3136 * 1024, 1024, 1024 * 10, 10};
+  std::vector<uint64_t> sizes{
+      784 * 256,       256, 256 * 128,   128,  128 * 10,  10, 5 * 5 * 32, 32,
+      5 * 5 * 32 * 64, 64,  3136 * 1024, 1024, 1024 * 10, 10};
   std::vector<key_info> keys;
   for (size_t i = 0; i < sizes.size(); ++i)
     keys.push_back(key_info{100 + i, sizes[i]});
@@ -62,8 +62,7 @@ BOOST_AUTO_TEST_CASE(slices_cover_an_array_exactly) {
     covered = r.second;
   }
   BOOST_CHECK_EQUAL(covered, 9u);
-  BOOST_CHECK(slice_range(9, 4, 2) == std::make_pair(uint64_t{8},
-                                                     uint64_t{9}));
+  BOOST_CHECK(slice_range(9, 4, 2) == std::make_pair(uint64_t{8}, uint64_t{9}));
 }
 
 BOOST_AUTO_TEST_CASE(the_ring_lists_each_server_once_and_is_deterministic) {
@@ -80,8 +79,8 @@ BOOST_AUTO_TEST_CASE(a_realistic_model_is_balanced_over_four_servers) {
   placement_params params;
   auto keys = realistic_model();
   auto placed = place(keys, {}, {0, 1, 2, 3}, params);
-  BOOST_REQUIRE(!validate(as_view(keys, placed, {0, 1, 2, 3},
-                                  params.slice_floats)));
+  BOOST_REQUIRE(
+      !validate(as_view(keys, placed, {0, 1, 2, 3}, params.slice_floats)));
   auto load = load_of(keys, placed, params.slice_floats);
   BOOST_REQUIRE_EQUAL(load.size(), 4u);
   auto ratio = max_over_min(load);
@@ -92,7 +91,7 @@ BOOST_AUTO_TEST_CASE(a_realistic_model_is_balanced_over_four_servers) {
 BOOST_AUTO_TEST_CASE(the_mlp_alone_is_balanced_too) {
   placement_params params;
   auto keys = realistic_model();
-  keys.resize(6);  // the MLP's arrays only: about 0.9 MiB
+  keys.resize(6); // the MLP's arrays only: about 0.9 MiB
   auto placed = place(keys, {}, {0, 1, 2, 3}, params);
   auto ratio = max_over_min(load_of(keys, placed, params.slice_floats));
   BOOST_TEST_MESSAGE("MLP max/min floats per server: " << ratio);
@@ -113,8 +112,8 @@ BOOST_AUTO_TEST_CASE(removing_a_server_moves_only_its_slices) {
     BOOST_REQUIRE_EQUAL(after.size(), before.size());
     size_t moved = 0;
     for (size_t i = 0; i < before.size(); ++i) {
-      BOOST_REQUIRE(before[i].key == after[i].key
-                    && before[i].index == after[i].index);
+      BOOST_REQUIRE(before[i].key == after[i].key &&
+                    before[i].index == after[i].index);
       if (before[i].server != gone)
         BOOST_CHECK_EQUAL(after[i].server, before[i].server);
       else

@@ -17,17 +17,16 @@ const slice_id b{2, 0};
 /// with workers 0, 1 and 2.
 struct fixture {
   shard_store store;
-  explicit fixture(const std::string& mode)
-    : store(*parse_consistency(mode)) {
+  explicit fixture(const std::string& mode) : store(*parse_consistency(mode)) {
     store.set_owned({{a, 3}, {b, 2}});
     store.set_workers({0, 1, 2});
-    BOOST_REQUIRE(!store.init(init_request{
-      0, 1, {{a, {0, 0, 0}}, {b, {0, 0}}}}));
+    BOOST_REQUIRE(
+        !store.init(init_request{0, 1, {{a, {0, 0, 0}}, {b, {0, 0}}}}));
   }
   caf::expected<push_reply> push(uint32_t w, uint64_t clock, float x,
                                  uint32_t part = 0, uint32_t parts = 1) {
-    return store.push(push_request{w, clock, 1, part, parts,
-                                   {{a, {x, x, x}}, {b, {x, x}}}});
+    return store.push(
+        push_request{w, clock, 1, part, parts, {{a, {x, x, x}}, {b, {x, x}}}});
   }
   float value_of(slice_id id) {
     auto r = store.read({id});
@@ -40,7 +39,8 @@ struct fixture {
 
 BOOST_AUTO_TEST_SUITE(shard_store_tests)
 
-BOOST_AUTO_TEST_CASE(sync_sums_every_push_exactly_and_a_pull_waits_for_the_last) {
+BOOST_AUTO_TEST_CASE(
+    sync_sums_every_push_exactly_and_a_pull_waits_for_the_last) {
   fixture f{"sync"};
   BOOST_CHECK(f.store.readable_at(0));
   BOOST_REQUIRE(f.push(0, 0, 1.0f));
@@ -49,7 +49,7 @@ BOOST_AUTO_TEST_CASE(sync_sums_every_push_exactly_and_a_pull_waits_for_the_last)
   BOOST_CHECK(!f.store.readable_at(1));
   BOOST_CHECK_EQUAL(f.value_of(a), 0.0f);
   BOOST_CHECK_EQUAL(f.store.version(), 0u);
-  BOOST_REQUIRE(f.push(1, 0, 2.0f));  // the last push
+  BOOST_REQUIRE(f.push(1, 0, 2.0f)); // the last push
   BOOST_CHECK(f.store.readable_at(1));
   BOOST_CHECK_EQUAL(f.store.version(), 1u);
   BOOST_CHECK_EQUAL(f.value_of(a), 7.0f);
@@ -59,7 +59,7 @@ BOOST_AUTO_TEST_CASE(sync_sums_every_push_exactly_and_a_pull_waits_for_the_last)
 BOOST_AUTO_TEST_CASE(sync_keeps_an_early_push_for_the_next_round) {
   fixture f{"sync"};
   BOOST_REQUIRE(f.push(0, 0, 1.0f));
-  BOOST_REQUIRE(f.push(0, 1, 10.0f));  // worker 0 is one clock ahead
+  BOOST_REQUIRE(f.push(0, 1, 10.0f)); // worker 0 is one clock ahead
   BOOST_REQUIRE(f.push(1, 0, 1.0f));
   BOOST_REQUIRE(f.push(2, 0, 1.0f));
   BOOST_CHECK_EQUAL(f.store.version(), 1u);
@@ -75,7 +75,7 @@ BOOST_AUTO_TEST_CASE(sync_completes_a_round_when_a_worker_leaves) {
   BOOST_REQUIRE(f.push(0, 0, 1.0f));
   BOOST_REQUIRE(f.push(1, 0, 1.0f));
   BOOST_CHECK(!f.store.readable_at(1));
-  f.store.set_workers({0, 1});  // worker 2 died
+  f.store.set_workers({0, 1}); // worker 2 died
   BOOST_CHECK(f.store.readable_at(1));
   BOOST_CHECK_EQUAL(f.value_of(a), 2.0f);
 }
@@ -83,13 +83,13 @@ BOOST_AUTO_TEST_CASE(sync_completes_a_round_when_a_worker_leaves) {
 BOOST_AUTO_TEST_CASE(sync_waits_for_every_part_of_a_push) {
   fixture f{"sync"};
   auto part = [&f](uint32_t w, uint32_t p, slice_id id, size_t n) {
-    return f.store.push(push_request{
-      w, 0, 1, p, 2, {{id, std::vector<float>(n, 1.0f)}}});
+    return f.store.push(
+        push_request{w, 0, 1, p, 2, {{id, std::vector<float>(n, 1.0f)}}});
   };
   BOOST_REQUIRE(part(0, 0, a, 3));
   BOOST_REQUIRE(f.push(1, 0, 1.0f));
   BOOST_REQUIRE(f.push(2, 0, 1.0f));
-  BOOST_CHECK(!f.store.readable_at(1));  // worker 0 sent 1 of 2 parts
+  BOOST_CHECK(!f.store.readable_at(1)); // worker 0 sent 1 of 2 parts
   BOOST_REQUIRE(part(0, 1, b, 2));
   BOOST_CHECK(f.store.readable_at(1));
   BOOST_CHECK_EQUAL(f.value_of(a), 3.0f);
@@ -107,9 +107,9 @@ BOOST_AUTO_TEST_CASE(ssp_blocks_a_fast_worker_at_s_plus_one_ahead) {
   // At clock 3 it is s + 1 = 3 ahead of the slowest (clock 0): blocked.
   BOOST_CHECK(!f.store.readable_at(3));
   BOOST_REQUIRE(f.push(1, 0, 1.0f));
-  BOOST_CHECK(!f.store.readable_at(3));  // worker 2 is still at 0
+  BOOST_CHECK(!f.store.readable_at(3)); // worker 2 is still at 0
   BOOST_REQUIRE(f.push(2, 0, 1.0f));
-  BOOST_CHECK(f.store.readable_at(3));  // the slowest caught up to 1
+  BOOST_CHECK(f.store.readable_at(3)); // the slowest caught up to 1
   BOOST_CHECK(!f.store.readable_at(4));
   BOOST_CHECK_EQUAL(f.value_of(a), 5.0f);
 }
@@ -142,15 +142,14 @@ BOOST_AUTO_TEST_CASE(bad_pushes_are_refused_and_change_nothing) {
   fixture f{"async"};
   BOOST_CHECK(f.push(0, 1, 1.0f).error() == errc::clock_gap);
   BOOST_CHECK(f.push(7, 0, 1.0f).error() == errc::not_a_member);
-  BOOST_CHECK(f.store.push(push_request{0, 0, 1, 0, 1, {{{9, 0}, {1.0f}}}})
-                .error()
-              == errc::slice_not_owned);
+  BOOST_CHECK(
+      f.store.push(push_request{0, 0, 1, 0, 1, {{{9, 0}, {1.0f}}}}).error() ==
+      errc::slice_not_owned);
   // One good slice and one of the wrong length: nothing is applied.
-  BOOST_CHECK(f.store
-                .push(push_request{0, 0, 1, 0, 1,
-                                   {{a, {1, 1, 1}}, {b, {1, 1, 1}}}})
-                .error()
-              == errc::bad_shape);
+  BOOST_CHECK(
+      f.store
+          .push(push_request{0, 0, 1, 0, 1, {{a, {1, 1, 1}}, {b, {1, 1, 1}}}})
+          .error() == errc::bad_shape);
   BOOST_CHECK_EQUAL(f.value_of(a), 0.0f);
   BOOST_CHECK_EQUAL(f.store.version(), 0u);
 }
@@ -160,8 +159,8 @@ BOOST_AUTO_TEST_CASE(the_first_init_wins_and_uninitialised_slices_wait) {
   s.set_owned({{a, 2}});
   s.set_workers({0});
   BOOST_CHECK(!s.initialised({a}));
-  BOOST_CHECK(s.push(push_request{0, 0, 1, 0, 1, {{a, {1, 1}}}}).error()
-              == errc::unknown_key);
+  BOOST_CHECK(s.push(push_request{0, 0, 1, 0, 1, {{a, {1, 1}}}}).error() ==
+              errc::unknown_key);
   BOOST_REQUIRE(!s.init(init_request{0, 1, {{a, {5, 6}}}}));
   BOOST_REQUIRE(!s.init(init_request{1, 1, {{a, {7, 8}}}}));
   BOOST_CHECK(s.initialised({a}));
@@ -172,9 +171,9 @@ BOOST_AUTO_TEST_CASE(the_first_init_wins_and_uninitialised_slices_wait) {
 BOOST_AUTO_TEST_CASE(the_update_hook_sees_each_sync_round_once) {
   int calls = 0;
   uint32_t seen = 0;
-  shard_store s{consistency{}, [&](slice_id, std::vector<float>& v,
-                                   const std::vector<float>& sum,
-                                   uint32_t contributors) {
+  shard_store s{consistency{},
+                [&](slice_id, std::vector<float>& v,
+                    const std::vector<float>& sum, uint32_t contributors) {
                   ++calls;
                   seen = contributors;
                   for (size_t i = 0; i < v.size(); ++i)

@@ -86,7 +86,7 @@ public:
         return std::nullopt;
     }
     while (read_some(std::chrono::steady_clock::now()))
-      ;  // drain what is left in the pipe
+      ; // drain what is left in the pipe
     return status_;
   }
 
@@ -98,7 +98,7 @@ private:
     auto begin = out_.rfind('\n', at);
     auto end = out_.find('\n', at);
     if (end == std::string::npos)
-      return std::nullopt;  // the line is not complete yet
+      return std::nullopt; // the line is not complete yet
     begin = begin == std::string::npos ? 0 : begin + 1;
     return out_.substr(begin, end - begin);
   }

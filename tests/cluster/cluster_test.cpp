@@ -26,8 +26,8 @@ const std::string node_bin = TROUPE_NODE_BIN;
 
 // Fast failure detection for the tests: heartbeats every 100 ms.
 const std::vector<std::string> fast_heartbeats{
-  "--middleman.heartbeat-interval=100ms",
-  "--middleman.connection-timeout=1s"};
+    "--middleman.heartbeat-interval=100ms",
+    "--middleman.connection-timeout=1s"};
 
 std::vector<std::string> node_args(std::vector<std::string> args) {
   args.insert(args.begin(), node_bin);
@@ -40,10 +40,10 @@ struct scheduler_process {
   std::unique_ptr<child_process> proc;
   uint16_t port = 0;
   scheduler_process(uint32_t servers, uint32_t workers) {
-    proc = std::make_unique<child_process>(node_args(
-      {"--role=scheduler", "--scheduler-port=0",
-       "--cluster.servers=" + std::to_string(servers),
-       "--cluster.workers=" + std::to_string(workers)}));
+    proc = std::make_unique<child_process>(
+        node_args({"--role=scheduler", "--scheduler-port=0",
+                   "--cluster.servers=" + std::to_string(servers),
+                   "--cluster.workers=" + std::to_string(workers)}));
     auto line = proc->wait_for_line("scheduler listening on", 20s);
     BOOST_REQUIRE_MESSAGE(line, "no scheduler: " << proc->output());
     port = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
@@ -56,7 +56,7 @@ struct scheduler_process {
 std::unique_ptr<child_process> start_server(const scheduler_process& s,
                                             const std::string& mode) {
   auto p = std::make_unique<child_process>(
-    node_args({"--role=server", s.flag(), "--server.mode=" + mode}));
+      node_args({"--role=server", s.flag(), "--server.mode=" + mode}));
   BOOST_REQUIRE_MESSAGE(p->wait_for_line("server listening on", 20s),
                         p->output());
   return p;
@@ -64,10 +64,9 @@ std::unique_ptr<child_process> start_server(const scheduler_process& s,
 
 std::unique_ptr<child_process> start_worker(const scheduler_process& s,
                                             uint32_t steps) {
-  return std::make_unique<child_process>(
-    node_args({"--role=worker", s.flag(),
-               "--worker.steps=" + std::to_string(steps), "--worker.keys=3",
-               "--worker.key-floats=40000"}));
+  return std::make_unique<child_process>(node_args(
+      {"--role=worker", s.flag(), "--worker.steps=" + std::to_string(steps),
+       "--worker.keys=3", "--worker.key-floats=40000"}));
 }
 
 /// The test's own CAF node, watching the scheduler's view.
@@ -87,11 +86,12 @@ struct watcher {
     auto s = connect_scheduler(*sys, "127.0.0.1", port, 10000);
     BOOST_REQUIRE(s);
     sched = *s;
-    (*self)->request(sched, 10s, watch_atom_v)
-      .receive([this](const frame& f) { BOOST_REQUIRE(!decode(f, view)); },
-               [](const caf::error& err) {
-                 BOOST_FAIL("watch failed: " << describe(err));
-               });
+    (*self)
+        ->request(sched, 10s, watch_atom_v)
+        .receive([this](const frame& f) { BOOST_REQUIRE(!decode(f, view)); },
+                 [](const caf::error& err) {
+                   BOOST_FAIL("watch failed: " << describe(err));
+                 });
   }
 
   /// Waits (bounded) for a view that satisfies `pred`.
@@ -103,12 +103,12 @@ struct watcher {
       if (left <= 0s)
         return false;
       (*self)->receive(
-        [this](view_atom, const frame& f) {
-          cluster_view v;
-          if (!decode(f, v) && v.epoch > view.epoch)
-            view = std::move(v);
-        },
-        caf::after(left) >> [] {});
+          [this](view_atom, const frame& f) {
+            cluster_view v;
+            if (!decode(f, v) && v.epoch > view.epoch)
+              view = std::move(v);
+          },
+          caf::after(left) >> [] {});
     }
     return true;
   }
@@ -162,33 +162,34 @@ BOOST_AUTO_TEST_CASE(a_killed_server_and_a_killed_worker_leave_the_view) {
   }));
   BOOST_TEST_MESSAGE("killed server left the view after "
                      << std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now() - killed_at)
-                          .count()
+                            std::chrono::steady_clock::now() - killed_at)
+                            .count()
                      << " ms");
   // Its slices now live on the survivor: the view stays valid.
   BOOST_CHECK(!validate(obs.view));
   for (auto& p : obs.view.placement)
     BOOST_CHECK_EQUAL(p.server, obs.view.servers.front().rank);
   w0->signal(SIGKILL);
-  BOOST_REQUIRE(obs.wait_for(
-    [](const cluster_view& v) { return v.workers.empty(); }));
+  BOOST_REQUIRE(
+      obs.wait_for([](const cluster_view& v) { return v.workers.empty(); }));
 }
 
-BOOST_AUTO_TEST_CASE(a_hung_worker_leaves_the_view_after_the_heartbeat_timeout) {
+BOOST_AUTO_TEST_CASE(
+    a_hung_worker_leaves_the_view_after_the_heartbeat_timeout) {
   scheduler_process s{1, 1};
   auto s0 = start_server(s, "async");
   auto w0 = start_worker(s, 100000000);
   watcher obs{s.port};
   BOOST_REQUIRE(obs.wait_for(
-    [](const cluster_view& v) { return v.workers.size() == 1; }));
+      [](const cluster_view& v) { return v.workers.size() == 1; }));
   auto stopped_at = std::chrono::steady_clock::now();
   w0->signal(SIGSTOP);
   BOOST_REQUIRE(obs.wait_for(
-    [](const cluster_view& v) { return v.workers.empty(); }, 15s));
+      [](const cluster_view& v) { return v.workers.empty(); }, 15s));
   BOOST_TEST_MESSAGE("hung worker left the view after "
                      << std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now() - stopped_at)
-                          .count()
+                            std::chrono::steady_clock::now() - stopped_at)
+                            .count()
                      << " ms");
   w0->signal(SIGCONT);
 }
@@ -199,11 +200,11 @@ BOOST_AUTO_TEST_CASE(bad_flags_get_one_clear_line_and_a_nonzero_exit) {
     std::string says;
   };
   for (auto& c : std::vector<bad_case>{
-         {{"--role=chief"}, "--role must be"},
-         {{"--role=server", "--server.mode=ssp:x"}, "mode must be"},
-         {{"--role=worker", "--kv.request-timeout-ms=0"},
-          "--kv.request-timeout-ms"},
-         {{"--role=server", "--no-such-flag=1"}, "***"}}) {
+           {{"--role=chief"}, "--role must be"},
+           {{"--role=server", "--server.mode=ssp:x"}, "mode must be"},
+           {{"--role=worker", "--kv.request-timeout-ms=0"},
+            "--kv.request-timeout-ms"},
+           {{"--role=server", "--no-such-flag=1"}, "***"}}) {
     c.args.insert(c.args.begin(), node_bin);
     child_process p{c.args};
     auto rc = p.wait_exit(20s);
@@ -223,14 +224,14 @@ BOOST_AUTO_TEST_CASE(a_worker_without_a_scheduler_gives_up_clearly) {
     s.proc->signal(SIGKILL);
     BOOST_REQUIRE(s.proc->wait_exit(10s));
   }
-  child_process w{node_args({"--role=worker",
-                             "--scheduler-port=" + std::to_string(port),
-                             "--kv.request-timeout-ms=1000"})};
+  child_process w{
+      node_args({"--role=worker", "--scheduler-port=" + std::to_string(port),
+                 "--kv.request-timeout-ms=1000"})};
   auto rc = w.wait_exit(30s);
   BOOST_REQUIRE(rc);
   BOOST_CHECK_NE(*rc, 0);
-  BOOST_CHECK_MESSAGE(w.output().find("no scheduler at 127.0.0.1:")
-                        != std::string::npos,
+  BOOST_CHECK_MESSAGE(w.output().find("no scheduler at 127.0.0.1:") !=
+                          std::string::npos,
                       w.output());
 }
 

@@ -34,8 +34,9 @@ BOOST_AUTO_TEST_SUITE(kv_messages_tests)
 
 BOOST_AUTO_TEST_CASE(push_keeps_every_value_for_sizes_from_zero_up) {
   for (size_t n : {0, 1, 3, 7, 1000, 65537}) {
-    push_request p{3, 9, 2, 1, 2, {{{5, 0}, iota_floats(n)},
-                                   {{6, 1}, iota_floats(n / 2 + 1)}}};
+    push_request p{
+        3, 9, 2,
+        1, 2, {{{5, 0}, iota_floats(n)}, {{6, 1}, iota_floats(n / 2 + 1)}}};
     push_request q;
     BOOST_REQUIRE(!decode(encode(p), q));
     BOOST_CHECK(q.worker == 3 && q.clock == 9 && q.epoch == 2);
@@ -76,10 +77,10 @@ BOOST_AUTO_TEST_CASE(a_tensor_above_the_default_reader_limit_decodes) {
 
 BOOST_AUTO_TEST_CASE(bad_parts_are_malformed) {
   push_request q;
-  BOOST_CHECK(decode(encode(push_request{0, 0, 1, 0, 0, {}}), q)
-              == errc::malformed_message);
-  BOOST_CHECK(decode(encode(push_request{0, 0, 1, 2, 2, {}}), q)
-              == errc::malformed_message);
+  BOOST_CHECK(decode(encode(push_request{0, 0, 1, 0, 0, {}}), q) ==
+              errc::malformed_message);
+  BOOST_CHECK(decode(encode(push_request{0, 0, 1, 2, 2, {}}), q) ==
+              errc::malformed_message);
 }
 
 BOOST_AUTO_TEST_CASE(values_not_a_multiple_of_four_bytes_are_malformed) {
@@ -101,11 +102,11 @@ BOOST_AUTO_TEST_CASE(truncated_and_garbage_frames_are_malformed) {
                         "truncated to " << cut << " bytes");
   }
   pull_request pr;
-  BOOST_CHECK(decode(frame{std::vector<uint8_t>(800, 0xEE)}, pr)
-              == errc::malformed_message);
+  BOOST_CHECK(decode(frame{std::vector<uint8_t>(800, 0xEE)}, pr) ==
+              errc::malformed_message);
   pull_reply rr;
-  BOOST_CHECK(decode(frame{std::vector<uint8_t>(3, 0)}, rr)
-              == errc::malformed_message);
+  BOOST_CHECK(decode(frame{std::vector<uint8_t>(3, 0)}, rr) ==
+              errc::malformed_message);
 }
 
 BOOST_AUTO_TEST_CASE(a_frame_of_one_schema_read_as_another_does_not_crash) {

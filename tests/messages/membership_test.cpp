@@ -76,10 +76,10 @@ BOOST_AUTO_TEST_CASE(every_message_survives_a_round_trip) {
 BOOST_AUTO_TEST_CASE(garbage_and_truncated_bytes_are_malformed) {
   cluster_view v;
   BOOST_CHECK(decode(frame{}, v) == errc::malformed_message);
-  BOOST_CHECK(decode(frame{std::vector<uint8_t>(13, 0xAB)}, v)
-              == errc::malformed_message);
-  BOOST_CHECK(decode(frame{std::vector<uint8_t>(64, 0xFF)}, v)
-              == errc::malformed_message);
+  BOOST_CHECK(decode(frame{std::vector<uint8_t>(13, 0xAB)}, v) ==
+              errc::malformed_message);
+  BOOST_CHECK(decode(frame{std::vector<uint8_t>(64, 0xFF)}, v) ==
+              errc::malformed_message);
   auto f = encode(sample_view());
   for (size_t cut = 8; cut < f.bytes.size(); cut += 8) {
     frame t{std::vector<uint8_t>(f.bytes.begin(), f.bytes.begin() + cut)};
@@ -91,7 +91,7 @@ BOOST_AUTO_TEST_CASE(garbage_and_truncated_bytes_are_malformed) {
 BOOST_AUTO_TEST_CASE(a_view_that_breaks_its_invariants_is_refused) {
   cluster_view v;
   auto bad_server = sample_view();
-  bad_server.placement[0].server = 9;  // not a live server
+  bad_server.placement[0].server = 9; // not a live server
   BOOST_CHECK(decode(encode(bad_server), v) == errc::malformed_message);
   auto twice = sample_view();
   twice.placement.push_back(twice.placement[0]);
@@ -100,7 +100,7 @@ BOOST_AUTO_TEST_CASE(a_view_that_breaks_its_invariants_is_refused) {
   missing.placement.pop_back();
   BOOST_CHECK(decode(encode(missing), v) == errc::malformed_message);
   auto out_of_range = sample_view();
-  out_of_range.placement[0].index = 3;  // key 1 has 3 slices of 4
+  out_of_range.placement[0].index = 3; // key 1 has 3 slices of 4
   BOOST_CHECK(decode(encode(out_of_range), v) == errc::malformed_message);
   auto dup_rank = sample_view();
   dup_rank.servers[1].rank = 0;
@@ -124,18 +124,17 @@ BOOST_AUTO_TEST_CASE(out_of_range_fields_are_malformed) {
   BOOST_CHECK(decode(raw(msg), rq) == errc::malformed_message);
 
   barrier_request b;
-  BOOST_CHECK(decode(encode(barrier_request{"", role::worker, 0}), b)
-              == errc::malformed_message);
-  BOOST_CHECK(decode(encode(barrier_request{std::string(65, 'x'),
-                                            role::worker, 0}),
-                     b)
-              == errc::malformed_message);
+  BOOST_CHECK(decode(encode(barrier_request{"", role::worker, 0}), b) ==
+              errc::malformed_message);
+  BOOST_CHECK(
+      decode(encode(barrier_request{std::string(65, 'x'), role::worker, 0}),
+             b) == errc::malformed_message);
 
   declare_request d;
-  BOOST_CHECK(decode(encode(declare_request{0, {{1, 4}, {1, 4}}}), d)
-              == errc::malformed_message);
-  BOOST_CHECK(decode(encode(declare_request{0, {{1, max_key_size + 1}}}), d)
-              == errc::malformed_message);
+  BOOST_CHECK(decode(encode(declare_request{0, {{1, 4}, {1, 4}}}), d) ==
+              errc::malformed_message);
+  BOOST_CHECK(decode(encode(declare_request{0, {{1, max_key_size + 1}}}), d) ==
+              errc::malformed_message);
 }
 
 BOOST_AUTO_TEST_CASE(a_frame_with_unaligned_bytes_still_decodes) {
@@ -164,9 +163,9 @@ BOOST_AUTO_TEST_CASE(registered_types_round_trip_through_the_caf_serializer) {
   caf::message copy;
   caf::binary_deserializer source{sys, buf};
   BOOST_REQUIRE(!source(copy));
-  bool types_match = copy.match_elements<frame, named_array,
-                                         std::vector<named_array>,
-                                         std::vector<uint64_t>>();
+  bool types_match =
+      copy.match_elements<frame, named_array, std::vector<named_array>,
+                          std::vector<uint64_t>>();
   BOOST_REQUIRE(types_match);
   BOOST_CHECK(copy.get_as<frame>(0).bytes == f.bytes);
   BOOST_CHECK(copy.get_as<named_array>(1).values == a.values);

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Starts a troupe cluster on this machine: a scheduler, S servers and W
+# workers, each a troupe-node process on loopback with its own log. Prints
+# every pid, shows the workers' output, and stops every process it started
+# on exit or Ctrl-C. Exits non-zero if a worker failed.
+#
+# usage: deploy/local-cluster.sh CONFIG.ini NUM_SERVERS NUM_WORKERS [FLAG...]
+#   FLAGs go to every node, e.g. --server.mode=async --worker.steps=100
+# env:   TROUPE_BIN  troupe-node to run (default: build/troupe-node)
+#        TROUPE_LOGS folder for the logs (default: logs/<date-time>)
+set -euo pipefail
+
+if [ $# -lt 3 ]; then
+  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
+conf=$1 servers=$2 workers=$3
+shift 3
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${TROUPE_BIN:-$here/build/troupe-node}
+logs=${TROUPE_LOGS:-$here/logs/$(date +%Y%m%d-%H%M%S)}
+[ -f "$conf" ] || { echo "*** no config file $conf" >&2; exit 2; }
+[ -x "$bin" ] || { echo "*** no troupe-node at $bin: build first" >&2; exit 2; }
+[[ $servers =~ ^[1-9][0-9]*$ ]] || { echo "*** NUM_SERVERS must be >= 1" >&2; exit 2; }
+[[ $workers =~ ^[1-9][0-9]*$ ]] || { echo "*** NUM_WORKERS must be >= 1" >&2; exit 2; }
+mkdir -p "$logs"
+
+pids=()
+stop_all() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap stop_all EXIT
+trap 'echo "interrupted: stopping the cluster"; exit 130' INT TERM
+
+common=(--config-file="$conf" "--cluster.servers=$servers"
+        "--cluster.workers=$workers" "$@")
+
+"$bin" --role=scheduler "${common[@]}" >"$logs/scheduler.log" 2>&1 &
+pids+=($!)
+echo "scheduler pid $! (log $logs/scheduler.log)"
+port=
+for _ in $(seq 100); do
+  port=$(sed -n 's/.*scheduler listening on [^:]*:\([0-9]*\).*/\1/p' \
+         "$logs/scheduler.log")
+  [ -n "$port" ] && break
+  kill -0 "${pids[0]}" 2>/dev/null || break
+  sleep 0.1
+done
+if [ -z "$port" ]; then
+  echo "*** the scheduler did not start:" >&2
+  cat "$logs/scheduler.log" >&2
+  exit 1
+fi
+echo "scheduler listening on port $port"
+
+for i in $(seq 0 $((servers - 1))); do
+  "$bin" --role=server --scheduler-port="$port" "${common[@]}" \
+    >"$logs/server-$i.log" 2>&1 &
+  pids+=($!)
+  echo "server pid $! (log $logs/server-$i.log)"
+done
+
+worker_pids=()
+for i in $(seq 0 $((workers - 1))); do
+  "$bin" --role=worker --scheduler-port="$port" "${common[@]}" \
+    >"$logs/worker-$i.log" 2>&1 &
+  pids+=($!)
+  worker_pids+=($!)
+  echo "worker pid $! (log $logs/worker-$i.log)"
+done
+
+# Show the first worker's progress as it happens.
+tail -n +1 -f "$logs/worker-0.log" --pid="${worker_pids[0]}" &
+pids+=($!)
+
+failed=0
+for i in "${!worker_pids[@]}"; do
+  if ! wait "${worker_pids[$i]}"; then
+    echo "*** worker $i failed; its log:" >&2
+    tail -n 20 "$logs/worker-$i.log" >&2
+    failed=1
+  fi
+done
+wait "${pids[-1]}" 2>/dev/null || true
+for i in $(seq 1 $((workers - 1))); do
+  grep -v ' INFO ' "$logs/worker-$i.log" || true
+done
+echo "logs in $logs"
+exit $failed
