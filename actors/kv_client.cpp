@@ -21,6 +21,19 @@
 
 namespace troupe {
 
+/// One operation spread over several servers: the first error wins.
+struct kv_gather {
+  caf::response_promise rp;
+  size_t pending = 0;
+  bool failed = false;
+  void fail(caf::error err) {
+    if (!failed) {
+      failed = true;
+      rp.deliver(std::move(err));
+    }
+  }
+};
+
 namespace {
 
 using self_ptr = kv_client_actor*;
@@ -58,6 +71,8 @@ template <class F> void when_ready(self_ptr self, F fn) {
 
 void connect(self_ptr self, const node_info& n) {
   ++self->state.connecting;
+  TROUPE_LOG(debug, who(self), "connecting to server ", n.rank, " at ", n.host,
+             ":", n.port);
   auto mm = self->home_system().middleman().actor_handle();
   auto rank = n.rank;
   self->request(mm, timeout_of(self), caf::connect_atom_v, n.host, n.port)
@@ -108,19 +123,17 @@ void apply_view(self_ptr self, cluster_view v) { // 3
 
 // -- scatter/gather -----------------------------------------------------------
 
-/// One operation spread over several servers: the first error wins.
-struct gather {
-  caf::response_promise rp;
-  size_t pending = 0;
-  bool failed = false;
-  void fail(caf::error err) {
-    if (!failed) {
-      failed = true;
-      rp.deliver(std::move(err));
-    }
-  }
-};
+using gather = kv_gather;
 using gather_ptr = std::shared_ptr<gather>;
+
+/// Remembers that `g` waits on server `rank`; forgets finished operations.
+void track(self_ptr self, uint32_t rank, const gather_ptr& g) {
+  auto& xs = self->state.inflight;
+  xs.erase(std::remove_if(xs.begin(), xs.end(),
+                          [](const auto& x) { return x.second.expired(); }),
+           xs.end());
+  xs.emplace_back(rank, g);
+}
 using reply_fn = std::function<caf::error(const frame&)>;
 
 /// Sends (atom, frame) to each listed server; `on_reply` digests each
@@ -141,6 +154,7 @@ void scatter(self_ptr self, Atom atom, gather_ptr g,
       return;
     }
     auto r = rank;
+    track(self, r, g);
     self->request(h->second, timeout_of(self), atom, std::move(f))
         .then(
             [g, on_reply, done](const frame& reply) {
@@ -328,6 +342,7 @@ void do_init(self_ptr self, arrays xs, caf::response_promise rp) {
   }
   auto g = std::make_shared<gather>();
   g->rp = rp;
+  TROUPE_LOG(debug, who(self), "declaring ", keys.size(), " arrays");
   self->request(self->state.scheduler, timeout_of(self), declare_atom_v,
                 encode(req))
       .then(
@@ -382,8 +397,13 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
   }
   for (auto i = st.servers.begin(); i != st.servers.end(); ++i)
     if (i->second.address() == dm.source) {
-      TROUPE_LOG(warning, who(self), "server ", i->first, " down");
+      auto rank = i->first;
+      TROUPE_LOG(warning, who(self), "server ", rank, " down");
       st.servers.erase(i);
+      // A request to a dead node never completes: fail its operations now.
+      for (auto& [r, weak] : st.inflight)
+        if (auto g = weak.lock(); g && r == rank)
+          g->fail(caf::make_error(errc::peer_down, "server", rank));
       return;
     }
 }

@@ -19,12 +19,15 @@
 //   connecting -2-> ready      2: every server of the view connected
 //   ready -3-> connecting      3: newer view with new servers
 //   any -4-> stopped           4: scheduler down, or registration failed
-//   A server down or silent fails the requests to it within
-//   kv.request-timeout-ms (errc::timeout); the view decides what follows.
+//   A server down fails the operations waiting on it at once
+//   (errc::peer_down); a silent one within kv.request-timeout-ms
+//   (errc::timeout); the view decides what follows.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include <caf/actor.hpp>
@@ -38,6 +41,9 @@
 
 namespace troupe {
 
+/// One operation spread over several servers (defined in kv_client.cpp).
+struct kv_gather;
+
 struct kv_client_state {
   static inline const char* name = "kv-client";
   kv_settings cfg;
@@ -50,6 +56,8 @@ struct kv_client_state {
   std::map<uint32_t, caf::actor> servers;
   size_t connecting = 0;
   std::vector<std::function<void()>> waiting; // ops until ready
+  // Operations waiting on a server, failed at once if it goes down.
+  std::vector<std::pair<uint32_t, std::weak_ptr<kv_gather>>> inflight;
 };
 
 using kv_client_actor = caf::stateful_actor<kv_client_state>;

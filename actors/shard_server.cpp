@@ -197,7 +197,9 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
         init_request req;
         if (decode_or_reject(self, f, req, rp))
           when_epoch(self, req.epoch,
-                     [self, req, rp]() mutable { handle_init(self, req, rp); });
+                     [self, req = std::move(req), rp]() mutable {
+                       handle_init(self, req, rp);
+                     });
         return rp;
       },
       [self](push_atom, const frame& f) {
@@ -205,16 +207,19 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
         push_request req;
         if (decode_or_reject(self, f, req, rp))
           when_epoch(self, req.epoch,
-                     [self, req, rp]() mutable { handle_push(self, req, rp); });
+                     [self, req = std::move(req), rp]() mutable {
+                       handle_push(self, req, rp);
+                     });
         return rp;
       },
       [self](pull_atom, const frame& f) {
         auto rp = self->make_response_promise();
         pull_request req;
         if (decode_or_reject(self, f, req, rp))
-          when_epoch(self, req.epoch, [self, req, rp]() mutable {
-            handle_pull(self, std::move(req), rp);
-          });
+          when_epoch(self, req.epoch,
+                     [self, req = std::move(req), rp]() mutable {
+                       handle_pull(self, std::move(req), rp);
+                     });
         return rp;
       },
   };

@@ -1,1 +1,500 @@
-int main(){}
+// kv_throughput: push+pull GB/s and small-key ops/s of troupe's kv store as
+// the one worker of real troupe-node servers on loopback, set against plain
+// TCP. Over 400 lines: it also starts and reaps the cluster and measures TCP.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <iostream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/kv.hpp"
+#include "actors/node_config.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+using namespace troupe;
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+const char* usage =
+    "usage: kv_throughput [--servers=N] [--mode=async|sync] [--seconds=S]"
+    " [--node=PATH]\n"
+    "  --servers  troupe-node servers to start, 1..64 (default 1)\n"
+    "  --mode     consistency mode of the servers (default async)\n"
+    "  --seconds  timed transfer per row, 0 < S <= 60 (default 0.5)\n"
+    "  --node     troupe-node binary (default: beside this program, then in"
+    " its parent dir)\n";
+
+struct options {
+  uint32_t servers = 1;
+  std::string mode = "async";
+  double seconds = 0.5;
+  std::string node;
+};
+
+double since(steady::time_point t0) {
+  return std::chrono::duration<double>(steady::now() - t0).count();
+}
+
+caf::error sys_error(const char* what) {
+  return caf::make_error(errc::not_connected, what, std::strerror(errno));
+}
+
+/// Prints `*** what failed: why` (a bad_shape is a failed check); returns 1.
+int fail(const char* what, const caf::error& err) {
+  std::cerr << "*** " << (err == errc::bad_shape ? "check" : what)
+            << " failed: " << describe(err) << '\n';
+  return 1;
+}
+
+/// Reads `--name=value` flags into `opt`; returns an error line, or "".
+std::string parse_flags(const std::vector<std::string>& args, options& opt) {
+  for (auto& a : args) {
+    auto eq = std::min(a.find('='), a.size());
+    auto name = a.substr(0, eq);
+    auto value = a.substr(std::min(eq + 1, a.size()));
+    char* end = nullptr;
+    if (name == "--servers") {
+      auto n = std::strtoul(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || n < 1 || n > 64)
+        return "--servers must be 1..64, got '" + value + "'";
+      opt.servers = static_cast<uint32_t>(n);
+    } else if (name == "--seconds") {
+      opt.seconds = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(opt.seconds > 0) ||
+          opt.seconds > 60)
+        return "--seconds must be in (0, 60], got '" + value + "'";
+    } else if (name == "--mode") {
+      if (value != "async" && value != "sync")
+        return "--mode must be async or sync, got '" + value + "'";
+      opt.mode = value;
+    } else if (name == "--node") {
+      if (::access(value.c_str(), X_OK) != 0)
+        return "--node: no executable at '" + value + "'";
+      opt.node = value;
+    } else {
+      return "unknown flag '" + a + "' (see --help)";
+    }
+  }
+  return "";
+}
+
+/// The troupe-node beside this program, else the one in its parent dir.
+caf::expected<std::string> default_node_path() {
+  char buf[4096];
+  auto n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0)
+    return sys_error("reading /proc/self/exe");
+  std::string dir{buf, static_cast<size_t>(n)};
+  dir.erase(dir.rfind('/'));
+  for (auto& path : {dir + "/troupe-node", dir + "/../troupe-node"})
+    if (::access(path.c_str(), X_OK) == 0)
+      return path;
+  return caf::make_error(errc::bad_file, "no troupe-node in", dir,
+                         "nor its parent; pass --node=PATH");
+}
+
+/// GB/s through one loopback TCP connection: a writer thread sends 4 MiB
+/// buffers for `seconds`, this thread reads until the writer shuts down.
+caf::expected<double> tcp_loopback_gbps(double seconds) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  auto sa = reinterpret_cast<sockaddr*>(&addr);
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int wfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int rfd = -1;
+  if (lfd >= 0 && wfd >= 0 && ::bind(lfd, sa, len) == 0 &&
+      ::listen(lfd, 1) == 0 && ::getsockname(lfd, sa, &len) == 0 &&
+      ::connect(wfd, sa, len) == 0)
+    rfd = ::accept(lfd, nullptr, nullptr);
+  auto err = rfd < 0 ? sys_error("connecting on loopback") : caf::error{};
+  ::close(lfd);
+  if (err) {
+    ::close(wfd);
+    return err;
+  }
+  auto t0 = steady::now();
+  std::thread writer{[wfd, seconds, t0] {
+    std::vector<char> buf(4u << 20, 'x');
+    for (ssize_t n = 0; n >= 0 && since(t0) < seconds;)
+      for (size_t off = 0; n >= 0 && off < buf.size(); off += n)
+        n = ::write(wfd, buf.data() + off, buf.size() - off);
+    ::shutdown(wfd, SHUT_WR);
+  }};
+  std::vector<char> buf(4u << 20);
+  uint64_t bytes = 0;
+  for (ssize_t n; (n = ::read(rfd, buf.data(), buf.size())) > 0;)
+    bytes += static_cast<uint64_t>(n);
+  auto secs = since(t0);
+  writer.join();
+  ::close(rfd);
+  ::close(wfd);
+  return bytes / secs / 1e9;
+}
+
+// -- troupe-node processes ----------------------------------------------------
+
+/// Child processes; on every path out of scope each gets SIGTERM, then
+/// SIGKILL if it is still there after 2 s, and is reaped.
+struct node_group {
+  std::vector<pid_t> pids;
+
+  ~node_group() {
+    for (auto pid : pids)
+      ::kill(pid, SIGTERM);
+    auto t0 = steady::now();
+    for (auto pid : pids) {
+      int status = 0;
+      pid_t r;
+      while ((r = ::waitpid(pid, &status, WNOHANG)) == 0 && since(t0) < 2)
+        std::this_thread::sleep_for(std::chrono::milliseconds{5});
+      if (r == 0 && ::kill(pid, SIGKILL) == 0)
+        ::waitpid(pid, &status, 0);
+    }
+  }
+
+  /// Runs `path args...` and waits up to 10 s for its stdout line
+  /// "troupe-node: ROLE listening on HOST:PORT (pid N)"; returns PORT.
+  caf::expected<uint16_t> start(const std::string& path,
+                                std::vector<std::string> args) {
+    // stdout is a memory file: unlike a pipe it never fills up or breaks.
+    int fd = ::memfd_create("troupe-node-stdout", MFD_CLOEXEC);
+    if (fd < 0)
+      return sys_error("memfd_create");
+    args.insert(args.begin(), path);
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL); // no orphans if we get killed
+      ::dup2(fd, STDOUT_FILENO);
+      ::execv(path.c_str(), argv.data());
+      ::_exit(127);
+    }
+    if (pid > 0)
+      pids.push_back(pid);
+    auto port = pid > 0 ? await_port(pid, fd) : sys_error("fork");
+    ::close(fd);
+    return port;
+  }
+
+  /// Polls the stdout of `pid` for its port, and `pid` for an early exit.
+  caf::expected<uint16_t> await_port(pid_t pid, int fd) {
+    for (auto t0 = steady::now(); since(t0) < 10;) {
+      char buf[4096];
+      auto n = std::max(::pread(fd, buf, sizeof(buf), 0), ssize_t{0});
+      std::string out{buf, static_cast<size_t>(n)};
+      auto at = out.find(" listening on ");
+      auto end = out.find(" (pid", at);
+      if (at != std::string::npos && end != std::string::npos)
+        return static_cast<uint16_t>(
+            std::stoul(out.substr(out.rfind(':', end) + 1)));
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        pids.pop_back();
+        return caf::make_error(errc::peer_down,
+                               "troupe-node exited before"
+                               " it listened, wait status",
+                               status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds{10});
+    }
+    return caf::make_error(errc::timeout, "troupe-node did not listen in 10 s");
+  }
+};
+
+/// Starts a scheduler for one worker, then `opt.servers` servers; returns
+/// the scheduler's port.
+caf::expected<uint16_t> start_cluster(node_group& nodes, const options& opt) {
+  // error level: a warning after our JSON line would end the output.
+  auto port = nodes.start(
+      opt.node, {"--role=scheduler", "--scheduler-port=0", "--log-level=error",
+                 "--cluster.servers=" + std::to_string(opt.servers),
+                 "--cluster.workers=1"});
+  for (uint32_t i = 0; port && i < opt.servers; ++i)
+    if (auto p =
+            nodes.start(opt.node, {"--role=server", "--log-level=error",
+                                   "--scheduler-port=" + std::to_string(*port),
+                                   "--server.mode=" + opt.mode});
+        !p)
+      return p.error();
+  return port;
+}
+
+// -- measurements -------------------------------------------------------------
+
+/// The one worker's bookkeeping: the clock of its next push (one sequence
+/// for all keys) and, per key, how many pushes of ones it sent.
+struct session {
+  caf::actor_system& sys;
+  kv& store;
+  std::chrono::milliseconds timeout; // per pipelined request
+  uint64_t next_clock = 0;
+  std::map<uint64_t, float> pushed = {};
+};
+
+/// `{key, values}` as the one array of a push, with a single copy of values.
+std::vector<named_array> one_array(uint64_t key,
+                                   const std::vector<float>& values) {
+  std::vector<named_array> xs(1);
+  xs[0].key = key;
+  xs[0].values = values;
+  return xs;
+}
+
+/// Ok if `got` is the one array `key` of `floats` values, all `expect`.
+caf::error check_values(const std::vector<named_array>& got, uint64_t key,
+                        size_t floats, float expect) {
+  if (got.size() != 1 || got[0].key != key || got[0].values.size() != floats)
+    return caf::make_error(errc::bad_shape, "pulled other arrays than key", key,
+                           "of size", uint64_t{floats});
+  auto& v = got[0].values;
+  auto i = std::find_if(v.begin(), v.end(),
+                        [expect](float x) { return x != expect; });
+  if (i != v.end())
+    return caf::make_error(errc::bad_shape, "key", key, "element",
+                           static_cast<uint64_t>(i - v.begin()), "is",
+                           double{*i}, "expected", double{expect});
+  return caf::none;
+}
+
+/// Declares keys 1, 2, ... of `floats[i]` zeros; checks zeros come back.
+caf::error init_keys(session& s, const std::vector<size_t>& floats) {
+  std::vector<named_array> xs;
+  for (size_t i = 0; i < floats.size(); ++i)
+    xs.push_back(named_array{i + 1, std::vector<float>(floats[i])});
+  auto got = s.store.init(xs);
+  if (!got)
+    return std::move(got.error());
+  if (got->size() != xs.size())
+    return caf::make_error(errc::bad_shape, "init returned other keys");
+  for (size_t i = 0; i < xs.size(); ++i)
+    if (auto err = check_values({(*got)[i]}, i + 1, floats[i], 0.0f))
+      return err;
+  return caf::none;
+}
+
+/// Pushes ones to `key` at the next clock, then pulls at the clock after
+/// (readable then in sync and async mode); checks the pull and returns
+/// the seconds that push and pull took.
+caf::expected<double> push_pull_once(session& s, uint64_t key,
+                                     const std::vector<float>& ones) {
+  auto xs = one_array(key, ones); // the caller's copy, not timed
+  auto t0 = steady::now();
+  auto acked = s.store.push(s.next_clock++, std::move(xs));
+  if (!acked)
+    return std::move(acked.error());
+  auto got = s.store.pull(s.next_clock, {key});
+  auto secs = since(t0);
+  if (!got)
+    return std::move(got.error());
+  if (auto err = check_values(*got, key, ones.size(), ++s.pushed[key]))
+    return err;
+  return secs;
+}
+
+struct row_result {
+  size_t bytes;
+  uint64_t rounds;
+  double seconds; // in push and pull, checks excluded
+  double gbps() const { return 2.0 * bytes * rounds / seconds / 1e9; }
+};
+
+/// Push+pull rounds of `key` (`floats` long) one at a time, after one
+/// warm-up round, until `seconds` of transfer and at least 3 rounds.
+caf::expected<row_result> run_row(session& s, uint64_t key, size_t floats,
+                                  double seconds) {
+  std::vector<float> ones(floats, 1.0f);
+  row_result out{floats * sizeof(float), 0, 0.0};
+  for (int round = -1; out.seconds < seconds || out.rounds < 3; ++round) {
+    auto secs = push_pull_once(s, key, ones);
+    if (!secs)
+      return std::move(secs.error());
+    out.seconds += round >= 0 ? *secs : 0.0;
+    out.rounds += round >= 0 ? 1 : 0;
+  }
+  return out;
+}
+
+/// A request in flight: a push (expect < 0) or a pull whose values must
+/// all be `expect`.
+struct pending {
+  caf::response_handle<caf::blocking_actor, caf::message, true> reply;
+  float expect;
+};
+
+/// Sends the next push or pull of `key` without waiting. A pull asks at the
+/// clock after the last push and reaches each server after it (sends are
+/// ordered), so it reads exactly the pushes sent so far.
+pending send_next(caf::scoped_actor& self, session& s, uint64_t key,
+                  const std::vector<float>& ones, bool push) {
+  if (!push)
+    return {self->request(s.store.handle(), s.timeout, pull_atom_v,
+                          s.next_clock, std::vector<uint64_t>{key}),
+            s.pushed[key]};
+  s.pushed[key] += 1;
+  return {self->request(s.store.handle(), s.timeout, push_atom_v,
+                        s.next_clock++, one_array(key, ones)),
+          -1.0f};
+}
+
+/// Waits for the reply to `p` and checks it.
+caf::error await_reply(pending& p, uint64_t key, size_t floats) {
+  caf::error err;
+  auto on_error = [&err](caf::error& x) { err = std::move(x); };
+  if (p.expect < 0)
+    p.reply.receive([](uint64_t) {}, on_error);
+  else
+    p.reply.receive(
+        [&err, &p, key, floats](std::vector<named_array>& got) {
+          err = check_values(got, key, floats, p.expect);
+        },
+        on_error);
+  return err;
+}
+
+/// Push+pull pairs of `key` per second with `depth` requests in flight
+/// (pushes and pulls alternate) for about `seconds`.
+caf::expected<double> pipelined_ops(session& s, uint64_t key, size_t floats,
+                                    size_t depth, double seconds) {
+  caf::scoped_actor self{s.sys};
+  std::vector<float> ones(floats, 1.0f);
+  std::deque<pending> in_flight;
+  uint64_t pairs = 0;
+  bool push = true;
+  auto t0 = steady::now();
+  for (;;) {
+    bool more = since(t0) < seconds || pairs < 3;
+    for (; more && in_flight.size() < depth; push = !push)
+      in_flight.push_back(send_next(self, s, key, ones, push));
+    if (in_flight.empty())
+      break;
+    if (auto err = await_reply(in_flight.front(), key, floats))
+      return err;
+    pairs += in_flight.front().expect >= 0 ? 1 : 0;
+    in_flight.pop_front();
+  }
+  return pairs / since(t0);
+}
+
+// -- report -------------------------------------------------------------------
+
+/// Prints the table, then one line of JSON with every figure.
+void print_report(const options& opt, double tcp,
+                  const std::vector<row_result>& rows, size_t small_floats,
+                  double ops_1, double ops_8) {
+  std::printf("troupe kv: 1 worker (this process), %u server(s), %s mode\n"
+              "plain TCP on loopback: %.2f GB/s (the \"vs TCP\" limit)\n\n"
+              "push+pull of one key  rounds  seconds  GB/s both ways  vs TCP\n",
+              opt.servers, opt.mode.c_str(), tcp);
+  std::string json;
+  for (auto& r : rows) {
+    bool mib = r.bytes >= (1u << 20);
+    std::printf("%16zu %s %7llu %8.3f %15.2f %7.3f\n",
+                r.bytes >> (mib ? 20 : 10), mib ? "MiB" : "KiB",
+                static_cast<unsigned long long>(r.rounds), r.seconds, r.gbps(),
+                r.gbps() / tcp);
+    char buf[128];
+    std::snprintf(buf, sizeof(buf),
+                  "%s{\"bytes\":%zu,\"gbps\":%.4f,\"ratio_to_tcp\":%.4f}",
+                  json.empty() ? "" : ",", r.bytes, r.gbps(), r.gbps() / tcp);
+    json += buf;
+  }
+  std::printf("\nsmall key (%zu floats), push+pull pairs per second:\n"
+              "  1 in flight %9.0f\n  8 in flight %9.0f\n\n",
+              small_floats, ops_1, ops_8);
+  std::printf("{\"tcp_loopback_gbps\":%.4f,\"rows\":[%s],"
+              "\"small_ops_per_s_1\":%.1f,\"small_ops_per_s_8\":%.1f,"
+              "\"servers\":%u,\"mode\":\"%s\"}\n",
+              tcp, json.c_str(), ops_1, ops_8, opt.servers, opt.mode.c_str());
+}
+
+/// Runs every measurement as the cluster's one worker, then reports.
+int run_benchmark(caf::actor_system& sys, const kv_settings& cfg, uint16_t port,
+                  const options& opt, double tcp) {
+  // Keys 1-4: 4 KiB, 256 KiB, 4 MiB, 16 MiB; key 5: the small key.
+  const std::vector<size_t> floats{1u << 10, 1u << 16, 1u << 20, 1u << 22, 16};
+  const uint64_t small_key = floats.size();
+  auto sched = connect_scheduler(sys, "127.0.0.1", port, 10000);
+  if (!sched)
+    return fail("connecting to the scheduler", sched.error());
+  kv store{sys, *sched, cfg};
+  // Our timeout only guards against a lost client, as in kv.cpp.
+  session s{sys, store, std::chrono::milliseconds{cfg.request_timeout_ms} * 4};
+  if (auto err = init_keys(s, floats))
+    return fail("init", err);
+  std::vector<row_result> rows;
+  for (uint64_t key = 1; key < small_key; ++key) {
+    auto r = run_row(s, key, floats[key - 1], opt.seconds);
+    if (!r)
+      return fail("push+pull", r.error());
+    rows.push_back(*r);
+  }
+  auto one = run_row(s, small_key, floats.back(), opt.seconds);
+  if (!one)
+    return fail("small push+pull", one.error());
+  auto eight = pipelined_ops(s, small_key, floats.back(), 8, opt.seconds);
+  if (!eight)
+    return fail("pipelined push+pull", eight.error());
+  print_report(opt, tcp, rows, floats.back(), one->rounds / one->seconds,
+               *eight);
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (std::count(args.begin(), args.end(), "--help") != 0) {
+    std::cout << usage;
+    return 0;
+  }
+  options opt;
+  if (auto msg = parse_flags(args, opt); !msg.empty()) {
+    std::cerr << "*** reading flags failed: " << msg << '\n';
+    return 2;
+  }
+  auto node = opt.node.empty() ? default_node_path() : opt.node;
+  if (!node)
+    return fail("finding troupe-node", node.error());
+  opt.node = *node;
+  auto tcp = tcp_loopback_gbps(opt.seconds);
+  if (!tcp)
+    return fail("measuring loopback TCP", tcp.error());
+  node_group nodes; // declared before sys, so stopped after sys shut down
+  auto port = start_cluster(nodes, opt);
+  if (!port)
+    return fail("starting troupe-node", port.error());
+  node_config cfg;
+  cfg.load<caf::io::middleman>();
+  cfg.kv.request_timeout_ms = 30000;
+  cfg.log_level = "warning";
+  if (auto err = cfg.finish())
+    return fail("checking the config", err);
+  caf::actor_system sys{cfg};
+  return run_benchmark(sys, cfg.kv, *port, opt, *tcp);
+}

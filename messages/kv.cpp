@@ -48,9 +48,13 @@ caf::error read_slices(capnp::List<schema::Slice>::Reader in,
                              "slice bytes not a multiple of 4", s.getKey(),
                              s.getIndex());
     xs[i].id = slice_id{s.getKey(), s.getIndex()};
-    xs[i].values.resize(data.size() / sizeof(float));
-    if (data.size() > 0)
+    auto first = reinterpret_cast<const float*>(data.begin());
+    if (reinterpret_cast<uintptr_t>(first) % alignof(float) == 0) {
+      xs[i].values.assign(first, first + data.size() / sizeof(float));
+    } else {  // Data is only byte-aligned in principle
+      xs[i].values.resize(data.size() / sizeof(float));
       std::memcpy(xs[i].values.data(), data.begin(), data.size());
+    }
   }
   return caf::none;
 }
