@@ -259,53 +259,77 @@ void do_push(self_ptr self, uint64_t clock, const arrays& xs,
 
 // -- pull -------------------------------------------------------------------
 
+/// Pull requests for every slice of `out`, at least one per owning server,
+/// cut so that no reply exceeds the message bound.
+std::vector<std::pair<uint32_t, frame>>
+pull_messages(self_ptr self, const arrays& out, uint64_t clock) {
+  std::map<uint32_t, std::vector<std::pair<slice_id, size_t>>> by_server;
+  auto bound = self->state.view.slice_floats;
+  for (auto& a : out)
+    for (uint32_t i = 0; i < slice_count(a.values.size(), bound); ++i) {
+      auto r = slice_range(a.values.size(), bound, i);
+      by_server[self->state.owner.at(slice_id{a.key, i})].emplace_back(
+          slice_id{a.key, i}, (r.second - r.first) * sizeof(float));
+    }
+  std::vector<std::pair<uint32_t, frame>> msgs;
+  for (auto& [rank, slices] : by_server) {
+    pull_request req{self->state.rank, clock, self->state.view.epoch, {}};
+    size_t bytes = 0;
+    for (auto& [id, n] : slices) {
+      if (!req.slices.empty() &&
+          bytes + n > self->state.cfg.max_message_bytes) {
+        msgs.emplace_back(rank, encode(req));
+        req.slices.clear();
+        bytes = 0;
+      }
+      req.slices.push_back(id);
+      bytes += n;
+    }
+    msgs.emplace_back(rank, encode(req));
+  }
+  return msgs;
+}
+
+/// Copies the slices of a PullReply into the arrays of `out`.
+caf::error copy_reply(const frame& f, arrays& out,
+                      const std::map<uint64_t, size_t>& index_of,
+                      uint32_t bound) {
+  pull_reply r;
+  if (auto err = decode(f, r))
+    return err;
+  for (auto& s : r.slices) {
+    auto i = index_of.find(s.id.key);
+    if (i == index_of.end())
+      return caf::make_error(errc::malformed_message, "unasked slice");
+    auto& dst = out[i->second].values;
+    auto range = slice_range(dst.size(), bound, s.id.index);
+    if (s.values.size() != range.second - range.first)
+      return caf::make_error(errc::bad_shape, s.id.key, s.id.index);
+    std::copy(s.values.begin(), s.values.end(), dst.begin() + range.first);
+  }
+  return caf::none;
+}
+
 void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
              caf::response_promise rp) {
   auto out = std::make_shared<arrays>();
+  std::map<uint64_t, size_t> index_of;
   for (auto k : keys) {
     auto i = self->state.sizes.find(k);
     if (i == self->state.sizes.end()) {
       rp.deliver(caf::make_error(errc::unknown_key, k));
       return;
     }
+    index_of[k] = out->size();
     out->push_back(named_array{k, std::vector<float>(i->second)});
-  }
-  std::map<uint64_t, size_t> index_of;
-  for (size_t i = 0; i < keys.size(); ++i)
-    index_of[keys[i]] = i;
-  std::map<uint32_t, pull_request> reqs;
-  auto bound = self->state.view.slice_floats;
-  for (auto& a : *out)
-    for (uint32_t i = 0; i < slice_count(a.values.size(), bound); ++i)
-      reqs[self->state.owner.at(slice_id{a.key, i})].slices.push_back(
-          slice_id{a.key, i});
-  std::vector<std::pair<uint32_t, frame>> msgs;
-  for (auto& [rank, req] : reqs) {
-    req.worker = self->state.rank;
-    req.clock = clock;
-    req.epoch = self->state.view.epoch;
-    msgs.emplace_back(rank, encode(req));
   }
   auto g = std::make_shared<gather>();
   g->rp = rp;
+  auto bound = self->state.view.slice_floats;
   scatter(
-      self, pull_atom_v, g, std::move(msgs),
+      self, pull_atom_v, g, pull_messages(self, *out, clock),
       [out, index_of, bound](const frame& f) {
-        pull_reply r;
-        if (auto err = decode(f, r))
-          return err;
-        for (auto& s : r.slices) {
-          auto i = index_of.find(s.id.key);
-          if (i == index_of.end())
-            return caf::make_error(errc::malformed_message, "unasked slice");
-          auto& dst = (*out)[i->second].values;
-          auto range = slice_range(dst.size(), bound, s.id.index);
-          if (s.values.size() != range.second - range.first)
-            return caf::make_error(errc::bad_shape, s.id.key, s.id.index);
-          std::copy(s.values.begin(), s.values.end(),
-                    dst.begin() + range.first);
-        }
-        return caf::error{};
+        return copy_reply(f, *out, index_of, bound);
       },
       [g, out] { g->rp.deliver(std::move(*out)); });
 }
@@ -321,9 +345,10 @@ void send_inits(self_ptr self, const arrays& xs,
       own.push_back(x);
   std::vector<std::pair<uint32_t, frame>> msgs;
   for (auto& [rank, slices] : slices_by_server(self, own))
-    msgs.emplace_back(
-        rank, encode(init_request{self->state.rank, self->state.view.epoch,
-                                  std::move(slices)}));
+    for (auto& part : cut_parts(self, std::move(slices)))
+      msgs.emplace_back(
+          rank, encode(init_request{self->state.rank, self->state.view.epoch,
+                                    std::move(part)}));
   scatter(
       self, init_atom_v, g, std::move(msgs),
       [](const frame& f) {
