@@ -80,6 +80,8 @@ void connect(self_ptr self, const node_info& n) {
           [self, rank](const caf::node_id&, caf::strong_actor_ptr& ptr,
                        const std::set<std::string>&) {
             --self->state.connecting;
+            TROUPE_LOG(debug, who(self), "connected to server ", rank,
+                       ptr ? "" : " (no actor)");
             if (ptr) {
               auto h = caf::actor_cast<caf::actor>(ptr);
               self->monitor(h);
@@ -95,6 +97,8 @@ void connect(self_ptr self, const node_info& n) {
             flush_waiting(self);
           });
 }
+
+void fail_inflight(self_ptr self, uint32_t rank);
 
 void apply_view(self_ptr self, cluster_view v) { // 3
   auto& st = self->state;
@@ -116,6 +120,11 @@ void apply_view(self_ptr self, cluster_view v) { // 3
                           [&s](const node_info& o) { return o == s; }))
       connect(self, s);
   }
+  // A server that left the view will not answer: its operations fail now,
+  // whether or not our own monitor noticed.
+  for (auto& [rank, h] : st.servers)
+    if (kept.count(rank) == 0)
+      fail_inflight(self, rank);
   st.servers = std::move(kept);
   st.view = std::move(v);
   flush_waiting(self);
@@ -412,6 +421,13 @@ void join(self_ptr self) {
           });
 }
 
+/// A request to a dead node never completes: fail what waits on `rank`.
+void fail_inflight(self_ptr self, uint32_t rank) {
+  for (auto& [r, weak] : self->state.inflight)
+    if (auto g = weak.lock(); g && r == rank)
+      g->fail(caf::make_error(errc::peer_down, "server", rank));
+}
+
 void on_down(self_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
   if (dm.source == st.scheduler.address()) { // 4
@@ -425,10 +441,7 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
       auto rank = i->first;
       TROUPE_LOG(warning, who(self), "server ", rank, " down");
       st.servers.erase(i);
-      // A request to a dead node never completes: fail its operations now.
-      for (auto& [r, weak] : st.inflight)
-        if (auto g = weak.lock(); g && r == rank)
-          g->fail(caf::make_error(errc::peer_down, "server", rank));
+      fail_inflight(self, rank);
       return;
     }
 }

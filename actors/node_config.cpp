@@ -43,7 +43,29 @@ node_config::node_config() {
            "give up on a reply after this long (ms, > 0)")
       .add(kv.max_message_bytes, "max-message-bytes",
            "cut pushes into parts above this size (bytes)");
+  opt_group{custom_options_, "optimizer"}
+      .add(optimizer.name, "name", "sum | sgd | momentum | nesterov | adam")
+      .add(optimizer.lr, "lr", "step size")
+      .add(optimizer.momentum, "momentum", "momentum of momentum, nesterov")
+      .add(optimizer.weight_decay, "weight-decay", "weight decay, 0 = off")
+      .add(optimizer.beta1, "beta1", "adam first-moment decay")
+      .add(optimizer.beta2, "beta2", "adam second-moment decay")
+      .add(optimizer.eps, "eps", "adam epsilon")
+      .add(optimizer.lr_decay_steps, "lr-decay-steps",
+           "multiply lr by lr-decay every this many updates, 0 = never")
+      .add(optimizer.lr_decay, "lr-decay", "lr schedule factor in (0, 1]");
+  opt_group{custom_options_, "train"}
+      .add(train.model, "model", "model spec, e.g. mlp:784-256-128-10")
+      .add(train.epochs, "epochs", "passes over the training set")
+      .add(train.batch, "batch", "samples per step and worker")
+      .add(train.seed, "seed", "seed of initialisation and shuffling")
+      .add(train.data_dir, "data-dir", "folder of the Fashion-MNIST files")
+      .add(train.metrics_file, "metrics-file",
+           "JSON-lines metrics, \"\" = none")
+      .add(train.eval_samples, "eval-samples",
+           "test images per epoch, 0 = all");
   opt_group{custom_options_, "worker"}
+      .add(workload.task, "task", "train | counter")
       .add(workload.steps, "steps", "clocks the built-in workload runs")
       .add(workload.keys, "keys", "arrays the built-in workload uses")
       .add(workload.key_floats, "key-floats", "floats per array");
@@ -92,6 +114,15 @@ caf::error node_config::finish() {
   if (kv.max_message_bytes < (1u << 16))
     return caf::make_error(errc::invalid_config,
                            "--kv.max-message-bytes must be >= 65536");
+  if (auto err = validate(optimizer))
+    return err;
+  if (workload.task != "train" && workload.task != "counter")
+    return caf::make_error(errc::invalid_config,
+                           "--worker.task must be train or counter, got",
+                           workload.task);
+  if (train.epochs == 0 || train.batch == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--train.epochs and --train.batch must be > 0");
   if (workload.keys == 0 || workload.key_floats == 0)
     return caf::make_error(errc::invalid_config,
                            "--worker.keys and --worker.key-floats must be"

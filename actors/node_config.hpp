@@ -10,6 +10,7 @@
 
 #include "actors/consistency.hpp"
 #include "actors/placement.hpp"
+#include "actors/server_optimizer.hpp"
 #include "messages/membership.hpp"
 
 namespace troupe {
@@ -38,8 +39,28 @@ struct kv_settings {
   uint32_t max_message_bytes = 16u << 20;
 };
 
+/// Settings of the built-in trainer worker (INI group "train").
+struct train_settings {
+  /// Model spec. Default mlp:784-256-128-10.
+  std::string model = "mlp:784-256-128-10";
+  /// Passes over the training set. Default 10.
+  uint32_t epochs = 10;
+  /// Samples per step and worker. Default 64.
+  uint32_t batch = 64;
+  /// Seed of initialisation and shuffling. Default 1.
+  uint64_t seed = 1;
+  /// Folder of the IDX files. Default Debian's dataset-fashion-mnist.
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  /// JSON-lines metrics file written by rank 0; "" = none.
+  std::string metrics_file;
+  /// Test images evaluated after each epoch; 0 = all 10,000.
+  uint32_t eval_samples = 0;
+};
+
 /// Settings of the built-in worker workload (INI group "worker").
 struct workload_settings {
+  /// train (Fashion-MNIST) or counter (push/pull check). Default train.
+  std::string task = "train";
   /// Clocks to run. Default 20.
   uint32_t steps = 20;
   /// Arrays the workload pushes and pulls. Default 4.
@@ -68,6 +89,8 @@ struct node_config : caf::actor_system_config {
 
   scheduler_settings scheduler;
   server_settings server;
+  optimizer_settings optimizer;
+  train_settings train;
   kv_settings kv;
   workload_settings workload;
 

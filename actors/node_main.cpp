@@ -16,6 +16,7 @@
 #include "actors/node_config.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/shard_server.hpp"
+#include "actors/trainer.hpp"
 #include "actors/workload.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -65,7 +66,8 @@ int run_server(caf::actor_system& sys, const node_config& cfg) {
                                  cfg.kv.request_timeout_ms);
   if (!sched)
     return fail("connecting to the scheduler", sched.error());
-  auto srv = sys.spawn(shard_server, cfg.server, *sched, update_fn{add_update});
+  auto srv = sys.spawn(shard_server, cfg.server, *sched,
+                       make_update_fn(cfg.optimizer));
   auto port = sys.middleman().publish(srv, cfg.port, cfg.host.c_str(), true);
   if (!port) {
     anon_send_exit(srv, caf::exit_reason::user_shutdown);
@@ -81,7 +83,9 @@ int run_worker(caf::actor_system& sys, const node_config& cfg) {
                                  cfg.kv.request_timeout_ms);
   if (!sched)
     return fail("connecting to the scheduler", sched.error());
-  return run_counter_workload(sys, *sched, cfg);
+  if (cfg.workload.task == "counter")
+    return run_counter_workload(sys, *sched, cfg);
+  return run_training(sys, *sched, cfg);
 }
 
 } // namespace

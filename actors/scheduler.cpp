@@ -226,7 +226,7 @@ void on_down(self_ptr self, const caf::down_msg& dm) { // 1
   ms.erase(i);
   auto what = str(to_string(info.kind), " ", info.rank, " (pid ", info.pid,
                   ") left the cluster: ", self->system().render(dm.reason));
-  if (dm.reason == caf::exit_reason::user_shutdown)  // a normal exit
+  if (dm.reason == caf::exit_reason::user_shutdown) // a normal exit
     TROUPE_LOG(info, "scheduler", what);
   else
     TROUPE_LOG(warning, "scheduler", what);

@@ -24,6 +24,7 @@ logs=${TROUPE_LOGS:-$here/logs/$(date +%Y%m%d-%H%M%S)}
 [[ $servers =~ ^[1-9][0-9]*$ ]] || { echo "*** NUM_SERVERS must be >= 1" >&2; exit 2; }
 [[ $workers =~ ^[1-9][0-9]*$ ]] || { echo "*** NUM_WORKERS must be >= 1" >&2; exit 2; }
 mkdir -p "$logs"
+echo "logs in $logs"
 
 pids=()
 stop_all() {
@@ -34,7 +35,8 @@ trap stop_all EXIT
 trap 'echo "interrupted: stopping the cluster"; exit 130' INT TERM
 
 common=(--config-file="$conf" "--cluster.servers=$servers"
-        "--cluster.workers=$workers" "$@")
+        "--cluster.workers=$workers" "--train.metrics-file=$logs/metrics.jsonl"
+        "$@")
 
 "$bin" --role=scheduler "${common[@]}" >"$logs/scheduler.log" 2>&1 &
 pids+=($!)
@@ -61,18 +63,17 @@ for i in $(seq 0 $((servers - 1))); do
   echo "server pid $! (log $logs/server-$i.log)"
 done
 
+# Workers' output (progress; rank 0 reports) goes to the terminal and to
+# their log; their log lines go to the log only.
 worker_pids=()
 for i in $(seq 0 $((workers - 1))); do
+  log="$logs/worker-$i.log"
   "$bin" --role=worker --scheduler-port="$port" "${common[@]}" \
-    >"$logs/worker-$i.log" 2>&1 &
+    > >(tee -a "$log") 2>>"$log" &
   pids+=($!)
   worker_pids+=($!)
-  echo "worker pid $! (log $logs/worker-$i.log)"
+  echo "worker pid $! (log $log)"
 done
-
-# Show the first worker's progress as it happens.
-tail -n +1 -f "$logs/worker-0.log" --pid="${worker_pids[0]}" &
-pids+=($!)
 
 failed=0
 for i in "${!worker_pids[@]}"; do
@@ -82,9 +83,4 @@ for i in "${!worker_pids[@]}"; do
     failed=1
   fi
 done
-wait "${pids[-1]}" 2>/dev/null || true
-for i in $(seq 1 $((workers - 1))); do
-  grep -v ' INFO ' "$logs/worker-$i.log" || true
-done
-echo "logs in $logs"
 exit $failed

@@ -8,97 +8,16 @@
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/kv.hpp"
-#include "actors/log.hpp"
-#include "actors/scheduler.hpp"
-#include "actors/shard_server.hpp"
 #include "messages/errors.hpp"
 #include "messages/kv.hpp"
 #include "messages/type_ids.hpp"
+#include "tests/actors/local_cluster.hpp"
 
 using namespace troupe;
+using troupe::test::cluster;
 using namespace std::chrono_literals;
 
 namespace {
-
-/// A config with the middleman; TROUPE_TEST_LOG=debug shows troupe's log.
-std::unique_ptr<node_config> make_config() {
-  if (const char* lvl = std::getenv("TROUPE_TEST_LOG"))
-    set_log_level(lvl);
-  auto cfg = std::make_unique<node_config>();
-  cfg->load<caf::io::middleman>();
-  cfg->kv.request_timeout_ms = 10000;
-  return cfg;
-}
-
-/// A scheduler in system `a`, each shard server in a system of its own (a
-/// node of its own, as troupe-node runs them), workers (kv clients) in
-/// system `b`.
-struct cluster {
-  std::unique_ptr<node_config> cfg_a = make_config();
-  std::unique_ptr<node_config> cfg_b = make_config();
-  caf::actor_system a{*cfg_a};
-  caf::actor_system b{*cfg_b};
-  std::vector<std::unique_ptr<node_config>> server_cfgs;
-  std::vector<std::unique_ptr<caf::actor_system>> server_systems;
-  caf::scoped_actor self{b};
-  caf::actor sched;
-  std::vector<caf::actor> servers;
-  std::vector<uint16_t> server_ports;
-  std::vector<std::unique_ptr<kv>> workers;
-
-  cluster(const std::string& mode, uint32_t nservers, uint32_t nworkers,
-          uint32_t max_message_bytes = 16u << 20) {
-    scheduler_settings ss;
-    ss.servers = nservers;
-    ss.workers = nworkers;
-    ss.placement.slice_floats = 1000;
-    sched = a.spawn(scheduler, ss);
-    auto port = a.middleman().publish(sched, 0, "127.0.0.1");
-    BOOST_REQUIRE(port);
-    for (uint32_t i = 0; i < nservers; ++i)
-      start_server(mode, *port);
-    auto remote = connect_scheduler(b, "127.0.0.1", *port, 5000);
-    BOOST_REQUIRE(remote);
-    kv_settings ks;
-    ks.request_timeout_ms = 10000;
-    ks.max_message_bytes = max_message_bytes;
-    for (uint32_t i = 0; i < nworkers; ++i)
-      workers.push_back(std::make_unique<kv>(b, *remote, ks));
-  }
-
-  void start_server(const std::string& mode, uint16_t sched_port) {
-    server_cfgs.push_back(make_config());
-    server_systems.push_back(
-        std::make_unique<caf::actor_system>(*server_cfgs.back()));
-    auto& sys = *server_systems.back();
-    auto remote = connect_scheduler(sys, "127.0.0.1", sched_port, 5000);
-    BOOST_REQUIRE(remote);
-    server_settings sv{*parse_consistency(mode)};
-    auto s = sys.spawn(shard_server, sv, *remote, update_fn{add_update});
-    auto p = sys.middleman().publish(s, 0, "127.0.0.1");
-    BOOST_REQUIRE(p);
-    caf::anon_send(s, start_atom_v, std::string{"127.0.0.1"}, *p);
-    servers.push_back(s);
-    server_ports.push_back(*p);
-  }
-
-  ~cluster() {
-    workers.clear();
-    for (auto& s : servers)
-      caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(sched, caf::exit_reason::user_shutdown);
-  }
-
-  /// Worker with rank `r`.
-  kv& worker(uint32_t r) {
-    for (auto& w : workers)
-      if (w->view()->first == r)
-        return *w;
-    BOOST_FAIL("no worker of rank " << r);
-    return *workers.front();
-  }
-};
 
 std::vector<named_array> filled(uint64_t key, size_t n, float x) {
   return {named_array{key, std::vector<float>(n, x)}};
@@ -301,7 +220,7 @@ BOOST_AUTO_TEST_CASE(a_view_that_overtakes_the_register_reply_is_not_lost) {
   // A fake scheduler sends a newer view (slice on rank 1) before it
   // answers Register with rank 1 and an older view: the server must apply
   // the newer view with its real rank.
-  auto cfg = make_config();
+  auto cfg = troupe::test::make_config();
   caf::actor_system sys{*cfg};
   cluster_view older;
   older.epoch = 2;

@@ -64,9 +64,10 @@ std::unique_ptr<child_process> start_server(const scheduler_process& s,
 
 std::unique_ptr<child_process> start_worker(const scheduler_process& s,
                                             uint32_t steps) {
-  return std::make_unique<child_process>(node_args(
-      {"--role=worker", s.flag(), "--worker.steps=" + std::to_string(steps),
-       "--worker.keys=3", "--worker.key-floats=40000"}));
+  return std::make_unique<child_process>(
+      node_args({"--role=worker", "--worker.task=counter", s.flag(),
+                 "--worker.steps=" + std::to_string(steps), "--worker.keys=3",
+                 "--worker.key-floats=40000"}));
 }
 
 /// The test's own CAF node, watching the scheduler's view.

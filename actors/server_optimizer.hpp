@@ -1,0 +1,41 @@
+// The update hook of a shard server when the optimizer lives with the slices
+// (update_on_server): each slice keeps its own optimizer state, and every
+// aggregated gradient is averaged over the pushes it holds, then applied.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/expected.hpp>
+
+#include "actors/shard_store.hpp"
+
+namespace troupe {
+
+/// Optimizer of the shard servers (INI group "optimizer").
+struct optimizer_settings {
+  /// sum (no optimizer: values += pushed sums), sgd, momentum, nesterov or
+  /// adam.
+  std::string name = "sum";
+  /// Step size. Default 0.1.
+  float lr = 0.1f;
+  /// Momentum of momentum and nesterov. Default 0.9.
+  float momentum = 0.9f;
+  /// Weight decay (L2 for the SGD family, decoupled for adam); 0 = off.
+  float weight_decay = 0.0f;
+  /// Adam's moment decays and epsilon.
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  /// Every lr_decay_steps updates of a slice, lr *= lr_decay; 0 = constant.
+  uint32_t lr_decay_steps = 0;
+  /// Factor of the schedule, in (0, 1]. Default 1.
+  float lr_decay = 1.0f;
+};
+
+/// Checks the settings; the error names the bad flag.
+caf::error validate(const optimizer_settings& x);
+
+/// The update hook for `x`: add_update for "sum", else the optimizer with
+/// per-slice state, applied to the mean of the pushed gradients.
+update_fn make_update_fn(const optimizer_settings& x);
+
+} // namespace troupe

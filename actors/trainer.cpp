@@ -1,0 +1,217 @@
+// The trainer worker's loop: see the header.
+#include "actors/trainer.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+
+#include "actors/kv.hpp"
+#include "actors/log.hpp"
+#include "kernels/blas.hpp"
+#include "kernels/idx.hpp"
+#include "kernels/loss.hpp"
+#include "kernels/model.hpp"
+#include "kernels/partition.hpp"
+#include "messages/errors.hpp"
+
+namespace troupe {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// Everything one trainer worker holds.
+struct trainer {
+  trainer(const train_settings& c, kv& s, model m)
+      : cfg(c), store(s), net(std::move(m)) {
+    // nop
+  }
+  const train_settings& cfg;
+  kv& store;
+  model net;
+  dataset train, test;
+  uint32_t rank = 0;
+  uint32_t workers = 1;
+  uint64_t clock = 0; // global step: the kv clock
+  std::vector<uint64_t> keys;
+  std::vector<float> xs;
+  std::vector<uint8_t> ys;
+  std::ofstream metrics;
+  clock_type::time_point start;
+};
+
+int fail(const std::string& what) {
+  std::cerr << "*** " << what << '\n';
+  return 1;
+}
+
+std::vector<named_array> to_arrays(const std::vector<param_ref>& ps) {
+  std::vector<named_array> out;
+  for (size_t i = 0; i < ps.size(); ++i)
+    out.push_back(named_array{
+        i + 1, std::vector<float>(ps[i].data, ps[i].data + ps[i].size)});
+  return out;
+}
+
+void set_parameters(model& net, const std::vector<named_array>& xs) {
+  auto ps = net.parameters();
+  for (size_t i = 0; i < ps.size(); ++i)
+    std::memcpy(ps[i].data, xs[i].values.data(), ps[i].size * sizeof(float));
+}
+
+/// Accuracy of `net` on the first `limit` samples of `d` (0 = all).
+double evaluate(model& net, const dataset& d, size_t limit) {
+  size_t n = limit == 0 ? d.labels.size() : std::min(limit, d.labels.size());
+  size_t per = net.input_size(), correct = 0;
+  for (size_t first = 0; first < n; first += 1000) {
+    size_t b = std::min<size_t>(1000, n - first);
+    net.forward(d.images.data() + first * per, b);
+    size_t c = 0;
+    accuracy_count_cpu(net.logits().data(), d.labels.data() + first, b,
+                       net.output_size(), &c);
+    correct += c;
+  }
+  return double(correct) / double(n);
+}
+
+/// Gathers the samples `idx[first .. first + batch)` into t.xs and t.ys.
+void gather_batch(trainer& t, const std::vector<size_t>& idx, size_t first) {
+  size_t per = t.net.input_size();
+  t.xs.resize(t.cfg.batch * per);
+  t.ys.resize(t.cfg.batch);
+  for (size_t i = 0; i < t.cfg.batch; ++i) {
+    auto s = idx[first + i];
+    std::memcpy(t.xs.data() + i * per, t.train.images.data() + s * per,
+                per * sizeof(float));
+    t.ys[i] = t.train.labels[s];
+  }
+}
+
+/// One step: pull weights for our clock, compute gradients, push them.
+caf::error step(trainer& t, const std::vector<size_t>& idx, size_t first,
+                double& loss_sum) {
+  auto weights = t.store.pull(t.clock, t.keys);
+  if (!weights)
+    return std::move(weights.error());
+  set_parameters(t.net, *weights);
+  gather_batch(t, idx, first);
+  float loss = 0;
+  auto st =
+      t.net.compute_gradients(t.xs.data(), t.ys.data(), t.cfg.batch, &loss);
+  if (st != kernel_status::ok)
+    return caf::make_error(errc::bad_shape, "gradients", to_string(st));
+  loss_sum += loss;
+  auto pushed = t.store.push(t.clock++, to_arrays(t.net.gradients()));
+  return pushed ? caf::error{} : std::move(pushed.error());
+}
+
+/// Rank 0: pulls the weights every push so far went into, evaluates, and
+/// prints one progress line (and a metrics line).
+caf::error report(trainer& t, uint32_t epoch, double loss, double secs,
+                  size_t samples) {
+  auto weights = t.store.pull(t.clock, t.keys);
+  if (!weights)
+    return std::move(weights.error());
+  set_parameters(t.net, *weights);
+  auto acc = evaluate(t.net, t.test, t.cfg.eval_samples);
+  auto elapsed =
+      std::chrono::duration<double>(clock_type::now() - t.start).count();
+  double rate = double(samples) * t.workers / secs;
+  std::printf("epoch %u/%u  train loss %.4f  test accuracy %.4f  "
+              "samples/s %.0f  elapsed %.1f s\n",
+              epoch + 1, t.cfg.epochs, loss, acc, rate, elapsed);
+  std::fflush(stdout);
+  if (t.metrics)
+    t.metrics << "{\"epoch\":" << epoch + 1 << ",\"train_loss\":" << loss
+              << ",\"test_accuracy\":" << acc << ",\"samples_per_s\":" << rate
+              << ",\"elapsed_s\":" << elapsed << "}\n"
+              << std::flush;
+  return caf::none;
+}
+
+caf::error run_epoch(trainer& t, uint32_t epoch) {
+  std::vector<size_t> idx;
+  epoch_partition(t.train.labels.size(), epoch, t.cfg.seed, t.rank, t.workers,
+                  idx);
+  // Every worker runs the same number of steps, or sync rounds would stall.
+  size_t steps = (t.train.labels.size() / t.workers) / t.cfg.batch;
+  auto begin = clock_type::now();
+  double loss_sum = 0;
+  for (size_t s = 0; s < steps; ++s)
+    if (auto err = step(t, idx, s * t.cfg.batch, loss_sum))
+      return err;
+  auto secs = std::chrono::duration<double>(clock_type::now() - begin).count();
+  if (t.rank != 0)
+    return caf::none;
+  return report(t, epoch, loss_sum / double(steps), secs, steps * t.cfg.batch);
+}
+
+/// Loads data and model, declares and initialises the parameters.
+int prepare(trainer& t) {
+  set_blas_threads(1); // several processes share the cores
+  if (auto err = load_fashion_mnist(t.cfg.data_dir, "train", t.train);
+      !err.empty())
+    return fail(err);
+  if (auto err = load_fashion_mnist(t.cfg.data_dir, "t10k", t.test);
+      !err.empty())
+    return fail(err);
+  t.net.init_parameters(t.cfg.seed);
+  auto params = to_arrays(t.net.parameters());
+  for (auto& p : params)
+    t.keys.push_back(p.key);
+  auto init = t.store.init(std::move(params));
+  if (!init)
+    return fail("init failed: " + describe(init.error()));
+  set_parameters(t.net, *init);
+  if (auto b = t.store.barrier("start"); !b)
+    return fail("barrier start failed: " + describe(b.error()));
+  auto v = t.store.view();
+  if (!v)
+    return fail("view failed: " + describe(v.error()));
+  t.rank = v->first;
+  t.workers = static_cast<uint32_t>(v->second.workers.size());
+  if (!t.cfg.metrics_file.empty() && t.rank == 0)
+    t.metrics.open(t.cfg.metrics_file, std::ios::app);
+  return 0;
+}
+
+} // namespace
+
+int run_training(caf::actor_system& sys, caf::actor scheduler,
+                 const node_config& cfg) {
+  std::string err;
+  auto net = model::from_spec(cfg.train.model, &err);
+  if (!net)
+    return fail("--train.model: " + err);
+  kv store{sys, std::move(scheduler), cfg.kv};
+  trainer t{cfg.train, store, std::move(*net)};
+  if (auto rc = prepare(t); rc != 0)
+    return rc;
+  if (t.rank == 0)
+    std::printf("training %s on Fashion-MNIST: %u workers, batch %u each, "
+                "%u epochs\n",
+                cfg.train.model.c_str(), t.workers, cfg.train.batch,
+                cfg.train.epochs);
+  t.start = clock_type::now();
+  for (uint32_t e = 0; e < cfg.train.epochs; ++e)
+    if (auto err = run_epoch(t, e))
+      return fail("training failed: " + describe(err));
+  if (auto b = store.barrier("end"); !b)
+    return fail("barrier end failed: " + describe(b.error()));
+  if (t.rank == 0) {
+    auto w = store.pull(t.clock, t.keys);
+    if (!w)
+      return fail("final pull failed: " + describe(w.error()));
+    set_parameters(t.net, *w);
+    std::printf("final test accuracy: %.4f\n", evaluate(t.net, t.test, 0));
+  } else { // rank 0 speaks for the job on stdout
+    TROUPE_LOG(info, "worker " + std::to_string(t.rank), cfg.train.epochs,
+               " epochs done");
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+} // namespace troupe

@@ -1,0 +1,18 @@
+// The built-in trainer worker: data-parallel training of a kernels/ model on
+// Fashion-MNIST through the kv store: pull -> forward/backward -> push.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include "actors/node_config.hpp"
+
+namespace troupe {
+
+/// Trains as one worker and prints progress; rank 0 evaluates after every
+/// epoch and ends with "final test accuracy: 0.XXXX". Returns the process
+/// exit code.
+int run_training(caf::actor_system& sys, caf::actor scheduler,
+                 const node_config& cfg);
+
+} // namespace troupe

@@ -1,0 +1,46 @@
+// A minimal host tensor: row-major float32 values that own their storage.
+#include "kernels/tensor.hpp"
+
+#include <cassert>
+#include <utility>
+
+namespace troupe {
+
+size_t shape_size(const std::vector<size_t>& shape) {
+  size_t n = 1;
+  for (auto d : shape)
+    n *= d;
+  return n;
+}
+
+tensor::tensor() : shape_{0} {
+  // nop
+}
+
+tensor::tensor(std::vector<size_t> shape)
+    : shape_(std::move(shape)), values_(shape_size(shape_), 0.0f) {
+  // nop
+}
+
+tensor::tensor(std::vector<size_t> shape, std::vector<float> values)
+    : shape_(std::move(shape)), values_(std::move(values)) {
+  assert(values_.size() == shape_size(shape_));
+}
+
+void tensor::resize(std::vector<size_t> shape) {
+  shape_ = std::move(shape);
+  values_.resize(shape_size(shape_), 0.0f);
+}
+
+size_t tensor::rows() const {
+  return shape_.empty() ? 1 : shape_[0];
+}
+
+size_t tensor::cols() const {
+  size_t n = 1;
+  for (size_t i = 1; i < shape_.size(); ++i)
+    n *= shape_[i];
+  return n;
+}
+
+} // namespace troupe

@@ -1,0 +1,148 @@
+// Optimizers against steps computed by hand (the arithmetic is in comments).
+#define BOOST_TEST_MODULE optimizer_tests
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/optimizer.hpp"
+
+using namespace troupe;
+namespace tt = boost::test_tools;
+
+BOOST_AUTO_TEST_SUITE(optimizer_tests)
+
+BOOST_AUTO_TEST_CASE(sgd_steps_against_the_gradient) {
+  std::vector<float> w{1.0f, -2.0f}, g{0.5f, 0.25f};
+  BOOST_REQUIRE(sgd_update_cpu(w.data(), g.data(), 2, sgd_params{0.1f, 0.0f}) ==
+                kernel_status::ok);
+  BOOST_TEST(w[0] == 0.95f, tt::tolerance(1e-6f));   // 1 - 0.1 * 0.5
+  BOOST_TEST(w[1] == -2.025f, tt::tolerance(1e-6f)); // -2 - 0.1 * 0.25
+}
+
+BOOST_AUTO_TEST_CASE(sgd_weight_decay_is_l2_added_to_the_gradient) {
+  std::vector<float> w{1.0f, -2.0f}, g{0.5f, 0.25f};
+  sgd_update_cpu(w.data(), g.data(), 2, sgd_params{0.1f, 0.01f});
+  BOOST_TEST(w[0] == 0.949f, tt::tolerance(1e-6f));  // 1 - 0.1 (0.5 + 0.01)
+  BOOST_TEST(w[1] == -2.023f, tt::tolerance(1e-6f)); // -2 - 0.1 (0.25 - 0.02)
+}
+
+BOOST_AUTO_TEST_CASE(momentum_accumulates_velocity_across_steps) {
+  std::vector<float> w{1.0f}, g{0.5f};
+  momentum_state st;
+  momentum_params p{0.1f, 0.9f, 0.0f};
+  BOOST_REQUIRE(momentum_update_cpu(w.data(), g.data(), 1, st, p) ==
+                kernel_status::ok);
+  BOOST_TEST(st.velocity.size() == 1u);            // sized on first use
+  BOOST_TEST(w[0] == 0.95f, tt::tolerance(1e-6f)); // v = 0.5
+  momentum_update_cpu(w.data(), g.data(), 1, st, p);
+  BOOST_TEST(st.velocity[0] == 0.95f, tt::tolerance(1e-6f)); // 0.45 + 0.5
+  BOOST_TEST(w[0] == 0.855f, tt::tolerance(1e-6f));          // 0.95 - 0.095
+}
+
+BOOST_AUTO_TEST_CASE(momentum_weight_decay_enters_the_velocity) {
+  std::vector<float> w{1.0f}, g{0.5f};
+  momentum_state st;
+  momentum_update_cpu(w.data(), g.data(), 1, st,
+                      momentum_params{0.1f, 0.9f, 0.1f});
+  BOOST_TEST(st.velocity[0] == 0.6f, tt::tolerance(1e-6f)); // 0.5 + 0.1 * 1
+  BOOST_TEST(w[0] == 0.94f, tt::tolerance(1e-6f));
+}
+
+BOOST_AUTO_TEST_CASE(nesterov_looks_ahead_along_the_velocity) {
+  std::vector<float> w{1.0f}, g{0.5f};
+  momentum_state st;
+  momentum_params p{0.1f, 0.9f, 0.0f};
+  BOOST_REQUIRE(nesterov_update_cpu(w.data(), g.data(), 1, st, p) ==
+                kernel_status::ok);
+  BOOST_TEST(w[0] == 0.905f, tt::tolerance(1e-6f)); // 1 - 0.1 (0.5 + 0.45)
+  nesterov_update_cpu(w.data(), g.data(), 1, st, p);
+  // v = 0.45 + 0.5 = 0.95; w = 0.905 - 0.1 (0.5 + 0.855)
+  BOOST_TEST(w[0] == 0.7695f, tt::tolerance(1e-6f));
+}
+
+BOOST_AUTO_TEST_CASE(adam_matches_two_hand_computed_steps) {
+  std::vector<float> w{1.0f}, g{0.5f};
+  adam_state st;
+  adam_params p; // lr 1e-3, betas 0.9 / 0.999, eps 1e-8
+  p.lr = 0.1f;
+  BOOST_REQUIRE(adam_update_cpu(w.data(), g.data(), 1, st, p) ==
+                kernel_status::ok);
+  // m = 0.05, v = 0.00025; m_hat = 0.5, v_hat = 0.25; step = 0.5 / 0.5.
+  BOOST_TEST(st.step == 1u);
+  BOOST_TEST(st.m[0] == 0.05f, tt::tolerance(1e-4f));
+  BOOST_TEST(st.v[0] == 0.00025f, tt::tolerance(1e-4f));
+  BOOST_TEST(w[0] == 0.9f, tt::tolerance(1e-6f));
+  g[0] = -0.25f;
+  adam_update_cpu(w.data(), g.data(), 1, st, p);
+  // m = 0.045 - 0.025 = 0.02, v = 0.00024975 + 0.0000625 = 0.00031225;
+  // m_hat = 0.02 / 0.19, v_hat = 0.00031225 / 0.001999;
+  // w = 0.9 - 0.1 * 0.105263 / 0.395225 = 0.873366.
+  BOOST_TEST(st.step == 2u);
+  BOOST_TEST(w[0] == 0.873366f, tt::tolerance(1e-5f));
+}
+
+BOOST_AUTO_TEST_CASE(adam_bias_correction_makes_the_first_step_lr_sized) {
+  // Uncorrected, the first step would be lr * 0.1 / sqrt(0.001) = 3.16 lr;
+  // corrected, it is lr * sign(g) whatever the size of g.
+  for (float grad : {1e-4f, 1.0f, -250.0f}) {
+    std::vector<float> w{0.0f}, g{grad};
+    adam_state st;
+    adam_params p;
+    p.lr = 0.01f;
+    adam_update_cpu(w.data(), g.data(), 1, st, p);
+    BOOST_TEST(w[0] == (grad > 0 ? -0.01f : 0.01f), tt::tolerance(1e-3f));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(adam_weight_decay_is_decoupled_from_the_moments) {
+  std::vector<float> w{1.0f}, g{0.5f};
+  adam_state st;
+  adam_params p;
+  p.lr = 0.1f;
+  p.weight_decay = 0.1f;
+  adam_update_cpu(w.data(), g.data(), 1, st, p);
+  // Moments see g alone; w = 1 - 0.1 (1 + 0.1 * 1).
+  BOOST_TEST(st.m[0] == 0.05f, tt::tolerance(1e-4f));
+  BOOST_TEST(st.v[0] == 0.00025f, tt::tolerance(1e-4f));
+  BOOST_TEST(w[0] == 0.89f, tt::tolerance(1e-6f));
+}
+
+BOOST_AUTO_TEST_CASE(state_of_another_size_is_a_shape_mismatch) {
+  std::vector<float> w{1.0f, 2.0f}, g{0.5f, 0.5f};
+  momentum_state ms{{0.0f, 0.0f, 0.0f}};
+  BOOST_CHECK(
+      momentum_update_cpu(w.data(), g.data(), 2, ms, momentum_params{}) ==
+      kernel_status::shape_mismatch);
+  adam_state as;
+  as.v.assign(1, 0.0f);
+  BOOST_CHECK(adam_update_cpu(w.data(), g.data(), 2, as, adam_params{}) ==
+              kernel_status::shape_mismatch);
+  BOOST_TEST(w[0] == 1.0f); // untouched
+}
+
+BOOST_AUTO_TEST_CASE(bad_hyper_parameters_are_bad_input_and_change_nothing) {
+  std::vector<float> w{1.0f}, g{0.5f};
+  momentum_state ms;
+  adam_state as;
+  adam_params bad_beta;
+  bad_beta.beta2 = 1.0f;
+  adam_params bad_eps;
+  bad_eps.eps = 0.0f;
+  BOOST_CHECK(sgd_update_cpu(w.data(), g.data(), 1, sgd_params{-0.1f, 0.0f}) ==
+              kernel_status::bad_input);
+  BOOST_CHECK(nesterov_update_cpu(w.data(), g.data(), 1, ms,
+                                  momentum_params{0.1f, 1.0f, 0.0f}) ==
+              kernel_status::bad_input);
+  BOOST_CHECK(adam_update_cpu(w.data(), g.data(), 1, as, bad_beta) ==
+              kernel_status::bad_input);
+  BOOST_CHECK(adam_update_cpu(w.data(), g.data(), 1, as, bad_eps) ==
+              kernel_status::bad_input);
+  BOOST_CHECK(sgd_update_cpu(nullptr, g.data(), 1, sgd_params{}) ==
+              kernel_status::bad_input);
+  BOOST_TEST(w[0] == 1.0f);
+  BOOST_TEST(as.step == 0u);
+  BOOST_TEST(ms.velocity.empty());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
