@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <map>
-#include <memory>
 
 #include "kernels/optimizer.hpp"
 #include "messages/errors.hpp"
@@ -70,21 +69,21 @@ caf::error validate(const optimizer_settings& x) {
 update_fn make_update_fn(const optimizer_settings& x) {
   if (x.name == "sum")
     return add_update;
-  // The hook runs on the server's actor only: no locking needed.
-  auto states = std::make_shared<std::map<slice_id, slice_opt_state>>();
-  auto mean = std::make_shared<std::vector<float>>();
-  return
-      [x, states, mean](slice_id id, std::vector<float>& values,
-                        const std::vector<float>& sum, uint32_t contributors) {
-        const float* g = sum.data();
-        if (contributors > 1) {
-          mean->resize(sum.size());
-          for (size_t i = 0; i < sum.size(); ++i)
-            (*mean)[i] = sum[i] / float(contributors);
-          g = mean->data();
-        }
-        apply(x, (*states)[id], values.data(), g, values.size());
-      };
+  // State is captured by value: each copy of the hook (one per server)
+  // owns its own, and only that server's actor runs it.
+  return [x, states = std::map<slice_id, slice_opt_state>{},
+          mean = std::vector<float>{}](slice_id id, std::vector<float>& values,
+                                       const std::vector<float>& sum,
+                                       uint32_t contributors) mutable {
+    const float* g = sum.data();
+    if (contributors > 1) {
+      mean.resize(sum.size());
+      for (size_t i = 0; i < sum.size(); ++i)
+        mean[i] = sum[i] / float(contributors);
+      g = mean.data();
+    }
+    apply(x, states[id], values.data(), g, values.size());
+  };
 }
 
 } // namespace troupe

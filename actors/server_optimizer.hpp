@@ -35,7 +35,8 @@ struct optimizer_settings {
 caf::error validate(const optimizer_settings& x);
 
 /// The update hook for `x`: add_update for "sum", else the optimizer with
-/// per-slice state, applied to the mean of the pushed gradients.
+/// per-slice state, applied to the mean of the pushed gradients. Each copy
+/// of the hook owns its state: give every server its own copy.
 update_fn make_update_fn(const optimizer_settings& x);
 
 } // namespace troupe

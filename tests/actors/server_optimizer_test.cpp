@@ -41,6 +41,21 @@ BOOST_AUTO_TEST_CASE(momentum_keeps_state_per_slice) {
   BOOST_CHECK_CLOSE(b[0], -1.0f, 1e-4);
 }
 
+BOOST_AUTO_TEST_CASE(each_copy_of_a_hook_owns_its_state) {
+  optimizer_settings s;
+  s.name = "momentum";
+  s.lr = 1.0f;
+  s.momentum = 0.5f;
+  auto first = make_update_fn(s);
+  auto second = first;  // as two servers would hold it
+  std::vector<float> a{0}, b{0};
+  first(slice_id{1, 0}, a, {1}, 1);
+  first(slice_id{1, 0}, a, {1}, 1);
+  second(slice_id{1, 0}, b, {1}, 1);  // a fresh velocity, not first's
+  BOOST_CHECK_CLOSE(a[0], -2.5f, 1e-4);
+  BOOST_CHECK_CLOSE(b[0], -1.0f, 1e-4);
+}
+
 BOOST_AUTO_TEST_CASE(the_schedule_decays_the_learning_rate) {
   optimizer_settings s;
   s.name = "sgd";
