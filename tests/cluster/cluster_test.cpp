@@ -14,53 +14,13 @@
 #include "messages/errors.hpp"
 #include "messages/membership.hpp"
 #include "messages/type_ids.hpp"
-#include "tests/cluster/child_process.hpp"
+#include "tests/cluster/nodes.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
-using troupe::test::child_process;
+using namespace troupe::test;
 
 namespace {
-
-const std::string node_bin = TROUPE_NODE_BIN;
-
-// Fast failure detection for the tests: heartbeats every 100 ms.
-const std::vector<std::string> fast_heartbeats{
-    "--middleman.heartbeat-interval=100ms",
-    "--middleman.connection-timeout=1s"};
-
-std::vector<std::string> node_args(std::vector<std::string> args) {
-  args.insert(args.begin(), node_bin);
-  args.insert(args.end(), fast_heartbeats.begin(), fast_heartbeats.end());
-  return args;
-}
-
-/// A scheduler process and its port.
-struct scheduler_process {
-  std::unique_ptr<child_process> proc;
-  uint16_t port = 0;
-  scheduler_process(uint32_t servers, uint32_t workers) {
-    proc = std::make_unique<child_process>(
-        node_args({"--role=scheduler", "--scheduler-port=0",
-                   "--cluster.servers=" + std::to_string(servers),
-                   "--cluster.workers=" + std::to_string(workers)}));
-    auto line = proc->wait_for_line("scheduler listening on", 20s);
-    BOOST_REQUIRE_MESSAGE(line, "no scheduler: " << proc->output());
-    port = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
-  }
-  std::string flag() const {
-    return "--scheduler-port=" + std::to_string(port);
-  }
-};
-
-std::unique_ptr<child_process> start_server(const scheduler_process& s,
-                                            const std::string& mode) {
-  auto p = std::make_unique<child_process>(
-      node_args({"--role=server", s.flag(), "--server.mode=" + mode}));
-  BOOST_REQUIRE_MESSAGE(p->wait_for_line("server listening on", 20s),
-                        p->output());
-  return p;
-}
 
 std::unique_ptr<child_process> start_worker(const scheduler_process& s,
                                             uint32_t steps) {

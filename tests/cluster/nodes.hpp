@@ -1,0 +1,60 @@
+// Starting troupe-node processes for multi-process tests: a scheduler on a
+// free port (read from its output), servers, and the flags they share.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "tests/cluster/child_process.hpp"
+
+namespace troupe::test {
+
+using namespace std::chrono_literals;
+
+inline const std::string node_bin = TROUPE_NODE_BIN;
+
+// Fast failure detection for the tests: heartbeats every 100 ms.
+inline const std::vector<std::string> fast_heartbeats{
+    "--middleman.heartbeat-interval=100ms",
+    "--middleman.connection-timeout=1s"};
+
+inline std::vector<std::string> node_args(std::vector<std::string> args) {
+  args.insert(args.begin(), node_bin);
+  args.insert(args.end(), fast_heartbeats.begin(), fast_heartbeats.end());
+  return args;
+}
+
+/// A scheduler process and its port.
+struct scheduler_process {
+  std::unique_ptr<child_process> proc;
+  uint16_t port = 0;
+  scheduler_process(uint32_t servers, uint32_t workers) {
+    proc = std::make_unique<child_process>(
+        node_args({"--role=scheduler", "--scheduler-port=0",
+                   "--cluster.servers=" + std::to_string(servers),
+                   "--cluster.workers=" + std::to_string(workers)}));
+    auto line = proc->wait_for_line("scheduler listening on", 20s);
+    BOOST_REQUIRE_MESSAGE(line, "no scheduler: " << proc->output());
+    port = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+  }
+  std::string flag() const {
+    return "--scheduler-port=" + std::to_string(port);
+  }
+};
+
+/// A server in `mode`, with `extra` flags; returns once it listens.
+inline std::unique_ptr<child_process>
+start_server(const scheduler_process& s, const std::string& mode,
+             std::vector<std::string> extra = {}) {
+  extra.insert(extra.begin(),
+               {"--role=server", s.flag(), "--server.mode=" + mode});
+  auto p = std::make_unique<child_process>(node_args(std::move(extra)));
+  BOOST_REQUIRE_MESSAGE(p->wait_for_line("server listening on", 20s),
+                        p->output());
+  return p;
+}
+
+} // namespace troupe::test

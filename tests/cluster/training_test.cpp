@@ -1,0 +1,82 @@
+// troupe-node processes training Fashion-MNIST end to end, and the clear
+// errors a worker gives for missing data or a bad model.
+#define BOOST_TEST_MODULE training_cluster_tests
+#include <boost/test/unit_test.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "tests/cluster/nodes.hpp"
+
+using namespace troupe::test;
+
+namespace {
+
+std::unique_ptr<child_process> start_trainer(const scheduler_process& s,
+                                             std::vector<std::string> extra) {
+  extra.insert(extra.begin(), {"--role=worker", s.flag()});
+  return std::make_unique<child_process>(node_args(std::move(extra)));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in{path};
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(training_cluster_tests)
+
+BOOST_AUTO_TEST_CASE(two_workers_train_fashion_mnist_well_past_chance) {
+  char dir[] = "/tmp/troupe-train-XXXXXX";
+  BOOST_REQUIRE(::mkdtemp(dir) != nullptr);
+  std::string metrics = std::string{dir} + "/metrics.jsonl";
+  scheduler_process s{1, 2};
+  auto srv = start_server(s, "sync",
+                          {"--optimizer.name=momentum", "--optimizer.lr=0.02"});
+  std::vector<std::string> flags{"--train.epochs=1",
+                                 "--train.metrics-file=" + metrics};
+  auto w0 = start_trainer(s, flags);
+  auto w1 = start_trainer(s, flags);
+  for (auto* w : {w0.get(), w1.get()}) {
+    auto rc = w->wait_exit(150s);
+    BOOST_REQUIRE_MESSAGE(rc, "worker did not finish: " << w->output());
+    BOOST_CHECK_MESSAGE(*rc == 0, w->output());
+  }
+  auto line = w0->wait_for_line("final test accuracy: ", 1s);
+  if (!line)
+    line = w1->wait_for_line("final test accuracy: ", 1s);
+  BOOST_REQUIRE_MESSAGE(line, w0->output() << w1->output());
+  auto acc = std::stod(line->substr(line->rfind(' ') + 1));
+  BOOST_TEST_MESSAGE("after one epoch: " << *line);
+  BOOST_CHECK_GT(acc, 0.75); // chance is 0.1; one epoch reaches ~0.83
+  auto m = read_file(metrics);
+  BOOST_CHECK_MESSAGE(m.find("\"epoch\":1,") != std::string::npos, m);
+  BOOST_CHECK_MESSAGE(m.find("\"test_accuracy\":") != std::string::npos, m);
+  std::remove(metrics.c_str());
+  ::rmdir(dir);
+}
+
+BOOST_AUTO_TEST_CASE(missing_data_or_a_bad_model_gets_one_clear_line) {
+  scheduler_process s{1, 1};
+  auto srv = start_server(s, "sync");
+  struct bad_case {
+    std::string flag, says;
+  };
+  for (auto& c : std::vector<bad_case>{
+           {"--train.data-dir=/nonexistent", "dataset-fashion-mnist"},
+           {"--train.model=mlp:784", "--train.model"},
+           {"--train.model=cnn:1-2", "--train.model"}}) {
+    auto w = start_trainer(s, {c.flag});
+    auto rc = w->wait_exit(60s);
+    BOOST_REQUIRE_MESSAGE(rc, w->output());
+    BOOST_CHECK_NE(*rc, 0);
+    BOOST_CHECK_MESSAGE(w->output().find(c.says) != std::string::npos,
+                        w->output());
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
