@@ -62,6 +62,8 @@ node_config::node_config() {
       .add(train.data_dir, "data-dir", "folder of the Fashion-MNIST files")
       .add(train.metrics_file, "metrics-file",
            "JSON-lines metrics, \"\" = none")
+      .add(train.evals_per_epoch, "evals-per-epoch",
+           "evaluations per epoch, >= 1")
       .add(train.eval_samples, "eval-samples",
            "test images per epoch, 0 = all");
   opt_group{custom_options_, "worker"}
@@ -120,9 +122,10 @@ caf::error node_config::finish() {
     return caf::make_error(errc::invalid_config,
                            "--worker.task must be train or counter, got",
                            workload.task);
-  if (train.epochs == 0 || train.batch == 0)
+  if (train.epochs == 0 || train.batch == 0 || train.evals_per_epoch == 0)
     return caf::make_error(errc::invalid_config,
-                           "--train.epochs and --train.batch must be > 0");
+                           "--train.epochs, --train.batch and"
+                           " --train.evals-per-epoch must be > 0");
   if (workload.keys == 0 || workload.key_floats == 0)
     return caf::make_error(errc::invalid_config,
                            "--worker.keys and --worker.key-floats must be"

@@ -55,6 +55,8 @@ struct train_settings {
   std::string metrics_file;
   /// Test images evaluated after each epoch; 0 = all 10,000.
   uint32_t eval_samples = 0;
+  /// Evaluations per epoch (rank 0 pauses for each). Default 1.
+  uint32_t evals_per_epoch = 1;
 };
 
 /// Settings of the built-in worker workload (INI group "worker").

@@ -35,6 +35,7 @@ struct trainer {
   uint32_t rank = 0;
   uint32_t workers = 1;
   uint64_t clock = 0; // global step: the kv clock
+  double train_secs = 0; // time in steps, without evaluations
   std::vector<uint64_t> keys;
   std::vector<float> xs;
   std::vector<uint8_t> ys;
@@ -109,7 +110,7 @@ caf::error step(trainer& t, const std::vector<size_t>& idx, size_t first,
 
 /// Rank 0: pulls the weights every push so far went into, evaluates, and
 /// prints one progress line (and a metrics line).
-caf::error report(trainer& t, uint32_t epoch, double loss, double secs,
+caf::error report(trainer& t, double epoch, double loss, double secs,
                   size_t samples) {
   auto weights = t.store.pull(t.clock, t.keys);
   if (!weights)
@@ -119,14 +120,16 @@ caf::error report(trainer& t, uint32_t epoch, double loss, double secs,
   auto elapsed =
       std::chrono::duration<double>(clock_type::now() - t.start).count();
   double rate = double(samples) * t.workers / secs;
-  std::printf("epoch %u/%u  train loss %.4f  test accuracy %.4f  "
+  std::printf("epoch %.*f/%u  train loss %.4f  test accuracy %.4f  "
               "samples/s %.0f  elapsed %.1f s\n",
-              epoch + 1, t.cfg.epochs, loss, acc, rate, elapsed);
+              t.cfg.evals_per_epoch > 1 ? 2 : 0, epoch, t.cfg.epochs, loss,
+              acc, rate, elapsed);
   std::fflush(stdout);
   if (t.metrics)
-    t.metrics << "{\"epoch\":" << epoch + 1 << ",\"train_loss\":" << loss
+    t.metrics << "{\"epoch\":" << epoch << ",\"train_loss\":" << loss
               << ",\"test_accuracy\":" << acc << ",\"samples_per_s\":" << rate
-              << ",\"elapsed_s\":" << elapsed << "}\n"
+              << ",\"train_s\":" << t.train_secs << ",\"elapsed_s\":"
+              << elapsed << "}\n"
               << std::flush;
   return caf::none;
 }
@@ -137,15 +140,24 @@ caf::error run_epoch(trainer& t, uint32_t epoch) {
                   idx);
   // Every worker runs the same number of steps, or sync rounds would stall.
   size_t steps = (t.train.labels.size() / t.workers) / t.cfg.batch;
-  auto begin = clock_type::now();
-  double loss_sum = 0;
-  for (size_t s = 0; s < steps; ++s)
-    if (auto err = step(t, idx, s * t.cfg.batch, loss_sum))
-      return err;
-  auto secs = std::chrono::duration<double>(clock_type::now() - begin).count();
-  if (t.rank != 0)
-    return caf::none;
-  return report(t, epoch, loss_sum / double(steps), secs, steps * t.cfg.batch);
+  uint32_t parts = t.cfg.evals_per_epoch;
+  for (uint32_t p = 0; p < parts; ++p) {
+    size_t first = steps * p / parts, last = steps * (p + 1) / parts;
+    auto begin = clock_type::now();
+    double loss_sum = 0;
+    for (size_t s = first; s < last; ++s)
+      if (auto err = step(t, idx, s * t.cfg.batch, loss_sum))
+        return err;
+    auto secs =
+        std::chrono::duration<double>(clock_type::now() - begin).count();
+    t.train_secs += secs;
+    if (t.rank == 0 && last > first)
+      if (auto err = report(t, epoch + double(p + 1) / parts,
+                            loss_sum / double(last - first), secs,
+                            (last - first) * t.cfg.batch))
+        return err;
+  }
+  return caf::none;
 }
 
 /// Loads data and model, declares and initialises the parameters.
