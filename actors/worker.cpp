@@ -1,0 +1,154 @@
+// The worker actor's loop, as a chain of named steps; see the header.
+#include "actors/worker.hpp"
+
+#include <chrono>
+#include <iostream>
+
+#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+
+#include "actors/kv.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+namespace troupe {
+
+namespace {
+
+struct worker_state {
+  static inline const char* name = "worker";
+  std::shared_ptr<worker_logic> logic;
+  caf::actor kv;
+  std::vector<uint64_t> keys;
+  uint64_t clock = 0;
+  std::chrono::milliseconds barrier_timeout{60000};
+};
+
+using worker_ptr = caf::stateful_actor<worker_state>*;
+using arrays = std::vector<named_array>;
+
+/// Every kv call waits at most this long more than the kv client itself.
+constexpr std::chrono::seconds kv_grace{120};
+
+void start_step(worker_ptr self);
+
+void stop(worker_ptr self, caf::error err) {
+  self->quit(std::move(err));
+}
+
+void on_final(worker_ptr self, const arrays& weights) { // 8
+  self->state.logic->finish(weights);
+  self->quit();
+}
+
+void finish_up(worker_ptr self) { // 7
+  auto& st = self->state;
+  auto timeout = st.barrier_timeout;
+  self->request(st.kv, timeout + kv_grace, barrier_atom_v, std::string{"end"},
+                static_cast<uint32_t>(timeout.count()))
+      .then(
+          [self](uint64_t) {
+            self->request(self->state.kv, kv_grace, pull_atom_v,
+                          self->state.clock, self->state.keys)
+                .then([self](const arrays& w) { on_final(self, w); },
+                      [self](caf::error& err) { stop(self, err); });
+          },
+          [self](caf::error& err) { stop(self, err); });
+}
+
+void on_weights(worker_ptr self, const arrays& weights) { // 4, 5
+  auto& st = self->state;
+  auto out = st.logic->step(st.clock, weights);
+  if (!out) {
+    stop(self, std::move(out.error()));
+    return;
+  }
+  self->request(st.kv, kv_grace, push_atom_v, st.clock, std::move(*out))
+      .then(
+          [self](uint64_t) { // 6
+            ++self->state.clock;
+            start_step(self);
+          },
+          [self](caf::error& err) { stop(self, err); });
+}
+
+void start_step(worker_ptr self) {
+  auto& st = self->state;
+  if (st.logic->done(st.clock)) {
+    finish_up(self);
+    return;
+  }
+  self->request(st.kv, kv_grace, pull_atom_v, st.clock, st.keys)
+      .then([self](const arrays& w) { on_weights(self, w); },
+            [self](caf::error& err) { stop(self, err); });
+}
+
+void on_started(worker_ptr self) { // 3
+  self->request(self->state.kv, kv_grace, view_atom_v)
+      .then(
+          [self](uint32_t rank, const frame& f) {
+            cluster_view v;
+            if (auto err = decode(f, v)) {
+              stop(self, err);
+              return;
+            }
+            self->state.logic->start(rank,
+                                     static_cast<uint32_t>(v.workers.size()));
+            start_step(self);
+          },
+          [self](caf::error& err) { stop(self, err); });
+}
+
+void on_initialised(worker_ptr self) { // 2
+  auto timeout = self->state.barrier_timeout;
+  self->request(self->state.kv, timeout + kv_grace, barrier_atom_v,
+                std::string{"start"}, static_cast<uint32_t>(timeout.count()))
+      .then([self](uint64_t) { on_started(self); },
+            [self](caf::error& err) { stop(self, err); });
+}
+
+caf::behavior worker(worker_ptr self, caf::actor kv,
+                     std::shared_ptr<worker_logic> logic,
+                     uint32_t barrier_timeout_ms) {
+  auto& st = self->state;
+  st.kv = kv;
+  st.logic = std::move(logic);
+  st.barrier_timeout = std::chrono::milliseconds{barrier_timeout_ms};
+  auto params = st.logic->parameters();
+  for (auto& p : params)
+    st.keys.push_back(p.key);
+  self->request(kv, kv_grace, init_atom_v, std::move(params)) // 1
+      .then([self](const arrays&) { on_initialised(self); },
+            [self](caf::error& err) { stop(self, err); });
+  return {[](caf::unit_t) {}}; // everything happens in replies
+}
+
+} // namespace
+
+caf::actor spawn_worker(caf::actor_system& sys, caf::actor kv_client,
+                        std::shared_ptr<worker_logic> logic,
+                        uint32_t barrier_timeout_ms) {
+  return sys.spawn(worker, std::move(kv_client), std::move(logic),
+                   barrier_timeout_ms);
+}
+
+int run_worker(caf::actor_system& sys, caf::actor scheduler,
+               const kv_settings& cfg, std::shared_ptr<worker_logic> logic) {
+  auto kv = spawn_kv_client(sys, std::move(scheduler), cfg);
+  auto w = spawn_worker(sys, kv, std::move(logic));
+  caf::scoped_actor self{sys};
+  self->monitor(w);
+  int rc = 0;
+  self->receive([&rc](const caf::down_msg& dm) {
+    if (dm.reason && dm.reason != caf::exit_reason::normal) {
+      std::cerr << "*** worker failed: " << describe(dm.reason) << '\n';
+      rc = 1;
+    }
+  });
+  self->send_exit(kv, caf::exit_reason::user_shutdown);
+  return rc;
+}
+
+} // namespace troupe

@@ -1,0 +1,60 @@
+// The worker base users extend: a data-parallel worker is an actor that
+// loops pull -> step -> push on the kv store; what a step computes (model,
+// data, loss) is the user's worker_logic.
+//
+//   start -1-> initialising -2-> waiting at "start" -3-> stepping
+//   stepping: pull(t) -4-> step(t) -5-> push(t) -6-> t + 1 (or done -7->)
+//   done: barrier "end", pull the final weights -8-> finish() -> stopped
+//   any error (a kv call, a step) stops the actor with that error.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/expected.hpp>
+
+#include "actors/named_array.hpp"
+#include "actors/node_config.hpp"
+
+namespace troupe {
+
+/// What a worker computes. Runs on the worker actor: one call at a time.
+class worker_logic {
+public:
+  virtual ~worker_logic() = default;
+
+  /// The parameter arrays with their first values; the first worker to
+  /// declare a key initialises it, every worker starts from those values.
+  virtual std::vector<named_array> parameters() = 0;
+
+  /// Called once every expected worker has joined, with this worker's rank
+  /// and the number of workers: pick the data partition here.
+  virtual void start(uint32_t rank, uint32_t workers) = 0;
+
+  /// True when the worker should stop before step `clock`.
+  virtual bool done(uint64_t clock) = 0;
+
+  /// One step at `clock` on the current `weights` (same keys and order as
+  /// parameters()): returns what to push, e.g. the gradients.
+  virtual caf::expected<std::vector<named_array>>
+  step(uint64_t clock, const std::vector<named_array>& weights) = 0;
+
+  /// Called with the final weights once every worker finished.
+  virtual void finish(const std::vector<named_array>& weights) = 0;
+};
+
+/// Spawns a worker actor driving `logic` through the kv client `kv_client`
+/// (see actors/kv.hpp: spawn_kv_client).
+caf::actor spawn_worker(caf::actor_system& sys, caf::actor kv_client,
+                        std::shared_ptr<worker_logic> logic,
+                        uint32_t barrier_timeout_ms = 60000);
+
+/// Joins the cluster of `scheduler` as a worker, runs `logic` to the end
+/// and returns a process exit code (one line on stderr if it failed).
+int run_worker(caf::actor_system& sys, caf::actor scheduler,
+               const kv_settings& cfg, std::shared_ptr<worker_logic> logic);
+
+} // namespace troupe
