@@ -45,6 +45,7 @@ node_config::node_config() {
            "cut pushes into parts above this size (bytes)");
   opt_group{custom_options_, "optimizer"}
       .add(optimizer.name, "name", "sum | sgd | momentum | nesterov | adam")
+      .add(optimizer.on, "on", "server | worker (sync mode only)")
       .add(optimizer.lr, "lr", "step size")
       .add(optimizer.momentum, "momentum", "momentum of momentum, nesterov")
       .add(optimizer.weight_decay, "weight-decay", "weight decay, 0 = off")
@@ -118,6 +119,10 @@ caf::error node_config::finish() {
                            "--kv.max-message-bytes must be >= 65536");
   if (auto err = validate(optimizer))
     return err;
+  if (optimizer.on == "worker" && server.mode.kind != consistency::kind_t::sync)
+    return caf::make_error(errc::invalid_config,
+                           "--optimizer.on=worker needs --server.mode=sync:"
+                           " workers apply each sync round's mean gradient");
   if (workload.task != "train" && workload.task != "counter")
     return caf::make_error(errc::invalid_config,
                            "--worker.task must be train or counter, got",

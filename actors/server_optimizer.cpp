@@ -52,6 +52,10 @@ caf::error validate(const optimizer_settings& x) {
                            "--optimizer.name must be sum, sgd, momentum,"
                            " nesterov or adam, got",
                            x.name);
+  if (x.on != "server" && x.on != "worker")
+    return caf::make_error(errc::invalid_config,
+                           "--optimizer.on must be server or worker, got",
+                           x.on);
   if (!(x.lr >= 0.0f) || !std::isfinite(x.lr))
     return bad("--optimizer.lr must be >= 0");
   if (!(x.momentum >= 0.0f && x.momentum < 1.0f))
@@ -67,6 +71,16 @@ caf::error validate(const optimizer_settings& x) {
 }
 
 update_fn make_update_fn(const optimizer_settings& x) {
+  if (x.on == "worker")
+    return [](slice_id, std::vector<float>& values,
+              const std::vector<float>& sum, uint32_t contributors) {
+      for (size_t i = 0; i < values.size(); ++i)
+        values[i] = sum[i] / float(contributors);
+    };
+  return make_optimizer_fn(x);
+}
+
+update_fn make_optimizer_fn(const optimizer_settings& x) {
   if (x.name == "sum")
     return add_update;
   // State is captured by value: each copy of the hook (one per server)

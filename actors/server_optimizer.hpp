@@ -17,6 +17,10 @@ struct optimizer_settings {
   /// sum (no optimizer: values += pushed sums), sgd, momentum, nesterov or
   /// adam.
   std::string name = "sum";
+  /// Where the optimizer runs: server (state with the slices) or worker
+  /// (servers only average each sync round's gradients; every worker
+  /// applies the optimizer to its own replica). Default server.
+  std::string on = "server";
   /// Step size. Default 0.1.
   float lr = 0.1f;
   /// Momentum of momentum and nesterov. Default 0.9.
@@ -34,9 +38,13 @@ struct optimizer_settings {
 /// Checks the settings; the error names the bad flag.
 caf::error validate(const optimizer_settings& x);
 
-/// The update hook for `x`: add_update for "sum", else the optimizer with
-/// per-slice state, applied to the mean of the pushed gradients. Each copy
-/// of the hook owns its state: give every server its own copy.
+/// The update hook of a server for `x`: with the optimizer on the workers,
+/// values = mean of the round's pushes; else make_optimizer_fn(x).
 update_fn make_update_fn(const optimizer_settings& x);
+
+/// The optimizer of `x` as an update: add_update for "sum", else the
+/// optimizer with per-slice state applied to the mean of the pushes. Each
+/// copy owns its state: give every server (or worker) its own copy.
+update_fn make_optimizer_fn(const optimizer_settings& x);
 
 } // namespace troupe

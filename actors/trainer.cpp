@@ -9,6 +9,7 @@
 
 #include "actors/kv.hpp"
 #include "actors/log.hpp"
+#include "actors/server_optimizer.hpp"
 #include "kernels/blas.hpp"
 #include "kernels/idx.hpp"
 #include "kernels/loss.hpp"
@@ -24,8 +25,10 @@ using clock_type = std::chrono::steady_clock;
 
 /// Everything one trainer worker holds.
 struct trainer {
-  trainer(const train_settings& c, kv& s, model m)
-      : cfg(c), store(s), net(std::move(m)) {
+  trainer(const node_config& c, kv& s, model m)
+      : cfg(c.train), store(s), net(std::move(m)),
+        local_opt(c.optimizer.on == "worker"),
+        optimizer(make_optimizer_fn(c.optimizer)) {
     // nop
   }
   const train_settings& cfg;
@@ -34,8 +37,13 @@ struct trainer {
   dataset train, test;
   uint32_t rank = 0;
   uint32_t workers = 1;
-  uint64_t clock = 0; // global step: the kv clock
+  uint64_t clock = 0;    // global step: the kv clock
   double train_secs = 0; // time in steps, without evaluations
+  // Optimizer on the workers: the kv holds each sync round's mean gradient,
+  // which every worker applies once to its own replica.
+  bool local_opt;
+  update_fn optimizer;
+  uint64_t rounds_applied = 0;
   std::vector<uint64_t> keys;
   std::vector<float> xs;
   std::vector<uint8_t> ys;
@@ -77,6 +85,25 @@ double evaluate(model& net, const dataset& d, size_t limit) {
   return double(correct) / double(n);
 }
 
+/// Takes what a pull at t.clock returned: the weights, or (optimizer on the
+/// workers) the mean gradient of round clock - 1, applied once.
+void take_pulled(trainer& t, const std::vector<named_array>& xs) {
+  if (!t.local_opt) {
+    set_parameters(t.net, xs);
+    return;
+  }
+  if (t.clock == 0 || t.rounds_applied == t.clock)
+    return;
+  auto ps = t.net.parameters();
+  std::vector<float> w;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    w.assign(ps[i].data, ps[i].data + ps[i].size);
+    t.optimizer(slice_id{xs[i].key, 0}, w, xs[i].values, 1);
+    std::memcpy(ps[i].data, w.data(), ps[i].size * sizeof(float));
+  }
+  t.rounds_applied = t.clock;
+}
+
 /// Gathers the samples `idx[first .. first + batch)` into t.xs and t.ys.
 void gather_batch(trainer& t, const std::vector<size_t>& idx, size_t first) {
   size_t per = t.net.input_size();
@@ -96,7 +123,7 @@ caf::error step(trainer& t, const std::vector<size_t>& idx, size_t first,
   auto weights = t.store.pull(t.clock, t.keys);
   if (!weights)
     return std::move(weights.error());
-  set_parameters(t.net, *weights);
+  take_pulled(t, *weights);
   gather_batch(t, idx, first);
   float loss = 0;
   auto st =
@@ -115,21 +142,21 @@ caf::error report(trainer& t, double epoch, double loss, double secs,
   auto weights = t.store.pull(t.clock, t.keys);
   if (!weights)
     return std::move(weights.error());
-  set_parameters(t.net, *weights);
+  take_pulled(t, *weights);
   auto acc = evaluate(t.net, t.test, t.cfg.eval_samples);
   auto elapsed =
       std::chrono::duration<double>(clock_type::now() - t.start).count();
   double rate = double(samples) * t.workers / secs;
   std::printf("epoch %.*f/%u  train loss %.4f  test accuracy %.4f  "
               "samples/s %.0f  elapsed %.1f s\n",
-              t.cfg.evals_per_epoch > 1 ? 2 : 0, epoch, t.cfg.epochs, loss,
-              acc, rate, elapsed);
+              t.cfg.evals_per_epoch > 1 ? 2 : 0, epoch, t.cfg.epochs, loss, acc,
+              rate, elapsed);
   std::fflush(stdout);
   if (t.metrics)
     t.metrics << "{\"epoch\":" << epoch << ",\"train_loss\":" << loss
               << ",\"test_accuracy\":" << acc << ",\"samples_per_s\":" << rate
-              << ",\"train_s\":" << t.train_secs << ",\"elapsed_s\":"
-              << elapsed << "}\n"
+              << ",\"train_s\":" << t.train_secs << ",\"elapsed_s\":" << elapsed
+              << "}\n"
               << std::flush;
   return caf::none;
 }
@@ -171,12 +198,16 @@ int prepare(trainer& t) {
     return fail(err);
   t.net.init_parameters(t.cfg.seed);
   auto params = to_arrays(t.net.parameters());
-  for (auto& p : params)
+  for (auto& p : params) {
     t.keys.push_back(p.key);
+    if (t.local_opt) // the kv holds gradients; replicas start alike (seed)
+      std::fill(p.values.begin(), p.values.end(), 0.0f);
+  }
   auto init = t.store.init(std::move(params));
   if (!init)
     return fail("init failed: " + describe(init.error()));
-  set_parameters(t.net, *init);
+  if (!t.local_opt)
+    set_parameters(t.net, *init);
   if (auto b = t.store.barrier("start"); !b)
     return fail("barrier start failed: " + describe(b.error()));
   auto v = t.store.view();
@@ -198,7 +229,7 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
   if (!net)
     return fail("--train.model: " + err);
   kv store{sys, std::move(scheduler), cfg.kv};
-  trainer t{cfg.train, store, std::move(*net)};
+  trainer t{cfg, store, std::move(*net)};
   if (auto rc = prepare(t); rc != 0)
     return rc;
   if (t.rank == 0)
@@ -216,7 +247,7 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
     auto w = store.pull(t.clock, t.keys);
     if (!w)
       return fail("final pull failed: " + describe(w.error()));
-    set_parameters(t.net, *w);
+    take_pulled(t, *w);
     std::printf("final test accuracy: %.4f\n", evaluate(t.net, t.test, 0));
   } else { // rank 0 speaks for the job on stdout
     TROUPE_LOG(info, "worker " + std::to_string(t.rank), cfg.train.epochs,

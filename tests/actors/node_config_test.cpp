@@ -77,6 +77,10 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--cluster.servers=0"}, "--cluster.servers");
   rejected({"--kv.request-timeout-ms=0"}, "--kv.request-timeout-ms");
   rejected({"--no-such-flag=1"}, "");
+  rejected({"--optimizer.on=worker", "--server.mode=async"},
+           "--optimizer.on=worker");
+  rejected({"--optimizer.on=gpu"}, "--optimizer.on");
+  rejected({"--train.evals-per-epoch=0"}, "--train.evals-per-epoch");
   rejected({"--port=99999"}, "");
   node_config cfg;
   BOOST_REQUIRE(!parse(cfg, {"--role=chief"}));

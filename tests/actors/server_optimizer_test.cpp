@@ -47,11 +47,11 @@ BOOST_AUTO_TEST_CASE(each_copy_of_a_hook_owns_its_state) {
   s.lr = 1.0f;
   s.momentum = 0.5f;
   auto first = make_update_fn(s);
-  auto second = first;  // as two servers would hold it
+  auto second = first; // as two servers would hold it
   std::vector<float> a{0}, b{0};
   first(slice_id{1, 0}, a, {1}, 1);
   first(slice_id{1, 0}, a, {1}, 1);
-  second(slice_id{1, 0}, b, {1}, 1);  // a fresh velocity, not first's
+  second(slice_id{1, 0}, b, {1}, 1); // a fresh velocity, not first's
   BOOST_CHECK_CLOSE(a[0], -2.5f, 1e-4);
   BOOST_CHECK_CLOSE(b[0], -1.0f, 1e-4);
 }
@@ -67,6 +67,18 @@ BOOST_AUTO_TEST_CASE(the_schedule_decays_the_learning_rate) {
   for (int i = 0; i < 4; ++i)
     fn(slice_id{1, 0}, w, {1}, 1); // steps of 1, 1, 0.5, 0.5
   BOOST_CHECK_CLOSE(w[0], -3.0f, 1e-4);
+}
+
+BOOST_AUTO_TEST_CASE(with_the_optimizer_on_workers_servers_only_average) {
+  optimizer_settings s;
+  s.name = "momentum";
+  s.on = "worker";
+  auto fn = make_update_fn(s);
+  std::vector<float> w{5, 5};
+  fn(slice_id{1, 0}, w, {2, 4}, 2);
+  BOOST_CHECK(w == std::vector<float>({1, 2})); // the round's mean
+  fn(slice_id{1, 0}, w, {6, 6}, 3);
+  BOOST_CHECK(w == std::vector<float>({2, 2})); // replaced, not added
 }
 
 BOOST_AUTO_TEST_CASE(bad_settings_name_the_flag) {

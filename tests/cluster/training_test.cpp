@@ -26,9 +26,42 @@ std::string read_file(const std::string& path) {
   return out.str();
 }
 
+/// Runs one epoch on a server and two workers with `extra` flags on every
+/// node; returns rank 0's "final test accuracy: ..." line.
+std::string train_one_epoch(const std::vector<std::string>& extra) {
+  scheduler_process s{1, 2};
+  std::vector<std::string> server_flags{"--optimizer.name=momentum",
+                                        "--optimizer.lr=0.02"};
+  server_flags.insert(server_flags.end(), extra.begin(), extra.end());
+  auto srv = start_server(s, "sync", server_flags);
+  std::vector<std::string> flags{"--train.epochs=1",
+                                 "--train.eval-samples=2000"};
+  flags.insert(flags.end(), server_flags.begin(), server_flags.end());
+  auto w0 = start_trainer(s, flags);
+  auto w1 = start_trainer(s, flags);
+  std::string line;
+  for (auto* w : {w0.get(), w1.get()}) {
+    auto rc = w->wait_exit(150s);
+    BOOST_REQUIRE_MESSAGE(rc && *rc == 0, w->output());
+    if (auto l = w->wait_for_line("final test accuracy: ", 1s))
+      line = *l;
+  }
+  BOOST_REQUIRE_MESSAGE(!line.empty(), w0->output() << w1->output());
+  return line;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(training_cluster_tests)
+
+BOOST_AUTO_TEST_CASE(optimizers_on_workers_or_servers_train_the_same_model) {
+  // Sync mode, the same mean gradient, the same update: the same weights.
+  auto on_servers = train_one_epoch({"--optimizer.on=server"});
+  auto on_workers = train_one_epoch({"--optimizer.on=worker"});
+  BOOST_TEST_MESSAGE("servers: " << on_servers << "; workers: " << on_workers);
+  BOOST_CHECK_EQUAL(on_servers, on_workers);
+  BOOST_CHECK_GT(std::stod(on_workers.substr(on_workers.rfind(' ') + 1)), 0.75);
+}
 
 BOOST_AUTO_TEST_CASE(two_workers_train_fashion_mnist_well_past_chance) {
   char dir[] = "/tmp/troupe-train-XXXXXX";
