@@ -93,9 +93,9 @@ void check_barriers(self_ptr self) {
         std::all_of(live.begin(), live.end(), [&b](const node_info& n) {
           return b.arrived.count(n.rank) != 0;
         });
-    // Before the expected count has ever joined, wait for it; once a node
-    // died, the live ones are enough (a dead node never blocks a barrier).
-    bool enough = b.arrived.size() >= expected || live.size() < expected;
+    // Until the expected count has joined, wait for it; once it has, the
+    // live ones are enough (a dead node never blocks a barrier).
+    bool enough = b.arrived.size() >= expected || st.joined[b.kind] >= expected;
     if (all_live_arrived && enough && !live.empty()) {
       for (auto& rp : b.waiting)
         rp.deliver(st.epoch);
@@ -125,6 +125,7 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
                  req.pid};
   self->monitor(handle);
   self->state.members.push_back({info, handle});
+  ++self->state.joined[req.kind];
   TROUPE_LOG(info, "scheduler", to_string(req.kind), " ", info.rank,
              " joined (pid ", req.pid, ", ", req.host, ":", req.port, ")");
   publish(self);

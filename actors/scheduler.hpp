@@ -57,6 +57,7 @@ struct scheduler_state {
   std::vector<slice_place> placement;
   std::map<uint64_t, uint32_t> initialiser; // key -> first declaring worker
   std::vector<parked_declare> parked;       // until servers have joined
+  std::map<role, uint32_t> joined;          // registrations ever, per role
   std::map<std::string, barrier> barriers;
 };
 

@@ -200,6 +200,46 @@ BOOST_AUTO_TEST_CASE(a_barrier_waits_for_every_worker) {
   BOOST_CHECK(released);
 }
 
+BOOST_AUTO_TEST_CASE(a_barrier_waits_for_workers_that_have_not_joined_yet) {
+  auto cfg = troupe::test::make_config();
+  caf::actor_system sys{*cfg};
+  scheduler_settings ss;
+  ss.workers = 2;
+  auto sched = sys.spawn(scheduler, ss);
+  caf::scoped_actor first{sys}, second{sys};
+  auto join = [&](caf::scoped_actor& who) {
+    register_reply reply;
+    who->request(sched, 10s, register_atom_v,
+                 encode(register_request{role::worker, "", 0, 1}))
+        .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, reply)); },
+                 [](const caf::error& err) { BOOST_FAIL(describe(err)); });
+    return reply.rank;
+  };
+  auto arrive = [&](caf::scoped_actor& who, uint32_t rank) {
+    who->send(sched, barrier_atom_v,
+              encode(barrier_request{"start", role::worker, rank}));
+  };
+  auto released = [](caf::scoped_actor& who) {
+    bool got = false;
+    who->receive([&](uint64_t) { got = true; },
+                 caf::after(std::chrono::seconds{0}) >> [] {});
+    return got;
+  };
+  arrive(first, join(first));
+  // A round trip after the barrier: the scheduler has handled it.
+  first->request(sched, 10s, view_atom_v)
+      .receive([](const frame&) {}, [](const caf::error&) {});
+  BOOST_CHECK(!released(first)); // 1 of 2 expected workers joined
+  arrive(second, join(second));
+  for (auto* who : {&first, &second}) {
+    bool got = false;
+    (*who)->receive([&](uint64_t) { got = true; },
+                    caf::after(std::chrono::seconds{20}) >> [] {});
+    BOOST_CHECK(got);
+  }
+  caf::anon_send_exit(sched, caf::exit_reason::user_shutdown);
+}
+
 BOOST_AUTO_TEST_CASE(a_dead_server_fails_waiting_operations_with_peer_down) {
   cluster c{"sync", 1, 2};
   init_all(c, 8);
