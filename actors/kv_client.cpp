@@ -63,10 +63,13 @@ void flush_waiting(self_ptr self) { // 2
 }
 
 template <class F> void when_ready(self_ptr self, F fn) {
-  if (ready(self))
+  if (ready(self)) {
     fn();
-  else
-    self->state.waiting.emplace_back(std::move(fn));
+    return;
+  }
+  TROUPE_LOG(debug, who(self), "not ready (joined ", self->state.joined,
+             ", connecting ", self->state.connecting, "): operation waits");
+  self->state.waiting.emplace_back(std::move(fn));
 }
 
 void connect(self_ptr self, const node_info& n) {
@@ -413,6 +416,10 @@ void join(self_ptr self) {
             self->state.joined = true;
             TROUPE_LOG(info, who(self), "joined");
             apply_view(self, std::move(reply.view));
+            // The view may have overtaken this reply (apply_view then
+            // ignores it as old) with every server connected already:
+            // joining alone can make us ready.
+            flush_waiting(self);
           },
           [self](caf::error& err) { // 4
             TROUPE_LOG(error, "worker",

@@ -79,10 +79,19 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   serve_pulls(self);
 }
 
+/// Views a request may be ahead of ours; more is a broken sender.
+constexpr uint64_t max_epochs_ahead = 1000;
+
 /// Runs `fn` now, or once our view reaches `epoch`.  // 4
-template <class F> void when_epoch(self_ptr self, uint64_t epoch, F fn) {
-  if (epoch <= self->state.view.epoch)
+template <class F>
+void when_epoch(self_ptr self, uint64_t epoch, caf::response_promise& rp,
+                F fn) {
+  auto ours = self->state.view.epoch;
+  if (epoch <= ours)
     fn();
+  else if (epoch - ours > max_epochs_ahead) // 5
+    rp.deliver(caf::make_error(errc::malformed_message, "epoch", epoch,
+                               "far ahead of", ours));
   else
     self->state.held.emplace_back(epoch, std::move(fn));
 }
@@ -126,6 +135,10 @@ void handle_push(self_ptr self, const push_request& req,
 
 void handle_pull(self_ptr self, pull_request req, caf::response_promise rp) {
   auto& st = self->state;
+  if (auto err = st.store.check_pull(req.worker, req.clock)) {
+    rp.deliver(err);
+    return;
+  }
   for (auto& id : req.slices) // unknown slices fail now, not after a wait
     if (!st.store.owns(id)) {
       rp.deliver(caf::make_error(errc::slice_not_owned, id.key, id.index));
@@ -196,7 +209,7 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
         auto rp = self->make_response_promise();
         init_request req;
         if (decode_or_reject(self, f, req, rp))
-          when_epoch(self, req.epoch,
+          when_epoch(self, req.epoch, rp,
                      [self, req = std::move(req), rp]() mutable {
                        handle_init(self, req, rp);
                      });
@@ -206,7 +219,7 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
         auto rp = self->make_response_promise();
         push_request req;
         if (decode_or_reject(self, f, req, rp))
-          when_epoch(self, req.epoch,
+          when_epoch(self, req.epoch, rp,
                      [self, req = std::move(req), rp]() mutable {
                        handle_push(self, req, rp);
                      });
@@ -216,7 +229,7 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
         auto rp = self->make_response_promise();
         pull_request req;
         if (decode_or_reject(self, f, req, rp))
-          when_epoch(self, req.epoch,
+          when_epoch(self, req.epoch, rp,
                      [self, req = std::move(req), rp]() mutable {
                        handle_pull(self, std::move(req), rp);
                      });

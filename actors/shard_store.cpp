@@ -130,6 +130,16 @@ void shard_store::complete_rounds() {
   }
 }
 
+caf::error shard_store::check_pull(uint32_t worker, uint64_t clock) const {
+  auto w = workers_.find(worker);
+  if (w == workers_.end())
+    return caf::make_error(errc::not_a_member, "worker", worker);
+  if (clock > w->second.clock + 1)
+    return caf::make_error(errc::clock_gap, "pull at clock", clock,
+                           "but pushed up to", w->second.clock);
+  return caf::none;
+}
+
 bool shard_store::readable_at(uint64_t clock) const {
   switch (mode_.kind) {
   case consistency::kind_t::sync:

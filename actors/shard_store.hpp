@@ -56,6 +56,11 @@ public:
   /// Accepts one part of a push (all slices or none).
   caf::expected<push_reply> push(const push_request& req);
 
+  /// Checks that `worker` may pull as a worker at `clock`: it is live and
+  /// has pushed every clock before `clock` but at most one (a pull waits
+  /// for others, never for the puller itself).
+  caf::error check_pull(uint32_t worker, uint64_t clock) const;
+
   /// True if a worker at `clock` may read now under the mode.
   bool readable_at(uint64_t clock) const;
 

@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(async_reads_never_wait) {
   auto& w0 = c.worker(0);
   for (uint64_t t = 0; t < 5; ++t)
     BOOST_REQUIRE(w0.push(t, filled(1, 2500, 1.0f)));
-  auto got = w0.pull(1000, {1}); // far ahead of worker 1, still served
+  auto got = w0.pull(5, {1}); // 5 clocks ahead of worker 1: served at once
   BOOST_REQUIRE(got);
   BOOST_CHECK(all_equal(*got, 5.0f));
 }
@@ -177,6 +177,15 @@ BOOST_AUTO_TEST_CASE(a_server_drops_duplicates_and_survives_malformed_bytes) {
   BOOST_CHECK(garbage.error() == errc::malformed_message);
   auto odd = ask(pull_atom_v, frame{std::vector<uint8_t>(5, 1)});
   BOOST_CHECK(odd.error() == errc::malformed_message);
+  // Requests that would wait forever are refused instead.
+  auto future = p;
+  future.epoch = uint64_t{1} << 40;
+  BOOST_CHECK(ask(push_atom_v, encode(future)).error() ==
+              errc::malformed_message);
+  pull_request ahead{0, 1000, v->second.epoch, {{1, 0}}};
+  BOOST_CHECK(ask(pull_atom_v, encode(ahead)).error() == errc::clock_gap);
+  pull_request stranger{7, 0, v->second.epoch, {{1, 0}}};
+  BOOST_CHECK(ask(pull_atom_v, encode(stranger)).error() == errc::not_a_member);
   auto got = c.worker(0).pull(1, {1}); // still serving, applied once
   BOOST_REQUIRE(got);
   BOOST_CHECK(all_equal(*got, 1.0f));
@@ -254,6 +263,38 @@ BOOST_AUTO_TEST_CASE(a_dead_server_fails_waiting_operations_with_peer_down) {
                   caf::after(std::chrono::seconds{30}) >> [] {});
   // Not errc::timeout: the down message ended the wait.
   BOOST_CHECK_MESSAGE(err == errc::peer_down, describe(err));
+}
+
+BOOST_AUTO_TEST_CASE(a_kv_client_whose_view_overtakes_its_join_gets_ready) {
+  // The newer view arrives first; the RegisterReply after it carries an
+  // older view. Joining alone must then release waiting operations.
+  auto cfg = troupe::test::make_config();
+  caf::actor_system sys{*cfg};
+  cluster_view older;
+  older.epoch = 2;
+  older.slice_floats = 4;
+  auto newer = older;
+  newer.epoch = 3;
+  auto fake =
+      sys.spawn([older, newer](caf::event_based_actor* self) -> caf::behavior {
+        return {[=](register_atom, const frame&) {
+          auto client = caf::actor_cast<caf::actor>(self->current_sender());
+          self->send(client, view_atom_v, encode(newer));
+          return encode(register_reply{0, older});
+        }};
+      });
+  kv_settings ks;
+  auto client = spawn_kv_client(sys, fake, ks);
+  caf::scoped_actor self{sys};
+  bool answered = false;
+  self->request(client, 10s, view_atom_v)
+      .receive([&](uint32_t, const frame&) { answered = true; },
+               [&](const caf::error& err) {
+                 BOOST_FAIL("view failed: " << describe(err));
+               });
+  BOOST_CHECK(answered);
+  caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(fake, caf::exit_reason::user_shutdown);
 }
 
 BOOST_AUTO_TEST_CASE(a_view_that_overtakes_the_register_reply_is_not_lost) {

@@ -154,6 +154,16 @@ BOOST_AUTO_TEST_CASE(bad_pushes_are_refused_and_change_nothing) {
   BOOST_CHECK_EQUAL(f.store.version(), 0u);
 }
 
+BOOST_AUTO_TEST_CASE(pulls_from_strangers_or_from_the_future_are_refused) {
+  fixture f{"sync"};
+  BOOST_CHECK(!f.store.check_pull(0, 0));
+  BOOST_CHECK(!f.store.check_pull(0, 1)); // pulls before pushing clock 0
+  BOOST_CHECK(f.store.check_pull(0, 2) == errc::clock_gap);
+  BOOST_CHECK(f.store.check_pull(9, 0) == errc::not_a_member);
+  BOOST_REQUIRE(f.push(0, 0, 1.0f));
+  BOOST_CHECK(!f.store.check_pull(0, 2));
+}
+
 BOOST_AUTO_TEST_CASE(the_first_init_wins_and_uninitialised_slices_wait) {
   shard_store s{consistency{}};
   s.set_owned({{a, 2}});
