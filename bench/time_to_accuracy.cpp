@@ -1,0 +1,564 @@
+// time_to_accuracy: samples/s and training seconds to 0.85, 0.88 and 0.89
+// test accuracy of troupe-node's Fashion-MNIST trainer (1 server, W workers,
+// per mode), beside the same model step's compute-only rate in one process.
+// Over 400 lines: it also starts, watches and reaps the clusters and checks
+// their metrics before it prints a figure.
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/consistency.hpp"
+#include "kernels/blas.hpp"
+#include "kernels/idx.hpp"
+#include "kernels/model.hpp"
+#include "kernels/optimizer.hpp"
+#include "kernels/partition.hpp"
+
+using namespace troupe;
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+// The setup of every figure; the cluster gets it as flags.
+const std::string model_spec = "mlp:784-256-128-10";
+constexpr uint32_t batch = 64;          // samples per step and worker
+constexpr float lr = 0.02f, mu = 0.9f;  // momentum SGD (on the server)
+constexpr uint32_t evals_per_epoch = 4; // metrics lines per epoch
+constexpr double floor_seconds = 3;     // of compute-only steps
+const std::vector<double> thresholds{0.85, 0.88, 0.89};
+const double missing = std::nan(""); // a figure not reached or not run
+
+const char* usage =
+    "usage: time_to_accuracy [--epochs=E] [--modes=M,...] [--workers=W,...]"
+    " [--node=PATH]\n"
+    "  --epochs   passes over the training set per run, 1..100 (default 10)\n"
+    "  --modes    server modes: sync, async, ssp:S (default sync,async,ssp:2)\n"
+    "  --workers  worker counts, each 1..16 (default 1,2)\n"
+    "  --node     troupe-node binary (default: beside this program)\n"
+    "A run not done in 60 s + 30 s per epoch is killed; its row fails.\n";
+
+struct options {
+  uint32_t epochs = 10;
+  std::vector<std::string> modes{"sync", "async", "ssp:2"};
+  std::vector<uint32_t> workers{1, 2};
+  std::string node;
+};
+
+double since(steady::time_point t0) {
+  return std::chrono::duration<double>(steady::now() - t0).count();
+}
+
+/// printf into a string.
+template <class... Ts> std::string strf(const char* fmt, Ts... xs) {
+  std::string out(size_t(std::snprintf(nullptr, 0, fmt, xs...)) + 1, '\0');
+  std::snprintf(out.data(), out.size(), fmt, xs...);
+  out.pop_back();
+  return out;
+}
+
+/// The number in all of `s` if it is in [1, hi], else 0.
+uint32_t parse_count(const std::string& s, uint32_t hi) {
+  if (s.empty() || s.size() > 3 ||
+      s.find_first_not_of("0123456789") != std::string::npos)
+    return 0;
+  auto n = uint32_t(std::stoul(s));
+  return n <= hi ? n : 0;
+}
+
+/// Reads one `--name=value` flag into `opt`; returns an error line, or "".
+std::string parse_flag(const std::string& a, options& opt) {
+  auto eq = std::min(a.find('='), a.size());
+  auto name = a.substr(0, eq), value = a.substr(std::min(eq + 1, a.size()));
+  std::vector<std::string> items{""}; // value cut at commas
+  for (char c : value)
+    if (c == ',')
+      items.emplace_back();
+    else
+      items.back().push_back(c);
+  if (name == "--epochs" && (opt.epochs = parse_count(value, 100)) == 0)
+    return "--epochs must be 1..100, got '" + value + "'";
+  if (name == "--modes")
+    for (auto& m : (opt.modes = items))
+      if (!parse_consistency(m))
+        return "--modes must list sync, async or ssp:S, got '" + value + "'";
+  if (name == "--workers") {
+    opt.workers.clear();
+    for (auto& w : items)
+      if (opt.workers.emplace_back(parse_count(w, 16)) == 0)
+        return "--workers must list counts 1..16, got '" + value + "'";
+  }
+  if (name == "--node" && ::access((opt.node = value).c_str(), X_OK) != 0)
+    return "--node: no executable at '" + value + "'";
+  if (name != "--epochs" && name != "--modes" && name != "--workers" &&
+      name != "--node")
+    return "unknown flag '" + a + "' (see --help)";
+  return "";
+}
+
+/// The troupe-node beside this program, or "" with `err` set.
+std::string default_node_path(std::string& err) {
+  char buf[4096];
+  auto n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  std::string dir{buf, size_t(std::max(n, ssize_t{0}))};
+  auto path = dir.substr(0, dir.rfind('/') + 1) + "troupe-node";
+  if (n > 0 && ::access(path.c_str(), X_OK) == 0)
+    return path;
+  err = "no troupe-node at '" + path + "'; pass --node=PATH";
+  return "";
+}
+
+// -- compute-only floor -------------------------------------------------------
+
+struct floor_result {
+  double samples_per_s = 0;
+  uint64_t steps = 0;
+  double first_loss = 0, last_loss = 0; // means of the first and last 50
+};
+
+/// What a floor step keeps between steps: optimizer state, batch buffers.
+struct floor_state {
+  std::vector<momentum_state> opt;
+  std::vector<float> xs;
+  std::vector<uint8_t> ys;
+};
+
+/// One trainer step without a cluster: gather the batch at idx, forward,
+/// backward, then momentum SGD on every parameter array.
+kernel_status floor_step(model& net, floor_state& st, const dataset& d,
+                         const size_t* idx, float* loss) {
+  size_t per = net.input_size();
+  st.xs.resize(batch * per);
+  st.ys.resize(batch);
+  for (size_t i = 0; i < batch; ++i) {
+    std::memcpy(&st.xs[i * per], d.images.data() + idx[i] * per,
+                per * sizeof(float));
+    st.ys[i] = d.labels[idx[i]];
+  }
+  auto s = net.compute_gradients(st.xs.data(), st.ys.data(), batch, loss);
+  auto ps = net.parameters(), gs = net.gradients();
+  st.opt.resize(ps.size());
+  for (size_t i = 0; s == kernel_status::ok && i < ps.size(); ++i)
+    s = momentum_update_cpu(ps[i].data, gs[i].data, ps[i].size, st.opt[i],
+                            momentum_params{lr, mu, 0.0f});
+  return s;
+}
+
+/// Steps for floor_seconds on the training set (a seeded shuffle per epoch)
+/// and checks that the loss fell; returns "" or what went wrong.
+std::string measure_floor(const dataset& train, floor_result& out) {
+  std::string err;
+  auto net = model::from_spec(model_spec, &err);
+  if (!net)
+    return "model: " + err;
+  net->init_parameters(1);
+  floor_state st;
+  std::vector<float> losses;
+  std::vector<size_t> idx;
+  size_t steps_per_epoch = train.labels.size() / batch;
+  auto t0 = steady::now();
+  for (size_t s = 0; since(t0) < floor_seconds || s < 100; ++s) {
+    if (s % steps_per_epoch == 0)
+      epoch_partition(train.labels.size(), s / steps_per_epoch, 1, 0, 1, idx);
+    float loss = 0;
+    auto k =
+        floor_step(*net, st, train, &idx[(s % steps_per_epoch) * batch], &loss);
+    if (k != kernel_status::ok || !std::isfinite(loss))
+      return std::string{"step failed: "} + to_string(k);
+    losses.push_back(loss);
+  }
+  out.samples_per_s = double(losses.size()) * batch / since(t0);
+  out.steps = losses.size();
+  out.first_loss =
+      std::accumulate(losses.begin(), losses.begin() + 50, 0.0) / 50;
+  out.last_loss = std::accumulate(losses.end() - 50, losses.end(), 0.0) / 50;
+  if (!(out.last_loss < 0.8 * out.first_loss))
+    return strf("the loss did not fall: %.4f -> %.4f", out.first_loss,
+                out.last_loss);
+  return "";
+}
+
+// -- troupe-node processes ----------------------------------------------------
+
+/// One child process; its stdout and stderr go to one memory file, which
+/// unlike a pipe never fills up or breaks.
+struct child {
+  pid_t pid = -1; // -1 once reaped
+  int out = -1;   // the memfd
+  int status = 0; // wait status, once reaped
+};
+
+/// The last line `c` wrote (all of it, up to 64 KiB, if `all`).
+std::string output(const child& c, bool all = false) {
+  std::string out(1 << 16, '\0');
+  out.resize(
+      size_t(std::max(::pread(c.out, &out[0], out.size(), 0), ssize_t{0})));
+  while (!all && !out.empty() && out.back() == '\n')
+    out.pop_back();
+  return all ? out : out.substr(out.rfind('\n') + 1, 200);
+}
+
+std::string exit_text(int status) {
+  return WIFSIGNALED(status) ? strf("killed by signal %d", WTERMSIG(status))
+                             : strf("exited with %d", WEXITSTATUS(status));
+}
+
+/// Reaps `c` if it ended; true if it is gone.
+bool reap(child& c) {
+  if (c.pid > 0 && ::waitpid(c.pid, &c.status, WNOHANG) == c.pid)
+    c.pid = -1;
+  return c.pid < 0;
+}
+
+/// Child processes; on every path out of scope each gets SIGTERM, then
+/// SIGKILL if it is still there after 2 s, and is reaped.
+struct node_group {
+  std::vector<child> kids;
+
+  ~node_group() {
+    for (auto& c : kids)
+      if (c.pid > 0)
+        ::kill(c.pid, SIGTERM);
+    auto t0 = steady::now();
+    for (auto& c : kids) {
+      while (!reap(c) && since(t0) < 2)
+        std::this_thread::sleep_for(std::chrono::milliseconds{5});
+      if (c.pid > 0 && ::kill(c.pid, SIGKILL) == 0)
+        ::waitpid(c.pid, &c.status, 0);
+      ::close(c.out);
+    }
+  }
+
+  /// Runs `path args...` as kids.back(); returns "" or what failed.
+  std::string start(const std::string& path, std::vector<std::string> args) {
+    int fd = ::memfd_create("troupe-node-out", MFD_CLOEXEC);
+    args.insert(args.begin(), path);
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    auto parent = ::getpid();
+    pid_t pid = fd < 0 ? -1 : ::fork();
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL); // no orphans if we get killed
+      if (::getppid() != parent)
+        ::_exit(127);
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      ::execv(path.c_str(), argv.data());
+      ::_exit(127);
+    }
+    if (pid < 0) {
+      auto err = std::string{"fork: "} + std::strerror(errno);
+      ::close(fd);
+      return err;
+    }
+    kids.push_back(child{pid, fd, 0});
+    return "";
+  }
+};
+
+/// Waits up to 10 s for c's line "troupe-node: ROLE listening on HOST:PORT
+/// (pid N)"; returns "" and sets `port`, or what went wrong.
+std::string await_port(child& c, uint16_t& port) {
+  for (auto t0 = steady::now(); since(t0) < 10;) {
+    auto out = output(c, true);
+    auto at = out.find(" listening on ");
+    auto end = out.find(" (pid", at);
+    if (at != std::string::npos && end != std::string::npos) {
+      port = uint16_t(std::stoul(out.substr(out.rfind(':', end) + 1)));
+      return "";
+    }
+    if (reap(c))
+      return exit_text(c.status) + " before it listened: " + output(c);
+    std::this_thread::sleep_for(std::chrono::milliseconds{10});
+  }
+  return "did not listen in 10 s";
+}
+
+// -- one configuration --------------------------------------------------------
+
+struct row_result {
+  std::string mode;
+  uint32_t workers = 0;
+  std::string error; // "" = ok
+  double samples_per_s = 0, train_s = 0, wall_s = 0, final_accuracy = 0;
+  std::vector<double> s_to; // train_s per threshold, or missing
+};
+
+/// Starts the scheduler, the server of `mode`, then `workers` trainers
+/// appending to `metrics`; returns "" or what failed.
+std::string start_cluster(node_group& nodes, const options& opt,
+                          const std::string& mode, uint32_t workers,
+                          const std::string& metrics) {
+  uint16_t port = 0;
+  auto err =
+      nodes.start(opt.node, {"--role=scheduler", "--scheduler-port=0",
+                             "--log-level=warning", "--cluster.servers=1",
+                             strf("--cluster.workers=%u", workers)});
+  if (!err.empty() || !(err = await_port(nodes.kids.back(), port)).empty())
+    return "scheduler: " + err;
+  auto sched = strf("--scheduler-port=%u", unsigned{port});
+  err = nodes.start(opt.node,
+                    {"--role=server", sched, "--log-level=warning",
+                     "--server.mode=" + mode, "--optimizer.name=momentum",
+                     strf("--optimizer.lr=%g", double{lr}),
+                     strf("--optimizer.momentum=%g", double{mu})});
+  if (!err.empty() || !(err = await_port(nodes.kids.back(), port)).empty())
+    return "server: " + err;
+  for (uint32_t i = 0; err.empty() && i < workers; ++i)
+    err = nodes.start(opt.node,
+                      {"--role=worker", sched, "--log-level=warning",
+                       "--train.model=" + model_spec,
+                       strf("--train.batch=%u", batch),
+                       strf("--train.epochs=%u", opt.epochs),
+                       strf("--train.evals-per-epoch=%u", evals_per_epoch),
+                       "--train.metrics-file=" + metrics,
+                       strf("--train.data-dir=%s", fashion_mnist_dir)});
+  return err.empty() ? "" : "worker: " + err;
+}
+
+/// Waits until every worker (kids 2..) exited 0; fails at once if one did
+/// not or if the scheduler or server ended, and after `deadline_s`.
+std::string wait_workers(node_group& nodes, double deadline_s) {
+  for (auto t0 = steady::now();;) {
+    bool done = true;
+    for (size_t i = 0; i < nodes.kids.size(); ++i) {
+      auto& c = nodes.kids[i];
+      bool gone = reap(c);
+      if (gone && i < 2)
+        return std::string{i == 0 ? "scheduler " : "server "} +
+               exit_text(c.status) + ": " + output(c);
+      if (gone && !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0))
+        return "a worker " + exit_text(c.status) + ": " + output(c);
+      done = done && (gone || i < 2);
+    }
+    if (done)
+      return "";
+    if (since(t0) > deadline_s)
+      return strf("workers not done in %.0f s; killed", deadline_s);
+    std::this_thread::sleep_for(std::chrono::milliseconds{50});
+  }
+}
+
+/// `"key":NUMBER` of a metrics line; false if absent.
+bool field(const std::string& line, const std::string& key, double& out) {
+  auto at = line.find('"' + key + "\":");
+  if (at == std::string::npos)
+    return false;
+  const char* p = line.c_str() + at + key.size() + 3;
+  char* end = nullptr;
+  out = std::strtod(p, &end);
+  return end != p;
+}
+
+/// Reads rank 0's metrics lines, checks them, and fills the row's figures.
+std::string read_metrics(const std::string& path, uint32_t epochs,
+                         row_result& r) {
+  std::ifstream in{path};
+  std::string line;
+  double epoch = 0, acc = 0, rate = 0, secs = 0, samples = 0;
+  size_t n = 0;
+  r.s_to.assign(thresholds.size(), missing);
+  for (double prev = 0; std::getline(in, line); prev = secs, ++n) {
+    if (!field(line, "epoch", epoch) || !field(line, "test_accuracy", acc) ||
+        !field(line, "samples_per_s", rate) || !field(line, "train_s", secs))
+      return "metrics line does not parse: " + line;
+    if (!(acc >= 0 && acc <= 1 && rate > 0 && secs > prev))
+      return "metrics line out of range: " + line;
+    samples += rate * (secs - prev); // each line's rate is over its interval
+    for (size_t i = 0; i < thresholds.size(); ++i)
+      if (std::isnan(r.s_to[i]) && acc >= thresholds[i])
+        r.s_to[i] = secs;
+  }
+  if (n != size_t(epochs) * evals_per_epoch || std::fabs(epoch - epochs) > 1e-3)
+    return strf("metrics has %zu lines to epoch %g, expected %u to epoch %u", n,
+                epoch, epochs * evals_per_epoch, epochs);
+  r.train_s = secs;
+  r.samples_per_s = samples / secs;
+  r.final_accuracy = acc;
+  return "";
+}
+
+/// Trains on a fresh cluster of `mode` with `workers` workers.
+row_result run_config(const options& opt, const std::string& mode,
+                      uint32_t workers) {
+  row_result r{mode, workers, "", 0, 0, 0, 0, {}};
+  char path[] = "/tmp/time_to_accuracy-XXXXXX";
+  int fd = ::mkstemp(path); // empty: the trainer appends
+  if (fd < 0)
+    return r.error = std::string{"mkstemp: "} + std::strerror(errno), r;
+  ::close(fd);
+  auto t0 = steady::now();
+  {
+    node_group nodes; // stopped at the end of this block
+    r.error = start_cluster(nodes, opt, mode, workers, path);
+    if (r.error.empty())
+      r.error = wait_workers(nodes, 60.0 + 30.0 * opt.epochs);
+    r.wall_s = since(t0);
+  }
+  if (r.error.empty())
+    r.error = read_metrics(path, opt.epochs, r);
+  ::unlink(path);
+  return r;
+}
+
+// -- report -------------------------------------------------------------------
+
+/// x with `digits` decimals and `unit`, or `none` if it is missing.
+std::string num(double x, int digits, const char* none = "null",
+                const char* unit = "") {
+  return std::isfinite(x) ? strf("%.*f%s", digits, x, unit) : none;
+}
+
+std::string json_str(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s)
+    out += c == '"' || c == '\\'     ? std::string{'\\', c}
+           : (unsigned char)c < 0x20 ? std::string{' '}
+                                     : std::string{c};
+  return out + '"';
+}
+
+/// The part of each worker's step that is not the floor's step.
+double overhead(const row_result& r, double floor) {
+  return r.error.empty() ? 1.0 - r.samples_per_s / (r.workers * floor)
+                         : missing;
+}
+
+/// Prints one table row; returns the row as JSON.
+std::string print_row(const row_result& r, double floor) {
+  auto json =
+      strf("{\"mode\":%s,\"workers\":%u,\"error\":%s", json_str(r.mode).c_str(),
+           r.workers, r.error.empty() ? "null" : json_str(r.error).c_str());
+  std::printf("%-7s %7u", r.mode.c_str(), r.workers);
+  if (!r.error.empty())
+    return std::printf("  failed: %s\n", r.error.c_str()), json + "}";
+  std::string to;
+  std::printf(" %10.0f", r.samples_per_s);
+  for (size_t i = 0; i < thresholds.size(); ++i) {
+    std::printf(" %10s", num(r.s_to[i], 1, "-").c_str());
+    to += strf("%s\"%.2f\":%s", i ? "," : "", thresholds[i],
+               num(r.s_to[i], 2).c_str());
+  }
+  std::printf(" %10.4f %9.1f%%\n", r.final_accuracy, 100 * overhead(r, floor));
+  return json + strf(",\"samples_per_s\":%.1f,\"train_s_to_accuracy\":{%s},"
+                     "\"final_accuracy\":%.4f,\"train_s\":%.2f,\"wall_s\":"
+                     "%.2f,\"overhead_vs_floor\":%.4f}",
+                     r.samples_per_s, to.c_str(), r.final_accuracy, r.train_s,
+                     r.wall_s, overhead(r, floor));
+}
+
+/// Prints one target line; adds `"what":met` (null: not run) to `json`.
+void print_target(std::string& json, const std::string& what,
+                  const std::string& shown, bool ran, bool met) {
+  static const char* verdict[] = {"not run", "met", "NOT met"};
+  static const char* json_verdict[] = {"null", "true", "false"};
+  int v = !ran ? 0 : met ? 1 : 2;
+  std::printf("  %-46s %10s  %s\n", what.c_str(), shown.c_str(), verdict[v]);
+  json += strf("%s%s:%s", json.empty() ? "" : ",", json_str(what).c_str(),
+               json_verdict[v]);
+}
+
+/// Prints the targets beside the figures; returns them as a JSON object.
+std::string print_targets(const std::vector<row_result>& rows, double floor) {
+  auto s2 = std::find_if(rows.begin(), rows.end(), [](const row_result& r) {
+    return r.mode == "sync" && r.workers == 2;
+  });
+  bool ran = s2 != rows.end(), ok = ran && s2->error.empty();
+  double rate = ok ? s2->samples_per_s : missing,
+         s89 = ok ? s2->s_to[2] : missing;
+  std::string json;
+  std::printf("\ntargets (shown, not asserted):\n");
+  print_target(json, "sync, 2 workers: samples/s >= 50000", num(rate, 0, "-"),
+               ran, rate >= 50000);
+  print_target(json, "sync, 2 workers: 0.89 in <= 25 s of training",
+               num(s89, 1, "-", " s"), ran, s89 <= 25);
+  for (auto& r : rows)
+    if (r.workers == 1)
+      print_target(json, r.mode + ", 1 worker: overhead <= 20% of the step",
+                   num(100 * overhead(r, floor), 1, "-", "%"), true,
+                   overhead(r, floor) <= 0.2);
+  return "{" + json + "}";
+}
+
+/// Prints the table and the targets, then one line of JSON with everything.
+void print_report(const options& opt, const floor_result& fl,
+                  const std::vector<row_result>& rows) {
+  std::printf("troupe time to accuracy: %s on Fashion-MNIST, batch %u per "
+              "worker, momentum lr %g mu %g on 1 server, %u epoch(s)\n"
+              "compute-only floor (this process, no cluster): %.0f samples/s "
+              "(%llu steps, loss %.3f -> %.3f)\n\n",
+              model_spec.c_str(), batch, double{lr}, double{mu}, opt.epochs,
+              fl.samples_per_s, (unsigned long long)fl.steps, fl.first_loss,
+              fl.last_loss);
+  std::printf("mode    workers  samples/s  s to 0.85  s to 0.88  s to 0.89 "
+              " final acc  overhead vs floor\n");
+  std::string json;
+  for (auto& r : rows)
+    json += (json.empty() ? "" : ",") + print_row(r, fl.samples_per_s);
+  auto targets = print_targets(rows, fl.samples_per_s);
+  std::printf("\n{\"model\":%s,\"batch\":%u,\"epochs\":%u,\"floor_samples_per_s"
+              "\":%.1f,\"rows\":[%s],\"targets\":%s}\n",
+              json_str(model_spec).c_str(), batch, opt.epochs, fl.samples_per_s,
+              json.c_str(), targets.c_str());
+}
+
+int fail(const char* what, const std::string& why) {
+  std::cerr << "*** " << what << " failed: " << why << '\n';
+  return 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (std::count(args.begin(), args.end(), "--help") != 0)
+    return std::cout << usage, 0;
+  options opt;
+  for (auto& a : args)
+    if (auto msg = parse_flag(a, opt); !msg.empty())
+      return fail("reading flags", msg) + 1;
+  std::string err;
+  if (opt.node.empty() && (opt.node = default_node_path(err)).empty())
+    return fail("finding troupe-node", err);
+  set_blas_threads(1); // as in each trainer
+  floor_result fl;
+  {
+    dataset train; // freed before the clusters run
+    if (err = load_fashion_mnist(fashion_mnist_dir, "train", train);
+        !err.empty())
+      return fail("loading the data", err);
+    if (err = measure_floor(train, fl); !err.empty())
+      return fail("check of the compute-only floor", err);
+  }
+  std::vector<row_result> rows;
+  bool all_ok = true;
+  for (auto& mode : opt.modes)
+    for (auto w : opt.workers) {
+      std::fprintf(stderr, "running %s, %u worker(s), %u epoch(s) ...",
+                   mode.c_str(), w, opt.epochs);
+      rows.push_back(run_config(opt, mode, w));
+      all_ok = all_ok && rows.back().error.empty();
+      std::fprintf(stderr, " %s in %.1f s\n",
+                   rows.back().error.empty() ? "done" : "FAILED",
+                   rows.back().wall_s);
+    }
+  print_report(opt, fl, rows);
+  return all_ok ? 0 : 1;
+}
