@@ -110,8 +110,7 @@ bool decode_or_reject(self_ptr self, const frame& f, Request& req,
   return true;
 }
 
-void handle_init(self_ptr self, const init_request& req,
-                 caf::response_promise rp) {
+void handle_init(self_ptr self, init_request req, caf::response_promise rp) {
   if (auto err = self->state.store.init(req)) {
     rp.deliver(err);
     return;
@@ -120,8 +119,7 @@ void handle_init(self_ptr self, const init_request& req,
   serve_pulls(self);
 }
 
-void handle_push(self_ptr self, const push_request& req,
-                 caf::response_promise rp) {
+void handle_push(self_ptr self, push_request req, caf::response_promise rp) {
   auto reply = self->state.store.push(req);
   if (!reply) {
     TROUPE_LOG(debug, who(self),
@@ -178,6 +176,19 @@ void start(self_ptr self, const std::string& host, uint16_t port) {
           });
 }
 
+/// Decodes a request and hands it to `handle` once our view has its epoch.
+template <class Request, class Handler>
+caf::response_promise accept(self_ptr self, const frame& f, Handler handle) {
+  auto rp = self->make_response_promise();
+  Request req;
+  if (decode_or_reject(self, f, req, rp))
+    when_epoch(self, req.epoch, rp,
+               [self, req = std::move(req), rp, handle]() mutable {
+                 handle(self, std::move(req), rp);
+               });
+  return rp;
+}
+
 } // namespace
 
 caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
@@ -206,34 +217,13 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
         apply_view(self, std::move(v));
       },
       [self](init_atom, const frame& f) {
-        auto rp = self->make_response_promise();
-        init_request req;
-        if (decode_or_reject(self, f, req, rp))
-          when_epoch(self, req.epoch, rp,
-                     [self, req = std::move(req), rp]() mutable {
-                       handle_init(self, req, rp);
-                     });
-        return rp;
+        return accept<init_request>(self, f, handle_init);
       },
       [self](push_atom, const frame& f) {
-        auto rp = self->make_response_promise();
-        push_request req;
-        if (decode_or_reject(self, f, req, rp))
-          when_epoch(self, req.epoch, rp,
-                     [self, req = std::move(req), rp]() mutable {
-                       handle_push(self, req, rp);
-                     });
-        return rp;
+        return accept<push_request>(self, f, handle_push);
       },
       [self](pull_atom, const frame& f) {
-        auto rp = self->make_response_promise();
-        pull_request req;
-        if (decode_or_reject(self, f, req, rp))
-          when_epoch(self, req.epoch, rp,
-                     [self, req = std::move(req), rp]() mutable {
-                       handle_pull(self, std::move(req), rp);
-                     });
-        return rp;
+        return accept<pull_request>(self, f, handle_pull);
       },
   };
 }
