@@ -199,9 +199,10 @@ caf::error check_arrays(self_ptr self, const arrays& xs) {
 }
 
 /// The slices of `xs`, grouped by owning server.
-std::map<uint32_t, std::vector<slice_data>> slices_by_server(self_ptr self,
+/// The slices of `xs`, grouped by owning server: views into `xs`.
+std::map<uint32_t, std::vector<slice_view>> slices_by_server(self_ptr self,
                                                              const arrays& xs) {
-  std::map<uint32_t, std::vector<slice_data>> out;
+  std::map<uint32_t, std::vector<slice_view>> out;
   auto bound = self->state.view.slice_floats;
   for (auto& x : xs) {
     auto n = slice_count(x.values.size(), bound);
@@ -209,8 +210,7 @@ std::map<uint32_t, std::vector<slice_data>> slices_by_server(self_ptr self,
       auto r = slice_range(x.values.size(), bound, i);
       slice_id id{x.key, i};
       out[self->state.owner.at(id)].push_back(
-          slice_data{id, std::vector<float>(x.values.begin() + r.first,
-                                            x.values.begin() + r.second)});
+          slice_view{id, x.values.data() + r.first, r.second - r.first});
     }
   }
   return out;
@@ -219,19 +219,19 @@ std::map<uint32_t, std::vector<slice_data>> slices_by_server(self_ptr self,
 // -- push -------------------------------------------------------------------
 
 /// Cuts one server's slices into parts of at most max-message-bytes.
-std::vector<std::vector<slice_data>> cut_parts(self_ptr self,
-                                               std::vector<slice_data> xs) {
-  std::vector<std::vector<slice_data>> parts(1);
+std::vector<std::vector<slice_view>> cut_parts(self_ptr self,
+                                               std::vector<slice_view> xs) {
+  std::vector<std::vector<slice_view>> parts(1);
   size_t bytes = 0;
   for (auto& x : xs) {
-    auto b = x.values.size() * sizeof(float);
+    auto b = x.size * sizeof(float);
     if (!parts.back().empty() &&
         bytes + b > self->state.cfg.max_message_bytes) {
       parts.emplace_back();
       bytes = 0;
     }
     bytes += b;
-    parts.back().push_back(std::move(x));
+    parts.back().push_back(x);
   }
   return parts;
 }
@@ -250,10 +250,13 @@ void do_push(self_ptr self, uint64_t clock, const arrays& xs,
     auto parts = cut_parts(self, std::move(by_server[s.rank]));
     for (uint32_t p = 0; p < parts.size(); ++p)
       msgs.emplace_back(
-          s.rank,
-          encode(push_request{self->state.rank, clock, self->state.view.epoch,
-                              p, static_cast<uint32_t>(parts.size()),
-                              std::move(parts[p])}));
+          s.rank, encode_push(push_request{self->state.rank,
+                                           clock,
+                                           self->state.view.epoch,
+                                           p,
+                                           static_cast<uint32_t>(parts.size()),
+                                           {}},
+                              parts[p]));
   }
   auto g = std::make_shared<gather>();
   g->rp = rp;
@@ -306,20 +309,19 @@ pull_messages(self_ptr self, const arrays& out, uint64_t clock) {
 caf::error copy_reply(const frame& f, arrays& out,
                       const std::map<uint64_t, size_t>& index_of,
                       uint32_t bound) {
-  pull_reply r;
-  if (auto err = decode(f, r))
-    return err;
-  for (auto& s : r.slices) {
-    auto i = index_of.find(s.id.key);
-    if (i == index_of.end())
-      return caf::make_error(errc::malformed_message, "unasked slice");
-    auto& dst = out[i->second].values;
-    auto range = slice_range(dst.size(), bound, s.id.index);
-    if (s.values.size() != range.second - range.first)
-      return caf::make_error(errc::bad_shape, s.id.key, s.id.index);
-    std::copy(s.values.begin(), s.values.end(), dst.begin() + range.first);
-  }
-  return caf::none;
+  uint64_t version = 0;
+  return visit_pull_reply(
+      f, version, [&](slice_id id, const float* xs, size_t n) -> caf::error {
+        auto i = index_of.find(id.key);
+        if (i == index_of.end())
+          return caf::make_error(errc::malformed_message, "unasked slice");
+        auto& dst = out[i->second].values;
+        auto range = slice_range(dst.size(), bound, id.index);
+        if (n != range.second - range.first)
+          return caf::make_error(errc::bad_shape, id.key, id.index);
+        std::copy(xs, xs + n, dst.begin() + range.first);
+        return caf::none;
+      });
 }
 
 void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
@@ -357,10 +359,12 @@ void send_inits(self_ptr self, const arrays& xs,
       own.push_back(x);
   std::vector<std::pair<uint32_t, frame>> msgs;
   for (auto& [rank, slices] : slices_by_server(self, own))
-    for (auto& part : cut_parts(self, std::move(slices)))
-      msgs.emplace_back(
-          rank, encode(init_request{self->state.rank, self->state.view.epoch,
-                                    std::move(part)}));
+    for (auto& part : cut_parts(self, std::move(slices))) {
+      init_request req{self->state.rank, self->state.view.epoch, {}};
+      for (auto& v : part) // rare: once per array and run
+        req.slices.push_back({v.id, {v.data, v.data + v.size}});
+      msgs.emplace_back(rank, encode(req));
+    }
   scatter(
       self, init_atom_v, g, std::move(msgs),
       [](const frame& f) {

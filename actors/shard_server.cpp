@@ -32,11 +32,13 @@ void serve_pulls(self_ptr self) {
       still.push_back(std::move(p));
       continue;
     }
-    auto reply = st.store.read(p.req.slices);
-    if (reply)
-      p.rp.deliver(encode(*reply));
+    // Encoded straight from the store: values are copied once, into the
+    // reply's frame.
+    std::vector<slice_view> views;
+    if (auto err = st.store.read_views(p.req.slices, views))
+      p.rp.deliver(err);
     else
-      p.rp.deliver(std::move(reply.error()));
+      p.rp.deliver(encode_pull_reply(st.store.version(), views));
   }
   st.pulls = std::move(still);
 }

@@ -161,16 +161,28 @@ bool shard_store::initialised(const std::vector<slice_id>& ids) const {
 
 caf::expected<pull_reply>
 shard_store::read(const std::vector<slice_id>& ids) const {
+  std::vector<slice_view> views;
+  if (auto err = read_views(ids, views))
+    return err;
   pull_reply out;
   out.version = version_;
-  out.slices.reserve(ids.size());
+  for (auto& v : views)
+    out.slices.push_back(slice_data{v.id, {v.data, v.data + v.size}});
+  return out;
+}
+
+caf::error shard_store::read_views(const std::vector<slice_id>& ids,
+                                   std::vector<slice_view>& out) const {
+  out.clear();
+  out.reserve(ids.size());
   for (auto& id : ids) {
     auto i = slices_.find(id);
     if (i == slices_.end())
       return caf::make_error(errc::slice_not_owned, id.key, id.index);
-    out.slices.push_back(slice_data{id, i->second.values});
+    out.push_back(
+        slice_view{id, i->second.values.data(), i->second.values.size()});
   }
-  return out;
+  return caf::none;
 }
 
 uint64_t shard_store::min_clock() const {

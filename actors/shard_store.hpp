@@ -73,6 +73,11 @@ public:
   /// Values of `ids`; errors if one is not owned.
   caf::expected<pull_reply> read(const std::vector<slice_id>& ids) const;
 
+  /// Views of the values of `ids`, valid until the store next changes;
+  /// errors if one is not owned.
+  caf::error read_views(const std::vector<slice_id>& ids,
+                        std::vector<slice_view>& out) const;
+
   /// sync: rounds applied; async and ssp: updates applied.
   uint64_t version() const { return version_; }
 

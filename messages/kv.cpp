@@ -2,6 +2,7 @@
 // float32 in Cap'n Proto Data fields.
 #include "messages/kv.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "messages/errors.hpp"
@@ -24,15 +25,32 @@ caf::error bad(const char* what) {
 }
 
 void write_slices(capnp::List<schema::Slice>::Builder out,
-                  const std::vector<slice_data>& xs) {
+                  const std::vector<slice_view>& xs) {
   for (size_t i = 0; i < xs.size(); ++i) {
     out[i].setKey(xs[i].id.key);
     out[i].setIndex(xs[i].id.index);
-    auto bytes = xs[i].values.size() * sizeof(float);
+    auto bytes = xs[i].size * sizeof(float);
     auto data = out[i].initValues(bytes);
     if (bytes > 0)
-      std::memcpy(data.begin(), xs[i].values.data(), bytes);
+      std::memcpy(data.begin(), xs[i].data, bytes);
   }
+}
+
+std::vector<slice_view> views_of(const std::vector<slice_data>& xs) {
+  std::vector<slice_view> out;
+  out.reserve(xs.size());
+  for (auto& x : xs)
+    out.push_back(slice_view{x.id, x.values.data(), x.values.size()});
+  return out;
+}
+
+/// Words a message with these slices needs, so that it is built in one
+/// segment instead of a chain of growing ones.
+uint32_t words_for(const std::vector<slice_view>& xs) {
+  size_t words = 64;
+  for (auto& x : xs)
+    words += 4 + (x.size * sizeof(float) + 7) / 8;
+  return static_cast<uint32_t>(std::min<size_t>(words, 1u << 29));
 }
 
 caf::error read_slices(capnp::List<schema::Slice>::Reader in,
@@ -51,7 +69,7 @@ caf::error read_slices(capnp::List<schema::Slice>::Reader in,
     auto first = reinterpret_cast<const float*>(data.begin());
     if (reinterpret_cast<uintptr_t>(first) % alignof(float) == 0) {
       xs[i].values.assign(first, first + data.size() / sizeof(float));
-    } else {  // Data is only byte-aligned in principle
+    } else { // Data is only byte-aligned in principle
       xs[i].values.resize(data.size() / sizeof(float));
       std::memcpy(xs[i].values.data(), data.begin(), data.size());
     }
@@ -66,19 +84,24 @@ frame encode(const init_request& x) {
   auto b = msg.initRoot<schema::Init>();
   b.setWorker(x.worker);
   b.setEpoch(x.epoch);
-  write_slices(b.initSlices(x.slices.size()), x.slices);
+  write_slices(b.initSlices(x.slices.size()), views_of(x.slices));
   return to_frame(msg);
 }
 
 frame encode(const push_request& x) {
-  capnp::MallocMessageBuilder msg;
+  return encode_push(x, views_of(x.slices));
+}
+
+frame encode_push(const push_request& x,
+                  const std::vector<slice_view>& slices) {
+  capnp::MallocMessageBuilder msg{words_for(slices)};
   auto b = msg.initRoot<schema::Push>();
   b.setWorker(x.worker);
   b.setClock(x.clock);
   b.setEpoch(x.epoch);
   b.setPart(x.part);
   b.setParts(x.parts);
-  write_slices(b.initSlices(x.slices.size()), x.slices);
+  write_slices(b.initSlices(slices.size()), slices);
   return to_frame(msg);
 }
 
@@ -105,10 +128,15 @@ frame encode(const pull_request& x) {
 }
 
 frame encode(const pull_reply& x) {
-  capnp::MallocMessageBuilder msg;
+  return encode_pull_reply(x.version, views_of(x.slices));
+}
+
+frame encode_pull_reply(uint64_t version,
+                        const std::vector<slice_view>& slices) {
+  capnp::MallocMessageBuilder msg{words_for(slices)};
   auto b = msg.initRoot<schema::PullReply>();
-  b.setVersion(x.version);
-  write_slices(b.initSlices(x.slices.size()), x.slices);
+  b.setVersion(version);
+  write_slices(b.initSlices(slices.size()), slices);
   return to_frame(msg);
 }
 
@@ -165,6 +193,29 @@ caf::error decode(const frame& f, pull_reply& x) {
     auto r = rd.get<schema::PullReply>();
     x.version = r.getVersion();
     return read_slices(r.getSlices(), x.slices);
+  });
+}
+
+caf::error visit_pull_reply(
+    const frame& f, uint64_t& version,
+    const std::function<caf::error(slice_id, const float*, size_t)>& fn) {
+  return decode_guarded(f, "PullReply", [&](frame_reader& rd) {
+    auto r = rd.get<schema::PullReply>();
+    version = r.getVersion();
+    auto slices = r.getSlices();
+    if (slices.size() > max_slices_per_message)
+      return bad("too many slices");
+    for (auto s : slices) {
+      auto data = s.getValues();
+      if (data.size() % sizeof(float) != 0)
+        return bad("slice bytes not a multiple of 4");
+      // Data starts on a word boundary of an aligned segment.
+      auto first = reinterpret_cast<const float*>(data.begin());
+      if (auto err = fn(slice_id{s.getKey(), s.getIndex()}, first,
+                        data.size() / sizeof(float)))
+        return err;
+    }
+    return caf::error{};
   });
 }
 

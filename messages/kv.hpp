@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <tuple>
 #include <vector>
 
@@ -32,6 +33,14 @@ struct slice_data {
   bool operator==(const slice_data& y) const {
     return id == y.id && values == y.values;
   }
+};
+
+/// A slice's values in memory owned elsewhere (a user's array, a server's
+/// store): what encoders read from, so values are copied only into frames.
+struct slice_view {
+  slice_id id;
+  const float* data = nullptr;
+  size_t size = 0; ///< floats
 };
 
 /// Worker -> server: first values of slices.
@@ -79,6 +88,18 @@ frame encode(const push_request& x);
 frame encode(const push_reply& x);
 frame encode(const pull_request& x);
 frame encode(const pull_reply& x);
+
+/// Encodes a Push (or PullReply) whose values are read from `slices`.
+frame encode_push(const push_request& header,
+                  const std::vector<slice_view>& slices);
+frame encode_pull_reply(uint64_t version,
+                        const std::vector<slice_view>& slices);
+
+/// Reads a PullReply without copying it into vectors: `fn` sees each slice
+/// in place (valid only during the call) and may return an error to stop.
+caf::error visit_pull_reply(
+    const frame& f, uint64_t& version,
+    const std::function<caf::error(slice_id, const float*, size_t)>& fn);
 
 caf::error decode(const frame& f, init_request& x);
 caf::error decode(const frame& f, push_request& x);

@@ -3,6 +3,7 @@
 #define BOOST_TEST_MODULE kv_messages_tests
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <numeric>
 
 #include <capnp/message.h>
@@ -63,6 +64,52 @@ BOOST_AUTO_TEST_CASE(init_pull_and_replies_round_trip) {
   push_reply a{8, true}, a2;
   BOOST_REQUIRE(!decode(encode(a), a2));
   BOOST_CHECK(a2.version == 8 && a2.duplicate);
+}
+
+BOOST_AUTO_TEST_CASE(encoding_from_views_equals_encoding_from_vectors) {
+  auto a = iota_floats(1000), b = iota_floats(7, -3.0f);
+  std::vector<slice_view> views{{{1, 0}, a.data(), 600},
+                                {{1, 1}, a.data() + 600, 400},
+                                {{2, 0}, b.data(), 7}};
+  push_request header{4, 5, 6, 0, 1, {}};
+  push_request q;
+  BOOST_REQUIRE(!decode(encode_push(header, views), q));
+  BOOST_CHECK(q.worker == 4 && q.clock == 5 && q.epoch == 6);
+  BOOST_REQUIRE_EQUAL(q.slices.size(), 3u);
+  BOOST_CHECK(q.slices[1].values ==
+              std::vector<float>(a.begin() + 600, a.end()));
+  BOOST_CHECK(q.slices[2].values == b);
+  // A PullReply read in place sees the same values, in order.
+  auto f = encode_pull_reply(9, views);
+  uint64_t version = 0;
+  size_t seen = 0;
+  BOOST_REQUIRE(!visit_pull_reply(
+      f, version, [&](slice_id id, const float* xs, size_t n) {
+        BOOST_CHECK(id == views[seen].id);
+        BOOST_CHECK(std::equal(xs, xs + n, views[seen].data));
+        BOOST_CHECK_EQUAL(n, views[seen].size);
+        ++seen;
+        return caf::error{};
+      }));
+  BOOST_CHECK_EQUAL(version, 9u);
+  BOOST_CHECK_EQUAL(seen, 3u);
+}
+
+BOOST_AUTO_TEST_CASE(a_visitor_error_stops_the_visit_and_bad_bytes_fail) {
+  auto a = iota_floats(10);
+  auto f = encode_pull_reply(1, {{{1, 0}, a.data(), 5}, {{1, 1}, a.data(), 5}});
+  uint64_t version = 0;
+  size_t calls = 0;
+  auto err = visit_pull_reply(f, version, [&](slice_id, const float*, size_t) {
+    ++calls;
+    return caf::make_error(errc::bad_shape);
+  });
+  BOOST_CHECK(err == errc::bad_shape);
+  BOOST_CHECK_EQUAL(calls, 1u);
+  auto garbage = visit_pull_reply(
+      frame{std::vector<uint8_t>(24, 0xCC)}, version,
+      [](slice_id, const float*, size_t) { return caf::error{}; });
+  BOOST_CHECK(garbage == errc::malformed_message);
 }
 
 BOOST_AUTO_TEST_CASE(a_tensor_above_the_default_reader_limit_decodes) {
