@@ -122,7 +122,7 @@ void handle_init(self_ptr self, init_request req, caf::response_promise rp) {
 }
 
 void handle_push(self_ptr self, push_request req, caf::response_promise rp) {
-  auto reply = self->state.store.push(req);
+  auto reply = self->state.store.push(std::move(req));
   if (!reply) {
     TROUPE_LOG(debug, who(self),
                "push refused: ", self->system().render(reply.error()));

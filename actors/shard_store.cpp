@@ -64,7 +64,7 @@ caf::error shard_store::init(const init_request& req) {
   return caf::none;
 }
 
-caf::expected<push_reply> shard_store::push(const push_request& req) {
+caf::expected<push_reply> shard_store::push(push_request req) {
   auto w = workers_.find(req.worker);
   if (w == workers_.end())
     return caf::make_error(errc::not_a_member, "worker", req.worker);
@@ -100,12 +100,12 @@ void shard_store::apply_now(const push_request& req) {
   ++version_;
 }
 
-void shard_store::add_to_round(const push_request& req) {
+void shard_store::add_to_round(push_request& req) {
   auto& round = rounds_[req.clock];
   for (auto& x : req.slices) {
     auto& r = round[x.id];
     if (r.contributors == 0)
-      r.sum = x.values;
+      r.sum = std::move(x.values); // the first push of a round is kept
     else
       for (size_t i = 0; i < r.sum.size(); ++i)
         r.sum[i] += x.values[i];

@@ -53,8 +53,8 @@ public:
   /// First values of slices; a slice already initialised keeps its values.
   caf::error init(const init_request& req);
 
-  /// Accepts one part of a push (all slices or none).
-  caf::expected<push_reply> push(const push_request& req);
+  /// Accepts one part of a push (all slices or none); takes the values.
+  caf::expected<push_reply> push(push_request req);
 
   /// Checks that `worker` may pull as a worker at `clock`: it is live and
   /// has pushed every clock before `clock` but at most one (a pull waits
@@ -103,7 +103,7 @@ private:
 
   caf::error check_slices(const std::vector<slice_data>& xs) const;
   void apply_now(const push_request& req);
-  void add_to_round(const push_request& req);
+  void add_to_round(push_request& req);
   void complete_rounds();
 
   consistency mode_;
