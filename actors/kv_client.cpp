@@ -40,6 +40,8 @@ using self_ptr = kv_client_actor*;
 using arrays = std::vector<named_array>;
 
 std::string who(self_ptr self) {
+  if (!self->state.joined)
+    return "worker (joining)";
   return "worker " + std::to_string(self->state.rank);
 }
 
