@@ -71,6 +71,21 @@ std::vector<named_array> await_pull(cluster& c) {
   return out;
 }
 
+/// A fake scheduler that answers Register with `reply`, but first sends
+/// `newer` to the registering node: the view overtakes the reply.
+caf::actor spawn_overtaking_scheduler(caf::actor_system& sys,
+                                      register_reply reply,
+                                      cluster_view newer) {
+  return sys.spawn(
+      [reply, newer](caf::event_based_actor* self) -> caf::behavior {
+        return {[=](register_atom, const frame&) {
+          auto node = caf::actor_cast<caf::actor>(self->current_sender());
+          self->send(node, view_atom_v, encode(newer));
+          return encode(reply);
+        }};
+      });
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(kv_modes_tests)
@@ -275,14 +290,7 @@ BOOST_AUTO_TEST_CASE(a_kv_client_whose_view_overtakes_its_join_gets_ready) {
   older.slice_floats = 4;
   auto newer = older;
   newer.epoch = 3;
-  auto fake =
-      sys.spawn([older, newer](caf::event_based_actor* self) -> caf::behavior {
-        return {[=](register_atom, const frame&) {
-          auto client = caf::actor_cast<caf::actor>(self->current_sender());
-          self->send(client, view_atom_v, encode(newer));
-          return encode(register_reply{0, older});
-        }};
-      });
+  auto fake = spawn_overtaking_scheduler(sys, register_reply{0, older}, newer);
   kv_settings ks;
   auto client = spawn_kv_client(sys, fake, ks);
   caf::scoped_actor self{sys};
@@ -312,14 +320,7 @@ BOOST_AUTO_TEST_CASE(a_view_that_overtakes_the_register_reply_is_not_lost) {
   newer.workers = {{role::worker, 0, "", 0, 3}};
   newer.keys = {{1, 4}};
   newer.placement = {{1, 0, 1}};
-  auto fake =
-      sys.spawn([older, newer](caf::event_based_actor* self) -> caf::behavior {
-        return {[=](register_atom, const frame&) {
-          auto server = caf::actor_cast<caf::actor>(self->current_sender());
-          self->send(server, view_atom_v, encode(newer));
-          return encode(register_reply{1, older});
-        }};
-      });
+  auto fake = spawn_overtaking_scheduler(sys, register_reply{1, older}, newer);
   auto srv =
       sys.spawn(shard_server, server_settings{}, fake, update_fn{add_update});
   caf::scoped_actor self{sys};
