@@ -1,4 +1,6 @@
-// The trainer worker's loop: see the header.
+// The trainer worker: a worker_logic (actors/worker.hpp) that trains a
+// kernels/ model on Fashion-MNIST. Rank 0 evaluates at every evaluation
+// point on the weights the next step pulls, and once more at the end.
 #include "actors/trainer.hpp"
 
 #include <chrono>
@@ -6,10 +8,11 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
-#include "actors/kv.hpp"
 #include "actors/log.hpp"
 #include "actors/server_optimizer.hpp"
+#include "actors/worker.hpp"
 #include "kernels/blas.hpp"
 #include "kernels/idx.hpp"
 #include "kernels/loss.hpp"
@@ -22,52 +25,19 @@ namespace troupe {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-/// Everything one trainer worker holds.
-struct trainer {
-  trainer(const node_config& c, kv& s, model m)
-      : cfg(c.train), store(s), net(std::move(m)),
-        local_opt(c.optimizer.on == "worker"),
-        optimizer(make_optimizer_fn(c.optimizer)) {
-    // nop
-  }
-  const train_settings& cfg;
-  kv& store;
-  model net;
-  dataset train, test;
-  uint32_t rank = 0;
-  uint32_t workers = 1;
-  uint64_t clock = 0;    // global step: the kv clock
-  double train_secs = 0; // time in steps, without evaluations
-  // Optimizer on the workers: the kv holds each sync round's mean gradient,
-  // which every worker applies once to its own replica.
-  bool local_opt;
-  update_fn optimizer;
-  uint64_t rounds_applied = 0;
-  std::vector<uint64_t> keys;
-  std::vector<float> xs;
-  std::vector<uint8_t> ys;
-  std::ofstream metrics;
-  clock_type::time_point start;
-};
+using arrays = std::vector<named_array>;
 
 int fail(const std::string& what) {
   std::cerr << "*** " << what << '\n';
   return 1;
 }
 
-std::vector<named_array> to_arrays(const std::vector<param_ref>& ps) {
-  std::vector<named_array> out;
+arrays to_arrays(const std::vector<param_ref>& ps) {
+  arrays out;
   for (size_t i = 0; i < ps.size(); ++i)
     out.push_back(named_array{
         i + 1, std::vector<float>(ps[i].data, ps[i].data + ps[i].size)});
   return out;
-}
-
-void set_parameters(model& net, const std::vector<named_array>& xs) {
-  auto ps = net.parameters();
-  for (size_t i = 0; i < ps.size(); ++i)
-    std::memcpy(ps[i].data, xs[i].values.data(), ps[i].size * sizeof(float));
 }
 
 /// Accuracy of `net` on the first `limit` samples of `d` (0 = all).
@@ -85,140 +55,166 @@ double evaluate(model& net, const dataset& d, size_t limit) {
   return double(correct) / double(n);
 }
 
-/// Takes what a pull at t.clock returned: the weights, or (optimizer on the
-/// workers) the mean gradient of round clock - 1, applied once.
-void take_pulled(trainer& t, const std::vector<named_array>& xs) {
-  if (!t.local_opt) {
-    set_parameters(t.net, xs);
-    return;
+class trainer final : public worker_logic {
+public:
+  trainer(const node_config& cfg, model net, dataset train, dataset test)
+      : cfg_(cfg.train), net_(std::move(net)), train_(std::move(train)),
+        test_(std::move(test)), local_opt_(cfg.optimizer.on == "worker"),
+        optimizer_(make_optimizer_fn(cfg.optimizer)) {
+    net_.init_parameters(cfg_.seed); // every replica starts alike
   }
-  if (t.clock == 0 || t.rounds_applied == t.clock)
-    return;
-  auto ps = t.net.parameters();
-  std::vector<float> w;
-  for (size_t i = 0; i < ps.size(); ++i) {
-    w.assign(ps[i].data, ps[i].data + ps[i].size);
-    t.optimizer(slice_id{xs[i].key, 0}, w, xs[i].values, 1);
-    std::memcpy(ps[i].data, w.data(), ps[i].size * sizeof(float));
+
+  arrays parameters() override {
+    auto out = to_arrays(net_.parameters());
+    if (local_opt_) // the kv holds each round's mean gradient
+      for (auto& a : out)
+        std::fill(a.values.begin(), a.values.end(), 0.0f);
+    return out;
   }
-  t.rounds_applied = t.clock;
-}
 
-/// Gathers the samples `idx[first .. first + batch)` into t.xs and t.ys.
-void gather_batch(trainer& t, const std::vector<size_t>& idx, size_t first) {
-  size_t per = t.net.input_size();
-  t.xs.resize(t.cfg.batch * per);
-  t.ys.resize(t.cfg.batch);
-  for (size_t i = 0; i < t.cfg.batch; ++i) {
-    auto s = idx[first + i];
-    std::memcpy(t.xs.data() + i * per, t.train.images.data() + s * per,
-                per * sizeof(float));
-    t.ys[i] = t.train.labels[s];
+  void start(uint32_t rank, uint32_t workers) override {
+    rank_ = rank;
+    workers_ = workers;
+    // Every worker runs the same number of steps, or sync rounds stall.
+    steps_per_epoch_ = (train_.labels.size() / workers_) / cfg_.batch;
+    if (rank_ == 0) {
+      if (!cfg_.metrics_file.empty())
+        metrics_.open(cfg_.metrics_file, std::ios::app);
+      std::printf("training %s on Fashion-MNIST: %u workers, batch %u each, "
+                  "%u epochs\n",
+                  cfg_.model.c_str(), workers_, cfg_.batch, cfg_.epochs);
+      std::fflush(stdout);
+    }
+    started_ = part_begin_ = clock_type::now();
   }
-}
 
-/// One step: pull weights for our clock, compute gradients, push them.
-caf::error step(trainer& t, const std::vector<size_t>& idx, size_t first,
-                double& loss_sum) {
-  auto weights = t.store.pull(t.clock, t.keys);
-  if (!weights)
-    return std::move(weights.error());
-  take_pulled(t, *weights);
-  gather_batch(t, idx, first);
-  float loss = 0;
-  auto st =
-      t.net.compute_gradients(t.xs.data(), t.ys.data(), t.cfg.batch, &loss);
-  if (st != kernel_status::ok)
-    return caf::make_error(errc::bad_shape, "gradients", to_string(st));
-  loss_sum += loss;
-  auto pushed = t.store.push(t.clock++, to_arrays(t.net.gradients()));
-  return pushed ? caf::error{} : std::move(pushed.error());
-}
+  bool done(uint64_t clock) override {
+    return clock >= uint64_t{cfg_.epochs} * steps_per_epoch_;
+  }
 
-/// Rank 0: pulls the weights every push so far went into, evaluates, and
-/// prints one progress line (and a metrics line).
-caf::error report(trainer& t, double epoch, double loss, double secs,
-                  size_t samples) {
-  auto weights = t.store.pull(t.clock, t.keys);
-  if (!weights)
-    return std::move(weights.error());
-  take_pulled(t, *weights);
-  auto acc = evaluate(t.net, t.test, t.cfg.eval_samples);
-  auto elapsed =
-      std::chrono::duration<double>(clock_type::now() - t.start).count();
-  double rate = double(samples) * t.workers / secs;
-  std::printf("epoch %.*f/%u  train loss %.4f  test accuracy %.4f  "
-              "samples/s %.0f  elapsed %.1f s\n",
-              t.cfg.evals_per_epoch > 1 ? 2 : 0, epoch, t.cfg.epochs, loss, acc,
-              rate, elapsed);
-  std::fflush(stdout);
-  if (t.metrics)
-    t.metrics << "{\"epoch\":" << epoch << ",\"train_loss\":" << loss
-              << ",\"test_accuracy\":" << acc << ",\"samples_per_s\":" << rate
-              << ",\"train_s\":" << t.train_secs << ",\"elapsed_s\":" << elapsed
-              << "}\n"
-              << std::flush;
-  return caf::none;
-}
+  caf::expected<arrays> step(uint64_t clock, const arrays& weights) override {
+    take_pulled(clock, weights);
+    if (rank_ == 0 && is_eval_point(clock))
+      report(clock);
+    gather_batch(clock);
+    float loss = 0;
+    auto st = net_.compute_gradients(xs_.data(), ys_.data(), cfg_.batch, &loss);
+    if (st != kernel_status::ok)
+      return caf::make_error(errc::bad_shape, "gradients", to_string(st));
+    loss_sum_ += loss;
+    ++part_steps_;
+    return to_arrays(net_.gradients());
+  }
 
-caf::error run_epoch(trainer& t, uint32_t epoch) {
-  std::vector<size_t> idx;
-  epoch_partition(t.train.labels.size(), epoch, t.cfg.seed, t.rank, t.workers,
-                  idx);
-  // Every worker runs the same number of steps, or sync rounds would stall.
-  size_t steps = (t.train.labels.size() / t.workers) / t.cfg.batch;
-  uint32_t parts = t.cfg.evals_per_epoch;
-  for (uint32_t p = 0; p < parts; ++p) {
-    size_t first = steps * p / parts, last = steps * (p + 1) / parts;
-    auto begin = clock_type::now();
-    double loss_sum = 0;
-    for (size_t s = first; s < last; ++s)
-      if (auto err = step(t, idx, s * t.cfg.batch, loss_sum))
-        return err;
+  void finish(const arrays& weights) override {
+    auto clock = uint64_t{cfg_.epochs} * steps_per_epoch_;
+    take_pulled(clock, weights);
+    if (rank_ != 0) { // rank 0 speaks for the job on stdout
+      TROUPE_LOG(info, "worker " + std::to_string(rank_), cfg_.epochs,
+                 " epochs done");
+      return;
+    }
+    report(clock);
+    std::printf("final test accuracy: %.4f\n", evaluate(net_, test_, 0));
+    std::fflush(stdout);
+  }
+
+private:
+  /// A pull at `clock` returned the weights, or (optimizer on the workers)
+  /// the mean gradient of round clock - 1, which is applied once.
+  void take_pulled(uint64_t clock, const arrays& xs) {
+    auto ps = net_.parameters();
+    if (!local_opt_) {
+      for (size_t i = 0; i < ps.size(); ++i)
+        std::memcpy(ps[i].data, xs[i].values.data(),
+                    ps[i].size * sizeof(float));
+      return;
+    }
+    if (clock == 0 || rounds_applied_ == clock)
+      return;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      scratch_.assign(ps[i].data, ps[i].data + ps[i].size);
+      optimizer_(slice_id{xs[i].key, 0}, scratch_, xs[i].values, 1);
+      std::memcpy(ps[i].data, scratch_.data(), ps[i].size * sizeof(float));
+    }
+    rounds_applied_ = clock;
+  }
+
+  /// True if the steps before `clock` end a part of an epoch.
+  bool is_eval_point(uint64_t clock) const {
+    if (clock == 0)
+      return false;
+    auto in_epoch = clock % steps_per_epoch_;
+    for (uint32_t p = 1; p < cfg_.evals_per_epoch; ++p)
+      if (in_epoch == steps_per_epoch_ * p / cfg_.evals_per_epoch)
+        return true;
+    return in_epoch == 0;
+  }
+
+  /// Samples of step `clock` from this worker's partition of its epoch.
+  void gather_batch(uint64_t clock) {
+    auto epoch = clock / steps_per_epoch_;
+    if (idx_.empty() || epoch != idx_epoch_) {
+      epoch_partition(train_.labels.size(), epoch, cfg_.seed, rank_, workers_,
+                      idx_);
+      idx_epoch_ = epoch;
+    }
+    size_t per = net_.input_size(),
+           first = (clock % steps_per_epoch_) * cfg_.batch;
+    xs_.resize(cfg_.batch * per);
+    ys_.resize(cfg_.batch);
+    for (size_t i = 0; i < cfg_.batch; ++i) {
+      auto s = idx_[first + i];
+      std::memcpy(xs_.data() + i * per, train_.images.data() + s * per,
+                  per * sizeof(float));
+      ys_[i] = train_.labels[s];
+    }
+  }
+
+  /// Rank 0: evaluates the current weights; one progress and metrics line.
+  void report(uint64_t clock) {
     auto secs =
-        std::chrono::duration<double>(clock_type::now() - begin).count();
-    t.train_secs += secs;
-    if (t.rank == 0 && last > first)
-      if (auto err = report(t, epoch + double(p + 1) / parts,
-                            loss_sum / double(last - first), secs,
-                            (last - first) * t.cfg.batch))
-        return err;
+        std::chrono::duration<double>(clock_type::now() - part_begin_).count();
+    train_secs_ += secs;
+    auto acc = evaluate(net_, test_, cfg_.eval_samples);
+    double epoch = double(clock) / double(steps_per_epoch_);
+    double loss = part_steps_ > 0 ? loss_sum_ / part_steps_ : 0.0;
+    double rate = double(part_steps_ * cfg_.batch) * workers_ / secs;
+    auto elapsed =
+        std::chrono::duration<double>(clock_type::now() - started_).count();
+    std::printf("epoch %.*f/%u  train loss %.4f  test accuracy %.4f  "
+                "samples/s %.0f  elapsed %.1f s\n",
+                cfg_.evals_per_epoch > 1 ? 2 : 0, epoch, cfg_.epochs, loss, acc,
+                rate, elapsed);
+    std::fflush(stdout);
+    if (metrics_)
+      metrics_ << "{\"epoch\":" << epoch << ",\"train_loss\":" << loss
+               << ",\"test_accuracy\":" << acc << ",\"samples_per_s\":" << rate
+               << ",\"train_s\":" << train_secs_ << ",\"elapsed_s\":" << elapsed
+               << "}\n"
+               << std::flush;
+    loss_sum_ = 0;
+    part_steps_ = 0;
+    part_begin_ = clock_type::now(); // evaluation is not training time
   }
-  return caf::none;
-}
 
-/// Loads data and model, declares and initialises the parameters.
-int prepare(trainer& t) {
-  set_blas_threads(1); // several processes share the cores
-  if (auto err = load_fashion_mnist(t.cfg.data_dir, "train", t.train);
-      !err.empty())
-    return fail(err);
-  if (auto err = load_fashion_mnist(t.cfg.data_dir, "t10k", t.test);
-      !err.empty())
-    return fail(err);
-  t.net.init_parameters(t.cfg.seed);
-  auto params = to_arrays(t.net.parameters());
-  for (auto& p : params) {
-    t.keys.push_back(p.key);
-    if (t.local_opt) // the kv holds gradients; replicas start alike (seed)
-      std::fill(p.values.begin(), p.values.end(), 0.0f);
-  }
-  auto init = t.store.init(std::move(params));
-  if (!init)
-    return fail("init failed: " + describe(init.error()));
-  if (!t.local_opt)
-    set_parameters(t.net, *init);
-  if (auto b = t.store.barrier("start"); !b)
-    return fail("barrier start failed: " + describe(b.error()));
-  auto v = t.store.view();
-  if (!v)
-    return fail("view failed: " + describe(v.error()));
-  t.rank = v->first;
-  t.workers = static_cast<uint32_t>(v->second.workers.size());
-  if (!t.cfg.metrics_file.empty() && t.rank == 0)
-    t.metrics.open(t.cfg.metrics_file, std::ios::app);
-  return 0;
-}
+  const train_settings& cfg_;
+  model net_;
+  dataset train_, test_;
+  bool local_opt_;
+  update_fn optimizer_;
+  uint64_t rounds_applied_ = 0;
+  uint32_t rank_ = 0, workers_ = 1;
+  uint64_t steps_per_epoch_ = 1;
+  std::vector<size_t> idx_;
+  uint64_t idx_epoch_ = 0;
+  std::vector<float> xs_, scratch_;
+  std::vector<uint8_t> ys_;
+  double loss_sum_ = 0, train_secs_ = 0;
+  uint64_t part_steps_ = 0;
+  std::ofstream metrics_;
+  clock_type::time_point started_, part_begin_;
+};
 
 } // namespace
 
@@ -228,33 +224,16 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
   auto net = model::from_spec(cfg.train.model, &err);
   if (!net)
     return fail("--train.model: " + err);
-  kv store{sys, std::move(scheduler), cfg.kv};
-  trainer t{cfg, store, std::move(*net)};
-  if (auto rc = prepare(t); rc != 0)
-    return rc;
-  if (t.rank == 0)
-    std::printf("training %s on Fashion-MNIST: %u workers, batch %u each, "
-                "%u epochs\n",
-                cfg.train.model.c_str(), t.workers, cfg.train.batch,
-                cfg.train.epochs);
-  t.start = clock_type::now();
-  for (uint32_t e = 0; e < cfg.train.epochs; ++e)
-    if (auto err = run_epoch(t, e))
-      return fail("training failed: " + describe(err));
-  if (auto b = store.barrier("end"); !b)
-    return fail("barrier end failed: " + describe(b.error()));
-  if (t.rank == 0) {
-    auto w = store.pull(t.clock, t.keys);
-    if (!w)
-      return fail("final pull failed: " + describe(w.error()));
-    take_pulled(t, *w);
-    std::printf("final test accuracy: %.4f\n", evaluate(t.net, t.test, 0));
-  } else { // rank 0 speaks for the job on stdout
-    TROUPE_LOG(info, "worker " + std::to_string(t.rank), cfg.train.epochs,
-               " epochs done");
-  }
-  std::fflush(stdout);
-  return 0;
+  set_blas_threads(1); // several processes share the cores
+  dataset train, test;
+  if (auto e = load_fashion_mnist(cfg.train.data_dir, "train", train);
+      !e.empty())
+    return fail(e);
+  if (auto e = load_fashion_mnist(cfg.train.data_dir, "t10k", test); !e.empty())
+    return fail(e);
+  auto logic = std::make_shared<trainer>(cfg, std::move(*net), std::move(train),
+                                         std::move(test));
+  return run_worker(sys, std::move(scheduler), cfg.kv, logic);
 }
 
 } // namespace troupe
