@@ -10,20 +10,14 @@
 #include "kernels/dense.hpp"
 #include "kernels/random.hpp"
 #include "tests/kernels/one_blas_thread.hpp"
+#include "tests/kernels/random_values.hpp"
 
 using namespace troupe;
+using troupe::test::random_values;
 
 namespace {
 
 constexpr float not_written = std::numeric_limits<float>::quiet_NaN();
-
-std::vector<float> random_values(size_t n, uint64_t seed) {
-  std::mt19937_64 rng{seed};
-  std::vector<float> xs(n);
-  for (auto& x : xs)
-    x = float(2.0 * uniform01(rng) - 1.0);
-  return xs;
-}
 
 /// The operands and reference results of one layer.
 struct layer_case {

@@ -12,8 +12,10 @@
 #include "kernels/model.hpp"
 #include "kernels/random.hpp"
 #include "tests/kernels/one_blas_thread.hpp"
+#include "tests/kernels/random_values.hpp"
 
 using namespace troupe;
+using troupe::test::random_values;
 
 namespace {
 
@@ -22,14 +24,6 @@ model make(const std::string& spec) {
   auto m = model::from_spec(spec, &err);
   BOOST_REQUIRE_MESSAGE(m, err);
   return std::move(*m);
-}
-
-std::vector<float> random_values(size_t n, uint64_t seed) {
-  std::mt19937_64 rng{seed};
-  std::vector<float> xs(n);
-  for (auto& x : xs)
-    x = float(2.0 * uniform01(rng) - 1.0);
-  return xs;
 }
 
 /// Reference MLP forward in double from the model's own parameters; the

@@ -12,8 +12,10 @@
 #include "messages/errors.hpp"
 #include "messages/kv.capnp.h"
 #include "messages/kv.hpp"
+#include "tests/messages/raw_frame.hpp"
 
 using namespace troupe;
+using troupe::test::raw;
 
 namespace {
 
@@ -21,12 +23,6 @@ std::vector<float> iota_floats(size_t n, float start = 0.5f) {
   std::vector<float> xs(n);
   std::iota(xs.begin(), xs.end(), start);
   return xs;
-}
-
-frame raw(capnp::MallocMessageBuilder& msg) {
-  auto words = capnp::messageToFlatArray(msg);
-  auto bytes = words.asBytes();
-  return frame{std::vector<uint8_t>(bytes.begin(), bytes.end())};
 }
 
 } // namespace

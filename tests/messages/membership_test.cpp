@@ -12,11 +12,13 @@
 #include "messages/membership.capnp.h"
 #include "messages/membership.hpp"
 #include "messages/type_ids.hpp"
+#include "tests/messages/raw_frame.hpp"
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 
 using namespace troupe;
+using troupe::test::raw;
 
 namespace {
 
@@ -30,12 +32,6 @@ cluster_view sample_view() {
   v.keys = {{1, 10}, {2, 3}};
   v.placement = {{1, 0, 0}, {1, 1, 1}, {1, 2, 0}, {2, 0, 1}};
   return v;
-}
-
-frame raw(capnp::MallocMessageBuilder& msg) {
-  auto words = capnp::messageToFlatArray(msg);
-  auto bytes = words.asBytes();
-  return frame{std::vector<uint8_t>(bytes.begin(), bytes.end())};
 }
 
 } // namespace
