@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <variant>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
@@ -20,6 +21,11 @@
 #include "messages/type_ids.hpp"
 
 namespace troupe {
+
+kv_client_state::~kv_client_state() {
+  for (auto& [rank, link] : roads)
+    link.conn->close();
+}
 
 /// One operation spread over several servers: the first error wins.
 struct kv_gather {
@@ -74,6 +80,34 @@ template <class F> void when_ready(self_ptr self, F fn) {
   self->state.waiting.emplace_back(std::move(fn));
 }
 
+/// Opens the fast road to server `n` if allowed; CAF carries its frames
+/// otherwise. Blocks for at most the request timeout (a local connect).
+void dial_road(self_ptr self, const node_info& n) {
+  auto& cfg = self->state.cfg;
+  if (cfg.road == road_kind::middleman || n.road.port == 0)
+    return;
+  auto addr = self->address();
+  auto rank = n.rank;
+  auto on_msg = [addr, rank](road_message_ptr m) {
+    if (auto h = caf::actor_cast<caf::actor>(addr))
+      caf::anon_send(h, road_atom_v, rank, std::move(m));
+  };
+  auto on_down = [addr, rank](uint64_t serial, const caf::error& err) {
+    if (auto h = caf::actor_cast<caf::actor>(addr))
+      caf::anon_send(h, road_down_atom_v, rank, serial, describe(err));
+  };
+  auto conn = road_dial(n.host, n.road, cfg.road, cfg.ring_bytes,
+                        cfg.request_timeout_ms, on_msg, on_down);
+  if (!conn) {
+    TROUPE_LOG(warning, who(self), "no fast road to server ", rank, " (",
+               describe(conn.error()), "): using CAF");
+    return;
+  }
+  TROUPE_LOG(debug, who(self), "fast road to server ", rank, ": ",
+             to_string((*conn)->kind()));
+  self->state.roads[rank].conn = std::move(*conn);
+}
+
 void connect(self_ptr self, const node_info& n) {
   ++self->state.connecting;
   TROUPE_LOG(debug, who(self), "connecting to server ", n.rank, " at ", n.host,
@@ -82,8 +116,8 @@ void connect(self_ptr self, const node_info& n) {
   auto rank = n.rank;
   self->request(mm, timeout_of(self), caf::connect_atom_v, n.host, n.port)
       .then(
-          [self, rank](const caf::node_id&, caf::strong_actor_ptr& ptr,
-                       const std::set<std::string>&) {
+          [self, rank, n](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                          const std::set<std::string>&) {
             --self->state.connecting;
             TROUPE_LOG(debug, who(self), "connected to server ", rank,
                        ptr ? "" : " (no actor)");
@@ -91,6 +125,7 @@ void connect(self_ptr self, const node_info& n) {
               auto h = caf::actor_cast<caf::actor>(ptr);
               self->monitor(h);
               self->state.servers[rank] = h;
+              dial_road(self, n);
             }
             flush_waiting(self);
           },
@@ -148,43 +183,181 @@ void track(self_ptr self, uint32_t rank, const gather_ptr& g) {
            xs.end());
   xs.emplace_back(rank, g);
 }
-using reply_fn = std::function<caf::error(const frame&)>;
+using reply_fn = std::function<caf::error(bytes_view)>;
 
-/// Sends (atom, frame) to each listed server; `on_reply` digests each
-/// reply; `done` runs once all replied without error.
+/// One request to one server: a small frame, or an outbound message that
+/// may point into the caller's arrays.
+struct kv_request {
+  uint32_t rank;
+  std::variant<frame, outbound> body;
+  size_t bytes() const {
+    return body.index() == 0 ? std::get<0>(body).bytes.size()
+                             : std::get<1>(body).bytes();
+  }
+  frame flat() const {
+    return body.index() == 0 ? std::get<0>(body) : std::get<1>(body).flatten();
+  }
+};
+
+using keepalive = std::shared_ptr<const void>;
+
+void start_tick(self_ptr self) {
+  if (self->state.ticking)
+    return;
+  self->state.ticking = true;
+  auto period =
+      std::clamp<uint32_t>(self->state.cfg.request_timeout_ms / 8, 10, 500);
+  self->delayed_send(self, std::chrono::milliseconds{period}, tick_atom_v);
+}
+
+/// Sends `req` on the road to its server, or queues it behind the window.
+void road_send(self_ptr self, std::shared_ptr<kv_request> req, road_op op,
+               keepalive keep, gather_ptr g,
+               std::function<void(bytes_view)> on_reply) {
+  auto& st = self->state;
+  auto link = st.roads.find(req->rank);
+  if (link == st.roads.end()) {
+    g->fail(caf::make_error(errc::peer_down, "road to server", req->rank));
+    return;
+  }
+  auto bytes = req->bytes();
+  auto& l = link->second;
+  if (l.in_flight > 0 && l.in_flight + bytes > st.cfg.window_bytes) {
+    l.queued.emplace_back(bytes, [self, req, op, keep, g, on_reply] {
+      road_send(self, req, op, keep, g, on_reply);
+    });
+    return;
+  }
+  auto id = st.next_call++;
+  st.calls[id] = road_call{req->rank, bytes, g, on_reply,
+                           std::chrono::steady_clock::now() + timeout_of(self)};
+  l.in_flight += bytes;
+  track(self, req->rank, g);
+  start_tick(self);
+  auto err = req->body.index() == 0
+                 ? l.conn->send(op, id, bytes_view{std::get<0>(req->body)})
+                 : l.conn->send(op, id, std::get<1>(req->body));
+  if (err) // the connection is closed; road_down fails the rest
+    g->fail(err);
+}
+
+/// Lets queued requests of `link` go while the window allows.
+void drain(self_ptr self, road_link& l) {
+  while (!l.queued.empty() &&
+         (l.in_flight == 0 || l.in_flight + l.queued.front().first <=
+                                  self->state.cfg.window_bytes)) {
+    auto next = std::move(l.queued.front().second);
+    l.queued.pop_front();
+    next();
+  }
+}
+
+/// A reply (or failure) from a road.
+void on_road_message(self_ptr self, uint32_t rank, const road_message& m) {
+  auto& st = self->state;
+  auto i = st.calls.find(m.id);
+  if (i == st.calls.end() || i->second.rank != rank)
+    return; // answered after its timeout
+  auto call = std::move(i->second);
+  st.calls.erase(i);
+  auto link = st.roads.find(rank);
+  if (link != st.roads.end())
+    link->second.in_flight -= call.bytes;
+  if (m.op == road_op::failure) {
+    if (auto g = call.g.lock())
+      g->fail(decode_failure(m.bytes));
+  } else {
+    call.on_reply(m.bytes);
+  }
+  link = st.roads.find(rank);
+  if (link != st.roads.end())
+    drain(self, link->second);
+}
+
+/// Closes the road to `rank` and fails what waited on it.
+void drop_road(self_ptr self, uint32_t rank, const caf::error& why) {
+  auto& st = self->state;
+  auto link = st.roads.find(rank);
+  if (link == st.roads.end())
+    return;
+  auto l = std::move(link->second);
+  st.roads.erase(link);
+  l.conn->close();
+  for (auto i = st.calls.begin(); i != st.calls.end();)
+    if (i->second.rank == rank) {
+      if (auto g = i->second.g.lock())
+        g->fail(why);
+      i = st.calls.erase(i);
+    } else {
+      ++i;
+    }
+  for (auto& q : l.queued)
+    q.second(); // road_send finds no road and fails the operation
+}
+
+/// Fails road requests past their deadline.
+void on_tick(self_ptr self) {
+  auto& st = self->state;
+  st.ticking = false;
+  auto now = std::chrono::steady_clock::now();
+  for (auto i = st.calls.begin(); i != st.calls.end();)
+    if (i->second.deadline <= now) {
+      if (auto g = i->second.g.lock())
+        g->fail(caf::make_error(errc::timeout, "server", i->second.rank));
+      auto link = st.roads.find(i->second.rank);
+      if (link != st.roads.end()) {
+        link->second.in_flight -= i->second.bytes;
+        drain(self, link->second);
+      }
+      i = st.calls.erase(i);
+    } else {
+      ++i;
+    }
+  if (!st.calls.empty())
+    start_tick(self);
+}
+
+/// Sends each request to its server (road or CAF); `on_reply` digests each
+/// reply; `done` runs once all replied without error. `keep` holds what the
+/// requests point into until they are sent.
 template <class Atom>
-void scatter(self_ptr self, Atom atom, gather_ptr g,
-             std::vector<std::pair<uint32_t, frame>> msgs, reply_fn on_reply,
-             std::function<void()> done) {
+void scatter(self_ptr self, Atom atom, road_op op, gather_ptr g,
+             std::vector<kv_request> msgs, reply_fn on_reply,
+             std::function<void()> done, keepalive keep = nullptr) {
   g->pending = msgs.size();
   if (msgs.empty()) {
     done();
     return;
   }
-  for (auto& [rank, f] : msgs) {
-    auto h = self->state.servers.find(rank);
+  auto part = [g, on_reply, done](bytes_view f) {
+    if (g->failed)
+      return;
+    if (auto err = on_reply(f))
+      g->fail(std::move(err));
+    else if (--g->pending == 0)
+      done();
+  };
+  for (auto& m : msgs) {
+    auto r = m.rank;
+    if (self->state.roads.count(r) != 0) {
+      road_send(self, std::make_shared<kv_request>(std::move(m)), op, keep, g,
+                part);
+      continue;
+    }
+    auto h = self->state.servers.find(r);
     if (h == self->state.servers.end()) {
-      g->fail(caf::make_error(errc::not_connected, "server", rank));
+      g->fail(caf::make_error(errc::not_connected, "server", r));
       return;
     }
-    auto r = rank;
     track(self, r, g);
-    self->request(h->second, timeout_of(self), atom, std::move(f))
-        .then(
-            [g, on_reply, done](const frame& reply) {
-              if (g->failed)
-                return;
-              if (auto err = on_reply(reply))
-                g->fail(std::move(err));
-              else if (--g->pending == 0)
-                done();
-            },
-            [g, r](caf::error& err) {
-              if (err == caf::sec::request_timeout)
-                g->fail(caf::make_error(errc::timeout, "server", r));
-              else
-                g->fail(std::move(err));
-            });
+    self->request(h->second, timeout_of(self), atom, m.flat())
+        .then([part](const frame& reply) { part(reply); },
+              [g, r](caf::error& err) {
+                if (err == caf::sec::request_timeout)
+                  g->fail(caf::make_error(errc::timeout, "server", r));
+                else
+                  g->fail(std::move(err));
+              });
   }
 }
 
@@ -238,48 +411,50 @@ std::vector<std::vector<slice_view>> cut_parts(self_ptr self,
   return parts;
 }
 
-void do_push(self_ptr self, uint64_t clock, const arrays& xs,
+void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
              caf::response_promise rp) {
+  auto& xs = *keep;
   if (auto err = check_arrays(self, xs)) {
     rp.deliver(err);
     return;
   }
   auto by_server = slices_by_server(self, xs);
-  std::vector<std::pair<uint32_t, frame>> msgs;
+  std::vector<kv_request> msgs;
   // Every server hears from us each clock, even with nothing to add, so
   // that its sync rounds and ssp clocks advance.
   for (auto& s : self->state.view.servers) {
     auto parts = cut_parts(self, std::move(by_server[s.rank]));
     for (uint32_t p = 0; p < parts.size(); ++p)
-      msgs.emplace_back(
+      msgs.push_back(kv_request{
           s.rank, encode_push(push_request{self->state.rank,
                                            clock,
                                            self->state.view.epoch,
                                            p,
                                            static_cast<uint32_t>(parts.size()),
                                            {}},
-                              parts[p]));
+                              parts[p])});
   }
   auto g = std::make_shared<gather>();
   g->rp = rp;
   auto version = std::make_shared<uint64_t>(UINT64_MAX);
   scatter(
-      self, push_atom_v, g, std::move(msgs),
-      [version](const frame& f) {
+      self, push_atom_v, road_op::push, g, std::move(msgs),
+      [version](bytes_view f) {
         push_reply r;
         auto err = decode(f, r);
         *version = std::min(*version, r.version);
         return err;
       },
-      [g, version] { g->rp.deliver(*version == UINT64_MAX ? 0 : *version); });
+      [g, version] { g->rp.deliver(*version == UINT64_MAX ? 0 : *version); },
+      keep);
 }
 
 // -- pull -------------------------------------------------------------------
 
 /// Pull requests for every slice of `out`, at least one per owning server,
 /// cut so that no reply exceeds the message bound.
-std::vector<std::pair<uint32_t, frame>>
-pull_messages(self_ptr self, const arrays& out, uint64_t clock) {
+std::vector<kv_request> pull_messages(self_ptr self, const arrays& out,
+                                      uint64_t clock) {
   std::map<uint32_t, std::vector<std::pair<slice_id, size_t>>> by_server;
   auto bound = self->state.view.slice_floats;
   for (auto& a : out)
@@ -288,27 +463,27 @@ pull_messages(self_ptr self, const arrays& out, uint64_t clock) {
       by_server[self->state.owner.at(slice_id{a.key, i})].emplace_back(
           slice_id{a.key, i}, (r.second - r.first) * sizeof(float));
     }
-  std::vector<std::pair<uint32_t, frame>> msgs;
+  std::vector<kv_request> msgs;
   for (auto& [rank, slices] : by_server) {
     pull_request req{self->state.rank, clock, self->state.view.epoch, {}};
     size_t bytes = 0;
     for (auto& [id, n] : slices) {
       if (!req.slices.empty() &&
           bytes + n > self->state.cfg.max_message_bytes) {
-        msgs.emplace_back(rank, encode(req));
+        msgs.push_back(kv_request{rank, encode(req)});
         req.slices.clear();
         bytes = 0;
       }
       req.slices.push_back(id);
       bytes += n;
     }
-    msgs.emplace_back(rank, encode(req));
+    msgs.push_back(kv_request{rank, encode(req)});
   }
   return msgs;
 }
 
 /// Copies the slices of a PullReply into the arrays of `out`.
-caf::error copy_reply(const frame& f, arrays& out,
+caf::error copy_reply(bytes_view f, arrays& out,
                       const std::map<uint64_t, size_t>& index_of,
                       uint32_t bound) {
   uint64_t version = 0;
@@ -343,8 +518,8 @@ void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
   g->rp = rp;
   auto bound = self->state.view.slice_floats;
   scatter(
-      self, pull_atom_v, g, pull_messages(self, *out, clock),
-      [out, index_of, bound](const frame& f) {
+      self, pull_atom_v, road_op::pull, g, pull_messages(self, *out, clock),
+      [out, index_of, bound](bytes_view f) {
         return copy_reply(f, *out, index_of, bound);
       },
       [g, out] { g->rp.deliver(std::move(*out)); });
@@ -359,17 +534,17 @@ void send_inits(self_ptr self, const arrays& xs,
   for (auto& x : xs)
     if (std::find(mine.begin(), mine.end(), x.key) != mine.end())
       own.push_back(x);
-  std::vector<std::pair<uint32_t, frame>> msgs;
+  std::vector<kv_request> msgs;
   for (auto& [rank, slices] : slices_by_server(self, own))
     for (auto& part : cut_parts(self, std::move(slices))) {
       init_request req{self->state.rank, self->state.view.epoch, {}};
       for (auto& v : part) // rare: once per array and run
         req.slices.push_back({v.id, {v.data, v.data + v.size}});
-      msgs.emplace_back(rank, encode(req));
+      msgs.push_back(kv_request{rank, encode(req)});
     }
   scatter(
-      self, init_atom_v, g, std::move(msgs),
-      [](const frame& f) {
+      self, init_atom_v, road_op::init, g, std::move(msgs),
+      [](bytes_view f) {
         push_reply r;
         return decode(f, r);
       },
@@ -408,7 +583,8 @@ void do_init(self_ptr self, arrays xs, caf::response_promise rp) {
 // -- registration -------------------------------------------------------------
 
 void join(self_ptr self) {
-  register_request req{role::worker, "", 0, static_cast<uint32_t>(::getpid())};
+  register_request req{role::worker, "", 0, static_cast<uint32_t>(::getpid()),
+                       road_info{}};
   self->request(self->state.scheduler, timeout_of(self), register_atom_v,
                 encode(req))
       .then(
@@ -436,9 +612,11 @@ void join(self_ptr self) {
 
 /// A request to a dead node never completes: fail what waits on `rank`.
 void fail_inflight(self_ptr self, uint32_t rank) {
+  auto err = caf::make_error(errc::peer_down, "server", rank);
+  drop_road(self, rank, err);
   for (auto& [r, weak] : self->state.inflight)
     if (auto g = weak.lock(); g && r == rank)
-      g->fail(caf::make_error(errc::peer_down, "server", rank));
+      g->fail(err);
 }
 
 void on_down(self_ptr self, const caf::down_msg& dm) {
@@ -487,11 +665,25 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
       },
       [self](push_atom, uint64_t clock, arrays& xs) {
         auto rp = self->make_response_promise();
-        when_ready(self, [self, clock, xs = std::move(xs), rp] {
-          do_push(self, clock, xs, rp);
-        });
+        auto keep = std::make_shared<arrays>(std::move(xs));
+        when_ready(self,
+                   [self, clock, keep, rp] { do_push(self, clock, keep, rp); });
         return rp;
       },
+      [self](road_atom, uint32_t rank, const road_message_ptr& m) {
+        on_road_message(self, rank, *m);
+      },
+      [self](road_down_atom, uint32_t rank, uint64_t serial,
+             const std::string& why) {
+        auto i = self->state.roads.find(rank);
+        if (i == self->state.roads.end() || i->second.conn->serial() != serial)
+          return; // an older connection
+        TROUPE_LOG(warning, who(self), "fast road to server ", rank,
+                   " lost: ", why);
+        drop_road(self, rank,
+                  caf::make_error(errc::peer_down, "server", rank, why));
+      },
+      [self](tick_atom) { on_tick(self); },
       [self](pull_atom, uint64_t clock, std::vector<uint64_t>& keys) {
         auto rp = self->make_response_promise();
         when_ready(self, [self, clock, keys = std::move(keys), rp] {

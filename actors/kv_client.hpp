@@ -22,8 +22,16 @@
 //   A server down fails the operations waiting on it at once
 //   (errc::peer_down); a silent one within kv.request-timeout-ms
 //   (errc::timeout); the view decides what follows.
+//
+// Roads: init, push and pull frames take the server's fast road
+// (actors/road.hpp) when --kv.road allows and the connection is up, else
+// CAF. A lost road fails what waited on it (errc::peer_down) and later
+// operations use CAF. At most kv.window-bytes of frames are in flight per
+// road; more wait in order.
 #pragma once
 
+#include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -36,6 +44,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include "actors/node_config.hpp"
+#include "actors/road.hpp"
 #include "messages/kv.hpp"
 #include "messages/membership.hpp"
 
@@ -43,6 +52,22 @@ namespace troupe {
 
 /// One operation spread over several servers (defined in kv_client.cpp).
 struct kv_gather;
+
+/// A request on a road waiting for its reply.
+struct road_call {
+  uint32_t rank = 0;
+  size_t bytes = 0;
+  std::weak_ptr<kv_gather> g;
+  std::function<void(bytes_view)> on_reply;
+  std::chrono::steady_clock::time_point deadline;
+};
+
+/// The road to one server and its window.
+struct road_link {
+  road_conn_ptr conn;
+  size_t in_flight = 0; // bytes sent, not yet answered
+  std::deque<std::pair<size_t, std::function<void()>>> queued;
+};
 
 struct kv_client_state {
   static inline const char* name = "kv-client";
@@ -58,6 +83,11 @@ struct kv_client_state {
   std::vector<std::function<void()>> waiting; // ops until ready
   // Operations waiting on a server, failed at once if it goes down.
   std::vector<std::pair<uint32_t, std::weak_ptr<kv_gather>>> inflight;
+  std::map<uint32_t, road_link> roads; // server rank -> its fast road
+  std::map<uint64_t, road_call> calls; // by request id
+  uint64_t next_call = 1;
+  bool ticking = false; // a timeout sweep is scheduled
+  ~kv_client_state();
 };
 
 using kv_client_actor = caf::stateful_actor<kv_client_state>;

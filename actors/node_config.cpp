@@ -39,6 +39,7 @@ node_config::node_config() {
   set("middleman.connection-timeout", caf::timespan{2s});
   // Fewer scheduler threads are faster on small machines.
   set("scheduler.max-threads", size_t{2});
+  set("scheduler.policy", caf::atom("sharing"));
   opt_group{custom_options_, "global"}
       .add(role_name, "role", "scheduler | server | worker")
       .add(scheduler_host, "scheduler-host", "scheduler address")
@@ -54,13 +55,21 @@ node_config::node_config() {
       .add(scheduler.placement.vnodes, "vnodes", "ring points per server")
       .add(scheduler.placement.slack, "balance-slack",
            "allowed load above the mean per server (0.05 = 5%)");
-  opt_group{custom_options_, "server"}.add(mode_text, "mode",
-                                           "sync | async | ssp:S");
+  opt_group{custom_options_, "server"}
+      .add(mode_text, "mode", "sync | async | ssp:S")
+      .add(server.road_port, "road-port",
+           "TCP port of the fast road (0 = any free)");
   opt_group{custom_options_, "kv"}
       .add(kv.request_timeout_ms, "request-timeout-ms",
            "give up on a reply after this long (ms, > 0)")
       .add(kv.max_message_bytes, "max-message-bytes",
-           "cut pushes into parts above this size (bytes)");
+           "cut pushes into parts above this size (bytes)")
+      .add(kv.road_text, "road",
+           "auto (shared memory on one machine, else TCP) | tcp | middleman")
+      .add(kv.window_bytes, "window-bytes",
+           "bytes in flight per server before more wait")
+      .add(kv.ring_bytes, "ring-bytes",
+           "bytes of each shared-memory ring (per server and direction)");
   opt_group{custom_options_, "optimizer"}
       .add(optimizer.name, "name", "sum | sgd | momentum | nesterov | adam")
       .add(optimizer.on, "on", "server | worker (sync mode only)")
@@ -135,6 +144,17 @@ caf::error node_config::finish() {
   if (kv.max_message_bytes < (1u << 16))
     return caf::make_error(errc::invalid_config,
                            "--kv.max-message-bytes must be >= 65536");
+  auto road = parse_road(kv.road_text);
+  if (!road)
+    return std::move(road.error());
+  kv.road = *road;
+  if (kv.window_bytes < kv.max_message_bytes)
+    return caf::make_error(
+        errc::invalid_config,
+        "--kv.window-bytes must be >= --kv.max-message-bytes");
+  if (kv.ring_bytes > (1u << 30))
+    return caf::make_error(errc::invalid_config,
+                           "--kv.ring-bytes must be <= 1 GiB (0 = no rings)");
   if (auto err = validate(optimizer))
     return err;
   if (optimizer.on == "worker" && server.mode.kind != consistency::kind_t::sync)

@@ -10,6 +10,7 @@
 
 #include "actors/consistency.hpp"
 #include "actors/placement.hpp"
+#include "actors/road.hpp"
 #include "actors/server_optimizer.hpp"
 #include "messages/membership.hpp"
 
@@ -29,6 +30,10 @@ struct scheduler_settings {
 struct server_settings {
   /// Consistency mode. Default sync.
   consistency mode;
+  /// TCP port of the fast road (actors/road.hpp); 0 = any free port.
+  uint16_t road_port = 0;
+  /// Give up on a worker that does not read a reply after this long (ms).
+  uint32_t road_send_timeout_ms = 10000;
 };
 
 /// Settings of a worker's kv client (INI group "kv").
@@ -37,6 +42,14 @@ struct kv_settings {
   uint32_t request_timeout_ms = 10000;
   /// Cut a push into parts above this many bytes. Default 16 MiB.
   uint32_t max_message_bytes = 16u << 20;
+  /// Road of kv frames: auto (shared memory on one machine, else TCP) |
+  /// tcp | middleman (CAF only). Default auto.
+  std::string road_text = "auto";
+  road_kind road = road_kind::shm;
+  /// Bytes of kv frames in flight per server before more wait. 64 MiB.
+  uint32_t window_bytes = 64u << 20;
+  /// Bytes of each shared-memory ring (one per direction and server).
+  uint32_t ring_bytes = 64u << 20;
 };
 
 /// Settings of the built-in trainer worker (INI group "train").

@@ -122,7 +122,7 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
                            "a scheduler cannot register");
   auto handle = caf::actor_cast<caf::actor>(self->current_sender());
   node_info info{req.kind, lowest_free_rank(self, req.kind), req.host, req.port,
-                 req.pid};
+                 req.pid, req.road};
   self->monitor(handle);
   self->state.members.push_back({info, handle});
   ++self->state.joined[req.kind];

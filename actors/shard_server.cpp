@@ -14,6 +14,35 @@
 
 namespace troupe {
 
+void replier::deliver(const outbound& out) {
+  if (road)
+    road->conn->send(road_op::reply, road->id, out);
+  else
+    rp.deliver(out.flatten());
+}
+
+void replier::deliver(const frame& f) {
+  if (road)
+    road->conn->send(road_op::reply, road->id, f);
+  else
+    rp.deliver(f);
+}
+
+void replier::deliver(const caf::error& err) {
+  if (road)
+    road->conn->send(road_op::failure, road->id, encode_failure(err));
+  else
+    rp.deliver(err);
+}
+
+std::string replier::source() const {
+  if (road)
+    return std::string{"a "} + to_string(road->conn->kind()) +
+           " road connection";
+  auto from = rp.source();
+  return from ? caf::to_string(from->node()) : std::string{"?"};
+}
+
 namespace {
 
 using self_ptr = shard_server_actor*;
@@ -36,9 +65,9 @@ void serve_pulls(self_ptr self) {
     // reply's frame.
     std::vector<slice_view> views;
     if (auto err = st.store.read_views(p.req.slices, views))
-      p.rp.deliver(err);
-    else
-      p.rp.deliver(encode_pull_reply(st.store.version(), views));
+      p.to.deliver(err);
+    else // on the fast road, written straight from the store
+      p.to.deliver(encode_pull_reply(st.store.version(), views));
   }
   st.pulls = std::move(still);
 }
@@ -86,8 +115,7 @@ constexpr uint64_t max_epochs_ahead = 1000;
 
 /// Runs `fn` now, or once our view reaches `epoch`.  // 4
 template <class F>
-void when_epoch(self_ptr self, uint64_t epoch, caf::response_promise& rp,
-                F fn) {
+void when_epoch(self_ptr self, uint64_t epoch, replier& rp, F fn) {
   auto ours = self->state.view.epoch;
   if (epoch <= ours)
     fn();
@@ -99,20 +127,17 @@ void when_epoch(self_ptr self, uint64_t epoch, caf::response_promise& rp,
 }
 
 template <class Request>
-bool decode_or_reject(self_ptr self, const frame& f, Request& req,
-                      caf::response_promise& rp) {
+bool decode_or_reject(self_ptr self, bytes_view f, Request& req, replier& rp) {
   if (auto err = decode(f, req)) { // 5
-    auto from = rp.source();
     TROUPE_LOG(warning, who(self), "dropped a malformed request from ",
-               from ? caf::to_string(from->node()) : std::string{"?"}, ": ",
-               self->system().render(err));
+               rp.source(), ": ", self->system().render(err));
     rp.deliver(err);
     return false;
   }
   return true;
 }
 
-void handle_init(self_ptr self, init_request req, caf::response_promise rp) {
+void handle_init(self_ptr self, init_request req, replier rp) {
   if (auto err = self->state.store.init(req)) {
     rp.deliver(err);
     return;
@@ -121,7 +146,7 @@ void handle_init(self_ptr self, init_request req, caf::response_promise rp) {
   serve_pulls(self);
 }
 
-void handle_push(self_ptr self, push_request req, caf::response_promise rp) {
+void handle_push(self_ptr self, push_request req, replier rp) {
   auto reply = self->state.store.push(std::move(req));
   if (!reply) {
     TROUPE_LOG(debug, who(self),
@@ -133,7 +158,7 @@ void handle_push(self_ptr self, push_request req, caf::response_promise rp) {
   serve_pulls(self);
 }
 
-void handle_pull(self_ptr self, pull_request req, caf::response_promise rp) {
+void handle_pull(self_ptr self, pull_request req, replier rp) {
   auto& st = self->state;
   if (auto err = st.store.check_pull(req.worker, req.clock)) {
     rp.deliver(err);
@@ -148,9 +173,29 @@ void handle_pull(self_ptr self, pull_request req, caf::response_promise rp) {
   serve_pulls(self);
 }
 
+/// Opens the fast road; without it, workers use CAF.
+road_info open_road(self_ptr self, const std::string& host) {
+  auto addr = self->address();
+  auto on_msg = [addr](road_message_ptr m) {
+    if (auto h = caf::actor_cast<caf::actor>(addr))
+      caf::anon_send(h, road_atom_v, std::move(m));
+  };
+  auto& cfg = self->state.cfg;
+  auto road = road_listener::start(host, cfg.road_port,
+                                   cfg.road_send_timeout_ms, on_msg);
+  if (!road) {
+    TROUPE_LOG(warning, who(self), "no fast road (",
+               self->system().render(road.error()), "): workers use CAF");
+    return {};
+  }
+  self->state.road = std::move(*road);
+  return self->state.road->info();
+}
+
 void start(self_ptr self, const std::string& host, uint16_t port) {
   register_request req{role::server, host, port,
-                       static_cast<uint32_t>(::getpid())};
+                       static_cast<uint32_t>(::getpid()),
+                       open_road(self, host)};
   self->request(self->state.scheduler,
                 std::chrono::milliseconds{self->state.request_timeout_ms},
                 register_atom_v, encode(req))
@@ -180,15 +225,40 @@ void start(self_ptr self, const std::string& host, uint16_t port) {
 
 /// Decodes a request and hands it to `handle` once our view has its epoch.
 template <class Request, class Handler>
-caf::response_promise accept(self_ptr self, const frame& f, Handler handle) {
-  auto rp = self->make_response_promise();
+void accept(self_ptr self, bytes_view f, replier rp, Handler handle) {
   Request req;
   if (decode_or_reject(self, f, req, rp))
     when_epoch(self, req.epoch, rp,
                [self, req = std::move(req), rp, handle]() mutable {
-                 handle(self, std::move(req), rp);
+                 handle(self, std::move(req), std::move(rp));
                });
+}
+
+/// The same for a request that came in on CAF.
+template <class Request, class Handler>
+caf::response_promise accept_caf(self_ptr self, const frame& f,
+                                 Handler handle) {
+  auto rp = self->make_response_promise();
+  accept<Request>(self, f, replier{rp, nullptr}, handle);
   return rp;
+}
+
+/// A request from the fast road.
+void accept_road(self_ptr self, road_message_ptr m) {
+  auto f = m->bytes;
+  replier to{caf::response_promise{}, m};
+  switch (m->op) {
+  case road_op::init:
+    return accept<init_request>(self, f, std::move(to), handle_init);
+  case road_op::push:
+    return accept<push_request>(self, f, std::move(to), handle_push);
+  case road_op::pull:
+    return accept<pull_request>(self, f, std::move(to), handle_pull);
+  default:
+    TROUPE_LOG(warning, who(self), "dropped a road message of kind ",
+               static_cast<int>(m->op), " from ", to.source());
+    to.deliver(caf::make_error(errc::malformed_message, "not a request"));
+  }
 }
 
 } // namespace
@@ -196,6 +266,7 @@ caf::response_promise accept(self_ptr self, const frame& f, Handler handle) {
 caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
                            caf::actor scheduler, update_fn fn) {
   self->state.store = shard_store{cfg.mode, std::move(fn)};
+  self->state.cfg = cfg;
   self->state.scheduler = scheduler;
   self->monitor(scheduler);
   self->set_down_handler([self](const caf::down_msg& dm) {
@@ -219,13 +290,16 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
         apply_view(self, std::move(v));
       },
       [self](init_atom, const frame& f) {
-        return accept<init_request>(self, f, handle_init);
+        return accept_caf<init_request>(self, f, handle_init);
       },
       [self](push_atom, const frame& f) {
-        return accept<push_request>(self, f, handle_push);
+        return accept_caf<push_request>(self, f, handle_push);
       },
       [self](pull_atom, const frame& f) {
-        return accept<pull_request>(self, f, handle_pull);
+        return accept_caf<pull_request>(self, f, handle_pull);
+      },
+      [self](road_atom, road_message_ptr& m) {
+        accept_road(self, std::move(m));
       },
   };
 }

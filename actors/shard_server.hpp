@@ -7,6 +7,8 @@
 //   (init_atom, frame Init)   -> frame PushReply
 //   (push_atom, frame Push)   -> frame PushReply
 //   (pull_atom, frame Pull)   -> frame PullReply    [may wait]
+//   (road_atom, road_message_ptr)  the same three requests from the fast
+//                             road (actors/road.hpp); answered on it
 //
 // States and transitions (numbers cited in the code):
 //   joining -1-> running      1: RegisterReply with our rank and a view
@@ -20,6 +22,8 @@
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -30,17 +34,30 @@
 #include <caf/stateful_actor.hpp>
 
 #include "actors/node_config.hpp"
+#include "actors/road.hpp"
 #include "actors/shard_store.hpp"
 #include "messages/kv.hpp"
 #include "messages/membership.hpp"
 
 namespace troupe {
 
+/// Where the answer to a request goes: CAF's response promise (middleman
+/// road) or back on the fast-road connection the request came in on.
+struct replier {
+  caf::response_promise rp;
+  road_message_ptr road;
+  void deliver(const outbound& out);
+  void deliver(const frame& f);
+  void deliver(const caf::error& err);
+  /// Who sent the request, for logs.
+  std::string source() const;
+};
+
 struct shard_server_state {
   static inline const char* name = "shard-server";
   struct waiting_pull {
     pull_request req;
-    caf::response_promise rp;
+    replier to;
   };
   shard_store store;
   caf::actor scheduler;
@@ -52,6 +69,8 @@ struct shard_server_state {
   // Requests from a newer epoch than ours, with that epoch.
   std::vector<std::pair<uint64_t, std::function<void()>>> held;
   uint32_t request_timeout_ms = 10000;
+  server_settings cfg;
+  std::unique_ptr<road_listener> road; // null: CAF only
 };
 
 using shard_server_actor = caf::stateful_actor<shard_server_state>;

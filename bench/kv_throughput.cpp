@@ -50,6 +50,7 @@ struct options {
   std::string mode = "async";
   double seconds = 0.5;
   std::string node;
+  std::string road = "auto";
 };
 
 double since(steady::time_point t0) {
@@ -88,6 +89,8 @@ std::string parse_flags(const std::vector<std::string>& args, options& opt) {
       if (value != "async" && value != "sync")
         return "--mode must be async or sync, got '" + value + "'";
       opt.mode = value;
+    } else if (name == "--road") {
+      opt.road = value;
     } else if (name == "--node") {
       if (::access(value.c_str(), X_OK) != 0)
         return "--node: no executable at '" + value + "'";
@@ -448,6 +451,10 @@ int run_benchmark(caf::actor_system& sys, const kv_settings& cfg, uint16_t port,
   if (auto err = init_keys(s, floats))
     return fail("init", err);
   std::vector<row_result> rows;
+  if (getenv("SMALL_FIRST")) {
+    auto one = run_row(s, small_key, floats.back(), opt.seconds);
+    std::printf("small first: %.0f/s\n", one->rounds / one->seconds);
+  }
   for (uint64_t key = 1; key < small_key; ++key) {
     auto r = run_row(s, key, floats[key - 1], opt.seconds);
     if (!r)
@@ -493,6 +500,7 @@ int main(int argc, char** argv) {
   cfg.load<caf::io::middleman>();
   cfg.kv.request_timeout_ms = 30000;
   cfg.log_level = "warning";
+  cfg.kv.road_text = opt.road;
   if (auto err = cfg.finish())
     return fail("checking the config", err);
   caf::actor_system sys{cfg};

@@ -5,7 +5,46 @@
 
 #include <kj/io.h>
 
-namespace troupe::detail {
+namespace troupe {
+
+struct outbound::impl {
+  std::unique_ptr<capnp::MallocMessageBuilder> msg;
+  std::vector<uint32_t> table; // the flat form's segment table
+};
+
+outbound::outbound() = default;
+outbound::outbound(outbound&&) noexcept = default;
+outbound& outbound::operator=(outbound&&) noexcept = default;
+outbound::~outbound() = default;
+
+outbound::outbound(std::unique_ptr<impl> x) : impl_(std::move(x)) {
+  auto segments = impl_->msg->getSegmentsForOutput();
+  // Flat form: (segments - 1), each segment's size in words, padded to a
+  // word; then the segments (capnp/serialize.h).
+  auto& t = impl_->table;
+  t.push_back(static_cast<uint32_t>(segments.size() - 1));
+  for (auto seg : segments)
+    t.push_back(static_cast<uint32_t>(seg.size()));
+  if (t.size() % 2 != 0)
+    t.push_back(0);
+  pieces_.push_back(piece{reinterpret_cast<const uint8_t*>(t.data()),
+                          t.size() * sizeof(uint32_t)});
+  for (auto seg : segments)
+    pieces_.push_back(piece{reinterpret_cast<const uint8_t*>(seg.begin()),
+                            seg.size() * sizeof(capnp::word)});
+  for (auto& p : pieces_)
+    bytes_ += p.size;
+}
+
+frame outbound::flatten() const {
+  frame out;
+  out.bytes.reserve(bytes_);
+  for (auto& p : pieces_)
+    out.bytes.insert(out.bytes.end(), p.data, p.data + p.size);
+  return out;
+}
+
+namespace detail {
 
 frame to_frame(capnp::MessageBuilder& msg) {
   frame out;
@@ -17,18 +56,24 @@ frame to_frame(capnp::MessageBuilder& msg) {
   return out;
 }
 
-frame_reader::frame_reader(const frame& f) {
-  auto n = f.bytes.size();
+outbound to_outbound(std::unique_ptr<capnp::MallocMessageBuilder> msg) {
+  auto x = std::make_unique<outbound::impl>();
+  x->msg = std::move(msg);
+  return outbound{std::move(x)};
+}
+
+frame_reader::frame_reader(bytes_view f) {
+  auto n = f.size;
   if (n == 0 || n % sizeof(capnp::word) != 0 || n > max_frame_bytes) {
     err_ = caf::make_error(errc::malformed_message, "frame size",
                            static_cast<uint64_t>(n));
     return;
   }
   auto words = n / sizeof(capnp::word);
-  const auto* data = reinterpret_cast<const capnp::word*>(f.bytes.data());
+  const auto* data = reinterpret_cast<const capnp::word*>(f.data);
   if (reinterpret_cast<uintptr_t>(data) % alignof(capnp::word) != 0) {
     aligned_ = kj::heapArray<capnp::word>(words);
-    std::memcpy(aligned_.begin(), f.bytes.data(), n);
+    std::memcpy(aligned_.begin(), f.data, n);
     data = aligned_.begin();
   }
   capnp::ReaderOptions opts;
@@ -40,4 +85,6 @@ frame_reader::frame_reader(const frame& f) {
       kj::arrayPtr(data, words), opts);
 }
 
-} // namespace troupe::detail
+} // namespace detail
+
+} // namespace troupe

@@ -15,12 +15,16 @@ namespace troupe::detail {
 /// Flattens `msg` into a frame with one pass over its segments.
 frame to_frame(capnp::MessageBuilder& msg);
 
+/// Takes `msg` (and whatever its external segments point to, which the
+/// caller keeps alive) as an outbound message.
+outbound to_outbound(std::unique_ptr<capnp::MallocMessageBuilder> msg);
+
 /// Owns what a reader of a frame needs: an aligned copy when the frame's
 /// bytes are not 8-byte aligned, and the reader itself.
 class frame_reader {
 public:
   /// Checks sizes; on failure `error()` says why and `get` must not be used.
-  explicit frame_reader(const frame& f);
+  explicit frame_reader(bytes_view f);
   const caf::error& error() const { return err_; }
   template <class T> typename T::Reader get() { return reader_->getRoot<T>(); }
 
@@ -33,7 +37,7 @@ private:
 /// Runs `fn` and turns a kj::Exception (malformed bytes) into
 /// errc::malformed_message; the one place that catches it.
 template <class F>
-caf::error decode_guarded(const frame& f, const char* what, F fn);
+caf::error decode_guarded(bytes_view f, const char* what, F fn);
 
 } // namespace troupe::detail
 
@@ -42,7 +46,7 @@ caf::error decode_guarded(const frame& f, const char* what, F fn);
 namespace troupe::detail {
 
 template <class F>
-caf::error decode_guarded(const frame& f, const char* what, F fn) {
+caf::error decode_guarded(bytes_view f, const char* what, F fn) {
   try {
     frame_reader rd{f};
     if (rd.error())

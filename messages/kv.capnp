@@ -3,6 +3,8 @@
 #   worker -> server : Init  -> (empty reply)  first initialiser wins
 #   worker -> server : Push  -> PushReply      one per server per clock
 #   worker -> server : Pull  -> PullReply      waits per the consistency mode
+#   server -> worker : Failure                 fast road only: in place of a
+#                                              reply (CAF carries errors itself)
 @0xeadaba6383c36339;
 
 using Cxx = import "/capnp/c++.capnp";
@@ -59,4 +61,11 @@ struct Pull {
 struct PullReply {
   version @0 :UInt64;       # server version the values belong to
   slices  @1 :List(Slice);  # in the order they were asked for
+}
+
+struct Failure {
+  # Server -> worker on the fast road (actors/road.hpp), in place of the
+  # reply to a request that failed.
+  code    @0 :UInt8;   # troupe::errc value; 0 = not a troupe error
+  context @1 :Text;    # the error rendered for people, at most 4096 bytes
 }

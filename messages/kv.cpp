@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <caf/sec.hpp>
+
 #include "messages/errors.hpp"
 #include "messages/frame_codec.hpp"
 #include "messages/kv.capnp.h"
@@ -19,17 +21,39 @@ namespace {
 using detail::decode_guarded;
 using detail::frame_reader;
 using detail::to_frame;
+using detail::to_outbound;
+
+constexpr size_t max_failure_chars = 4096;
 
 caf::error bad(const char* what) {
   return caf::make_error(errc::malformed_message, what);
 }
 
+/// Slices at least this large are referenced, not copied, when they can be.
+constexpr size_t min_external_bytes = 4096;
+
+/// True if `x` may become an external segment: Cap'n Proto needs a word-
+/// aligned start, and reads whole words, so the size must be too.
+bool external(const slice_view& x) {
+  auto bytes = x.size * sizeof(float);
+  return bytes >= min_external_bytes && bytes % sizeof(capnp::word) == 0 &&
+         reinterpret_cast<uintptr_t>(x.data) % sizeof(capnp::word) == 0;
+}
+
+/// Writes `xs` into `out`; with `msg`, large slices are referenced in place.
 void write_slices(capnp::List<schema::Slice>::Builder out,
-                  const std::vector<slice_view>& xs) {
+                  const std::vector<slice_view>& xs,
+                  capnp::MessageBuilder* msg = nullptr) {
   for (size_t i = 0; i < xs.size(); ++i) {
     out[i].setKey(xs[i].id.key);
     out[i].setIndex(xs[i].id.index);
     auto bytes = xs[i].size * sizeof(float);
+    if (msg != nullptr && external(xs[i])) {
+      auto first = reinterpret_cast<const kj::byte*>(xs[i].data);
+      out[i].adoptValues(msg->getOrphanage().referenceExternalData(
+          capnp::Data::Reader{first, bytes}));
+      continue;
+    }
     auto data = out[i].initValues(bytes);
     if (bytes > 0)
       std::memcpy(data.begin(), xs[i].data, bytes);
@@ -49,7 +73,7 @@ std::vector<slice_view> views_of(const std::vector<slice_data>& xs) {
 uint32_t words_for(const std::vector<slice_view>& xs) {
   size_t words = 64;
   for (auto& x : xs)
-    words += 4 + (x.size * sizeof(float) + 7) / 8;
+    words += 4 + (external(x) ? 0 : (x.size * sizeof(float) + 7) / 8);
   return static_cast<uint32_t>(std::min<size_t>(words, 1u << 29));
 }
 
@@ -77,6 +101,26 @@ caf::error read_slices(capnp::List<schema::Slice>::Reader in,
   return caf::none;
 }
 
+using slice_fn = std::function<caf::error(slice_id, const float*, size_t)>;
+
+/// Hands each slice of `in` to `fn` in place.
+caf::error visit_slices(capnp::List<schema::Slice>::Reader in,
+                        const slice_fn& fn) {
+  if (in.size() > max_slices_per_message)
+    return bad("too many slices");
+  for (auto s : in) {
+    auto data = s.getValues(); // fetched once: each get counts
+    if (data.size() % sizeof(float) != 0)
+      return bad("slice bytes not a multiple of 4");
+    // Data starts on a word boundary of an aligned segment.
+    auto first = reinterpret_cast<const float*>(data.begin());
+    if (auto err = fn(slice_id{s.getKey(), s.getIndex()}, first,
+                      data.size() / sizeof(float)))
+      return err;
+  }
+  return caf::none;
+}
+
 } // namespace
 
 frame encode(const init_request& x) {
@@ -89,20 +133,20 @@ frame encode(const init_request& x) {
 }
 
 frame encode(const push_request& x) {
-  return encode_push(x, views_of(x.slices));
+  return encode_push(x, views_of(x.slices)).flatten();
 }
 
-frame encode_push(const push_request& x,
-                  const std::vector<slice_view>& slices) {
-  capnp::MallocMessageBuilder msg{words_for(slices)};
-  auto b = msg.initRoot<schema::Push>();
+outbound encode_push(const push_request& x,
+                     const std::vector<slice_view>& slices) {
+  auto msg = std::make_unique<capnp::MallocMessageBuilder>(words_for(slices));
+  auto b = msg->initRoot<schema::Push>();
   b.setWorker(x.worker);
   b.setClock(x.clock);
   b.setEpoch(x.epoch);
   b.setPart(x.part);
   b.setParts(x.parts);
-  write_slices(b.initSlices(slices.size()), slices);
-  return to_frame(msg);
+  write_slices(b.initSlices(slices.size()), slices, msg.get());
+  return to_outbound(std::move(msg));
 }
 
 frame encode(const push_reply& x) {
@@ -128,19 +172,48 @@ frame encode(const pull_request& x) {
 }
 
 frame encode(const pull_reply& x) {
-  return encode_pull_reply(x.version, views_of(x.slices));
+  return encode_pull_reply(x.version, views_of(x.slices)).flatten();
 }
 
-frame encode_pull_reply(uint64_t version,
-                        const std::vector<slice_view>& slices) {
-  capnp::MallocMessageBuilder msg{words_for(slices)};
-  auto b = msg.initRoot<schema::PullReply>();
+outbound encode_pull_reply(uint64_t version,
+                           const std::vector<slice_view>& slices) {
+  auto msg = std::make_unique<capnp::MallocMessageBuilder>(words_for(slices));
+  auto b = msg->initRoot<schema::PullReply>();
   b.setVersion(version);
-  write_slices(b.initSlices(slices.size()), slices);
+  write_slices(b.initSlices(slices.size()), slices, msg.get());
+  return to_outbound(std::move(msg));
+}
+
+frame encode_failure(const caf::error& err) {
+  capnp::MallocMessageBuilder msg;
+  auto b = msg.initRoot<schema::Failure>();
+  auto troupe = err.category() == caf::atom("troupe");
+  b.setCode(troupe ? err.code() : 0);
+  auto text = describe(err);
+  if (text.size() > max_failure_chars)
+    text.resize(max_failure_chars);
+  b.setContext(text);
   return to_frame(msg);
 }
 
-caf::error decode(const frame& f, init_request& x) {
+caf::error decode_failure(bytes_view f) {
+  caf::error out;
+  auto err = decode_guarded(f, "Failure", [&out](frame_reader& rd) {
+    auto r = rd.get<schema::Failure>();
+    auto text = r.getContext();
+    if (text.size() > max_failure_chars)
+      return bad("failure text too long");
+    std::string what{text.cStr()};
+    if (r.getCode() == 0 || r.getCode() > static_cast<uint8_t>(errc::peer_down))
+      out = caf::make_error(caf::sec::runtime_error, std::move(what));
+    else
+      out = caf::make_error(static_cast<errc>(r.getCode()), std::move(what));
+    return caf::error{};
+  });
+  return err ? err : out;
+}
+
+caf::error decode(bytes_view f, init_request& x) {
   return decode_guarded(f, "Init", [&x](frame_reader& rd) {
     auto r = rd.get<schema::Init>();
     x.worker = r.getWorker();
@@ -149,7 +222,7 @@ caf::error decode(const frame& f, init_request& x) {
   });
 }
 
-caf::error decode(const frame& f, push_request& x) {
+caf::error decode(bytes_view f, push_request& x) {
   return decode_guarded(f, "Push", [&x](frame_reader& rd) {
     auto r = rd.get<schema::Push>();
     x.worker = r.getWorker();
@@ -163,7 +236,7 @@ caf::error decode(const frame& f, push_request& x) {
   });
 }
 
-caf::error decode(const frame& f, push_reply& x) {
+caf::error decode(bytes_view f, push_reply& x) {
   return decode_guarded(f, "PushReply", [&x](frame_reader& rd) {
     auto r = rd.get<schema::PushReply>();
     x.version = r.getVersion();
@@ -172,7 +245,7 @@ caf::error decode(const frame& f, push_reply& x) {
   });
 }
 
-caf::error decode(const frame& f, pull_request& x) {
+caf::error decode(bytes_view f, pull_request& x) {
   return decode_guarded(f, "Pull", [&x](frame_reader& rd) {
     auto r = rd.get<schema::Pull>();
     x.worker = r.getWorker();
@@ -188,7 +261,7 @@ caf::error decode(const frame& f, pull_request& x) {
   });
 }
 
-caf::error decode(const frame& f, pull_reply& x) {
+caf::error decode(bytes_view f, pull_reply& x) {
   return decode_guarded(f, "PullReply", [&x](frame_reader& rd) {
     auto r = rd.get<schema::PullReply>();
     x.version = r.getVersion();
@@ -197,25 +270,28 @@ caf::error decode(const frame& f, pull_reply& x) {
 }
 
 caf::error visit_pull_reply(
-    const frame& f, uint64_t& version,
+    bytes_view f, uint64_t& version,
     const std::function<caf::error(slice_id, const float*, size_t)>& fn) {
   return decode_guarded(f, "PullReply", [&](frame_reader& rd) {
     auto r = rd.get<schema::PullReply>();
     version = r.getVersion();
-    auto slices = r.getSlices();
-    if (slices.size() > max_slices_per_message)
-      return bad("too many slices");
-    for (auto s : slices) {
-      auto data = s.getValues();
-      if (data.size() % sizeof(float) != 0)
-        return bad("slice bytes not a multiple of 4");
-      // Data starts on a word boundary of an aligned segment.
-      auto first = reinterpret_cast<const float*>(data.begin());
-      if (auto err = fn(slice_id{s.getKey(), s.getIndex()}, first,
-                        data.size() / sizeof(float)))
-        return err;
-    }
-    return caf::error{};
+    return visit_slices(r.getSlices(), fn);
+  });
+}
+
+caf::error visit_push(
+    bytes_view f, push_request& x,
+    const std::function<caf::error(slice_id, const float*, size_t)>& fn) {
+  return decode_guarded(f, "Push", [&](frame_reader& rd) {
+    auto r = rd.get<schema::Push>();
+    x.worker = r.getWorker();
+    x.clock = r.getClock();
+    x.epoch = r.getEpoch();
+    x.part = r.getPart();
+    x.parts = r.getParts();
+    if (x.parts == 0 || x.part >= x.parts)
+      return bad("push part out of range");
+    return visit_slices(r.getSlices(), fn);
   });
 }
 

@@ -89,22 +89,36 @@ frame encode(const push_reply& x);
 frame encode(const pull_request& x);
 frame encode(const pull_reply& x);
 
-/// Encodes a Push (or PullReply) whose values are read from `slices`.
-frame encode_push(const push_request& header,
-                  const std::vector<slice_view>& slices);
-frame encode_pull_reply(uint64_t version,
-                        const std::vector<slice_view>& slices);
+/// Encodes a Push (or PullReply) whose values are read from `slices`:
+/// large word-aligned slices are not copied, the message points at them
+/// (outbound's rule: keep them alive and unchanged until it is sent).
+outbound encode_push(const push_request& header,
+                     const std::vector<slice_view>& slices);
+outbound encode_pull_reply(uint64_t version,
+                           const std::vector<slice_view>& slices);
+
+/// A failed request on the fast road (kv.capnp Failure): troupe codes keep
+/// their code, others become their rendered text.
+frame encode_failure(const caf::error& err);
+caf::error decode_failure(bytes_view f);
 
 /// Reads a PullReply without copying it into vectors: `fn` sees each slice
 /// in place (valid only during the call) and may return an error to stop.
 caf::error visit_pull_reply(
-    const frame& f, uint64_t& version,
+    bytes_view f, uint64_t& version,
     const std::function<caf::error(slice_id, const float*, size_t)>& fn);
 
-caf::error decode(const frame& f, init_request& x);
-caf::error decode(const frame& f, push_request& x);
-caf::error decode(const frame& f, push_reply& x);
-caf::error decode(const frame& f, pull_request& x);
-caf::error decode(const frame& f, pull_reply& x);
+caf::error decode(bytes_view f, init_request& x);
+caf::error decode(bytes_view f, push_request& x);
+caf::error decode(bytes_view f, push_reply& x);
+caf::error decode(bytes_view f, pull_request& x);
+caf::error decode(bytes_view f, pull_reply& x);
+
+/// Reads a Push without copying its values: `header` gets every field but
+/// the slices; `fn` sees each slice in place (valid only during the call)
+/// and may return an error to stop.
+caf::error
+visit_push(bytes_view f, push_request& header,
+           const std::function<caf::error(slice_id, const float*, size_t)>& fn);
 
 } // namespace troupe

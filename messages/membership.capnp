@@ -22,6 +22,15 @@ struct Node {
   host @2 :Text;     # address its actor is published on; "" = not published
   port @3 :UInt16;   # 0 = not published (workers)
   pid  @4 :UInt32;   # operating-system process id, for logs and deploy tools
+  road @5 :Road;     # servers: where their fast road listens
+}
+
+struct Road {
+  # Where a server's fast road for tensors listens (actors/road.hpp).
+  port    @0 :UInt16;  # TCP port on the node's host; 0 = no fast road
+  machine @1 :Text;    # boot id + network namespace: equal = same machine
+  socket  @2 :Text;    # abstract unix socket of the shared-memory road;
+                       # "" = none
 }
 
 struct Register {
@@ -30,6 +39,7 @@ struct Register {
   host @1 :Text;     # where the node's actor is published ("" if not)
   port @2 :UInt16;   # its port (0 if not published)
   pid  @3 :UInt32;   # operating-system process id
+  road @4 :Road;     # servers: where their fast road listens
 }
 
 struct SlicePlace {

@@ -33,12 +33,29 @@ caf::error read_role(schema::Role r, role& out) {
 
 // -- views ------------------------------------------------------------------
 
+void write_road(schema::Road::Builder b, const road_info& x) {
+  b.setPort(x.port);
+  b.setMachine(x.machine);
+  b.setSocket(x.socket);
+}
+
+caf::error read_road(schema::Road::Reader r, road_info& x) {
+  if (r.getMachine().size() > max_host_chars ||
+      r.getSocket().size() > max_host_chars)
+    return bad("road name too long");
+  x.port = r.getPort();
+  x.machine = r.getMachine().cStr();
+  x.socket = r.getSocket().cStr();
+  return caf::none;
+}
+
 void write_node(schema::Node::Builder b, const node_info& x) {
   b.setRole(static_cast<schema::Role>(x.kind));
   b.setRank(x.rank);
   b.setHost(x.host);
   b.setPort(x.port);
   b.setPid(x.pid);
+  write_road(b.initRoad(), x.road);
 }
 
 caf::error read_node(schema::Node::Reader r, node_info& x) {
@@ -50,7 +67,7 @@ caf::error read_node(schema::Node::Reader r, node_info& x) {
   x.host = r.getHost().cStr();
   x.port = r.getPort();
   x.pid = r.getPid();
-  return caf::none;
+  return read_road(r.getRoad(), x.road);
 }
 
 void write_view(schema::ClusterView::Builder b, const cluster_view& x) {
@@ -151,7 +168,7 @@ const char* to_string(role x) {
 
 bool node_info::operator==(const node_info& y) const {
   return kind == y.kind && rank == y.rank && host == y.host && port == y.port &&
-         pid == y.pid;
+         pid == y.pid && road == y.road;
 }
 
 bool cluster_view::operator==(const cluster_view& y) const {
@@ -209,6 +226,7 @@ frame encode(const register_request& x) {
   b.setHost(x.host);
   b.setPort(x.port);
   b.setPid(x.pid);
+  write_road(b.initRoad(), x.road);
   return to_frame(msg);
 }
 
@@ -269,7 +287,7 @@ caf::error decode(const frame& f, register_request& x) {
     x.host = r.getHost().cStr();
     x.port = r.getPort();
     x.pid = r.getPid();
-    return caf::error{};
+    return read_road(r.getRoad(), x.road);
   });
 }
 

@@ -19,12 +19,23 @@ enum class role : uint8_t { scheduler = 0, server = 1, worker = 2 };
 const char* to_string(role x);
 
 /// One member of the cluster.
+/// Where a server's fast road for tensors listens (actors/road.hpp).
+struct road_info {
+  uint16_t port = 0;   ///< TCP port on the node's host, 0 = no fast road
+  std::string machine; ///< equal on both ends: shared memory is possible
+  std::string socket;  ///< abstract unix socket name, "" = no shm road
+  bool operator==(const road_info& y) const {
+    return port == y.port && machine == y.machine && socket == y.socket;
+  }
+};
+
 struct node_info {
   role kind = role::worker;
   uint32_t rank = 0; ///< dense per role
   std::string host;  ///< published address, "" if not published
   uint16_t port = 0; ///< published port, 0 if not published
   uint32_t pid = 0;  ///< operating-system process id
+  road_info road;    ///< servers: their fast road
   bool operator==(const node_info& y) const;
 };
 
@@ -64,6 +75,7 @@ struct register_request {
   std::string host;
   uint16_t port = 0;
   uint32_t pid = 0;
+  road_info road;
 };
 
 /// Scheduler -> node: its rank and the first view that has it.

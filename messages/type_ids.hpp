@@ -3,11 +3,21 @@
 
 #include <caf/type_id.hpp>
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include <caf/allowed_unsafe_message_type.hpp>
+
 #include "actors/named_array.hpp"
 #include "messages/frame.hpp"
+
+namespace troupe {
+struct road_message; // actors/road.hpp
+} // namespace troupe
+
+// In-process only: a message a road's reader thread hands to its actor.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<troupe::road_message>)
 
 CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
 
@@ -25,5 +35,8 @@ CAF_ADD_ATOM(troupe, troupe, push_atom, "push")
 CAF_ADD_ATOM(troupe, troupe, pull_atom, "pull")
 CAF_ADD_ATOM(troupe, troupe, watch_atom, "watch")
 CAF_ADD_ATOM(troupe, troupe, start_atom, "start")
+CAF_ADD_ATOM(troupe, troupe, road_atom, "road")
+CAF_ADD_ATOM(troupe, troupe, road_down_atom, "road_down")
+CAF_ADD_ATOM(troupe, troupe, tick_atom, "tick")
 
 CAF_END_TYPE_ID_BLOCK(troupe)

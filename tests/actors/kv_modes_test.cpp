@@ -234,7 +234,7 @@ BOOST_AUTO_TEST_CASE(a_barrier_waits_for_workers_that_have_not_joined_yet) {
   auto join = [&](caf::scoped_actor& who) {
     register_reply reply;
     who->request(sched, 10s, register_atom_v,
-                 encode(register_request{role::worker, "", 0, 1}))
+                 encode(register_request{role::worker, "", 0, 1, {}}))
         .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, reply)); },
                  [](const caf::error& err) { BOOST_FAIL(describe(err)); });
     return reply.rank;
@@ -314,10 +314,11 @@ BOOST_AUTO_TEST_CASE(a_view_that_overtakes_the_register_reply_is_not_lost) {
   cluster_view older;
   older.epoch = 2;
   older.slice_floats = 4;
-  older.servers = {{role::server, 0, "h", 1, 1}, {role::server, 1, "h", 2, 2}};
+  older.servers = {{role::server, 0, "h", 1, 1, {}},
+                   {role::server, 1, "h", 2, 2, {}}};
   auto newer = older;
   newer.epoch = 3;
-  newer.workers = {{role::worker, 0, "", 0, 3}};
+  newer.workers = {{role::worker, 0, "", 0, 3, {}}};
   newer.keys = {{1, 4}};
   newer.placement = {{1, 0, 1}};
   auto fake = spawn_overtaking_scheduler(sys, register_reply{1, older}, newer);

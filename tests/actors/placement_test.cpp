@@ -40,7 +40,7 @@ cluster_view as_view(const std::vector<key_info>& keys,
   v.epoch = 1;
   v.slice_floats = slice_floats;
   for (auto s : servers)
-    v.servers.push_back(node_info{role::server, s, "h", 1, 1});
+    v.servers.push_back(node_info{role::server, s, "h", 1, 1, {}});
   v.keys = keys;
   v.placement = placement;
   return v;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include <caf/sec.hpp>
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 
@@ -69,14 +70,14 @@ BOOST_AUTO_TEST_CASE(encoding_from_views_equals_encoding_from_vectors) {
                                 {{2, 0}, b.data(), 7}};
   push_request header{4, 5, 6, 0, 1, {}};
   push_request q;
-  BOOST_REQUIRE(!decode(encode_push(header, views), q));
+  BOOST_REQUIRE(!decode(encode_push(header, views).flatten(), q));
   BOOST_CHECK(q.worker == 4 && q.clock == 5 && q.epoch == 6);
   BOOST_REQUIRE_EQUAL(q.slices.size(), 3u);
   BOOST_CHECK(q.slices[1].values ==
               std::vector<float>(a.begin() + 600, a.end()));
   BOOST_CHECK(q.slices[2].values == b);
   // A PullReply read in place sees the same values, in order.
-  auto f = encode_pull_reply(9, views);
+  auto f = encode_pull_reply(9, views).flatten();
   uint64_t version = 0;
   size_t seen = 0;
   BOOST_REQUIRE(!visit_pull_reply(
@@ -93,7 +94,8 @@ BOOST_AUTO_TEST_CASE(encoding_from_views_equals_encoding_from_vectors) {
 
 BOOST_AUTO_TEST_CASE(a_visitor_error_stops_the_visit_and_bad_bytes_fail) {
   auto a = iota_floats(10);
-  auto f = encode_pull_reply(1, {{{1, 0}, a.data(), 5}, {{1, 1}, a.data(), 5}});
+  auto f = encode_pull_reply(1, {{{1, 0}, a.data(), 5}, {{1, 1}, a.data(), 5}})
+               .flatten();
   uint64_t version = 0;
   size_t calls = 0;
   auto err = visit_pull_reply(f, version, [&](slice_id, const float*, size_t) {
@@ -161,3 +163,46 @@ BOOST_AUTO_TEST_CASE(a_frame_of_one_schema_read_as_another_does_not_crash) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_CASE(large_slices_are_referenced_not_copied) {
+  // 4096 floats (16 KiB) aligned: referenced; 1025 floats: odd size in
+  // words, copied; 7 floats: small, copied.
+  auto a = iota_floats(4096), b = iota_floats(1025, 5.0f), c = iota_floats(7);
+  std::vector<slice_view> views{{{1, 0}, a.data(), a.size()},
+                                {{2, 0}, b.data(), b.size()},
+                                {{3, 0}, c.data(), c.size()}};
+  auto out = encode_push(push_request{1, 2, 3, 0, 1, {}}, views);
+  // Segment table, the message segment, and one segment for `a` itself.
+  BOOST_REQUIRE_EQUAL(out.pieces().size(), 3u);
+  BOOST_CHECK(out.pieces()[2].data == reinterpret_cast<uint8_t*>(a.data()));
+  size_t sum = 0;
+  for (auto& p : out.pieces())
+    sum += p.size;
+  BOOST_CHECK_EQUAL(sum, out.bytes());
+  // Read in place, without copying into vectors.
+  auto f = out.flatten();
+  push_request header;
+  std::vector<std::vector<float>> seen;
+  BOOST_REQUIRE(
+      !visit_push(f, header, [&](slice_id, const float* xs, size_t n) {
+        seen.emplace_back(xs, xs + n);
+        return caf::error{};
+      }));
+  BOOST_CHECK(header.worker == 1 && header.clock == 2 && header.epoch == 3);
+  BOOST_REQUIRE_EQUAL(seen.size(), 3u);
+  BOOST_CHECK(seen[0] == a);
+  BOOST_CHECK(seen[1] == b);
+  BOOST_CHECK(seen[2] == c);
+}
+
+BOOST_AUTO_TEST_CASE(failures_keep_troupe_codes_and_text) {
+  auto f = encode_failure(caf::make_error(errc::clock_gap, "worker", 3));
+  auto err = decode_failure(f);
+  BOOST_CHECK(err == errc::clock_gap);
+  BOOST_CHECK(describe(err).find("worker") != std::string::npos);
+  auto other =
+      decode_failure(encode_failure(caf::make_error(caf::sec::runtime_error)));
+  BOOST_CHECK(other == caf::sec::runtime_error);
+  BOOST_CHECK(decode_failure(frame{std::vector<uint8_t>(16, 0xAB)}) ==
+              errc::malformed_message);
+}

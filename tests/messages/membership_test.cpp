@@ -26,9 +26,14 @@ cluster_view sample_view() {
   cluster_view v;
   v.epoch = 7;
   v.slice_floats = 4;
-  v.servers = {{role::server, 0, "127.0.0.1", 4301, 11},
-               {role::server, 1, "127.0.0.1", 4302, 12}};
-  v.workers = {{role::worker, 0, "", 0, 21}};
+  v.servers = {{role::server,
+                0,
+                "127.0.0.1",
+                4301,
+                11,
+                {4401, "boot/net:[1]", "troupe-road-11-4401"}},
+               {role::server, 1, "127.0.0.1", 4302, 12, {4402, "m", ""}}};
+  v.workers = {{role::worker, 0, "", 0, 21, {}}};
   v.keys = {{1, 10}, {2, 3}};
   v.placement = {{1, 0, 0}, {1, 1, 1}, {1, 2, 0}, {2, 0, 1}};
   return v;
@@ -39,7 +44,7 @@ cluster_view sample_view() {
 BOOST_AUTO_TEST_SUITE(membership_tests)
 
 BOOST_AUTO_TEST_CASE(every_message_survives_a_round_trip) {
-  register_request rq{role::server, "10.0.0.1", 4301, 42};
+  register_request rq{role::server, "10.0.0.1", 4301, 42, {4402, "m", "s"}};
   register_request rq2;
   BOOST_REQUIRE(!decode(encode(rq), rq2));
   BOOST_CHECK(rq2.kind == role::server && rq2.host == "10.0.0.1");

@@ -1,0 +1,751 @@
+// The fast road: sockets, memfd rings, the wire header and the threads that
+// read (actors/road.hpp has the design).
+#include "actors/road.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstddef>
+#include <cstring>
+#include <fstream>
+
+#include "actors/log.hpp"
+#include "messages/errors.hpp"
+
+namespace troupe {
+
+namespace {
+
+constexpr uint32_t wire_magic = 0x31505254; // "TRP1"
+
+/// Frames smaller than this go inline even on the shm road: a ring buys
+/// nothing for them and costs a release message.
+constexpr size_t min_ring_frame = 16 * 1024;
+
+/// Largest ring a worker may offer.
+constexpr uint64_t max_ring_bytes = uint64_t{1} << 30;
+
+struct wire_header {
+  uint32_t magic = wire_magic;
+  uint8_t op = 0;
+  uint8_t in_ring = 0; // 1: the frame is at `offset` in the sender's ring
+  uint16_t zero1 = 0;
+  uint32_t zero2 = 0;
+  uint32_t zero3 = 0;
+  uint64_t id = 0;
+  uint64_t bytes = 0;  // frame bytes
+  uint64_t offset = 0; // ring offset; hello: ring bytes (0 = no rings)
+};
+static_assert(sizeof(wire_header) == 40, "the header is 40 bytes on the wire");
+
+std::atomic<uint64_t> next_serial{1};
+
+caf::error sys_error(const char* what) {
+  return caf::make_error(errc::peer_down, what, std::string{strerror(errno)});
+}
+
+/// Writes every byte of `iov` (advancing it on partial writes).
+caf::error send_all(int fd, std::vector<iovec>& iov, int fd_a = -1,
+                    int fd_b = -1) {
+  size_t first = 0;
+  bool fds_sent = fd_a < 0;
+  while (first < iov.size()) {
+    msghdr msg{};
+    msg.msg_iov = iov.data() + first;
+    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(2 * sizeof(int))];
+    if (!fds_sent) {
+      msg.msg_control = ctrl;
+      msg.msg_controllen = sizeof(ctrl);
+      auto* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+      int fds[2] = {fd_a, fd_b};
+      std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
+    }
+    auto n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return caf::make_error(errc::timeout, "road send: peer not reading");
+      return sys_error("road send");
+    }
+    fds_sent = true;
+    auto left = static_cast<size_t>(n);
+    while (first < iov.size() && left >= iov[first].iov_len)
+      left -= iov[first++].iov_len;
+    if (first < iov.size()) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+  return caf::none;
+}
+
+/// Reads exactly `n` bytes; false on EOF or error (errno set, 0 on EOF).
+bool recv_all(int fd, void* buf, size_t n) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    auto got = ::recv(fd, p, n, MSG_WAITALL);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0) {
+      if (got == 0)
+        errno = 0;
+      return false;
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+/// Reads a header that may carry two file descriptors (hello on unix).
+bool recv_header(int fd, wire_header& h, int fds[2]) {
+  iovec iov{&h, sizeof(h)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(2 * sizeof(int))];
+  msg.msg_control = ctrl;
+  msg.msg_controllen = sizeof(ctrl);
+  ssize_t got;
+  do
+    got = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+  while (got < 0 && errno == EINTR);
+  if (got <= 0) {
+    if (got == 0)
+      errno = 0;
+    return false;
+  }
+  for (auto* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      auto n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      int got_fds[2] = {-1, -1};
+      std::memcpy(got_fds, CMSG_DATA(c), std::min<size_t>(n, 2) * sizeof(int));
+      for (size_t i = 0; i < 2; ++i)
+        fds[i] = got_fds[i];
+      auto* extra = reinterpret_cast<int*>(CMSG_DATA(c));
+      for (size_t i = 2; i < n; ++i)
+        ::close(extra[i]);
+    }
+  auto rest = sizeof(h) - static_cast<size_t>(got);
+  return rest == 0 || recv_all(fd, reinterpret_cast<char*>(&h) + got, rest);
+}
+
+caf::error check_header(const wire_header& h) {
+  if (h.magic != wire_magic)
+    return caf::make_error(errc::malformed_message,
+                           "road: bad magic (not a troupe road peer?)");
+  if (h.op < static_cast<uint8_t>(road_op::hello) ||
+      h.op > static_cast<uint8_t>(road_op::release))
+    return caf::make_error(errc::malformed_message, "road: unknown op",
+                           static_cast<uint32_t>(h.op));
+  if (h.op != static_cast<uint8_t>(road_op::release) &&
+      (h.bytes > max_frame_bytes || h.bytes % 8 != 0))
+    return caf::make_error(errc::malformed_message, "road: frame size",
+                           h.bytes);
+  return caf::none;
+}
+
+void set_timeout(int fd, int opt, uint32_t ms) {
+  timeval tv{static_cast<time_t>(ms / 1000),
+             static_cast<suseconds_t>((ms % 1000) * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv));
+}
+
+void no_delay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+caf::expected<sockaddr_in> ipv4_of(const std::string& host, uint16_t port) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  auto name = host.empty() ? std::string{"0.0.0.0"} : host;
+  if (::inet_pton(AF_INET, name.c_str(), &sa.sin_addr) == 1)
+    return sa;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(name.c_str(), nullptr, &hints, &res) != 0 || !res)
+    return caf::make_error(errc::invalid_config, "road: cannot resolve", name);
+  sa.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+  ::freeaddrinfo(res);
+  return sa;
+}
+
+socklen_t abstract_addr(const std::string& name, sockaddr_un& sa) {
+  sa = sockaddr_un{};
+  sa.sun_family = AF_UNIX;
+  auto n = std::min(name.size(), sizeof(sa.sun_path) - 1);
+  std::memcpy(sa.sun_path + 1, name.data(), n); // sun_path[0] = 0: abstract
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+}
+
+/// Connects with a deadline; returns the fd or an error.
+caf::expected<int> connect_with_timeout(int domain, const sockaddr* sa,
+                                        socklen_t len, uint32_t timeout_ms) {
+  int fd = ::socket(domain, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0)
+    return sys_error("road socket");
+  if (::connect(fd, sa, len) < 0 && errno != EINPROGRESS) {
+    auto err = caf::make_error(errc::not_connected, "road connect",
+                               std::string{strerror(errno)});
+    ::close(fd);
+    return err;
+  }
+  pollfd p{fd, POLLOUT, 0};
+  int soerr = 0;
+  socklen_t sl = sizeof(soerr);
+  if (::poll(&p, 1, static_cast<int>(timeout_ms)) != 1 ||
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr != 0) {
+    auto err = caf::make_error(errc::not_connected, "road connect",
+                               soerr ? std::string{strerror(soerr)}
+                                     : std::string{"timed out"});
+    ::close(fd);
+    return err;
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+/// A sealed memfd of `bytes`: the peer may trust its size.
+caf::expected<int> make_ring_fd(size_t bytes) {
+  int fd = ::memfd_create("troupe-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0)
+    return sys_error("memfd_create");
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
+          0) {
+    auto err = sys_error("ring setup");
+    ::close(fd);
+    return err;
+  }
+  return fd;
+}
+
+uint8_t* map_ring(int fd, size_t bytes) {
+  auto* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+}
+
+} // namespace
+
+// -- road_kind
+// ------------------------------------------------------------------
+
+caf::expected<road_kind> parse_road(const std::string& x) {
+  if (x == "auto" || x == "shm")
+    return road_kind::shm;
+  if (x == "tcp")
+    return road_kind::tcp;
+  if (x == "middleman")
+    return road_kind::middleman;
+  return caf::make_error(errc::invalid_config,
+                         "--kv.road must be auto, shm, tcp or middleman, got",
+                         x);
+}
+
+const char* to_string(road_kind x) {
+  switch (x) {
+  case road_kind::middleman:
+    return "middleman";
+  case road_kind::tcp:
+    return "tcp";
+  default:
+    return "shm";
+  }
+}
+
+std::string road_machine_id() {
+  std::string boot;
+  std::ifstream in{"/proc/sys/kernel/random/boot_id"};
+  std::getline(in, boot);
+  char ns[128] = {0};
+  auto n = ::readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
+  return boot + "/" + (n > 0 ? std::string(ns, static_cast<size_t>(n)) : "");
+}
+
+// -- ring_space
+// -------------------------------------------------------------------
+
+ring_space::ring_space(size_t bytes) {
+  free_.emplace_back(0, bytes);
+}
+
+size_t ring_space::take(size_t n) {
+  n = (n + 63) & ~size_t{63};
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto i = free_.begin(); i != free_.end(); ++i)
+    if (i->second >= n) {
+      auto off = i->first;
+      i->first += n;
+      i->second -= n;
+      if (i->second == 0)
+        free_.erase(i);
+      return off;
+    }
+  return SIZE_MAX;
+}
+
+void ring_space::give(size_t offset, size_t n) {
+  n = (n + 63) & ~size_t{63};
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = std::lower_bound(free_.begin(), free_.end(),
+                            std::make_pair(offset, size_t{0}));
+  i = free_.emplace(i, offset, n);
+  if (auto next = i + 1;
+      next != free_.end() && i->first + i->second == next->first) {
+    i->second += next->second;
+    free_.erase(next);
+  }
+  if (i != free_.begin()) {
+    auto prev = i - 1;
+    if (prev->first + prev->second == i->first) {
+      prev->second += i->second;
+      free_.erase(i);
+    }
+  }
+}
+
+size_t ring_space::free_bytes() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  size_t n = 0;
+  for (auto& f : free_)
+    n += f.second;
+  return n;
+}
+
+// -- road_message
+// -----------------------------------------------------------------
+
+road_message::~road_message() {
+  if (ring_bytes > 0 && conn)
+    conn->release(ring_offset, ring_bytes);
+}
+
+// -- road_conn
+// ----------------------------------------------------------------------
+
+road_conn::road_conn(int fd, road_kind kind, uint32_t send_timeout_ms)
+    : fd_(fd), kind_(kind), serial_(next_serial++) {
+  set_timeout(fd_, SO_SNDTIMEO, send_timeout_ms);
+  if (kind_ == road_kind::tcp)
+    no_delay(fd_);
+}
+
+road_conn::~road_conn() {
+  close();
+  if (reader_.joinable()) {
+    if (reader_.get_id() == std::this_thread::get_id())
+      reader_.detach(); // the reader held the last reference and is ending
+    else
+      reader_.join();
+  }
+  if (out_.base)
+    ::munmap(out_.base, out_.bytes);
+  if (in_.base)
+    ::munmap(in_.base, in_.bytes);
+  ::close(fd_);
+}
+
+caf::error road_conn::map_rings(int out_fd, int in_fd, size_t bytes) {
+  out_.base = map_ring(out_fd, bytes);
+  in_.base = map_ring(in_fd, bytes);
+  if (!out_.base || !in_.base)
+    return sys_error("mmap of a road ring");
+  out_.bytes = in_.bytes = bytes;
+  out_space_ = std::make_unique<ring_space>(bytes);
+  return caf::none;
+}
+
+void road_conn::start(road_handler on_msg, road_down_handler on_down) {
+  on_msg_ = std::move(on_msg);
+  on_down_ = std::move(on_down);
+  reader_ = std::thread{[self = shared_from_this()] { self->read_loop(); }};
+}
+
+caf::error road_conn::send(road_op op, uint64_t id, const outbound& out) {
+  return write_pieces(op, id, out.pieces(), out.bytes());
+}
+
+caf::error road_conn::send(road_op op, uint64_t id, bytes_view f) {
+  return write_pieces(op, id, {outbound::piece{f.data, f.size}}, f.size);
+}
+
+caf::error road_conn::write_pieces(road_op op, uint64_t id,
+                                   const std::vector<outbound::piece>& pieces,
+                                   size_t bytes) {
+  if (closed_)
+    return caf::make_error(errc::peer_down, "road closed");
+  wire_header h;
+  h.op = static_cast<uint8_t>(op);
+  h.id = id;
+  h.bytes = bytes;
+  std::vector<iovec> iov{{&h, sizeof(h)}};
+  std::lock_guard<std::mutex> guard{write_mtx_};
+  auto off = SIZE_MAX;
+  if (out_space_ && bytes >= min_ring_frame)
+    off = out_space_->take(bytes);
+  if (off != SIZE_MAX) { // the one copy: into the ring
+    auto* dst = out_.base + off;
+    for (auto& p : pieces) {
+      std::memcpy(dst, p.data, p.size);
+      dst += p.size;
+    }
+    h.in_ring = 1;
+    h.offset = off;
+    ring_bytes_sent_ += bytes;
+  } else {
+    for (auto& p : pieces)
+      if (p.size > 0)
+        iov.push_back(iovec{const_cast<uint8_t*>(p.data), p.size});
+    inline_bytes_ += bytes;
+  }
+  auto err = send_all(fd_, iov);
+  if (err) {
+    if (off != SIZE_MAX)
+      out_space_->give(off, bytes);
+    fail(err);
+  }
+  return err;
+}
+
+void road_conn::release(uint64_t offset, uint64_t bytes) {
+  if (closed_)
+    return;
+  wire_header h;
+  h.op = static_cast<uint8_t>(road_op::release);
+  h.offset = offset;
+  h.bytes = bytes;
+  std::vector<iovec> iov{{&h, sizeof(h)}};
+  std::lock_guard<std::mutex> guard{write_mtx_};
+  if (auto err = send_all(fd_, iov))
+    fail(err);
+}
+
+void road_conn::released(uint64_t offset, uint64_t bytes) {
+  if (out_space_ && offset < out_.bytes && bytes <= out_.bytes - offset)
+    out_space_->give(offset, bytes);
+}
+
+void road_conn::close() {
+  down_told_ = true; // the owner closes: it knows
+  if (!closed_.exchange(true))
+    ::shutdown(fd_, SHUT_RDWR);
+  if (reader_.joinable() && reader_.get_id() != std::this_thread::get_id())
+    reader_.join();
+}
+
+void road_conn::fail(caf::error err) {
+  closed_ = true;
+  ::shutdown(fd_, SHUT_RDWR);
+  if (!down_told_.exchange(true) && on_down_)
+    on_down_(serial_, err);
+}
+
+void road_conn::read_loop() {
+  for (;;) {
+    wire_header h;
+    int fds[2] = {-1, -1};
+    bool ok = in_.base == nullptr && out_.base == nullptr
+                  ? recv_header(fd_, h, fds) // a hello may carry rings
+                  : recv_all(fd_, &h, sizeof(h));
+    for (int fd : fds)
+      if (fd >= 0)
+        ::close(fd); // only hello uses them (road_listener's reader)
+    if (!ok) {
+      fail(caf::make_error(errc::peer_down, "road connection lost",
+                           errno ? std::string{strerror(errno)}
+                                 : std::string{"closed by peer"}));
+      return;
+    }
+    if (auto err = check_header(h)) {
+      TROUPE_LOG(warning, "road", "dropping a connection: ", describe(err));
+      fail(err);
+      return;
+    }
+    auto op = static_cast<road_op>(h.op);
+    if (op == road_op::release) {
+      released(h.offset, h.bytes);
+      continue;
+    }
+    auto m = std::make_shared<road_message>();
+    m->op = op;
+    m->id = h.id;
+    m->conn = shared_from_this();
+    if (h.in_ring) {
+      if (!in_.base || h.offset > in_.bytes || h.bytes > in_.bytes - h.offset) {
+        fail(caf::make_error(errc::malformed_message,
+                             "road: ring region out of bounds"));
+        return;
+      }
+      m->bytes = bytes_view{in_.base + h.offset, h.bytes};
+      m->ring_offset = h.offset;
+      m->ring_bytes = h.bytes;
+    } else {
+      m->buffer.reset(new uint64_t[h.bytes / 8 + 1]); // not zeroed
+      if (!recv_all(fd_, m->buffer.get(), h.bytes)) {
+        fail(caf::make_error(errc::peer_down, "road connection lost mid-frame",
+                             errno ? std::string{strerror(errno)}
+                                   : std::string{"closed by peer"}));
+        return;
+      }
+      m->bytes =
+          bytes_view{reinterpret_cast<uint8_t*>(m->buffer.get()), h.bytes};
+    }
+    if (on_msg_)
+      on_msg_(std::move(m));
+  }
+}
+
+// -- server side
+// ---------------------------------------------------------------------
+
+namespace {
+
+/// Server end of a fresh connection: reads the hello (with the rings on the
+/// shm road), maps the rings, answers hello.
+caf::error accept_hello(road_conn& c, uint32_t timeout_ms) {
+  set_timeout(c.fd(), SO_RCVTIMEO, timeout_ms);
+  wire_header h;
+  int fds[2] = {-1, -1};
+  auto ok = recv_header(c.fd(), h, fds);
+  set_timeout(c.fd(), SO_RCVTIMEO, 0);
+  auto close_fds = [&fds] {
+    for (int fd : fds)
+      if (fd >= 0)
+        ::close(fd);
+  };
+  if (!ok) {
+    close_fds();
+    return caf::make_error(errc::peer_down, "road: no hello");
+  }
+  if (auto err = check_header(h); err || h.op != uint8_t(road_op::hello)) {
+    close_fds();
+    return err ? err
+               : caf::make_error(errc::malformed_message,
+                                 "road: first message is not hello");
+  }
+  if (c.kind() == road_kind::shm && h.offset > 0) {
+    struct stat st[2];
+    bool sane = fds[0] >= 0 && fds[1] >= 0 && h.offset <= max_ring_bytes &&
+                h.offset % 4096 == 0;
+    for (int i = 0; sane && i < 2; ++i) {
+      auto seals = ::fcntl(fds[i], F_GET_SEALS);
+      sane = ::fstat(fds[i], &st[i]) == 0 &&
+             static_cast<uint64_t>(st[i].st_size) == h.offset && seals >= 0 &&
+             (seals & F_SEAL_SHRINK) != 0;
+    }
+    // Worker writes c2s (fds[0]) and reads s2c (fds[1]).
+    auto err = sane ? c.map_rings(fds[1], fds[0], h.offset)
+                    : caf::make_error(errc::malformed_message,
+                                      "road: bad rings in hello");
+    close_fds();
+    if (err)
+      return err;
+  } else {
+    close_fds();
+  }
+  wire_header ack;
+  ack.op = static_cast<uint8_t>(road_op::hello);
+  std::vector<iovec> iov{{&ack, sizeof(ack)}};
+  return send_all(c.fd(), iov);
+}
+
+} // namespace
+
+caf::expected<std::unique_ptr<road_listener>>
+road_listener::start(const std::string& host, uint16_t port,
+                     uint32_t send_timeout_ms, road_handler on_msg) {
+  std::unique_ptr<road_listener> l{new road_listener};
+  l->send_timeout_ms_ = send_timeout_ms;
+  l->on_msg_ = std::move(on_msg);
+  auto sa = ipv4_of(host, port);
+  if (!sa)
+    return std::move(sa.error());
+  l->tcp_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  ::setsockopt(l->tcp_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  socklen_t len = sizeof(*sa);
+  if (l->tcp_fd_ < 0 ||
+      ::bind(l->tcp_fd_, reinterpret_cast<sockaddr*>(&*sa), len) != 0 ||
+      ::listen(l->tcp_fd_, 64) != 0 ||
+      ::getsockname(l->tcp_fd_, reinterpret_cast<sockaddr*>(&*sa), &len) != 0)
+    return caf::make_error(errc::invalid_config, "road: cannot listen on",
+                           host + ":" + std::to_string(port),
+                           std::string{strerror(errno)});
+  l->info_.port = ntohs(sa->sin_port);
+  l->info_.machine = road_machine_id();
+  // The shm road's socket: abstract, so nothing is left on disk.
+  auto name = "troupe-road-" + std::to_string(::getpid()) + "-" +
+              std::to_string(l->info_.port);
+  sockaddr_un ua;
+  auto ulen = abstract_addr(name, ua);
+  l->unix_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (l->unix_fd_ >= 0 &&
+      ::bind(l->unix_fd_, reinterpret_cast<sockaddr*>(&ua), ulen) == 0 &&
+      ::listen(l->unix_fd_, 64) == 0) {
+    l->info_.socket = name;
+  } else {
+    TROUPE_LOG(warning, "road",
+               "no shared-memory road (unix socket: ", strerror(errno),
+               "); TCP only");
+    if (l->unix_fd_ >= 0)
+      ::close(l->unix_fd_);
+    l->unix_fd_ = -1;
+  }
+  l->wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
+  l->acceptor_ = std::thread{[p = l.get()] { p->accept_loop(); }};
+  return l;
+}
+
+road_listener::~road_listener() {
+  uint64_t one = 1;
+  if (::write(wake_fd_, &one, sizeof(one)) < 0)
+    TROUPE_LOG(warning, "road", "cannot wake the acceptor");
+  if (acceptor_.joinable())
+    acceptor_.join();
+  for (int fd : {tcp_fd_, unix_fd_, wake_fd_})
+    if (fd >= 0)
+      ::close(fd);
+  std::vector<road_conn_ptr> conns;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    conns.swap(conns_);
+  }
+  for (auto& c : conns)
+    c->close();
+}
+
+size_t road_listener::connections() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return static_cast<size_t>(
+      std::count_if(conns_.begin(), conns_.end(),
+                    [](const road_conn_ptr& c) { return !c->closed(); }));
+}
+
+void road_listener::accept_loop() {
+  for (;;) {
+    pollfd ps[3] = {
+        {wake_fd_, POLLIN, 0}, {tcp_fd_, POLLIN, 0}, {unix_fd_, POLLIN, 0}};
+    auto n = ::poll(ps, unix_fd_ >= 0 ? 3 : 2, -1);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 || (ps[0].revents & POLLIN))
+      return;
+    if (ps[1].revents & POLLIN)
+      accept_one(tcp_fd_, road_kind::tcp);
+    if (unix_fd_ >= 0 && (ps[2].revents & POLLIN))
+      accept_one(unix_fd_, road_kind::shm);
+  }
+}
+
+void road_listener::accept_one(int lfd, road_kind kind) {
+  int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0)
+    return;
+  auto c = std::make_shared<road_conn>(fd, kind, send_timeout_ms_);
+  if (auto err = accept_hello(*c, send_timeout_ms_)) {
+    TROUPE_LOG(warning, "road", "refused a connection: ", describe(err));
+    c->close();
+    return;
+  }
+  c->start(on_msg_, [](uint64_t, const caf::error& err) {
+    TROUPE_LOG(debug, "road", "worker connection ended: ", describe(err));
+  });
+  std::lock_guard<std::mutex> guard{mtx_};
+  conns_.erase(
+      std::remove_if(conns_.begin(), conns_.end(),
+                     [](const road_conn_ptr& x) { return x->closed(); }),
+      conns_.end());
+  conns_.push_back(std::move(c));
+}
+
+// -- worker side
+// -----------------------------------------------------------------------
+
+caf::expected<road_conn_ptr> road_dial(const std::string& host,
+                                       const road_info& info, road_kind want,
+                                       size_t ring_bytes, uint32_t timeout_ms,
+                                       road_handler on_msg,
+                                       road_down_handler on_down) {
+  if (want == road_kind::middleman || info.port == 0)
+    return caf::make_error(errc::not_connected, "no fast road to", host);
+  bool shm = want == road_kind::shm && !info.socket.empty() &&
+             info.machine == road_machine_id() && ring_bytes > 0;
+  caf::expected<int> fd{-1};
+  if (shm) {
+    sockaddr_un ua;
+    auto len = abstract_addr(info.socket, ua);
+    fd = connect_with_timeout(AF_UNIX, reinterpret_cast<sockaddr*>(&ua), len,
+                              timeout_ms);
+    if (!fd) {
+      TROUPE_LOG(warning, "road", "shared-memory road to ", host, " failed (",
+                 describe(fd.error()), "): using TCP");
+      shm = false;
+    }
+  }
+  if (!shm) {
+    auto sa = ipv4_of(host, info.port);
+    if (!sa)
+      return std::move(sa.error());
+    fd = connect_with_timeout(AF_INET, reinterpret_cast<sockaddr*>(&*sa),
+                              sizeof(*sa), timeout_ms);
+    if (!fd)
+      return std::move(fd.error());
+  }
+  auto c = std::make_shared<road_conn>(
+      *fd, shm ? road_kind::shm : road_kind::tcp, timeout_ms);
+  wire_header hello;
+  hello.op = static_cast<uint8_t>(road_op::hello);
+  std::vector<iovec> iov{{&hello, sizeof(hello)}};
+  caf::error err;
+  if (shm) {
+    ring_bytes = (ring_bytes + 4095) & ~size_t{4095};
+    auto c2s = make_ring_fd(ring_bytes);
+    auto s2c = make_ring_fd(ring_bytes);
+    if (c2s && s2c)
+      err = c->map_rings(*c2s, *s2c, ring_bytes);
+    else
+      err = c2s ? s2c.error() : c2s.error();
+    hello.offset = err ? 0 : ring_bytes;
+    err = err ? send_all(c->fd(), iov) : send_all(c->fd(), iov, *c2s, *s2c);
+    for (auto* x : {&c2s, &s2c})
+      if (*x)
+        ::close(**x); // the mappings keep the rings
+  } else {
+    err = send_all(c->fd(), iov);
+  }
+  wire_header ack;
+  set_timeout(c->fd(), SO_RCVTIMEO, timeout_ms);
+  if (!err && (!recv_all(c->fd(), &ack, sizeof(ack)) ||
+               ack.magic != wire_magic || ack.op != hello.op))
+    err = caf::make_error(errc::not_connected, "road: no hello from", host);
+  set_timeout(c->fd(), SO_RCVTIMEO, 0);
+  if (err) {
+    c->close();
+    return err;
+  }
+  c->start(std::move(on_msg), std::move(on_down));
+  return c;
+}
+
+} // namespace troupe

@@ -1,0 +1,217 @@
+// The fast road for the kv conversation: one direct connection per
+// (worker, server) pair that carries the Cap'n Proto frames of Init, Push,
+// Pull and their replies beside CAF, which keeps membership, views,
+// barriers and failure detection. Actor code never sees which road a frame
+// took: the kv client and the shard server send through `road_conn` when
+// the pair has one, and through CAF otherwise (--kv.road=middleman).
+//
+//   tcp  A TCP connection. Writes are scatter-gather (sendmsg) from the
+//        frame's own pieces, which point into a user's arrays or a
+//        server's store; reads land in 8-byte-aligned buffers that are
+//        reused.
+//   shm  Same machine (equal road_info::machine): an abstract unix socket
+//        plus two memfd rings, one per direction, that the worker creates
+//        and passes at hello (SCM_RIGHTS). A frame is copied once into the
+//        sender's ring and read in place by the receiver; the socket
+//        carries only a header saying where. A frame that finds no room in
+//        the ring goes inline on the socket instead.
+//
+// Wire: a 40-byte header, then `bytes` bytes of frame unless the frame is
+// in the ring. The worker opens with hello and waits for the server's
+// hello. Requests and replies pair by id; a reader done with a ring region
+// sends release so the writer may reuse it.
+//
+// Faults: a dead peer ends the connection (EOF, reset); a silent one makes
+// writes fail after the send timeout. Either way the owner's `on_down`
+// runs once, every later send fails, and the owner fails what waited.
+// Rings are anonymous memfds: they vanish with the last mapping, so a
+// crash on either side leaks no shared memory; a survivor unmaps when its
+// last message from the ring is gone.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include "messages/frame.hpp"
+#include "messages/membership.hpp"
+
+namespace troupe {
+
+/// Which road kv frames take.
+enum class road_kind : uint8_t { middleman, tcp, shm };
+
+/// Parses --kv.road: auto (shm on the same machine, else tcp) | tcp |
+/// middleman. `auto` yields shm; road_dial falls back to tcp.
+caf::expected<road_kind> parse_road(const std::string& x);
+
+const char* to_string(road_kind x);
+
+/// Message kinds on the wire.
+enum class road_op : uint8_t {
+  hello = 1,
+  init,
+  push,
+  pull,
+  reply,
+  failure,
+  release,
+};
+
+class road_conn;
+
+/// A message read off a road: `bytes` stays valid while it lives; dropping
+/// it gives its buffer or ring region back.
+struct road_message {
+  road_op op = road_op::reply;
+  uint64_t id = 0;
+  bytes_view bytes;
+  std::shared_ptr<road_conn> conn;    // to reply on, and to release into
+  std::unique_ptr<uint64_t[]> buffer; // inline frames (8-byte aligned)
+  uint64_t ring_offset = 0;
+  uint64_t ring_bytes = 0; // > 0: the frame is in the peer's ring
+  road_message() = default;
+  road_message(const road_message&) = delete;
+  road_message& operator=(const road_message&) = delete;
+  ~road_message();
+};
+
+using road_message_ptr = std::shared_ptr<road_message>;
+using road_handler = std::function<void(road_message_ptr)>;
+/// Runs once when a connection ends by itself: its serial and why.
+using road_down_handler =
+    std::function<void(uint64_t serial, const caf::error&)>;
+
+/// Free space of a ring, first fit; thread-safe.
+class ring_space {
+public:
+  explicit ring_space(size_t bytes);
+  /// An offset for `n` bytes (rounded up to 64), or SIZE_MAX if none.
+  size_t take(size_t n);
+  void give(size_t offset, size_t n);
+  size_t free_bytes() const;
+
+private:
+  mutable std::mutex mtx_;
+  std::vector<std::pair<size_t, size_t>> free_; // (offset, bytes), sorted
+};
+
+/// One end of a road connection. Thread-safe sends; one reader thread.
+class road_conn : public std::enable_shared_from_this<road_conn> {
+public:
+  struct ring {
+    uint8_t* base = nullptr;
+    size_t bytes = 0;
+  };
+  road_conn(int fd, road_kind kind, uint32_t send_timeout_ms);
+  ~road_conn();
+  road_conn(const road_conn&) = delete;
+  road_conn& operator=(const road_conn&) = delete;
+
+  /// Sends `out` (or `f`) as message `op` with `id`; an error closes the
+  /// connection.
+  caf::error send(road_op op, uint64_t id, const outbound& out);
+  caf::error send(road_op op, uint64_t id, bytes_view f);
+
+  /// Ends the connection: the reader stops, on_down runs (if not yet),
+  /// later sends fail. Safe from any thread, more than once.
+  void close();
+
+  road_kind kind() const { return kind_; }
+  bool closed() const { return closed_; }
+  /// Unique per process, to tell connections of one peer apart.
+  uint64_t serial() const { return serial_; }
+  /// Bytes of frames sent inline and through the ring (for benchmarks).
+  uint64_t inline_bytes() const { return inline_bytes_; }
+  uint64_t ring_bytes_sent() const { return ring_bytes_sent_; }
+
+  // -- used by road_listener and road_dial ----------------------------------
+
+  /// Maps the rings: `out` is written by us, `in` by the peer.
+  caf::error map_rings(int out_fd, int in_fd, size_t bytes);
+  /// Starts the reader thread.
+  void start(road_handler on_msg, road_down_handler on_down);
+  /// Gives a region of our out ring back (the peer released it).
+  void released(uint64_t offset, uint64_t bytes);
+  /// Tells the peer we are done with a region of its ring.
+  void release(uint64_t offset, uint64_t bytes);
+  int fd() const { return fd_; }
+  const ring& in_ring() const { return in_; }
+
+private:
+  caf::error write_pieces(road_op op, uint64_t id,
+                          const std::vector<outbound::piece>& pieces,
+                          size_t bytes);
+  void read_loop();
+  void fail(caf::error err);
+
+  int fd_;
+  road_kind kind_;
+  uint64_t serial_;
+  std::mutex write_mtx_;
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> down_told_{false};
+  ring out_;
+  ring in_;
+  std::unique_ptr<ring_space> out_space_;
+  road_handler on_msg_;
+  road_down_handler on_down_;
+  std::thread reader_;
+  std::atomic<uint64_t> inline_bytes_{0};
+  std::atomic<uint64_t> ring_bytes_sent_{0};
+};
+
+using road_conn_ptr = std::shared_ptr<road_conn>;
+
+/// A server's listening end: TCP on host:port and, for the same machine,
+/// an abstract unix socket. Each accepted connection gets a reader thread
+/// that hands requests to `on_msg`.
+class road_listener {
+public:
+  static caf::expected<std::unique_ptr<road_listener>>
+  start(const std::string& host, uint16_t port, uint32_t send_timeout_ms,
+        road_handler on_msg);
+  ~road_listener();
+  /// What the server advertises in its Register.
+  const road_info& info() const { return info_; }
+  /// Live connections (for tests and logs).
+  size_t connections() const;
+
+private:
+  road_listener() = default;
+  void accept_loop();
+  void accept_one(int lfd, road_kind kind);
+
+  road_info info_;
+  int tcp_fd_ = -1;
+  int unix_fd_ = -1;
+  int wake_fd_ = -1; // eventfd that ends accept_loop
+  uint32_t send_timeout_ms_ = 0;
+  road_handler on_msg_;
+  mutable std::mutex mtx_;
+  std::vector<road_conn_ptr> conns_;
+  std::thread acceptor_;
+};
+
+/// This machine's identity for road_info::machine: boot id and network
+/// namespace (abstract unix sockets are per namespace).
+std::string road_machine_id();
+
+/// Connects a worker to a server's road: shm when `want` is shm and the
+/// server is on this machine, else tcp. Waits up to `timeout_ms` for the
+/// server's hello.
+caf::expected<road_conn_ptr> road_dial(const std::string& host,
+                                       const road_info& info, road_kind want,
+                                       size_t ring_bytes, uint32_t timeout_ms,
+                                       road_handler on_msg,
+                                       road_down_handler on_down);
+
+} // namespace troupe
