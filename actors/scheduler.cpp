@@ -121,8 +121,9 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
     return caf::make_error(errc::malformed_message,
                            "a scheduler cannot register");
   auto handle = caf::actor_cast<caf::actor>(self->current_sender());
-  node_info info{req.kind, lowest_free_rank(self, req.kind), req.host, req.port,
-                 req.pid, req.road};
+  node_info info{req.kind, lowest_free_rank(self, req.kind),
+                 req.host, req.port,
+                 req.pid,  req.road};
   self->monitor(handle);
   self->state.members.push_back({info, handle});
   ++self->state.joined[req.kind];

@@ -72,8 +72,8 @@ caf::error validate(const optimizer_settings& x) {
 
 update_fn make_update_fn(const optimizer_settings& x) {
   if (x.on == "worker")
-    return [](slice_id, std::vector<float>& values,
-              const std::vector<float>& sum, uint32_t contributors) {
+    return [](slice_id, std::vector<float>& values, const float* sum,
+              uint32_t contributors) {
       for (size_t i = 0; i < values.size(); ++i)
         values[i] = sum[i] / float(contributors);
     };
@@ -87,12 +87,12 @@ update_fn make_optimizer_fn(const optimizer_settings& x) {
   // owns its own, and only that server's actor runs it.
   return [x, states = std::map<slice_id, slice_opt_state>{},
           mean = std::vector<float>{}](slice_id id, std::vector<float>& values,
-                                       const std::vector<float>& sum,
+                                       const float* sum,
                                        uint32_t contributors) mutable {
-    const float* g = sum.data();
+    const float* g = sum;
     if (contributors > 1) {
-      mean.resize(sum.size());
-      for (size_t i = 0; i < sum.size(); ++i)
+      mean.resize(values.size());
+      for (size_t i = 0; i < values.size(); ++i)
         mean[i] = sum[i] / float(contributors);
       g = mean.data();
     }

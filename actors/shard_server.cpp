@@ -146,8 +146,9 @@ void handle_init(self_ptr self, init_request req, replier rp) {
   serve_pulls(self);
 }
 
-void handle_push(self_ptr self, push_request req, replier rp) {
-  auto reply = self->state.store.push(std::move(req));
+void handle_push(self_ptr self, const push_request& req,
+                 const std::vector<slice_view>& values, replier rp) {
+  auto reply = self->state.store.push(req, values);
   if (!reply) {
     TROUPE_LOG(debug, who(self),
                "push refused: ", self->system().render(reply.error()));
@@ -234,6 +235,35 @@ void accept(self_ptr self, bytes_view f, replier rp, Handler handle) {
                });
 }
 
+/// A push is read in place: its values are applied straight from the
+/// frame, which `keep` (or the road message in `rp`) keeps alive.
+void accept_push(self_ptr self, bytes_view f, replier rp,
+                 std::shared_ptr<const void> keep) {
+  if (reinterpret_cast<uintptr_t>(f.data) % 8 != 0) { // never seen; be safe
+    auto copy = std::make_shared<frame>();
+    copy->bytes.assign(f.data, f.data + f.size);
+    f = bytes_view{*copy};
+    keep = copy;
+  }
+  push_request req;
+  std::vector<slice_view> values;
+  auto err =
+      visit_push(f, req, [&values](slice_id id, const float* xs, size_t n) {
+        values.push_back(slice_view{id, xs, n});
+        return caf::error{};
+      });
+  if (err) { // 5
+    TROUPE_LOG(warning, who(self), "dropped a malformed request from ",
+               rp.source(), ": ", self->system().render(err));
+    rp.deliver(err);
+    return;
+  }
+  when_epoch(self, req.epoch, rp,
+             [self, req, values = std::move(values), rp, keep]() mutable {
+               handle_push(self, req, values, std::move(rp));
+             });
+}
+
 /// The same for a request that came in on CAF.
 template <class Request, class Handler>
 caf::response_promise accept_caf(self_ptr self, const frame& f,
@@ -251,7 +281,7 @@ void accept_road(self_ptr self, road_message_ptr m) {
   case road_op::init:
     return accept<init_request>(self, f, std::move(to), handle_init);
   case road_op::push:
-    return accept<push_request>(self, f, std::move(to), handle_push);
+    return accept_push(self, f, std::move(to), nullptr);
   case road_op::pull:
     return accept<pull_request>(self, f, std::move(to), handle_pull);
   default:
@@ -292,8 +322,11 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
       [self](init_atom, const frame& f) {
         return accept_caf<init_request>(self, f, handle_init);
       },
-      [self](push_atom, const frame& f) {
-        return accept_caf<push_request>(self, f, handle_push);
+      [self](push_atom, frame& f) {
+        auto rp = self->make_response_promise();
+        auto keep = std::make_shared<frame>(std::move(f));
+        accept_push(self, *keep, replier{rp, nullptr}, keep);
+        return rp;
       },
       [self](pull_atom, const frame& f) {
         return accept_caf<pull_request>(self, f, handle_pull);

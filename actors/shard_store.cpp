@@ -8,8 +8,8 @@
 
 namespace troupe {
 
-void add_update(slice_id, std::vector<float>& values,
-                const std::vector<float>& sum, uint32_t) {
+void add_update(slice_id, std::vector<float>& values, const float* sum,
+                uint32_t) {
   for (size_t i = 0; i < values.size(); ++i)
     values[i] += sum[i];
 }
@@ -38,21 +38,32 @@ void shard_store::set_workers(const std::set<uint32_t>& live) {
   complete_rounds();
 }
 
-caf::error shard_store::check_slices(const std::vector<slice_data>& xs) const {
+namespace {
+
+std::vector<slice_view> views_of(const std::vector<slice_data>& xs) {
+  std::vector<slice_view> out;
+  out.reserve(xs.size());
+  for (auto& x : xs)
+    out.push_back(slice_view{x.id, x.values.data(), x.values.size()});
+  return out;
+}
+
+} // namespace
+
+caf::error shard_store::check_slices(const std::vector<slice_view>& xs) const {
   for (auto& x : xs) {
     auto i = slices_.find(x.id);
     if (i == slices_.end())
       return caf::make_error(errc::slice_not_owned, x.id.key, x.id.index);
-    if (x.values.size() != i->second.floats)
+    if (x.size != i->second.floats)
       return caf::make_error(errc::bad_shape, x.id.key, x.id.index,
-                             static_cast<uint64_t>(x.values.size()),
-                             i->second.floats);
+                             static_cast<uint64_t>(x.size), i->second.floats);
   }
   return caf::none;
 }
 
 caf::error shard_store::init(const init_request& req) {
-  if (auto err = check_slices(req.slices))
+  if (auto err = check_slices(views_of(req.slices)))
     return err;
   for (auto& x : req.slices) {
     auto& s = slices_[x.id];
@@ -64,7 +75,13 @@ caf::error shard_store::init(const init_request& req) {
   return caf::none;
 }
 
-caf::expected<push_reply> shard_store::push(push_request req) {
+caf::expected<push_reply> shard_store::push(const push_request& req) {
+  return push(req, views_of(req.slices));
+}
+
+caf::expected<push_reply>
+shard_store::push(const push_request& req,
+                  const std::vector<slice_view>& slices) {
   auto w = workers_.find(req.worker);
   if (w == workers_.end())
     return caf::make_error(errc::not_a_member, "worker", req.worker);
@@ -75,16 +92,16 @@ caf::expected<push_reply> shard_store::push(push_request req) {
   if (req.clock > wc.clock)
     return caf::make_error(errc::clock_gap, "expected", wc.clock, "got",
                            req.clock);
-  if (auto err = check_slices(req.slices))
+  if (auto err = check_slices(slices))
     return err;
-  for (auto& x : req.slices)
+  for (auto& x : slices)
     if (!slices_[x.id].ready)
       return caf::make_error(errc::unknown_key, "slice not initialised",
                              x.id.key, x.id.index);
   if (mode_.kind == consistency::kind_t::sync)
-    add_to_round(req);
+    add_to_round(req.clock, slices);
   else
-    apply_now(req);
+    apply_now(slices);
   wc.parts.insert(req.part);
   if (wc.parts.size() == req.parts) {
     wc.parts.clear();
@@ -94,21 +111,22 @@ caf::expected<push_reply> shard_store::push(push_request req) {
   return push_reply{version_, false};
 }
 
-void shard_store::apply_now(const push_request& req) {
-  for (auto& x : req.slices)
-    update_(x.id, slices_[x.id].values, x.values, 1);
+void shard_store::apply_now(const std::vector<slice_view>& xs) {
+  for (auto& x : xs) // straight from the received frame
+    update_(x.id, slices_[x.id].values, x.data, 1);
   ++version_;
 }
 
-void shard_store::add_to_round(push_request& req) {
-  auto& round = rounds_[req.clock];
-  for (auto& x : req.slices) {
+void shard_store::add_to_round(uint64_t clock,
+                               const std::vector<slice_view>& xs) {
+  auto& round = rounds_[clock];
+  for (auto& x : xs) {
     auto& r = round[x.id];
     if (r.contributors == 0)
-      r.sum = std::move(x.values); // the first push of a round is kept
+      r.sum.assign(x.data, x.data + x.size); // the first push of a round
     else
       for (size_t i = 0; i < r.sum.size(); ++i)
-        r.sum[i] += x.values[i];
+        r.sum[i] += x.data[i];
     ++r.contributors;
   }
 }
@@ -122,7 +140,7 @@ void shard_store::complete_rounds() {
       for (auto& [id, r] : i->second) {
         auto s = slices_.find(id);
         if (s != slices_.end()) // may have moved away meanwhile
-          update_(id, s->second.values, r.sum, r.contributors);
+          update_(id, s->second.values, r.sum.data(), r.contributors);
       }
       rounds_.erase(i);
     }

@@ -29,14 +29,14 @@
 namespace troupe {
 
 /// Applies an aggregated update to a slice: `values` += f(`sum`). The hook
-/// where optimizers plug in; `contributors` = pushes summed into `sum`.
-using update_fn =
-    std::function<void(slice_id id, std::vector<float>& values,
-                       const std::vector<float>& sum, uint32_t contributors)>;
+/// where optimizers plug in; `sum` has values.size() floats (it may point
+/// straight into a received frame); `contributors` = pushes summed in it.
+using update_fn = std::function<void(slice_id id, std::vector<float>& values,
+                                     const float* sum, uint32_t contributors)>;
 
 /// The default update: values += sum (aggregation is a sum).
-void add_update(slice_id id, std::vector<float>& values,
-                const std::vector<float>& sum, uint32_t contributors);
+void add_update(slice_id id, std::vector<float>& values, const float* sum,
+                uint32_t contributors);
 
 class shard_store {
 public:
@@ -53,8 +53,13 @@ public:
   /// First values of slices; a slice already initialised keeps its values.
   caf::error init(const init_request& req);
 
-  /// Accepts one part of a push (all slices or none); takes the values.
-  caf::expected<push_reply> push(push_request req);
+  /// Accepts one part of a push (all slices or none). `slices` (not
+  /// `header.slices`) holds the values, read during the call only.
+  caf::expected<push_reply> push(const push_request& header,
+                                 const std::vector<slice_view>& slices);
+
+  /// The same with the values in `req.slices`.
+  caf::expected<push_reply> push(const push_request& req);
 
   /// Checks that `worker` may pull as a worker at `clock`: it is live and
   /// has pushed every clock before `clock` but at most one (a pull waits
@@ -101,9 +106,9 @@ private:
     std::set<uint32_t> parts; // parts seen of `clock`
   };
 
-  caf::error check_slices(const std::vector<slice_data>& xs) const;
-  void apply_now(const push_request& req);
-  void add_to_round(push_request& req);
+  caf::error check_slices(const std::vector<slice_view>& xs) const;
+  void apply_now(const std::vector<slice_view>& xs);
+  void add_to_round(uint64_t clock, const std::vector<slice_view>& xs);
   void complete_rounds();
 
   consistency mode_;

@@ -134,7 +134,7 @@ private:
       return;
     for (size_t i = 0; i < ps.size(); ++i) {
       scratch_.assign(ps[i].data, ps[i].data + ps[i].size);
-      optimizer_(slice_id{xs[i].key, 0}, scratch_, xs[i].values, 1);
+      optimizer_(slice_id{xs[i].key, 0}, scratch_, xs[i].values.data(), 1);
       std::memcpy(ps[i].data, scratch_.data(), ps[i].size * sizeof(float));
     }
     rounds_applied_ = clock;

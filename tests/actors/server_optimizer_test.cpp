@@ -12,7 +12,7 @@ BOOST_AUTO_TEST_SUITE(server_optimizer_tests)
 BOOST_AUTO_TEST_CASE(sum_adds_what_was_pushed) {
   auto fn = make_update_fn(optimizer_settings{});
   std::vector<float> w{1, 2};
-  fn(slice_id{1, 0}, w, {3, 4}, 2);
+  fn(slice_id{1, 0}, w, std::vector<float>{3, 4}.data(), 2);
   BOOST_CHECK(w == std::vector<float>({4, 6}));
 }
 
@@ -22,7 +22,7 @@ BOOST_AUTO_TEST_CASE(sgd_steps_along_the_mean_gradient) {
   s.lr = 0.5f;
   auto fn = make_update_fn(s);
   std::vector<float> w{1, 1};
-  fn(slice_id{1, 0}, w, {2, 4}, 2); // mean {1, 2}
+  fn(slice_id{1, 0}, w, std::vector<float>{2, 4}.data(), 2); // mean {1, 2}
   BOOST_CHECK_CLOSE(w[0], 0.5f, 1e-4);
   BOOST_CHECK_SMALL(w[1], 1e-6f);
 }
@@ -34,9 +34,10 @@ BOOST_AUTO_TEST_CASE(momentum_keeps_state_per_slice) {
   s.momentum = 0.5f;
   auto fn = make_update_fn(s);
   std::vector<float> a{0}, b{0};
-  fn(slice_id{1, 0}, a, {1}, 1); // v = 1, a = -1
-  fn(slice_id{1, 0}, a, {1}, 1); // v = 1.5, a = -2.5
-  fn(slice_id{2, 0}, b, {1}, 1); // its own v = 1, b = -1
+  fn(slice_id{1, 0}, a, std::vector<float>{1}.data(), 1); // v = 1, a = -1
+  fn(slice_id{1, 0}, a, std::vector<float>{1}.data(), 1); // v = 1.5, a = -2.5
+  fn(slice_id{2, 0}, b, std::vector<float>{1}.data(),
+     1); // its own v = 1, b = -1
   BOOST_CHECK_CLOSE(a[0], -2.5f, 1e-4);
   BOOST_CHECK_CLOSE(b[0], -1.0f, 1e-4);
 }
@@ -49,9 +50,10 @@ BOOST_AUTO_TEST_CASE(each_copy_of_a_hook_owns_its_state) {
   auto first = make_update_fn(s);
   auto second = first; // as two servers would hold it
   std::vector<float> a{0}, b{0};
-  first(slice_id{1, 0}, a, {1}, 1);
-  first(slice_id{1, 0}, a, {1}, 1);
-  second(slice_id{1, 0}, b, {1}, 1); // a fresh velocity, not first's
+  first(slice_id{1, 0}, a, std::vector<float>{1}.data(), 1);
+  first(slice_id{1, 0}, a, std::vector<float>{1}.data(), 1);
+  second(slice_id{1, 0}, b, std::vector<float>{1}.data(),
+         1); // a fresh velocity, not first's
   BOOST_CHECK_CLOSE(a[0], -2.5f, 1e-4);
   BOOST_CHECK_CLOSE(b[0], -1.0f, 1e-4);
 }
@@ -65,7 +67,8 @@ BOOST_AUTO_TEST_CASE(the_schedule_decays_the_learning_rate) {
   auto fn = make_update_fn(s);
   std::vector<float> w{0};
   for (int i = 0; i < 4; ++i)
-    fn(slice_id{1, 0}, w, {1}, 1); // steps of 1, 1, 0.5, 0.5
+    fn(slice_id{1, 0}, w, std::vector<float>{1}.data(),
+       1); // steps of 1, 1, 0.5, 0.5
   BOOST_CHECK_CLOSE(w[0], -3.0f, 1e-4);
 }
 
@@ -75,9 +78,9 @@ BOOST_AUTO_TEST_CASE(with_the_optimizer_on_workers_servers_only_average) {
   s.on = "worker";
   auto fn = make_update_fn(s);
   std::vector<float> w{5, 5};
-  fn(slice_id{1, 0}, w, {2, 4}, 2);
+  fn(slice_id{1, 0}, w, std::vector<float>{2, 4}.data(), 2);
   BOOST_CHECK(w == std::vector<float>({1, 2})); // the round's mean
-  fn(slice_id{1, 0}, w, {6, 6}, 3);
+  fn(slice_id{1, 0}, w, std::vector<float>{6, 6}.data(), 3);
   BOOST_CHECK(w == std::vector<float>({2, 2})); // replaced, not added
 }
 

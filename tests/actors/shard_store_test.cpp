@@ -181,9 +181,8 @@ BOOST_AUTO_TEST_CASE(the_first_init_wins_and_uninitialised_slices_wait) {
 BOOST_AUTO_TEST_CASE(the_update_hook_sees_each_sync_round_once) {
   int calls = 0;
   uint32_t seen = 0;
-  shard_store s{consistency{},
-                [&](slice_id, std::vector<float>& v,
-                    const std::vector<float>& sum, uint32_t contributors) {
+  shard_store s{consistency{}, [&](slice_id, std::vector<float>& v,
+                                   const float* sum, uint32_t contributors) {
                   ++calls;
                   seen = contributors;
                   for (size_t i = 0; i < v.size(); ++i)
