@@ -78,6 +78,14 @@ caf::expected<uint64_t> kv::push(uint64_t clock, std::vector<named_array> xs) {
                                std::move(xs));
 }
 
+caf::expected<std::vector<named_array>>
+kv::push_pull(uint64_t clock, std::vector<named_array> xs,
+              std::vector<uint64_t> keys) {
+  return impl_->call<std::vector<named_array>>(client_, impl_->timeout,
+                                               push_atom_v, clock,
+                                               std::move(xs), std::move(keys));
+}
+
 caf::expected<std::vector<named_array>> kv::pull(uint64_t clock,
                                                  std::vector<uint64_t> keys) {
   return impl_->call<std::vector<named_array>>(

@@ -45,6 +45,12 @@ public:
   /// Adds `xs` for `clock`; returns the lowest server version acked.
   caf::expected<uint64_t> push(uint64_t clock, std::vector<named_array> xs);
 
+  /// Adds `xs` for `clock`, then reads `keys` at `clock + 1`: one round
+  /// trip per server instead of two.
+  caf::expected<std::vector<named_array>> push_pull(uint64_t clock,
+                                                    std::vector<named_array> xs,
+                                                    std::vector<uint64_t> keys);
+
   /// Reads `keys` as a worker at `clock`.
   caf::expected<std::vector<named_array>> pull(uint64_t clock,
                                                std::vector<uint64_t> keys);

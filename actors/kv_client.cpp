@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <variant>
 
 #include <caf/event_based_actor.hpp>
@@ -29,13 +30,13 @@ kv_client_state::~kv_client_state() {
 
 /// One operation spread over several servers: the first error wins.
 struct kv_gather {
-  caf::response_promise rp;
+  std::function<void(caf::error)> on_error; // runs once, first failure
   size_t pending = 0;
   bool failed = false;
   void fail(caf::error err) {
     if (!failed) {
       failed = true;
-      rp.deliver(std::move(err));
+      on_error(std::move(err));
     }
   }
 };
@@ -171,6 +172,17 @@ void apply_view(self_ptr self, cluster_view v) { // 3
 }
 
 // -- scatter/gather -----------------------------------------------------------
+
+/// A reply callback that fulfils `rp`.
+template <class T>
+std::function<void(caf::expected<T>)> deliver_to(caf::response_promise rp) {
+  return [rp](caf::expected<T> x) mutable {
+    if (x)
+      rp.deliver(std::move(*x));
+    else
+      rp.deliver(std::move(x.error()));
+  };
+}
 
 using gather = kv_gather;
 using gather_ptr = std::shared_ptr<gather>;
@@ -412,10 +424,10 @@ std::vector<std::vector<slice_view>> cut_parts(self_ptr self,
 }
 
 void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
-             caf::response_promise rp) {
+             std::function<void(caf::expected<uint64_t>)> reply) {
   auto& xs = *keep;
   if (auto err = check_arrays(self, xs)) {
-    rp.deliver(err);
+    reply(std::move(err));
     return;
   }
   auto by_server = slices_by_server(self, xs);
@@ -435,7 +447,7 @@ void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
                               parts[p])});
   }
   auto g = std::make_shared<gather>();
-  g->rp = rp;
+  g->on_error = [reply](caf::error err) { reply(std::move(err)); };
   auto version = std::make_shared<uint64_t>(UINT64_MAX);
   scatter(
       self, push_atom_v, road_op::push, g, std::move(msgs),
@@ -445,8 +457,7 @@ void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
         *version = std::min(*version, r.version);
         return err;
       },
-      [g, version] { g->rp.deliver(*version == UINT64_MAX ? 0 : *version); },
-      keep);
+      [reply, version] { reply(*version == UINT64_MAX ? 0 : *version); }, keep);
 }
 
 // -- pull -------------------------------------------------------------------
@@ -502,27 +513,27 @@ caf::error copy_reply(bytes_view f, arrays& out,
 }
 
 void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
-             caf::response_promise rp) {
+             std::function<void(caf::expected<arrays>)> reply) {
   auto out = std::make_shared<arrays>();
   std::map<uint64_t, size_t> index_of;
   for (auto k : keys) {
     auto i = self->state.sizes.find(k);
     if (i == self->state.sizes.end()) {
-      rp.deliver(caf::make_error(errc::unknown_key, k));
+      reply(caf::make_error(errc::unknown_key, k));
       return;
     }
     index_of[k] = out->size();
     out->push_back(named_array{k, std::vector<float>(i->second)});
   }
   auto g = std::make_shared<gather>();
-  g->rp = rp;
+  g->on_error = [reply](caf::error err) { reply(std::move(err)); };
   auto bound = self->state.view.slice_floats;
   scatter(
       self, pull_atom_v, road_op::pull, g, pull_messages(self, *out, clock),
       [out, index_of, bound](bytes_view f) {
         return copy_reply(f, *out, index_of, bound);
       },
-      [g, out] { g->rp.deliver(std::move(*out)); });
+      [reply, out] { reply(std::move(*out)); });
 }
 
 // -- init -------------------------------------------------------------------
@@ -551,6 +562,43 @@ void send_inits(self_ptr self, const arrays& xs,
       std::move(then));
 }
 
+/// Push, then pull at the next clock, sent together: one round trip per
+/// server for a training step. Replies with the pulled arrays once both
+/// finished; the first error wins.
+void do_push_pull(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
+                  const std::vector<uint64_t>& keys, caf::response_promise rp) {
+  struct joint {
+    caf::response_promise rp;
+    bool pushed = false;
+    bool failed = false;
+    std::optional<arrays> pulled;
+    void fail(caf::error err) {
+      if (!failed) {
+        failed = true;
+        rp.deliver(std::move(err));
+      }
+    }
+    void finish() {
+      if (!failed && pushed && pulled)
+        rp.deliver(std::move(*pulled));
+    }
+  };
+  auto j = std::make_shared<joint>();
+  j->rp = rp;
+  do_push(self, clock, std::move(keep), [j](caf::expected<uint64_t> r) {
+    if (!r)
+      return j->fail(std::move(r.error()));
+    j->pushed = true;
+    j->finish();
+  });
+  do_pull(self, clock + 1, keys, [j](caf::expected<arrays> r) {
+    if (!r)
+      return j->fail(std::move(r.error()));
+    j->pulled = std::move(*r);
+    j->finish();
+  });
+}
+
 void do_init(self_ptr self, arrays xs, caf::response_promise rp) {
   declare_request req{self->state.rank, {}};
   std::vector<uint64_t> keys;
@@ -559,22 +607,25 @@ void do_init(self_ptr self, arrays xs, caf::response_promise rp) {
     keys.push_back(x.key);
   }
   auto g = std::make_shared<gather>();
-  g->rp = rp;
+  g->on_error = [rp](caf::error err) mutable { rp.deliver(std::move(err)); };
   TROUPE_LOG(debug, who(self), "declaring ", keys.size(), " arrays");
   self->request(self->state.scheduler, timeout_of(self), declare_atom_v,
                 encode(req))
       .then(
-          [self, xs, keys, g](const frame& f) {
+          [self, xs, keys, g, rp](const frame& f) {
             declare_reply reply;
             if (auto err = decode(f, reply)) {
               g->fail(err);
               return;
             }
             apply_view(self, reply.view);
-            when_ready(self, [self, xs, keys, g, mine = reply.initialiser] {
+            when_ready(self, [self, xs, keys, g, rp, mine = reply.initialiser] {
               send_inits(
                   self, xs, mine,
-                  [self, keys, g] { do_pull(self, 0, keys, g->rp); }, g);
+                  [self, keys, rp] {
+                    do_pull(self, 0, keys, deliver_to<arrays>(rp));
+                  },
+                  g);
             });
           },
           [g](caf::error& err) { g->fail(err); });
@@ -666,8 +717,18 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
       [self](push_atom, uint64_t clock, arrays& xs) {
         auto rp = self->make_response_promise();
         auto keep = std::make_shared<arrays>(std::move(xs));
-        when_ready(self,
-                   [self, clock, keep, rp] { do_push(self, clock, keep, rp); });
+        when_ready(self, [self, clock, keep, rp] {
+          do_push(self, clock, keep, deliver_to<uint64_t>(rp));
+        });
+        return rp;
+      },
+      [self](push_atom, uint64_t clock, arrays& xs,
+             std::vector<uint64_t>& keys) {
+        auto rp = self->make_response_promise();
+        auto keep = std::make_shared<arrays>(std::move(xs));
+        when_ready(self, [self, clock, keep, keys = std::move(keys), rp] {
+          do_push_pull(self, clock, keep, keys, rp);
+        });
         return rp;
       },
       [self](road_atom, uint32_t rank, const road_message_ptr& m) {
@@ -687,7 +748,7 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
       [self](pull_atom, uint64_t clock, std::vector<uint64_t>& keys) {
         auto rp = self->make_response_promise();
         when_ready(self, [self, clock, keys = std::move(keys), rp] {
-          do_pull(self, clock, keys, rp);
+          do_pull(self, clock, keys, deliver_to<arrays>(rp));
         });
         return rp;
       },

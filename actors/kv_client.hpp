@@ -8,6 +8,10 @@
 //       every caller gets the values in effect
 //   (push_atom, uint64_t clock, vector<named_array>) -> uint64_t version
 //       adds the arrays (gradients) for `clock`; reaches every server
+//   (push_atom, uint64_t clock, vector<named_array>, vector<uint64_t> keys)
+//                                              -> vector<named_array>
+//       push for `clock`, then pull `keys` at clock + 1, sent together (one
+//       round trip per server: a training step)
 //   (pull_atom, uint64_t clock, vector<uint64_t> keys)
 //                                              -> vector<named_array>
 //       reads as a worker at `clock` (waits as the mode says)

@@ -65,6 +65,18 @@ void on_weights(worker_ptr self, const arrays& weights) { // 4, 5
     stop(self, std::move(out.error()));
     return;
   }
+  if (!st.logic->done(st.clock + 1)) {
+    // Push and the next pull in one round trip per server.
+    self->request(st.kv, kv_grace, push_atom_v, st.clock, std::move(*out),
+                  st.keys)
+        .then(
+            [self](const arrays& w) { // 6
+              ++self->state.clock;
+              on_weights(self, w);
+            },
+            [self](caf::error& err) { stop(self, err); });
+    return;
+  }
   self->request(st.kv, kv_grace, push_atom_v, st.clock, std::move(*out))
       .then(
           [self](uint64_t) { // 6

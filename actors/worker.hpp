@@ -34,7 +34,8 @@ public:
   /// and the number of workers: pick the data partition here.
   virtual void start(uint32_t rank, uint32_t workers) = 0;
 
-  /// True when the worker should stop before step `clock`.
+  /// True when the worker should stop before step `clock`. Also asked one
+  /// clock ahead (to send the next pull with the push): no side effects.
   virtual bool done(uint64_t clock) = 0;
 
   /// One step at `clock` on the current `weights` (same keys and order as

@@ -38,7 +38,8 @@ using steady = std::chrono::steady_clock;
 
 const char* usage =
     "usage: kv_throughput [--servers=N] [--mode=async|sync] [--seconds=S]"
-    " [--node=PATH]\n"
+    " [--road=all|middleman|tcp|shm] [--node=PATH]\n"
+    "  --road     roads to measure, each on a fresh cluster (default all)\n"
     "  --servers  troupe-node servers to start, 1..64 (default 1)\n"
     "  --mode     consistency mode of the servers (default async)\n"
     "  --seconds  timed transfer per row, 0 < S <= 60 (default 0.5)\n"
@@ -50,7 +51,7 @@ struct options {
   std::string mode = "async";
   double seconds = 0.5;
   std::string node;
-  std::string road = "auto";
+  std::vector<std::string> roads{"middleman", "tcp", "shm"};
 };
 
 double since(steady::time_point t0) {
@@ -90,7 +91,11 @@ std::string parse_flags(const std::vector<std::string>& args, options& opt) {
         return "--mode must be async or sync, got '" + value + "'";
       opt.mode = value;
     } else if (name == "--road") {
-      opt.road = value;
+      if (value != "all" && value != "middleman" && value != "tcp" &&
+          value != "shm")
+        return "--road must be all, middleman, tcp or shm, got '" + value + "'";
+      if (value != "all")
+        opt.roads = {value};
     } else if (name == "--node") {
       if (::access(value.c_str(), X_OK) != 0)
         return "--node: no executable at '" + value + "'";
@@ -155,6 +160,20 @@ caf::expected<double> tcp_loopback_gbps(double seconds) {
   ::close(rfd);
   ::close(wfd);
   return bytes / secs / 1e9;
+}
+
+/// GB/s of memcpy between two 64 MiB buffers (bytes copied per second).
+double memcpy_gbps(double seconds) {
+  std::vector<char> a(64u << 20, 'x'), b(64u << 20, 'y');
+  uint64_t bytes = 0;
+  auto t0 = steady::now();
+  while (since(t0) < seconds || bytes == 0) {
+    std::memcpy(b.data(), a.data(), a.size());
+    a.swap(b);
+    bytes += a.size();
+  }
+  auto secs = since(t0);
+  return a[12345] == 'x' || a[12345] == 'y' ? bytes / secs / 1e9 : 0.0;
 }
 
 // -- troupe-node processes ----------------------------------------------------
@@ -320,6 +339,21 @@ caf::expected<double> push_pull_once(session& s, uint64_t key,
   return secs;
 }
 
+/// The same pair as one request per server (kv::push_pull: the push, then
+/// the pull at the next clock, sent together).
+caf::expected<double> push_pull_batched(session& s, uint64_t key,
+                                        const std::vector<float>& ones) {
+  auto xs = one_array(key, ones);
+  auto t0 = steady::now();
+  auto got = s.store.push_pull(s.next_clock++, std::move(xs), {key});
+  auto secs = since(t0);
+  if (!got)
+    return std::move(got.error());
+  if (auto err = check_values(*got, key, ones.size(), ++s.pushed[key]))
+    return err;
+  return secs;
+}
+
 struct row_result {
   size_t bytes;
   uint64_t rounds;
@@ -330,11 +364,12 @@ struct row_result {
 /// Push+pull rounds of `key` (`floats` long) one at a time, after one
 /// warm-up round, until `seconds` of transfer and at least 3 rounds.
 caf::expected<row_result> run_row(session& s, uint64_t key, size_t floats,
-                                  double seconds) {
+                                  double seconds, bool batched = false) {
   std::vector<float> ones(floats, 1.0f);
   row_result out{floats * sizeof(float), 0, 0.0};
   for (int round = -1; out.seconds < seconds || out.rounds < 3; ++round) {
-    auto secs = push_pull_once(s, key, ones);
+    auto secs = batched ? push_pull_batched(s, key, ones)
+                        : push_pull_once(s, key, ones);
     if (!secs)
       return std::move(secs.error());
     out.seconds += round >= 0 ? *secs : 0.0;
@@ -354,7 +389,14 @@ struct pending {
 /// clock after the last push and reaches each server after it (sends are
 /// ordered), so it reads exactly the pushes sent so far.
 pending send_next(caf::scoped_actor& self, session& s, uint64_t key,
-                  const std::vector<float>& ones, bool push) {
+                  const std::vector<float>& ones, bool push, bool batched) {
+  if (batched) { // push_pull: its reply sees its own push and all before
+    s.pushed[key] += 1;
+    return {self->request(s.store.handle(), s.timeout, push_atom_v,
+                          s.next_clock++, one_array(key, ones),
+                          std::vector<uint64_t>{key}),
+            s.pushed[key]};
+  }
   if (!push)
     return {self->request(s.store.handle(), s.timeout, pull_atom_v,
                           s.next_clock, std::vector<uint64_t>{key}),
@@ -383,7 +425,8 @@ caf::error await_reply(pending& p, uint64_t key, size_t floats) {
 /// Push+pull pairs of `key` per second with `depth` requests in flight
 /// (pushes and pulls alternate) for about `seconds`.
 caf::expected<double> pipelined_ops(session& s, uint64_t key, size_t floats,
-                                    size_t depth, double seconds) {
+                                    size_t depth, double seconds,
+                                    bool batched = false) {
   caf::scoped_actor self{s.sys};
   std::vector<float> ones(floats, 1.0f);
   std::deque<pending> in_flight;
@@ -393,7 +436,7 @@ caf::expected<double> pipelined_ops(session& s, uint64_t key, size_t floats,
   for (;;) {
     bool more = since(t0) < seconds || pairs < 3;
     for (; more && in_flight.size() < depth; push = !push)
-      in_flight.push_back(send_next(self, s, key, ones, push));
+      in_flight.push_back(send_next(self, s, key, ones, push, batched));
     if (in_flight.empty())
       break;
     if (auto err = await_reply(in_flight.front(), key, floats))
@@ -406,70 +449,183 @@ caf::expected<double> pipelined_ops(session& s, uint64_t key, size_t floats,
 
 // -- report -------------------------------------------------------------------
 
-/// Prints the table, then one line of JSON with every figure.
-void print_report(const options& opt, double tcp,
-                  const std::vector<row_result>& rows, size_t small_floats,
-                  double ops_1, double ops_8) {
-  std::printf("troupe kv: 1 worker (this process), %u server(s), %s mode\n"
-              "plain TCP on loopback: %.2f GB/s (the \"vs TCP\" limit)\n\n"
-              "push+pull of one key  rounds  seconds  GB/s both ways  vs TCP\n",
-              opt.servers, opt.mode.c_str(), tcp);
-  std::string json;
-  for (auto& r : rows) {
-    bool mib = r.bytes >= (1u << 20);
-    std::printf("%16zu %s %7llu %8.3f %15.2f %7.3f\n",
-                r.bytes >> (mib ? 20 : 10), mib ? "MiB" : "KiB",
-                static_cast<unsigned long long>(r.rounds), r.seconds, r.gbps(),
-                r.gbps() / tcp);
-    char buf[128];
-    std::snprintf(buf, sizeof(buf),
-                  "%s{\"bytes\":%zu,\"gbps\":%.4f,\"ratio_to_tcp\":%.4f}",
-                  json.empty() ? "" : ",", r.bytes, r.gbps(), r.gbps() / tcp);
-    json += buf;
-  }
-  std::printf("\nsmall key (%zu floats), push+pull pairs per second:\n"
-              "  1 in flight %9.0f\n  8 in flight %9.0f\n\n",
-              small_floats, ops_1, ops_8);
-  std::printf("{\"tcp_loopback_gbps\":%.4f,\"rows\":[%s],"
-              "\"small_ops_per_s_1\":%.1f,\"small_ops_per_s_8\":%.1f,"
-              "\"servers\":%u,\"mode\":\"%s\"}\n",
-              tcp, json.c_str(), ops_1, ops_8, opt.servers, opt.mode.c_str());
+/// What one road measured.
+struct road_result {
+  std::string road;
+  std::vector<row_result> rows;
+  double ops_1 = 0;     // small push+pull pairs per second, 1 in flight
+  double ops_8 = 0;     // the same, 8 in flight
+  double batched_1 = 0; // pairs per second as push_pull, 1 in flight
+  double batched_8 = 0; // the same, 8 in flight
+};
+
+const road_result* find_road(const std::vector<road_result>& rs,
+                             const std::string& road) {
+  for (auto& r : rs)
+    if (r.road == road)
+      return &r;
+  return nullptr;
 }
 
-/// Runs every measurement as the cluster's one worker, then reports.
-int run_benchmark(caf::actor_system& sys, const kv_settings& cfg, uint16_t port,
-                  const options& opt, double tcp) {
-  // Keys 1-4: 4 KiB, 256 KiB, 4 MiB, 16 MiB; key 5: the small key.
-  const std::vector<size_t> floats{1u << 10, 1u << 16, 1u << 20, 1u << 22, 16};
+/// One target line: met or missed, with the figure.
+void print_target(const char* what, double got, double want, const char* unit) {
+  std::printf("  %-52s %9.2f %-5s (target %.2f) %s\n", what, got, unit, want,
+              got >= want ? "MET" : "MISSED");
+}
+
+/// Prints the table, the targets, then one line of JSON with every figure.
+void print_report(const options& opt, double tcp, double mem,
+                  const std::vector<road_result>& rs, size_t small_floats) {
+  std::printf("troupe kv: 1 worker (this process), %u server(s), %s mode;"
+              " each road on a fresh cluster\n"
+              "limits measured in this run: plain TCP on loopback %.2f GB/s,"
+              " memcpy %.2f GB/s\n\n"
+              "push+pull of one key, GB/s both ways (ratio to plain TCP)\n"
+              "%12s",
+              opt.servers, opt.mode.c_str(), tcp, mem, "");
+  for (auto& r : rs)
+    std::printf(" %20s", r.road.c_str());
+  std::printf("\n");
+  std::string json;
+  for (size_t i = 0; !rs.empty() && i < rs[0].rows.size(); ++i) {
+    auto bytes = rs[0].rows[i].bytes;
+    bool mib = bytes >= (1u << 20);
+    std::printf("%8zu %s", bytes >> (mib ? 20 : 10), mib ? "MiB" : "KiB");
+    for (auto& r : rs)
+      std::printf(" %12.2f (%5.3f)", r.rows[i].gbps(), r.rows[i].gbps() / tcp);
+    std::printf("\n");
+  }
+  std::printf("small key (%zu floats), push+pull pairs per second\n",
+              small_floats);
+  std::printf("%12s", "1 in flight");
+  for (auto& r : rs)
+    std::printf(" %20.0f", r.ops_1);
+  std::printf("\n%12s", "8 in flight");
+  for (auto& r : rs)
+    std::printf(" %20.0f", r.ops_8);
+  std::printf("\nthe same pairs batched per step (kv push_pull: one request"
+              " per server)\n%12s",
+              "1 in flight");
+  for (auto& r : rs)
+    std::printf(" %20.0f", r.batched_1);
+  std::printf("\n%12s", "8 in flight");
+  for (auto& r : rs)
+    std::printf(" %20.0f", r.batched_8);
+  std::printf("\n\ntargets (issue 3):\n");
+  if (auto shm = find_road(rs, "shm")) {
+    for (auto& row : shm->rows)
+      if (row.bytes >= (4u << 20))
+        print_target(
+            ("shm push+pull " + std::to_string(row.bytes >> 20) + " MiB")
+                .c_str(),
+            row.gbps(), 4.0, "GB/s");
+  }
+  if (auto t = find_road(rs, "tcp"))
+    for (auto& row : t->rows)
+      if (row.bytes >= (4u << 20))
+        print_target(
+            ("tcp road " + std::to_string(row.bytes >> 20) + " MiB / plain TCP")
+                .c_str(),
+            row.gbps() / tcp, 0.70, "");
+  for (auto& r : rs)
+    if (r.road != "middleman") {
+      print_target((r.road + " small pairs/s, 1 in flight").c_str(), r.ops_1,
+                   10000, "/s");
+      print_target((r.road + " small pairs/s, 8 in flight").c_str(), r.ops_8,
+                   60000, "/s");
+      print_target((r.road + " small pairs/s batched, 1 in flight").c_str(),
+                   r.batched_1, 10000, "/s");
+      print_target((r.road + " small pairs/s batched, 8 in flight").c_str(),
+                   r.batched_8, 60000, "/s");
+    }
+  std::printf("\n");
+  for (auto& r : rs) {
+    std::string rows;
+    for (auto& row : r.rows) {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf),
+                    "%s{\"bytes\":%zu,\"gbps\":%.4f,\"ratio_to_tcp\":%.4f}",
+                    rows.empty() ? "" : ",", row.bytes, row.gbps(),
+                    row.gbps() / tcp);
+      rows += buf;
+    }
+    char buf[200];
+    std::snprintf(buf, sizeof(buf),
+                  "%s\"%s\":{\"rows\":[%%s],\"small_ops_per_s_1\":%.1f,"
+                  "\"small_ops_per_s_8\":%.1f,\"batched_per_s_1\":%.1f,"
+                  "\"batched_per_s_8\":%.1f}",
+                  json.empty() ? "" : ",", r.road.c_str(), r.ops_1, r.ops_8,
+                  r.batched_1, r.batched_8);
+    std::vector<char> line(rows.size() + 256);
+    std::snprintf(line.data(), line.size(), buf, rows.c_str());
+    json += line.data();
+  }
+  std::printf("{\"tcp_loopback_gbps\":%.4f,\"memcpy_gbps\":%.4f,"
+              "\"roads\":{%s},\"servers\":%u,\"mode\":\"%s\"}\n",
+              tcp, mem, json.c_str(), opt.servers, opt.mode.c_str());
+}
+
+// Keys 1-4: 4 KiB, 256 KiB, 4 MiB, 16 MiB; key 5: the small key.
+const std::vector<size_t> key_floats{1u << 10, 1u << 16, 1u << 20, 1u << 22,
+                                     16};
+
+/// Runs every measurement as the cluster's one worker over `road`.
+caf::expected<road_result> run_road(caf::actor_system& sys,
+                                    const kv_settings& cfg, uint16_t port,
+                                    const options& opt,
+                                    const std::string& road) {
+  const auto& floats = key_floats;
   const uint64_t small_key = floats.size();
   auto sched = connect_scheduler(sys, "127.0.0.1", port, 10000);
   if (!sched)
-    return fail("connecting to the scheduler", sched.error());
+    return std::move(sched.error());
   kv store{sys, *sched, cfg};
   // Our timeout only guards against a lost client, as in kv.cpp.
   session s{sys, store, std::chrono::milliseconds{cfg.request_timeout_ms} * 4};
   if (auto err = init_keys(s, floats))
-    return fail("init", err);
-  std::vector<row_result> rows;
-  if (getenv("SMALL_FIRST")) {
-    auto one = run_row(s, small_key, floats.back(), opt.seconds);
-    std::printf("small first: %.0f/s\n", one->rounds / one->seconds);
-  }
+    return err;
+  road_result out{road, {}, 0, 0, 0, 0};
   for (uint64_t key = 1; key < small_key; ++key) {
     auto r = run_row(s, key, floats[key - 1], opt.seconds);
     if (!r)
-      return fail("push+pull", r.error());
-    rows.push_back(*r);
+      return std::move(r.error());
+    out.rows.push_back(*r);
   }
   auto one = run_row(s, small_key, floats.back(), opt.seconds);
   if (!one)
-    return fail("small push+pull", one.error());
+    return std::move(one.error());
   auto eight = pipelined_ops(s, small_key, floats.back(), 8, opt.seconds);
   if (!eight)
-    return fail("pipelined push+pull", eight.error());
-  print_report(opt, tcp, rows, floats.back(), one->rounds / one->seconds,
-               *eight);
-  return 0;
+    return std::move(eight.error());
+  out.ops_1 = one->rounds / one->seconds;
+  out.ops_8 = *eight;
+  auto b1 = run_row(s, small_key, floats.back(), opt.seconds, true);
+  if (!b1)
+    return std::move(b1.error());
+  auto b8 = pipelined_ops(s, small_key, floats.back(), 8, opt.seconds, true);
+  if (!b8)
+    return std::move(b8.error());
+  out.batched_1 = b1->rounds / b1->seconds;
+  out.batched_8 = *b8;
+  return out;
+}
+
+/// A fresh cluster of troupe-node processes and a worker over `road`.
+caf::expected<road_result> measure_road(const options& opt,
+                                        const std::string& road) {
+  node_group nodes; // declared before sys, so stopped after sys shut down
+  auto port = start_cluster(nodes, opt);
+  if (!port)
+    return std::move(port.error());
+  node_config cfg;
+  cfg.load<caf::io::middleman>();
+  cfg.kv.request_timeout_ms = 30000;
+  cfg.log_level = "warning";
+  cfg.kv.road_text = road;
+  if (auto err = cfg.finish())
+    return err;
+  caf::actor_system sys{cfg};
+  return run_road(sys, cfg.kv, *port, opt, road);
 }
 
 } // namespace
@@ -492,17 +648,15 @@ int main(int argc, char** argv) {
   auto tcp = tcp_loopback_gbps(opt.seconds);
   if (!tcp)
     return fail("measuring loopback TCP", tcp.error());
-  node_group nodes; // declared before sys, so stopped after sys shut down
-  auto port = start_cluster(nodes, opt);
-  if (!port)
-    return fail("starting troupe-node", port.error());
-  node_config cfg;
-  cfg.load<caf::io::middleman>();
-  cfg.kv.request_timeout_ms = 30000;
-  cfg.log_level = "warning";
-  cfg.kv.road_text = opt.road;
-  if (auto err = cfg.finish())
-    return fail("checking the config", err);
-  caf::actor_system sys{cfg};
-  return run_benchmark(sys, cfg.kv, *port, opt, *tcp);
+  auto mem = memcpy_gbps(opt.seconds);
+  std::vector<road_result> results;
+  for (auto& road : opt.roads) {
+    std::fprintf(stderr, "measuring the %s road...\n", road.c_str());
+    auto r = measure_road(opt, road);
+    if (!r)
+      return fail(("the " + road + " road").c_str(), r.error());
+    results.push_back(std::move(*r));
+  }
+  print_report(opt, *tcp, mem, results, key_floats.back());
+  return 0;
 }
