@@ -464,16 +464,27 @@ void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
 
 /// Pull requests for every slice of `out`, at least one per owning server,
 /// cut so that no reply exceeds the message bound.
-std::vector<kv_request> pull_messages(self_ptr self, const arrays& out,
+/// Arrays being pulled: filled slice by slice as replies arrive.
+struct pull_target {
+  arrays out;                          // capacity reserved, filled in order
+  std::vector<size_t> floats;          // declared size of each
+  std::vector<size_t> got;             // floats received of each
+  std::map<uint64_t, size_t> index_of; // key -> index in out
+};
+
+std::vector<kv_request> pull_messages(self_ptr self, const pull_target& t,
                                       uint64_t clock) {
   std::map<uint32_t, std::vector<std::pair<slice_id, size_t>>> by_server;
   auto bound = self->state.view.slice_floats;
-  for (auto& a : out)
-    for (uint32_t i = 0; i < slice_count(a.values.size(), bound); ++i) {
-      auto r = slice_range(a.values.size(), bound, i);
-      by_server[self->state.owner.at(slice_id{a.key, i})].emplace_back(
-          slice_id{a.key, i}, (r.second - r.first) * sizeof(float));
+  for (size_t k = 0; k < t.out.size(); ++k) {
+    auto key = t.out[k].key;
+    auto n = t.floats[k];
+    for (uint32_t i = 0; i < slice_count(n, bound); ++i) {
+      auto r = slice_range(n, bound, i);
+      by_server[self->state.owner.at(slice_id{key, i})].emplace_back(
+          slice_id{key, i}, (r.second - r.first) * sizeof(float));
     }
+  }
   std::vector<kv_request> msgs;
   for (auto& [rank, slices] : by_server) {
     pull_request req{self->state.rank, clock, self->state.view.epoch, {}};
@@ -494,46 +505,63 @@ std::vector<kv_request> pull_messages(self_ptr self, const arrays& out,
 }
 
 /// Copies the slices of a PullReply into the arrays of `out`.
-caf::error copy_reply(bytes_view f, arrays& out,
-                      const std::map<uint64_t, size_t>& index_of,
-                      uint32_t bound) {
+/// Copies the slices of a PullReply into the arrays of `t`: appended
+/// when they come in order (no zero-fill first), else copied in place.
+caf::error copy_reply(bytes_view f, pull_target& t, uint32_t bound) {
   uint64_t version = 0;
   return visit_pull_reply(
       f, version, [&](slice_id id, const float* xs, size_t n) -> caf::error {
-        auto i = index_of.find(id.key);
-        if (i == index_of.end())
+        auto i = t.index_of.find(id.key);
+        if (i == t.index_of.end())
           return caf::make_error(errc::malformed_message, "unasked slice");
-        auto& dst = out[i->second].values;
-        auto range = slice_range(dst.size(), bound, id.index);
+        auto& dst = t.out[i->second].values;
+        auto total = t.floats[i->second];
+        if (id.index >= slice_count(total, bound))
+          return caf::make_error(errc::bad_shape, id.key, id.index);
+        auto range = slice_range(total, bound, id.index);
         if (n != range.second - range.first)
           return caf::make_error(errc::bad_shape, id.key, id.index);
-        std::copy(xs, xs + n, dst.begin() + range.first);
+        t.got[i->second] += n;
+        if (range.first == dst.size()) {
+          dst.insert(dst.end(), xs, xs + n);
+        } else {
+          if (dst.size() < range.second)
+            dst.resize(range.second);
+          std::copy(xs, xs + n, dst.begin() + range.first);
+        }
         return caf::none;
       });
 }
 
 void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
              std::function<void(caf::expected<arrays>)> reply) {
-  auto out = std::make_shared<arrays>();
-  std::map<uint64_t, size_t> index_of;
+  auto t = std::make_shared<pull_target>();
   for (auto k : keys) {
     auto i = self->state.sizes.find(k);
     if (i == self->state.sizes.end()) {
       reply(caf::make_error(errc::unknown_key, k));
       return;
     }
-    index_of[k] = out->size();
-    out->push_back(named_array{k, std::vector<float>(i->second)});
+    t->index_of[k] = t->out.size();
+    t->out.push_back(named_array{k, {}});
+    t->out.back().values.reserve(i->second);
+    t->floats.push_back(i->second);
+    t->got.push_back(0);
   }
   auto g = std::make_shared<gather>();
   g->on_error = [reply](caf::error err) { reply(std::move(err)); };
   auto bound = self->state.view.slice_floats;
   scatter(
-      self, pull_atom_v, road_op::pull, g, pull_messages(self, *out, clock),
-      [out, index_of, bound](bytes_view f) {
-        return copy_reply(f, *out, index_of, bound);
-      },
-      [reply, out] { reply(std::move(*out)); });
+      self, pull_atom_v, road_op::pull, g, pull_messages(self, *t, clock),
+      [t, bound](bytes_view f) { return copy_reply(f, *t, bound); },
+      [reply, t] {
+        for (size_t k = 0; k < t->out.size(); ++k)
+          if (t->got[k] != t->floats[k]) // a slice missing or repeated
+            return reply(caf::make_error(errc::malformed_message,
+                                         "pull reply lacks slices of key",
+                                         t->out[k].key));
+        reply(std::move(t->out));
+      });
 }
 
 // -- init -------------------------------------------------------------------
