@@ -40,6 +40,7 @@ const char* usage =
     "usage: kv_throughput [--servers=N] [--mode=async|sync] [--seconds=S]"
     " [--road=all|middleman|tcp|shm] [--node=PATH]\n"
     "  --road     roads to measure, each on a fresh cluster (default all)\n"
+    "  --max-message-bytes  the kv client's part size (default 16 MiB)\n"
     "  --servers  troupe-node servers to start, 1..64 (default 1)\n"
     "  --mode     consistency mode of the servers (default async)\n"
     "  --seconds  timed transfer per row, 0 < S <= 60 (default 0.5)\n"
@@ -52,6 +53,7 @@ struct options {
   double seconds = 0.5;
   std::string node;
   std::vector<std::string> roads{"middleman", "tcp", "shm"};
+  uint32_t max_message_bytes = 16u << 20;
 };
 
 double since(steady::time_point t0) {
@@ -90,6 +92,8 @@ std::string parse_flags(const std::vector<std::string>& args, options& opt) {
       if (value != "async" && value != "sync")
         return "--mode must be async or sync, got '" + value + "'";
       opt.mode = value;
+    } else if (name == "--max-message-bytes") {
+      opt.max_message_bytes = static_cast<uint32_t>(std::stoul(value));
     } else if (name == "--road") {
       if (value != "all" && value != "middleman" && value != "tcp" &&
           value != "shm")
@@ -179,21 +183,21 @@ double memcpy_gbps(double seconds) {
 // -- troupe-node processes ----------------------------------------------------
 
 /// Child processes; on every path out of scope each gets SIGTERM, then
-/// SIGKILL if it is still there after 2 s, and is reaped.
+/// SIGKILL if it is still there after 2 s, and is reaped; the newest
+/// first, so servers go before their scheduler and do not log its loss.
 struct node_group {
   std::vector<pid_t> pids;
 
   ~node_group() {
-    for (auto pid : pids)
-      ::kill(pid, SIGTERM);
-    auto t0 = steady::now();
-    for (auto pid : pids) {
+    for (auto i = pids.rbegin(); i != pids.rend(); ++i) {
+      ::kill(*i, SIGTERM);
+      auto t0 = steady::now();
       int status = 0;
       pid_t r;
-      while ((r = ::waitpid(pid, &status, WNOHANG)) == 0 && since(t0) < 2)
+      while ((r = ::waitpid(*i, &status, WNOHANG)) == 0 && since(t0) < 2)
         std::this_thread::sleep_for(std::chrono::milliseconds{5});
-      if (r == 0 && ::kill(pid, SIGKILL) == 0)
-        ::waitpid(pid, &status, 0);
+      if (r == 0 && ::kill(*i, SIGKILL) == 0)
+        ::waitpid(*i, &status, 0);
     }
   }
 
@@ -622,6 +626,7 @@ caf::expected<road_result> measure_road(const options& opt,
   cfg.kv.request_timeout_ms = 30000;
   cfg.log_level = "warning";
   cfg.kv.road_text = road;
+  cfg.kv.max_message_bytes = opt.max_message_bytes;
   if (auto err = cfg.finish())
     return err;
   caf::actor_system sys{cfg};
