@@ -49,9 +49,19 @@ struct kv::impl {
   caf::expected<T> call(const caf::actor& to, std::chrono::milliseconds t,
                         Ts&&... xs) {
     caf::expected<T> out{caf::make_error(caf::sec::unexpected_response)};
-    self->request(to, t, std::forward<Ts>(xs)...)
-        .receive([&out](T& x) { out = std::move(x); },
-                 [&out](caf::error& err) { out = std::move(err); });
+    // The kv client answers every request within its own timeouts; `t`
+    // only guards against a bug. A request timeout would cost a wake-up
+    // of CAF's clock thread per call, so wait with after() instead.
+    auto h = self->request(to, caf::infinite, std::forward<Ts>(xs)...);
+    caf::blocking_actor::accept_one_cond rc;
+    self->varargs_receive(
+        rc, h.id(), [&out](T& x) { out = std::move(x); },
+        [&out](caf::error& err) { out = std::move(err); },
+        caf::after(t) >>
+            [&out, t] {
+              out = caf::make_error(errc::timeout, "kv client silent for",
+                                    static_cast<uint64_t>(t.count()), "ms");
+            });
     return out;
   }
 };

@@ -68,17 +68,28 @@ void flush_waiting(self_ptr self) { // 2
   auto ops = std::move(self->state.waiting);
   self->state.waiting.clear();
   for (auto& op : ops)
-    op();
+    op.run();
 }
 
-template <class F> void when_ready(self_ptr self, F fn) {
+void start_tick(self_ptr self);
+
+/// A fail callback that answers `rp` with the error.
+std::function<void(caf::error)> fail_to(caf::response_promise rp) {
+  return [rp](caf::error err) mutable { rp.deliver(std::move(err)); };
+}
+
+template <class F>
+void when_ready(self_ptr self, F fn, std::function<void(caf::error)> fail) {
   if (ready(self)) {
     fn();
     return;
   }
   TROUPE_LOG(debug, who(self), "not ready (joined ", self->state.joined,
              ", connecting ", self->state.connecting, "): operation waits");
-  self->state.waiting.emplace_back(std::move(fn));
+  self->state.waiting.push_back(kv_client_state::waiting_op{
+      std::chrono::steady_clock::now() + timeout_of(self), std::move(fn),
+      std::move(fail)});
+  start_tick(self);
 }
 
 /// Opens the fast road to server `n` if allowed; CAF carries its frames
@@ -325,7 +336,17 @@ void on_tick(self_ptr self) {
     } else {
       ++i;
     }
-  if (!st.calls.empty())
+  for (auto i = st.waiting.begin(); i != st.waiting.end();)
+    if (i->deadline <= now) {
+      auto fail = std::move(i->fail);
+      i = st.waiting.erase(i);
+      fail(caf::make_error(errc::not_connected, "kv client not ready: joined",
+                           st.joined, "servers connecting",
+                           uint64_t{st.connecting}));
+    } else {
+      ++i;
+    }
+  if (!st.calls.empty() || !st.waiting.empty())
     start_tick(self);
 }
 
@@ -636,6 +657,7 @@ void do_init(self_ptr self, arrays xs, caf::response_promise rp) {
   }
   auto g = std::make_shared<gather>();
   g->on_error = [rp](caf::error err) mutable { rp.deliver(std::move(err)); };
+  track(self, UINT32_MAX, g); // failed if we stop
   TROUPE_LOG(debug, who(self), "declaring ", keys.size(), " arrays");
   self->request(self->state.scheduler, timeout_of(self), declare_atom_v,
                 encode(req))
@@ -647,19 +669,40 @@ void do_init(self_ptr self, arrays xs, caf::response_promise rp) {
               return;
             }
             apply_view(self, reply.view);
-            when_ready(self, [self, xs, keys, g, rp, mine = reply.initialiser] {
-              send_inits(
-                  self, xs, mine,
-                  [self, keys, rp] {
-                    do_pull(self, 0, keys, deliver_to<arrays>(rp));
-                  },
-                  g);
-            });
+            when_ready(
+                self,
+                [self, xs, keys, g, rp, mine = reply.initialiser] {
+                  send_inits(
+                      self, xs, mine,
+                      [self, keys, rp] {
+                        do_pull(self, 0, keys, deliver_to<arrays>(rp));
+                      },
+                      g);
+                },
+                [g](caf::error err) { g->fail(std::move(err)); });
           },
           [g](caf::error& err) { g->fail(err); });
 }
 
 // -- registration -------------------------------------------------------------
+
+/// Stops the client (4): every operation still outstanding fails with
+/// `err`, so no caller waits on us in vain.
+void stop(self_ptr self, caf::error err) {
+  auto& st = self->state;
+  auto ops = std::move(st.waiting);
+  st.waiting.clear();
+  for (auto& op : ops)
+    op.fail(err);
+  for (auto& [rank, weak] : st.inflight)
+    if (auto g = weak.lock())
+      g->fail(err);
+  for (auto& [id, call] : st.calls)
+    if (auto g = call.g.lock())
+      g->fail(err);
+  st.calls.clear();
+  self->quit(std::move(err));
+}
 
 void join(self_ptr self) {
   register_request req{role::worker, "", 0, static_cast<uint32_t>(::getpid()),
@@ -670,7 +713,7 @@ void join(self_ptr self) {
           [self](const frame& f) { // 1
             register_reply reply;
             if (auto err = decode(f, reply)) {
-              self->quit(err); // 4
+              stop(self, err); // 4
               return;
             }
             self->state.rank = reply.rank;
@@ -685,7 +728,7 @@ void join(self_ptr self) {
           [self](caf::error& err) { // 4
             TROUPE_LOG(error, "worker",
                        "registration failed: ", self->system().render(err));
-            self->quit(err);
+            stop(self, err);
           });
 }
 
@@ -703,7 +746,7 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
   if (dm.source == st.scheduler.address()) { // 4
     TROUPE_LOG(error, who(self),
                "scheduler down: ", self->system().render(dm.reason));
-    self->quit(caf::make_error(errc::peer_down, "scheduler"));
+    stop(self, caf::make_error(errc::peer_down, "scheduler"));
     return;
   }
   for (auto i = st.servers.begin(); i != st.servers.end(); ++i)
@@ -737,26 +780,35 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
       },
       [self](init_atom, arrays& xs) {
         auto rp = self->make_response_promise();
-        when_ready(self, [self, xs = std::move(xs), rp]() mutable {
-          do_init(self, std::move(xs), rp);
-        });
+        when_ready(
+            self,
+            [self, xs = std::move(xs), rp]() mutable {
+              do_init(self, std::move(xs), rp);
+            },
+            fail_to(rp));
         return rp;
       },
       [self](push_atom, uint64_t clock, arrays& xs) {
         auto rp = self->make_response_promise();
         auto keep = std::make_shared<arrays>(std::move(xs));
-        when_ready(self, [self, clock, keep, rp] {
-          do_push(self, clock, keep, deliver_to<uint64_t>(rp));
-        });
+        when_ready(
+            self,
+            [self, clock, keep, rp] {
+              do_push(self, clock, keep, deliver_to<uint64_t>(rp));
+            },
+            fail_to(rp));
         return rp;
       },
       [self](push_atom, uint64_t clock, arrays& xs,
              std::vector<uint64_t>& keys) {
         auto rp = self->make_response_promise();
         auto keep = std::make_shared<arrays>(std::move(xs));
-        when_ready(self, [self, clock, keep, keys = std::move(keys), rp] {
-          do_push_pull(self, clock, keep, keys, rp);
-        });
+        when_ready(
+            self,
+            [self, clock, keep, keys = std::move(keys), rp] {
+              do_push_pull(self, clock, keep, keys, rp);
+            },
+            fail_to(rp));
         return rp;
       },
       [self](road_atom, uint32_t rank, const road_message_ptr& m) {
@@ -775,28 +827,37 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
       [self](tick_atom) { on_tick(self); },
       [self](pull_atom, uint64_t clock, std::vector<uint64_t>& keys) {
         auto rp = self->make_response_promise();
-        when_ready(self, [self, clock, keys = std::move(keys), rp] {
-          do_pull(self, clock, keys, deliver_to<arrays>(rp));
-        });
+        when_ready(
+            self,
+            [self, clock, keys = std::move(keys), rp] {
+              do_pull(self, clock, keys, deliver_to<arrays>(rp));
+            },
+            fail_to(rp));
         return rp;
       },
       [self](barrier_atom, const std::string& name, uint32_t timeout_ms) {
         auto rp = self->make_response_promise();
-        when_ready(self, [self, name, timeout_ms, rp]() mutable {
-          barrier_request req{name, role::worker, self->state.rank};
-          self->request(self->state.scheduler,
-                        std::chrono::milliseconds{timeout_ms}, barrier_atom_v,
-                        encode(req))
-              .then([rp](uint64_t epoch) mutable { rp.deliver(epoch); },
-                    [rp](caf::error& err) mutable { rp.deliver(err); });
-        });
+        when_ready(
+            self,
+            [self, name, timeout_ms, rp]() mutable {
+              barrier_request req{name, role::worker, self->state.rank};
+              self->request(self->state.scheduler,
+                            std::chrono::milliseconds{timeout_ms},
+                            barrier_atom_v, encode(req))
+                  .then([rp](uint64_t epoch) mutable { rp.deliver(epoch); },
+                        [rp](caf::error& err) mutable { rp.deliver(err); });
+            },
+            fail_to(rp));
         return rp;
       },
       [self](view_atom) {
         auto rp = self->make_response_promise();
-        when_ready(self, [self, rp]() mutable {
-          rp.deliver(self->state.rank, encode(self->state.view));
-        });
+        when_ready(
+            self,
+            [self, rp]() mutable {
+              rp.deliver(self->state.rank, encode(self->state.view));
+            },
+            fail_to(rp));
         return rp;
       },
   };

@@ -23,6 +23,10 @@
 //   connecting -2-> ready      2: every server of the view connected
 //   ready -3-> connecting      3: newer view with new servers
 //   any -4-> stopped           4: scheduler down, or registration failed
+//   Every request gets an answer: an operation that waits for readiness
+//   fails after kv.request-timeout-ms (errc::not_connected), and stopping
+//   (4) fails everything outstanding, so callers need no timeouts of
+//   their own.
 //   A server down fails the operations waiting on it at once
 //   (errc::peer_down); a silent one within kv.request-timeout-ms
 //   (errc::timeout); the view decides what follows.
@@ -84,7 +88,12 @@ struct kv_client_state {
   std::map<slice_id, uint32_t> owner; // slice -> server rank
   std::map<uint32_t, caf::actor> servers;
   size_t connecting = 0;
-  std::vector<std::function<void()>> waiting; // ops until ready
+  struct waiting_op {
+    std::chrono::steady_clock::time_point deadline;
+    std::function<void()> run;
+    std::function<void(caf::error)> fail;
+  };
+  std::vector<waiting_op> waiting; // ops until ready, failed at deadline
   // Operations waiting on a server, failed at once if it goes down.
   std::vector<std::pair<uint32_t, std::weak_ptr<kv_gather>>> inflight;
   std::map<uint32_t, road_link> roads; // server rank -> its fast road

@@ -29,8 +29,10 @@ struct worker_state {
 using worker_ptr = caf::stateful_actor<worker_state>*;
 using arrays = std::vector<named_array>;
 
-/// Every kv call waits at most this long more than the kv client itself.
-constexpr std::chrono::seconds kv_grace{120};
+/// The kv client answers every request within its own timeouts and we
+/// monitor it, so steps need no timeout of their own (one would cost a
+/// wake-up of CAF's clock thread per call).
+constexpr caf::infinite_t kv_grace = caf::infinite;
 
 void start_step(worker_ptr self);
 
@@ -46,7 +48,7 @@ void on_final(worker_ptr self, const arrays& weights) { // 8
 void finish_up(worker_ptr self) { // 7
   auto& st = self->state;
   auto timeout = st.barrier_timeout;
-  self->request(st.kv, timeout + kv_grace, barrier_atom_v, std::string{"end"},
+  self->request(st.kv, kv_grace, barrier_atom_v, std::string{"end"},
                 static_cast<uint32_t>(timeout.count()))
       .then(
           [self](uint64_t) {
@@ -115,8 +117,8 @@ void on_started(worker_ptr self) { // 3
 
 void on_initialised(worker_ptr self) { // 2
   auto timeout = self->state.barrier_timeout;
-  self->request(self->state.kv, timeout + kv_grace, barrier_atom_v,
-                std::string{"start"}, static_cast<uint32_t>(timeout.count()))
+  self->request(self->state.kv, kv_grace, barrier_atom_v, std::string{"start"},
+                static_cast<uint32_t>(timeout.count()))
       .then([self](uint64_t) { on_started(self); },
             [self](caf::error& err) { stop(self, err); });
 }
@@ -131,6 +133,12 @@ caf::behavior worker(worker_ptr self, caf::actor kv,
   auto params = st.logic->parameters();
   for (auto& p : params)
     st.keys.push_back(p.key);
+  self->monitor(kv);
+  self->set_down_handler([self](const caf::down_msg& dm) {
+    if (dm.source == self->state.kv.address())
+      stop(self, dm.reason ? dm.reason
+                           : caf::make_error(errc::peer_down, "kv client"));
+  });
   self->request(kv, kv_grace, init_atom_v, std::move(params)) // 1
       .then([self](const arrays&) { on_initialised(self); },
             [self](caf::error& err) { stop(self, err); });
