@@ -339,6 +339,8 @@ size_t ring_space::free_bytes() const {
 road_message::~road_message() {
   if (ring_bytes > 0 && conn)
     conn->release(ring_offset, ring_bytes);
+  if (buffer && conn)
+    conn->give_buffer(std::move(buffer), buffer_words);
 }
 
 // -- road_conn
@@ -441,6 +443,41 @@ void road_conn::release(uint64_t offset, uint64_t bytes) {
     fail(err);
 }
 
+/// Receive buffers kept per connection, and the smallest worth keeping.
+constexpr size_t pooled_buffers = 4;
+constexpr size_t min_pooled_words = 64 * 1024 / 8;
+
+std::unique_ptr<uint64_t[]> road_conn::take_buffer(size_t words,
+                                                   size_t& capacity) {
+  {
+    std::lock_guard<std::mutex> guard{pool_mtx_};
+    for (auto i = pool_.begin(); i != pool_.end(); ++i)
+      if (i->first >= words) {
+        capacity = i->first;
+        auto buf = std::move(i->second);
+        pool_.erase(i);
+        return buf;
+      }
+  }
+  capacity = words;
+  return std::unique_ptr<uint64_t[]>(new uint64_t[words]); // not zeroed
+}
+
+void road_conn::give_buffer(std::unique_ptr<uint64_t[]> buf, size_t capacity) {
+  if (capacity < min_pooled_words)
+    return;
+  std::lock_guard<std::mutex> guard{pool_mtx_};
+  if (pool_.size() < pooled_buffers) {
+    pool_.emplace_back(capacity, std::move(buf));
+  } else { // keep the largest
+    auto smallest = std::min_element(
+        pool_.begin(), pool_.end(),
+        [](const auto& x, const auto& y) { return x.first < y.first; });
+    if (smallest->first < capacity)
+      *smallest = std::make_pair(capacity, std::move(buf));
+  }
+}
+
 void road_conn::released(uint64_t offset, uint64_t bytes) {
   if (out_space_ && offset < out_.bytes && bytes <= out_.bytes - offset)
     out_space_->give(offset, bytes);
@@ -501,7 +538,7 @@ void road_conn::read_loop() {
       m->ring_offset = h.offset;
       m->ring_bytes = h.bytes;
     } else {
-      m->buffer.reset(new uint64_t[h.bytes / 8 + 1]); // not zeroed
+      m->buffer = take_buffer(h.bytes / 8 + 1, m->buffer_words);
       if (!recv_all(fd_, m->buffer.get(), h.bytes)) {
         fail(caf::make_error(errc::peer_down, "road connection lost mid-frame",
                              errno ? std::string{strerror(errno)}

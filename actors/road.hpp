@@ -76,6 +76,7 @@ struct road_message {
   bytes_view bytes;
   std::shared_ptr<road_conn> conn;    // to reply on, and to release into
   std::unique_ptr<uint64_t[]> buffer; // inline frames (8-byte aligned)
+  size_t buffer_words = 0;
   uint64_t ring_offset = 0;
   uint64_t ring_bytes = 0; // > 0: the frame is in the peer's ring
   road_message() = default;
@@ -143,6 +144,10 @@ public:
   void released(uint64_t offset, uint64_t bytes);
   /// Tells the peer we are done with a region of its ring.
   void release(uint64_t offset, uint64_t bytes);
+  /// A receive buffer of at least `words` words, reused when one is free.
+  std::unique_ptr<uint64_t[]> take_buffer(size_t words, size_t& capacity);
+  /// Gives a receive buffer back for reuse.
+  void give_buffer(std::unique_ptr<uint64_t[]> buf, size_t capacity);
   int fd() const { return fd_; }
   const ring& in_ring() const { return in_; }
 
@@ -165,6 +170,8 @@ private:
   road_handler on_msg_;
   road_down_handler on_down_;
   std::thread reader_;
+  std::mutex pool_mtx_;
+  std::vector<std::pair<size_t, std::unique_ptr<uint64_t[]>>> pool_;
   std::atomic<uint64_t> inline_bytes_{0};
   std::atomic<uint64_t> ring_bytes_sent_{0};
 };
