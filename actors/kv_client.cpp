@@ -213,10 +213,13 @@ using reply_fn = std::function<caf::error(bytes_view)>;
 struct kv_request {
   uint32_t rank;
   std::variant<frame, outbound> body;
+  size_t reply_bytes = 0; // expected reply size (pulls)
   size_t bytes() const {
     return body.index() == 0 ? std::get<0>(body).bytes.size()
                              : std::get<1>(body).bytes();
   }
+  /// What it holds of the window: its own bytes or its reply's.
+  size_t window_bytes() const { return std::max(bytes(), reply_bytes); }
   frame flat() const {
     return body.index() == 0 ? std::get<0>(body) : std::get<1>(body).flatten();
   }
@@ -236,18 +239,21 @@ void start_tick(self_ptr self) {
 /// Sends `req` on the road to its server, or queues it behind the window.
 void road_send(self_ptr self, std::shared_ptr<kv_request> req, road_op op,
                keepalive keep, gather_ptr g,
-               std::function<void(bytes_view)> on_reply) {
+               std::function<void(bytes_view)> on_reply, bool now = false) {
   auto& st = self->state;
   auto link = st.roads.find(req->rank);
   if (link == st.roads.end()) {
     g->fail(caf::make_error(errc::peer_down, "road to server", req->rank));
     return;
   }
-  auto bytes = req->bytes();
+  auto bytes = req->window_bytes();
   auto& l = link->second;
-  if (l.in_flight > 0 && l.in_flight + bytes > st.cfg.window_bytes) {
+  if (!now &&
+      (!l.queued.empty() ||
+       (l.in_flight > 0 && l.in_flight + bytes > st.cfg.window_bytes))) {
+    // Behind the window, and behind what waits already: in order.
     l.queued.emplace_back(bytes, [self, req, op, keep, g, on_reply] {
-      road_send(self, req, op, keep, g, on_reply);
+      road_send(self, req, op, keep, g, on_reply, true);
     });
     return;
   }
@@ -394,6 +400,17 @@ void scatter(self_ptr self, Atom atom, road_op op, gather_ptr g,
   }
 }
 
+/// Fails with not_connected if a slice of `key` (`n` floats) has no server
+/// in our view: none is left, or the view has not placed it yet.
+caf::error check_placed(self_ptr self, uint64_t key, uint64_t n) {
+  auto bound = self->state.view.slice_floats;
+  for (uint32_t i = 0; i < slice_count(n, bound); ++i)
+    if (self->state.owner.count(slice_id{key, i}) == 0)
+      return caf::make_error(errc::not_connected, "no server holds slice", key,
+                             i, "in view", self->state.view.epoch);
+  return caf::none;
+}
+
 caf::error check_arrays(self_ptr self, const arrays& xs) {
   for (auto& x : xs) {
     auto i = self->state.sizes.find(x.key);
@@ -402,6 +419,8 @@ caf::error check_arrays(self_ptr self, const arrays& xs) {
     if (i->second != x.values.size())
       return caf::make_error(errc::bad_shape, x.key, i->second,
                              static_cast<uint64_t>(x.values.size()));
+    if (auto err = check_placed(self, x.key, x.values.size()))
+      return err;
   }
   return caf::none;
 }
@@ -513,14 +532,14 @@ std::vector<kv_request> pull_messages(self_ptr self, const pull_target& t,
     for (auto& [id, n] : slices) {
       if (!req.slices.empty() &&
           bytes + n > self->state.cfg.max_message_bytes) {
-        msgs.push_back(kv_request{rank, encode(req)});
+        msgs.push_back(kv_request{rank, encode(req), bytes});
         req.slices.clear();
         bytes = 0;
       }
       req.slices.push_back(id);
       bytes += n;
     }
-    msgs.push_back(kv_request{rank, encode(req)});
+    msgs.push_back(kv_request{rank, encode(req), bytes});
   }
   return msgs;
 }
@@ -561,6 +580,10 @@ void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
     auto i = self->state.sizes.find(k);
     if (i == self->state.sizes.end()) {
       reply(caf::make_error(errc::unknown_key, k));
+      return;
+    }
+    if (auto err = check_placed(self, k, i->second)) {
+      reply(std::move(err));
       return;
     }
     t->index_of[k] = t->out.size();

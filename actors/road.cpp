@@ -248,6 +248,8 @@ uint8_t* map_ring(int fd, size_t bytes) {
 
 } // namespace
 
+caf::error accept_hello(road_conn& c, uint32_t timeout_ms);
+
 // -- road_kind
 // ------------------------------------------------------------------
 
@@ -371,9 +373,9 @@ road_conn::~road_conn() {
 caf::error road_conn::map_rings(int out_fd, int in_fd, size_t bytes) {
   out_.base = map_ring(out_fd, bytes);
   in_.base = map_ring(in_fd, bytes);
+  out_.bytes = in_.bytes = bytes; // the destructor unmaps what was mapped
   if (!out_.base || !in_.base)
     return sys_error("mmap of a road ring");
-  out_.bytes = in_.bytes = bytes;
   out_space_ = std::make_unique<ring_space>(bytes);
   return caf::none;
 }
@@ -382,6 +384,20 @@ void road_conn::start(road_handler on_msg, road_down_handler on_down) {
   on_msg_ = std::move(on_msg);
   on_down_ = std::move(on_down);
   reader_ = std::thread{[self = shared_from_this()] { self->read_loop(); }};
+}
+
+void road_conn::start_accepted(uint32_t timeout_ms, road_handler on_msg,
+                               road_down_handler on_down) {
+  on_msg_ = std::move(on_msg);
+  on_down_ = std::move(on_down);
+  reader_ = std::thread{[self = shared_from_this(), timeout_ms] {
+    if (auto err = accept_hello(*self, timeout_ms)) {
+      TROUPE_LOG(warning, "road", "refused a connection: ", describe(err));
+      self->fail(err);
+      return;
+    }
+    self->read_loop();
+  }};
 }
 
 caf::error road_conn::send(road_op op, uint64_t id, const outbound& out) {
@@ -556,8 +572,6 @@ void road_conn::read_loop() {
 // -- server side
 // ---------------------------------------------------------------------
 
-namespace {
-
 /// Server end of a fresh connection: reads the hello (with the rings on the
 /// shm road), maps the rings, answers hello.
 caf::error accept_hello(road_conn& c, uint32_t timeout_ms) {
@@ -606,8 +620,6 @@ caf::error accept_hello(road_conn& c, uint32_t timeout_ms) {
   std::vector<iovec> iov{{&ack, sizeof(ack)}};
   return send_all(c.fd(), iov);
 }
-
-} // namespace
 
 caf::expected<std::unique_ptr<road_listener>>
 road_listener::start(const std::string& host, uint16_t port,
@@ -700,20 +712,29 @@ void road_listener::accept_one(int lfd, road_kind kind) {
   if (fd < 0)
     return;
   auto c = std::make_shared<road_conn>(fd, kind, send_timeout_ms_);
-  if (auto err = accept_hello(*c, send_timeout_ms_)) {
-    TROUPE_LOG(warning, "road", "refused a connection: ", describe(err));
-    c->close();
-    return;
-  }
-  c->start(on_msg_, [](uint64_t, const caf::error& err) {
-    TROUPE_LOG(debug, "road", "worker connection ended: ", describe(err));
-  });
+  // The hello is read on the connection's own thread: a silent peer holds
+  // up no one else. `this` outlives the handler: ~road_listener joins the
+  // reader of every connection it still holds.
   std::lock_guard<std::mutex> guard{mtx_};
-  conns_.erase(
-      std::remove_if(conns_.begin(), conns_.end(),
-                     [](const road_conn_ptr& x) { return x->closed(); }),
-      conns_.end());
+  c->start_accepted(send_timeout_ms_, on_msg_,
+                    [this](uint64_t serial, const caf::error& err) {
+                      TROUPE_LOG(debug, "road",
+                                 "worker connection ended: ", describe(err));
+                      forget(serial);
+                    });
   conns_.push_back(std::move(c));
+}
+
+void road_listener::forget(uint64_t serial) {
+  road_conn_ptr gone; // released after the lock
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = std::find_if(
+      conns_.begin(), conns_.end(),
+      [serial](const road_conn_ptr& x) { return x->serial() == serial; });
+  if (i != conns_.end()) {
+    gone = std::move(*i);
+    conns_.erase(i);
+  }
 }
 
 // -- worker side

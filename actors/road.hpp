@@ -140,6 +140,10 @@ public:
   caf::error map_rings(int out_fd, int in_fd, size_t bytes);
   /// Starts the reader thread.
   void start(road_handler on_msg, road_down_handler on_down);
+  /// Starts the reader thread of an accepted connection: it reads the
+  /// hello (waiting up to `timeout_ms`) before any message.
+  void start_accepted(uint32_t timeout_ms, road_handler on_msg,
+                      road_down_handler on_down);
   /// Gives a region of our out ring back (the peer released it).
   void released(uint64_t offset, uint64_t bytes);
   /// Tells the peer we are done with a region of its ring.
@@ -196,6 +200,8 @@ private:
   road_listener() = default;
   void accept_loop();
   void accept_one(int lfd, road_kind kind);
+  /// Drops an ended connection: its rings go once its messages are gone.
+  void forget(uint64_t serial);
 
   road_info info_;
   int tcp_fd_ = -1;

@@ -49,9 +49,10 @@ struct cluster {
   std::vector<std::unique_ptr<kv>> workers;
   update_fn update;
 
+  /// `road` is the workers' --kv.road: auto | tcp | middleman.
   cluster(const std::string& mode, uint32_t nservers, uint32_t nworkers,
           uint32_t max_message_bytes = 16u << 20, update_fn update = add_update,
-          uint32_t slice_floats = 1000)
+          uint32_t slice_floats = 1000, const std::string& road = "auto")
       : update(std::move(update)) {
     scheduler_settings ss;
     ss.servers = nservers;
@@ -67,6 +68,10 @@ struct cluster {
     kv_settings ks;
     ks.request_timeout_ms = 10000;
     ks.max_message_bytes = max_message_bytes;
+    auto kind = parse_road(road);
+    BOOST_REQUIRE_MESSAGE(kind, "bad road " << road);
+    ks.road_text = road;
+    ks.road = *kind;
     for (uint32_t i = 0; i < nworkers; ++i)
       workers.push_back(std::make_unique<kv>(b, *remote, ks));
   }

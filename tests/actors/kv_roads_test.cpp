@@ -1,0 +1,271 @@
+// The kv API over each road (middleman, tcp, shared memory): arrays of one
+// float to 256 MiB, cut into parts at the default --kv.max-message-bytes,
+// come back exact, and pipelined requests keep their order.
+#define BOOST_TEST_MODULE kv_roads_tests
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <deque>
+#include <sstream>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+#include "tests/actors/local_cluster.hpp"
+#include "tests/actors/road_traces.hpp"
+
+using namespace troupe;
+using troupe::test::cluster;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// Floats of the arrays of the size sweep: tiny ones, one slice plus one
+/// float, 16 MiB plus one float (two parts to one server), and 256 MiB
+/// (many parts). An empty array cannot be declared (checked apart).
+const std::vector<size_t> sweep_floats{1, 3, 4097, (16u << 20) / 4 + 1,
+                                       64u << 20};
+
+/// Slice bound of the scheduler: troupe's default, 64 KiB.
+constexpr uint32_t slice_floats = 16384;
+
+/// Values exact in float32 whatever is added below: small integers.
+float init_value(uint64_t key, size_t i) {
+  return static_cast<float>((i + key) % 1024);
+}
+float grad_value(uint64_t key, size_t i) {
+  return static_cast<float>((i * 7 + key) % 13 + 1);
+}
+
+named_array init_array(uint64_t key, size_t n) {
+  named_array x{key, std::vector<float>(n)};
+  for (size_t i = 0; i < n; ++i)
+    x.values[i] = init_value(key, i);
+  return x;
+}
+
+named_array grad_array(uint64_t key, size_t n) {
+  named_array x{key, std::vector<float>(n)};
+  for (size_t i = 0; i < n; ++i)
+    x.values[i] = grad_value(key, i);
+  return x;
+}
+
+/// "" if `x` is key `key` of `n` floats holding init + pushes * grad.
+std::string check_values(const named_array& x, uint64_t key, size_t n,
+                         float pushes) {
+  if (x.key != key || x.values.size() != n)
+    return "got key " + std::to_string(x.key) + " of " +
+           std::to_string(x.values.size()) + " floats";
+  for (size_t i = 0; i < n; ++i) {
+    auto want = init_value(key, i) + pushes * grad_value(key, i);
+    if (x.values[i] != want) {
+      std::ostringstream out;
+      out << "key " << key << " float " << i << " of " << n << " is "
+          << x.values[i] << ", expected " << want;
+      return out.str();
+    }
+  }
+  return "";
+}
+
+template <class T> std::string why(const caf::expected<T>& x) {
+  return x ? std::string{} : describe(x.error());
+}
+
+/// Checks that worker `w`'s kv frames take `road`: shared memory maps
+/// rings (two per server, mapped by both ends in this process), tcp holds
+/// a connection to each server's road port, middleman neither.
+void check_road_in_use(kv& w, const std::string& road) {
+  auto v = w.view();
+  BOOST_REQUIRE_MESSAGE(v, why(v));
+  size_t conns = 0;
+  for (auto& s : v->second.servers) {
+    BOOST_REQUIRE_NE(s.road.port, 0);
+    conns += test::tcp_connections_on(s.road.port);
+  }
+  auto servers = v->second.servers.size();
+  BOOST_CHECK_EQUAL(test::ring_mappings(),
+                    road == "auto" ? 4 * servers : size_t{0});
+  BOOST_CHECK_EQUAL(conns, road == "tcp" ? servers : size_t{0});
+}
+
+/// Declares every array of the sweep, then pushes and pulls each in turn.
+void sweep_sizes(const std::string& road) {
+  cluster c{"async", 2, 1, 16u << 20, add_update, slice_floats, road};
+  auto& w = *c.workers.front();
+  auto empty = w.init({named_array{100, {}}});
+  BOOST_REQUIRE_MESSAGE(!empty, road << ": an empty array was declared");
+  BOOST_CHECK(empty.error() == errc::malformed_message);
+  BOOST_CHECK_MESSAGE(why(empty).find("key size out of range") !=
+                          std::string::npos,
+                      why(empty));
+  std::vector<named_array> xs;
+  for (size_t k = 0; k < sweep_floats.size(); ++k)
+    xs.push_back(init_array(k + 1, sweep_floats[k]));
+  auto got = w.init(xs);
+  BOOST_REQUIRE_MESSAGE(got, road << ": init: " << why(got));
+  BOOST_REQUIRE_EQUAL(got->size(), xs.size());
+  for (size_t k = 0; k < xs.size(); ++k) {
+    auto bad = check_values((*got)[k], k + 1, sweep_floats[k], 0);
+    BOOST_CHECK_MESSAGE(bad.empty(), road << ": init: " << bad);
+  }
+  got->clear();
+  xs.clear();
+  check_road_in_use(w, road);
+  for (uint64_t clock = 0; clock < sweep_floats.size(); ++clock) {
+    auto key = clock + 1;
+    auto n = sweep_floats[clock];
+    BOOST_TEST_MESSAGE(road << ": push and pull " << n << " floats");
+    auto acked = w.push(clock, {grad_array(key, n)});
+    BOOST_REQUIRE_MESSAGE(acked, road << ": push: " << why(acked));
+    auto pulled = w.pull(clock + 1, {key});
+    BOOST_REQUIRE_MESSAGE(pulled, road << ": pull: " << why(pulled));
+    BOOST_REQUIRE_EQUAL(pulled->size(), 1u);
+    auto bad = check_values(pulled->front(), key, n, 1);
+    BOOST_CHECK_MESSAGE(bad.empty(), road << ": " << bad);
+  }
+}
+
+/// The same sweep through push_pull: each step's push and the pull after
+/// it in one call, which must read its own push whole.
+void sweep_push_pull(const std::string& road) {
+  cluster c{"async", 2, 1, 16u << 20, add_update, slice_floats, road};
+  auto& w = *c.workers.front();
+  std::vector<named_array> xs;
+  for (size_t k = 0; k < sweep_floats.size(); ++k)
+    xs.push_back(init_array(k + 1, sweep_floats[k]));
+  auto got = w.init(std::move(xs));
+  BOOST_REQUIRE_MESSAGE(got, road << ": init: " << why(got));
+  got->clear();
+  for (uint64_t clock = 0; clock < sweep_floats.size(); ++clock) {
+    auto key = clock + 1;
+    auto n = sweep_floats[clock];
+    BOOST_TEST_MESSAGE(road << ": push_pull " << n << " floats");
+    auto pulled = w.push_pull(clock, {grad_array(key, n)}, {key});
+    BOOST_REQUIRE_MESSAGE(pulled, road << ": push_pull: " << why(pulled));
+    BOOST_REQUIRE_EQUAL(pulled->size(), 1u);
+    auto bad = check_values(pulled->front(), key, n, 1);
+    BOOST_CHECK_MESSAGE(bad.empty(), road << ": push_pull: " << bad);
+  }
+}
+
+// -- pipelined requests -------------------------------------------------------
+
+/// A request in flight: a push, or a pull that must see `pushes` pushes.
+struct pending {
+  caf::response_handle<caf::blocking_actor, caf::message, true> reply;
+  bool pull;
+  float pushes;
+};
+
+/// Alternates pushes and pulls of `key` (`n` floats) with `depth` requests
+/// in flight, `total` in all; each pull, sent after the pushes before it,
+/// must read exactly those. Returns what went wrong, or "".
+std::string pipeline(cluster& c, kv& w, uint64_t key, size_t n, size_t depth,
+                     size_t total, uint64_t& clock) {
+  // Built up front, so that the first `depth` requests reach the kv client
+  // at once, as from a training loop that does not wait.
+  std::vector<std::vector<named_array>> pushes_to_send(
+      total / 2 + 1, std::vector<named_array>{grad_array(key, n)});
+  std::deque<pending> in_flight;
+  float pushes = 0;
+  size_t sent = 0;
+  while (sent < total || !in_flight.empty()) {
+    for (; sent < total && in_flight.size() < depth; ++sent)
+      if (sent % 2 == 0) {
+        pushes += 1;
+        in_flight.push_back(
+            {c.self->request(w.handle(), 60s, push_atom_v, clock++,
+                             std::move(pushes_to_send[sent / 2])),
+             false, pushes});
+      } else {
+        in_flight.push_back({c.self->request(w.handle(), 60s, pull_atom_v,
+                                             clock, std::vector<uint64_t>{key}),
+                             true, pushes});
+      }
+    std::string bad;
+    auto& p = in_flight.front();
+    auto on_error = [&bad](caf::error& err) { bad = describe(err); };
+    if (p.pull)
+      p.reply.receive(
+          [&bad, &p, key, n](std::vector<named_array>& got) {
+            bad = got.size() == 1
+                      ? check_values(got[0], key, n, p.pushes)
+                      : "pulled " + std::to_string(got.size()) + " arrays";
+          },
+          on_error);
+    else
+      p.reply.receive([](uint64_t) {}, on_error);
+    if (!bad.empty())
+      return (p.pull ? "pull: " : "push: ") + bad;
+    in_flight.pop_front();
+  }
+  return "";
+}
+
+/// Declares key 1 of `n` floats on one server and pipelines pushes and
+/// pulls of it, 8 in flight.
+void pipeline_on(const std::string& road, size_t n) {
+  cluster c{"async", 1, 1, 16u << 20, add_update, slice_floats, road};
+  auto& w = *c.workers.front();
+  auto got = w.init({init_array(1, n)});
+  BOOST_REQUIRE_MESSAGE(got, road << ": init: " << why(got));
+  uint64_t clock = 0;
+  auto bad = pipeline(c, w, 1, n, 8, 32, clock);
+  BOOST_CHECK_MESSAGE(bad.empty(), road << ", " << n << " floats: " << bad);
+}
+
+/// 16 MiB + 4 bytes: two parts, and four pushes of it fill the road's
+/// window (--kv.window-bytes, 64 MiB) so that requests wait.
+constexpr size_t window_filling_floats = (16u << 20) / 4 + 1;
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(kv_roads_tests)
+
+BOOST_AUTO_TEST_CASE(arrays_of_every_size_come_back_exact_over_the_middleman) {
+  sweep_sizes("middleman");
+}
+
+BOOST_AUTO_TEST_CASE(arrays_of_every_size_come_back_exact_over_tcp) {
+  sweep_sizes("tcp");
+}
+
+BOOST_AUTO_TEST_CASE(arrays_of_every_size_come_back_exact_over_shm) {
+  sweep_sizes("auto");
+}
+
+BOOST_AUTO_TEST_CASE(push_pull_reads_its_own_push_over_the_middleman) {
+  sweep_push_pull("middleman");
+}
+
+BOOST_AUTO_TEST_CASE(push_pull_reads_its_own_push_over_tcp) {
+  sweep_push_pull("tcp");
+}
+
+BOOST_AUTO_TEST_CASE(push_pull_reads_its_own_push_over_shm) {
+  sweep_push_pull("auto");
+}
+
+BOOST_AUTO_TEST_CASE(pipelined_small_requests_keep_their_order_on_each_road) {
+  for (auto road : {"middleman", "tcp", "auto"})
+    pipeline_on(road, 4097);
+}
+
+BOOST_AUTO_TEST_CASE(pipelined_large_requests_keep_their_order_over_middleman) {
+  pipeline_on("middleman", window_filling_floats);
+}
+
+BOOST_AUTO_TEST_CASE(pipelined_large_requests_keep_their_order_over_tcp) {
+  pipeline_on("tcp", window_filling_floats);
+}
+
+BOOST_AUTO_TEST_CASE(pipelined_large_requests_keep_their_order_over_shm) {
+  pipeline_on("auto", window_filling_floats);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,255 @@
+// Both ends of the fast road for tests without actors: an echoing
+// road_listener, a dialled connection whose replies wait in an inbox,
+// frames filled with a pattern, and a raw socket that plays a broken peer.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "actors/road.hpp"
+#include "messages/errors.hpp"
+#include "tests/actors/road_traces.hpp"
+
+namespace troupe::test {
+
+using namespace std::chrono_literals;
+
+/// Every wait of the road tests gives up after this long.
+constexpr uint32_t road_timeout_ms = 20000;
+
+/// Frames below this size go inline even on the shm road (road.cpp).
+constexpr size_t min_ring_frame = 16 * 1024;
+
+/// Messages read by a dialled connection, until the test takes them. The
+/// handlers hold it weakly: a message holds its connection, which holds the
+/// handlers, and a strong reference would keep all of them alive.
+struct inbox {
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::map<uint64_t, road_message_ptr> by_id;
+  bool down = false;
+  std::string why; // of `down`
+
+  static road_handler on_msg(const std::shared_ptr<inbox>& box) {
+    return [weak = std::weak_ptr<inbox>{box}](road_message_ptr m) {
+      if (auto self = weak.lock()) {
+        std::lock_guard<std::mutex> guard{self->mtx};
+        auto id = m->id;
+        self->by_id[id] = std::move(m);
+        self->cv.notify_all();
+      }
+    };
+  }
+
+  static road_down_handler on_down(const std::shared_ptr<inbox>& box) {
+    return [weak = std::weak_ptr<inbox>{box}](uint64_t, const caf::error& err) {
+      if (auto self = weak.lock()) {
+        std::lock_guard<std::mutex> guard{self->mtx};
+        self->down = true;
+        self->why = describe(err);
+        self->cv.notify_all();
+      }
+    };
+  }
+
+  /// The message with `id`, or null if the connection ended or time ran out.
+  road_message_ptr
+  take(uint64_t id, std::chrono::milliseconds limit = road_timeout_ms * 1ms) {
+    std::unique_lock<std::mutex> guard{mtx};
+    cv.wait_for(guard, limit, [this, id] { return down || by_id.count(id); });
+    auto i = by_id.find(id);
+    if (i == by_id.end())
+      return nullptr;
+    auto m = std::move(i->second);
+    by_id.erase(i);
+    return m;
+  }
+
+  /// Waits until the connection reports its end; false on timeout.
+  bool wait_down(std::chrono::milliseconds limit = road_timeout_ms * 1ms) {
+    std::unique_lock<std::mutex> guard{mtx};
+    return cv.wait_for(guard, limit, [this] { return down; });
+  }
+
+  /// Why the connection ended, or "".
+  std::string reason() {
+    std::lock_guard<std::mutex> guard{mtx};
+    return why;
+  }
+
+  void clear() {
+    std::lock_guard<std::mutex> guard{mtx};
+    by_id.clear();
+  }
+};
+
+/// The error of `x` as text, or "" (Boost evaluates messages eagerly).
+template <class T> std::string why(const caf::expected<T>& x) {
+  return x ? std::string{} : describe(x.error());
+}
+
+/// A listener whose handler answers each request with its own bytes.
+inline std::unique_ptr<road_listener>
+start_echo_listener(uint32_t send_timeout_ms = road_timeout_ms) {
+  auto l = road_listener::start(
+      "127.0.0.1", 0, send_timeout_ms, [](road_message_ptr m) {
+        m->conn->send(road_op::reply, m->id, m->bytes);
+      });
+  BOOST_REQUIRE_MESSAGE(l, "listener: " << why(l));
+  BOOST_REQUIRE((*l)->info().port != 0);
+  BOOST_REQUIRE(!(*l)->info().socket.empty());
+  return std::move(*l);
+}
+
+/// A dialled connection and the inbox of its replies.
+struct road_client {
+  std::shared_ptr<inbox> box = std::make_shared<inbox>();
+  road_conn_ptr conn;
+
+  road_client(const road_listener& l, road_kind want, size_t ring_bytes,
+              uint32_t timeout_ms = road_timeout_ms) {
+    auto c = road_dial("127.0.0.1", l.info(), want, ring_bytes, timeout_ms,
+                       inbox::on_msg(box), inbox::on_down(box));
+    BOOST_REQUIRE_MESSAGE(c, "dial: " << why(c));
+    conn = std::move(*c);
+  }
+
+  ~road_client() {
+    if (conn)
+      conn->close();
+  }
+};
+
+/// Deterministic words: the contents of frame `seed`.
+inline std::vector<uint64_t> pattern(size_t bytes, uint64_t seed) {
+  BOOST_REQUIRE(bytes % 8 == 0);
+  std::vector<uint64_t> out(bytes / 8);
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull;
+  for (auto& w : out) { // xorshift64*: cheap enough for 256 MiB
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    w = (x + 1) * 0x2545f4914f6cdd1dull;
+  }
+  return out;
+}
+
+inline bytes_view view_of(const std::vector<uint64_t>& words) {
+  return {reinterpret_cast<const uint8_t*>(words.data()), words.size() * 8};
+}
+
+/// True if `m` carries exactly the bytes of `words`.
+inline bool same_bytes(const road_message& m,
+                       const std::vector<uint64_t>& words) {
+  auto want = view_of(words);
+  return m.bytes.size == want.size &&
+         (want.size == 0 ||
+          std::memcmp(m.bytes.data, want.data, want.size) == 0);
+}
+
+// -- raw peers ----------------------------------------------------------------
+
+/// The 40-byte wire header of road.cpp, to play a broken peer.
+struct raw_header {
+  uint32_t magic = 0x31505254; // "TRP1"
+  uint8_t op = 1;              // hello
+  uint8_t in_ring = 0;
+  uint16_t zero1 = 0;
+  uint32_t zero2 = 0;
+  uint32_t zero3 = 0;
+  uint64_t id = 0;
+  uint64_t bytes = 0;
+  uint64_t offset = 0;
+};
+static_assert(sizeof(raw_header) == 40);
+
+/// A plain socket to the listener's TCP port or its abstract unix socket.
+struct raw_peer {
+  int fd = -1;
+
+  raw_peer(const road_listener& l, bool unix_socket) {
+    if (unix_socket) {
+      sockaddr_un sa{};
+      sa.sun_family = AF_UNIX;
+      auto& name = l.info().socket;
+      std::memcpy(sa.sun_path + 1, name.data(), name.size());
+      fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 +
+                                        name.size());
+      BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), len) == 0);
+    } else {
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_port = htons(l.info().port);
+      sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      BOOST_REQUIRE(
+          ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+    }
+  }
+  ~raw_peer() { ::close(fd); }
+
+  void write(const void* data, size_t n) {
+    BOOST_REQUIRE_EQUAL(::send(fd, data, n, MSG_NOSIGNAL), ssize_t(n));
+  }
+
+  /// Sends hello and reads the listener's hello.
+  void handshake() {
+    raw_header h;
+    write(&h, sizeof(h));
+    raw_header ack;
+    BOOST_REQUIRE_EQUAL(::recv(fd, &ack, sizeof(ack), MSG_WAITALL),
+                        ssize_t(sizeof(ack)));
+    BOOST_REQUIRE_EQUAL(ack.magic, h.magic);
+    BOOST_REQUIRE_EQUAL(ack.op, 1);
+  }
+
+  /// True once the listener closed the connection (EOF or reset).
+  bool dropped(std::chrono::milliseconds limit = 10s) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p{fd, POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&p, 1, int(left.count())) <= 0)
+        return false;
+      char buf[64];
+      auto n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n == 0 || (n < 0 && errno == ECONNRESET))
+        return true;
+    }
+  }
+};
+
+/// Polls until the listener counts `n` live connections.
+inline bool await_connections(const road_listener& l, size_t n) {
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (l.connections() != n)
+    if (std::chrono::steady_clock::now() >= deadline)
+      return false;
+    else
+      std::this_thread::sleep_for(1ms); // no event for a refused connection
+  return true;
+}
+
+} // namespace troupe::test

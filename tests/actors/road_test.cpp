@@ -1,0 +1,376 @@
+// The fast road alone, without actors: frames of every size echoed over TCP
+// and shared memory, concurrent requests and connections, garbage peers,
+// ring bookkeeping, and rings unmapped once a connection is gone.
+#define BOOST_TEST_MODULE road_tests
+#include <boost/test/unit_test.hpp>
+
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/log.hpp"
+#include "actors/road.hpp"
+#include "tests/actors/road_peers.hpp"
+
+using namespace troupe;
+using namespace troupe::test;
+
+namespace {
+
+/// Ring bytes of the shm connections: room for every ring frame of the size
+/// sweep at once, so where each frame goes does not depend on timing.
+constexpr size_t sweep_ring_bytes = 64u << 20;
+
+/// The frame sizes of the brief: edges of the inline/ring threshold, of 1
+/// and 16 MiB, and the largest frame troupe accepts.
+const std::vector<size_t> sweep_sizes{0,
+                                      8,
+                                      min_ring_frame - 8,
+                                      min_ring_frame,
+                                      (1u << 20) + 8,
+                                      (16u << 20) + 24,
+                                      max_frame_bytes};
+
+/// Sends frame `id` of `bytes` and checks the echo byte for byte, and which
+/// road each direction took.
+void echo_one(road_client& c, uint64_t id, size_t bytes) {
+  BOOST_TEST_MESSAGE(to_string(c.conn->kind()) << ": " << bytes << " bytes");
+  auto words = pattern(bytes, id);
+  auto inline0 = c.conn->inline_bytes();
+  auto ring0 = c.conn->ring_bytes_sent();
+  BOOST_REQUIRE(!c.conn->send(road_op::push, id, view_of(words)));
+  bool ring = c.conn->kind() == road_kind::shm && bytes >= min_ring_frame &&
+              bytes <= sweep_ring_bytes;
+  BOOST_CHECK_EQUAL(c.conn->inline_bytes() - inline0, ring ? 0 : bytes);
+  BOOST_CHECK_EQUAL(c.conn->ring_bytes_sent() - ring0, ring ? bytes : 0);
+  auto m = c.box->take(id);
+  BOOST_REQUIRE_MESSAGE(m, "no echo of " << bytes
+                                         << " bytes: " << c.box->reason());
+  BOOST_CHECK(m->op == road_op::reply);
+  BOOST_CHECK_MESSAGE(same_bytes(*m, words),
+                      "echo of " << bytes << " bytes differs");
+  BOOST_CHECK_EQUAL(m->ring_bytes > 0, ring); // the reply took the same road
+}
+
+/// Requests of mixed sizes from `threads` threads at once on `c`, each
+/// thread sending all of its requests before it reads any reply. Returns
+/// what went wrong, or "".
+std::string echo_concurrently(road_client& c, uint64_t first_id, size_t threads,
+                              size_t per_thread) {
+  const std::vector<size_t> sizes{8, min_ring_frame, (64u << 10) + 8,
+                                  (1u << 20) + 8, (4u << 20) + 16};
+  std::mutex mtx;
+  std::string errors;
+  auto fail = [&mtx, &errors](const std::string& what) {
+    std::lock_guard<std::mutex> guard{mtx};
+    errors += what + "; ";
+  };
+  std::vector<std::thread> ts;
+  for (size_t t = 0; t < threads; ++t)
+    ts.emplace_back([&c, &fail, &sizes, first_id, t, per_thread] {
+      std::vector<std::vector<uint64_t>> sent;
+      auto id0 = first_id + t * per_thread;
+      for (size_t j = 0; j < per_thread; ++j) {
+        sent.push_back(pattern(sizes[(t + j) % sizes.size()], id0 + j));
+        if (auto err = c.conn->send(road_op::push, id0 + j, view_of(sent[j])))
+          return fail("send: " + describe(err));
+      }
+      for (size_t j = 0; j < per_thread; ++j) {
+        auto m = c.box->take(id0 + j);
+        if (!m)
+          return fail("no reply to " + std::to_string(id0 + j));
+        if (!same_bytes(*m, sent[j]))
+          fail("reply " + std::to_string(id0 + j) + " differs");
+      }
+    });
+  for (auto& t : ts)
+    t.join();
+  return errors;
+}
+
+/// TROUPE_TEST_LOG=debug shows troupe's log.
+struct log_level_from_env {
+  log_level_from_env() {
+    if (const char* lvl = std::getenv("TROUPE_TEST_LOG"))
+      set_log_level(lvl);
+  }
+};
+
+} // namespace
+
+BOOST_TEST_GLOBAL_FIXTURE(log_level_from_env);
+
+BOOST_AUTO_TEST_SUITE(road_tests)
+
+// -- ring_space ---------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(ring_space_takes_first_fit_in_64_byte_units) {
+  ring_space r{1024};
+  BOOST_CHECK_EQUAL(r.take(100), 0u);  // 128 bytes
+  BOOST_CHECK_EQUAL(r.take(64), 128u); // 64 bytes
+  BOOST_CHECK_EQUAL(r.free_bytes(), 1024u - 192u);
+  BOOST_CHECK_EQUAL(r.take(1024), SIZE_MAX);
+  r.give(0, 100);
+  BOOST_CHECK_EQUAL(r.free_bytes(), 1024u - 64u);
+  BOOST_CHECK_EQUAL(r.take(128), 0u); // the hole at the front fits again
+  BOOST_CHECK_EQUAL(r.take(1024 - 192), 192u);
+  BOOST_CHECK_EQUAL(r.free_bytes(), 0u);
+  BOOST_CHECK_EQUAL(r.take(1), SIZE_MAX); // full
+}
+
+BOOST_AUTO_TEST_CASE(ring_space_coalesces_regions_given_back_in_any_order) {
+  ring_space r{1024};
+  for (size_t i = 0; i < 4; ++i)
+    BOOST_REQUIRE_EQUAL(r.take(256), i * 256);
+  BOOST_CHECK_EQUAL(r.take(64), SIZE_MAX);
+  r.give(256, 256);
+  r.give(768, 256);
+  BOOST_CHECK_EQUAL(r.free_bytes(), 512u);
+  BOOST_CHECK_EQUAL(r.take(512), SIZE_MAX); // two holes of 256, not one
+  r.give(512, 256);                         // joins both neighbours
+  BOOST_CHECK_EQUAL(r.take(768), 256u);
+  r.give(256, 768);
+  r.give(0, 256); // joins the region after it
+  BOOST_CHECK_EQUAL(r.free_bytes(), 1024u);
+  BOOST_CHECK_EQUAL(r.take(1024), 0u);
+}
+
+// -- transfers ----------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(frames_of_every_size_come_back_byte_exact_over_tcp) {
+  auto l = start_echo_listener();
+  road_client c{*l, road_kind::tcp, sweep_ring_bytes};
+  BOOST_REQUIRE(c.conn->kind() == road_kind::tcp);
+  uint64_t id = 1;
+  for (auto bytes : sweep_sizes)
+    echo_one(c, id++, bytes);
+  BOOST_CHECK_EQUAL(c.conn->ring_bytes_sent(), 0u);
+}
+
+BOOST_AUTO_TEST_CASE(frames_of_every_size_come_back_byte_exact_over_shm) {
+  auto l = start_echo_listener();
+  road_client c{*l, road_kind::shm, sweep_ring_bytes};
+  BOOST_REQUIRE(c.conn->kind() == road_kind::shm);
+  uint64_t id = 1;
+  for (auto bytes : sweep_sizes)
+    echo_one(c, id++, bytes);
+  BOOST_CHECK_GT(c.conn->ring_bytes_sent(), 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_frame_above_the_limit_is_refused_by_the_receiver) {
+  auto l = start_echo_listener();
+  road_client c{*l, road_kind::tcp, 0};
+  auto words = pattern(max_frame_bytes + 8, 1);
+  // The sender may see the reset or not; the connection must end either way.
+  c.conn->send(road_op::push, 1, view_of(words));
+  BOOST_CHECK(c.box->wait_down());
+  BOOST_CHECK(!c.box->take(1, 0ms));
+}
+
+BOOST_AUTO_TEST_CASE(requests_from_several_threads_share_one_connection) {
+  auto l = start_echo_listener();
+  for (auto kind : {road_kind::tcp, road_kind::shm}) {
+    // A ring of 8 MiB fills up with 16 requests in flight: some frames go
+    // inline, some through the ring, in an order set by timing.
+    road_client c{*l, kind, 8u << 20};
+    auto errors = echo_concurrently(c, 1, 4, 16);
+    BOOST_CHECK_MESSAGE(errors.empty(), to_string(kind) << ": " << errors);
+    if (kind == road_kind::shm) {
+      BOOST_CHECK_GT(c.conn->ring_bytes_sent(), 0u);
+      BOOST_CHECK_GT(c.conn->inline_bytes(), 0u);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(two_connections_transfer_at_once) {
+  auto l = start_echo_listener();
+  road_client tcp{*l, road_kind::tcp, 0};
+  road_client shm{*l, road_kind::shm, 8u << 20};
+  BOOST_REQUIRE(shm.conn->kind() == road_kind::shm);
+  BOOST_CHECK_EQUAL(l->connections(), 2u);
+  std::string tcp_errors;
+  std::thread t{
+      [&tcp, &tcp_errors] { tcp_errors = echo_concurrently(tcp, 1, 2, 16); }};
+  auto shm_errors = echo_concurrently(shm, 1, 2, 16);
+  t.join();
+  BOOST_CHECK_MESSAGE(tcp_errors.empty(), "tcp: " << tcp_errors);
+  BOOST_CHECK_MESSAGE(shm_errors.empty(), "shm: " << shm_errors);
+}
+
+// -- rings --------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(a_full_ring_sends_frames_inline_until_space_returns) {
+  // The listener holds every push; a pull drops them (releasing their ring
+  // regions) and then answers, so its reply arrives after the releases.
+  auto held = std::make_shared<std::vector<road_message_ptr>>();
+  auto l = road_listener::start(
+      "127.0.0.1", 0, road_timeout_ms, [held](road_message_ptr m) {
+        if (m->op == road_op::push) {
+          held->push_back(std::move(m));
+          return;
+        }
+        held->clear();
+        m->conn->send(road_op::reply, m->id, bytes_view{});
+      });
+  BOOST_REQUIRE(l);
+  road_client c{**l, road_kind::shm, 64u << 10};
+  BOOST_REQUIRE(c.conn->kind() == road_kind::shm);
+  auto half = pattern(32u << 10, 7);
+  for (uint64_t id = 1; id <= 2; ++id)
+    BOOST_REQUIRE(!c.conn->send(road_op::push, id, view_of(half)));
+  BOOST_CHECK_EQUAL(c.conn->ring_bytes_sent(), 2 * half.size() * 8);
+  BOOST_CHECK_EQUAL(c.conn->inline_bytes(), 0u);
+  BOOST_REQUIRE(!c.conn->send(road_op::push, 3, view_of(half)));
+  BOOST_CHECK_EQUAL(c.conn->inline_bytes(), half.size() * 8); // ring full
+  BOOST_REQUIRE(!c.conn->send(road_op::pull, 4, bytes_view{}));
+  BOOST_REQUIRE(c.box->take(4));
+  BOOST_REQUIRE(!c.conn->send(road_op::push, 5, view_of(half)));
+  BOOST_CHECK_EQUAL(c.conn->ring_bytes_sent(), 3 * half.size() * 8);
+  BOOST_CHECK_EQUAL(c.conn->inline_bytes(), half.size() * 8);
+  // The held message holds the listener's connection, which holds this
+  // handler and so `held`: let go, or none of them is ever freed.
+  BOOST_REQUIRE(!c.conn->send(road_op::pull, 6, bytes_view{}));
+  BOOST_REQUIRE(c.box->take(6));
+}
+
+BOOST_AUTO_TEST_CASE(replies_held_by_the_reader_fill_the_ring_then_go_inline) {
+  auto l = start_echo_listener();
+  road_client c{*l, road_kind::shm, 64u << 10};
+  auto half = pattern(32u << 10, 9);
+  std::vector<road_message_ptr> kept;
+  for (uint64_t id = 1; id <= 3; ++id) {
+    BOOST_REQUIRE(!c.conn->send(road_op::push, id, view_of(half)));
+    kept.push_back(c.box->take(id));
+    BOOST_REQUIRE(kept.back());
+    BOOST_CHECK(same_bytes(*kept.back(), half));
+  }
+  BOOST_CHECK_GT(kept[0]->ring_bytes, 0u);
+  BOOST_CHECK_GT(kept[1]->ring_bytes, 0u);
+  BOOST_CHECK_EQUAL(kept[2]->ring_bytes, 0u); // the ring was full
+}
+
+BOOST_AUTO_TEST_CASE(a_closed_connection_keeps_its_rings_while_messages_live) {
+  BOOST_REQUIRE_EQUAL(ring_mappings(), 0u);
+  auto l = start_echo_listener();
+  road_client c{*l, road_kind::shm, 4u << 20};
+  // Both ends live in this process: two rings, each mapped by both.
+  BOOST_CHECK_EQUAL(ring_mappings(), 4u);
+  auto words = pattern(1u << 20, 3);
+  BOOST_REQUIRE(!c.conn->send(road_op::push, 1, view_of(words)));
+  auto m = c.box->take(1);
+  BOOST_REQUIRE(m && m->ring_bytes > 0);
+  c.conn->close();
+  c.conn.reset();
+  // A message from the ring keeps it mapped, and readable, after the close.
+  BOOST_CHECK(same_bytes(*m, words));
+  BOOST_CHECK_GE(ring_mappings(), 2u);
+  m.reset();
+  c.box->clear();
+  BOOST_CHECK(await_ring_mappings_at_most(2)); // the dialling end let go
+  l.reset();
+  BOOST_CHECK_EQUAL(ring_mappings(), 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_listener_unmaps_the_rings_of_a_worker_that_left) {
+  BOOST_REQUIRE_EQUAL(ring_mappings(), 0u);
+  auto l = start_echo_listener();
+  {
+    road_client c{*l, road_kind::shm, 4u << 20};
+    echo_one(c, 1, 1u << 20);
+  }
+  BOOST_REQUIRE(await_connections(*l, 0));
+  auto gone = await_ring_mappings_at_most(0, "self", 2s);
+  BOOST_CHECK_MESSAGE(gone, ring_mappings() << " ring mappings left with the "
+                                               "listener alive");
+  // The next accept prunes the closed connection (and so, its rings).
+  road_client next{*l, road_kind::tcp, 0};
+  BOOST_CHECK(await_ring_mappings_at_most(0));
+}
+
+// -- broken peers -------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(a_peer_sending_garbage_is_dropped_and_others_go_on) {
+  auto l = start_echo_listener();
+  road_client good{*l, road_kind::tcp, 0};
+  echo_one(good, 1, 1024);
+  const char junk[] = "GET / HTTP/1.1\r\nHost: troupe\r\n\r\nnot a road peer!";
+  static_assert(sizeof(junk) >= sizeof(raw_header));
+  for (bool unix_socket : {false, true}) {
+    raw_peer bad{*l, unix_socket};
+    bad.write(junk, sizeof(junk));
+    BOOST_CHECK_MESSAGE(bad.dropped(), "garbage on "
+                                           << (unix_socket ? "unix" : "tcp")
+                                           << " was not dropped");
+    echo_one(good, 2 + unix_socket, 4096);
+  }
+  BOOST_CHECK_EQUAL(l->connections(), 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_header_after_hello_ends_only_that_connection) {
+  auto l = start_echo_listener();
+  road_client good{*l, road_kind::shm, 1u << 20};
+  struct bad_case {
+    const char* what;
+    raw_header h;
+  };
+  std::vector<bad_case> cases(5);
+  cases[0].what = "bad magic";
+  cases[0].h.magic = 0xdeadbeef;
+  cases[1].what = "unknown op";
+  cases[1].h.op = 99;
+  cases[2].what = "frame not a multiple of 8";
+  cases[2].h.op = uint8_t(road_op::push);
+  cases[2].h.bytes = 12;
+  cases[3].what = "frame above the limit";
+  cases[3].h.op = uint8_t(road_op::push);
+  cases[3].h.bytes = uint64_t{1} << 40;
+  cases[4].what = "ring frame without rings";
+  cases[4].h.op = uint8_t(road_op::push);
+  cases[4].h.in_ring = 1;
+  cases[4].h.bytes = 64;
+  uint64_t id = 1;
+  for (auto& c : cases) {
+    BOOST_TEST_MESSAGE(c.what);
+    raw_peer bad{*l, false};
+    bad.handshake();
+    BOOST_REQUIRE(await_connections(*l, 2));
+    bad.write(&c.h, sizeof(c.h));
+    BOOST_CHECK_MESSAGE(bad.dropped(), c.what << ": not dropped");
+    BOOST_CHECK_MESSAGE(await_connections(*l, 1), c.what);
+    echo_one(good, id++, 64u << 10);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_unix_hello_that_claims_rings_without_them_is_refused) {
+  auto l = start_echo_listener();
+  raw_peer bad{*l, true};
+  raw_header h;
+  h.offset = 1u << 20; // ring bytes, but no descriptors come with it
+  bad.write(&h, sizeof(h));
+  BOOST_CHECK(bad.dropped());
+  BOOST_CHECK_EQUAL(l->connections(), 0u);
+  road_client good{*l, road_kind::shm, 1u << 20};
+  echo_one(good, 1, 64u << 10);
+}
+
+BOOST_AUTO_TEST_CASE(a_silent_peer_does_not_hold_up_other_connections) {
+  auto l = start_echo_listener(5000);
+  raw_peer silent{*l, false};
+  auto t0 = std::chrono::steady_clock::now();
+  auto box = std::make_shared<inbox>();
+  auto c = road_dial("127.0.0.1", l->info(), road_kind::tcp, 0, 2000,
+                     inbox::on_msg(box), inbox::on_down(box));
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - t0)
+                .count();
+  // Not BOOST_REQUIRE: an aborted case fails even when failures are expected.
+  BOOST_CHECK_MESSAGE(c, "dial beside a silent peer: " << why(c) << " after "
+                                                       << ms << " ms");
+  if (c)
+    (*c)->close();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
