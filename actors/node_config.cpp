@@ -63,7 +63,7 @@ node_config::node_config() {
       .add(kv.request_timeout_ms, "request-timeout-ms",
            "give up on a reply after this long (ms, > 0)")
       .add(kv.max_message_bytes, "max-message-bytes",
-           "cut pushes into parts above this size (bytes)")
+           "cut pushes and pulls into parts of at most this (bytes)")
       .add(kv.road_text, "road",
            "auto (shared memory on one machine, else TCP) | tcp | middleman")
       .add(kv.window_bytes, "window-bytes",

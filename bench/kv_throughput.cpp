@@ -40,7 +40,8 @@ const char* usage =
     "usage: kv_throughput [--servers=N] [--mode=async|sync] [--seconds=S]"
     " [--road=all|middleman|tcp|shm] [--node=PATH]\n"
     "  --road     roads to measure, each on a fresh cluster (default all)\n"
-    "  --max-message-bytes  the kv client's part size (default 16 MiB)\n"
+    "  --max-message-bytes  the kv client's part size (default: the kv"
+    " default, 1 MiB)\n"
     "  --servers  troupe-node servers to start, 1..64 (default 1)\n"
     "  --mode     consistency mode of the servers (default async)\n"
     "  --seconds  timed transfer per row, 0 < S <= 60 (default 0.5)\n"
@@ -53,7 +54,7 @@ struct options {
   double seconds = 0.5;
   std::string node;
   std::vector<std::string> roads{"middleman", "tcp", "shm"};
-  uint32_t max_message_bytes = 16u << 20;
+  uint32_t max_message_bytes = kv_settings{}.max_message_bytes;
 };
 
 double since(steady::time_point t0) {
