@@ -38,18 +38,6 @@ void shard_store::set_workers(const std::set<uint32_t>& live) {
   complete_rounds();
 }
 
-namespace {
-
-std::vector<slice_view> views_of(const std::vector<slice_data>& xs) {
-  std::vector<slice_view> out;
-  out.reserve(xs.size());
-  for (auto& x : xs)
-    out.push_back(slice_view{x.id, x.values.data(), x.values.size()});
-  return out;
-}
-
-} // namespace
-
 caf::error shard_store::check_slices(const std::vector<slice_view>& xs) const {
   for (auto& x : xs) {
     auto i = slices_.find(x.id);

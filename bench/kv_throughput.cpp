@@ -326,31 +326,23 @@ caf::error init_keys(session& s, const std::vector<size_t>& floats) {
 }
 
 /// Pushes ones to `key` at the next clock, then pulls at the clock after
-/// (readable then in sync and async mode); checks the pull and returns
-/// the seconds that push and pull took.
+/// (readable then in sync and async mode): as two requests, or `batched`
+/// as one per server (kv::push_pull). Checks the pull and returns the
+/// seconds that push and pull took.
 caf::expected<double> push_pull_once(session& s, uint64_t key,
-                                     const std::vector<float>& ones) {
+                                     const std::vector<float>& ones,
+                                     bool batched) {
   auto xs = one_array(key, ones); // the caller's copy, not timed
   auto t0 = steady::now();
-  auto acked = s.store.push(s.next_clock++, std::move(xs));
-  if (!acked)
-    return std::move(acked.error());
-  auto got = s.store.pull(s.next_clock, {key});
-  auto secs = since(t0);
-  if (!got)
-    return std::move(got.error());
-  if (auto err = check_values(*got, key, ones.size(), ++s.pushed[key]))
-    return err;
-  return secs;
-}
-
-/// The same pair as one request per server (kv::push_pull: the push, then
-/// the pull at the next clock, sent together).
-caf::expected<double> push_pull_batched(session& s, uint64_t key,
-                                        const std::vector<float>& ones) {
-  auto xs = one_array(key, ones);
-  auto t0 = steady::now();
-  auto got = s.store.push_pull(s.next_clock++, std::move(xs), {key});
+  caf::expected<std::vector<named_array>> got{caf::error{}};
+  if (batched) {
+    got = s.store.push_pull(s.next_clock++, std::move(xs), {key});
+  } else {
+    auto acked = s.store.push(s.next_clock++, std::move(xs));
+    if (!acked)
+      return std::move(acked.error());
+    got = s.store.pull(s.next_clock, {key});
+  }
   auto secs = since(t0);
   if (!got)
     return std::move(got.error());
@@ -373,8 +365,7 @@ caf::expected<row_result> run_row(session& s, uint64_t key, size_t floats,
   std::vector<float> ones(floats, 1.0f);
   row_result out{floats * sizeof(float), 0, 0.0};
   for (int round = -1; out.seconds < seconds || out.rounds < 3; ++round) {
-    auto secs = batched ? push_pull_batched(s, key, ones)
-                        : push_pull_once(s, key, ones);
+    auto secs = push_pull_once(s, key, ones, batched);
     if (!secs)
       return std::move(secs.error());
     out.seconds += round >= 0 ? *secs : 0.0;

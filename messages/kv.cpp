@@ -60,14 +60,6 @@ void write_slices(capnp::List<schema::Slice>::Builder out,
   }
 }
 
-std::vector<slice_view> views_of(const std::vector<slice_data>& xs) {
-  std::vector<slice_view> out;
-  out.reserve(xs.size());
-  for (auto& x : xs)
-    out.push_back(slice_view{x.id, x.values.data(), x.values.size()});
-  return out;
-}
-
 /// Words a message with these slices needs, so that it is built in one
 /// segment instead of a chain of growing ones.
 uint32_t words_for(const std::vector<slice_view>& xs) {
@@ -122,6 +114,14 @@ caf::error visit_slices(capnp::List<schema::Slice>::Reader in,
 }
 
 } // namespace
+
+std::vector<slice_view> views_of(const std::vector<slice_data>& xs) {
+  std::vector<slice_view> out;
+  out.reserve(xs.size());
+  for (auto& x : xs)
+    out.push_back(slice_view{x.id, x.values.data(), x.values.size()});
+  return out;
+}
 
 frame encode(const init_request& x) {
   capnp::MallocMessageBuilder msg;
@@ -223,16 +223,10 @@ caf::error decode(bytes_view f, init_request& x) {
 }
 
 caf::error decode(bytes_view f, push_request& x) {
-  return decode_guarded(f, "Push", [&x](frame_reader& rd) {
-    auto r = rd.get<schema::Push>();
-    x.worker = r.getWorker();
-    x.clock = r.getClock();
-    x.epoch = r.getEpoch();
-    x.part = r.getPart();
-    x.parts = r.getParts();
-    if (x.parts == 0 || x.part >= x.parts)
-      return bad("push part out of range");
-    return read_slices(r.getSlices(), x.slices);
+  x.slices.clear();
+  return visit_push(f, x, [&x](slice_id id, const float* xs, size_t n) {
+    x.slices.push_back(slice_data{id, {xs, xs + n}});
+    return caf::error{};
   });
 }
 

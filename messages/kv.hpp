@@ -80,6 +80,9 @@ struct pull_reply {
   std::vector<slice_data> slices;
 };
 
+/// Views of the values of `xs` (valid while `xs` is unchanged).
+std::vector<slice_view> views_of(const std::vector<slice_data>& xs);
+
 /// Most slices in one kv message.
 constexpr size_t max_slices_per_message = size_t{1} << 20;
 
