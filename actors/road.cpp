@@ -115,6 +115,53 @@ bool recv_all(int fd, void* buf, size_t n) {
   return true;
 }
 
+/// Reads a stream through a buffer: a small message costs one recv instead
+/// of two, and messages that arrive together share one. Large payloads go
+/// straight to their destination.
+class stream_reader {
+public:
+  explicit stream_reader(int fd) : fd_(fd), buf_(new char[capacity]) {}
+
+  /// Copies the next `n` bytes to `dst`; false on EOF or error (errno set,
+  /// 0 on EOF).
+  bool read(void* dst, size_t n) {
+    auto* out = static_cast<char*>(dst);
+    auto avail = end_ - begin_;
+    if (avail >= n) {
+      std::memcpy(out, buf_.get() + begin_, n);
+      begin_ += n;
+      return true;
+    }
+    std::memcpy(out, buf_.get() + begin_, avail);
+    out += avail;
+    n -= avail;
+    begin_ = end_ = 0;
+    if (n >= capacity / 2)
+      return recv_all(fd_, out, n);
+    while (end_ < n) {
+      auto got = ::recv(fd_, buf_.get() + end_, capacity - end_, 0);
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got <= 0) {
+        if (got == 0)
+          errno = 0;
+        return false;
+      }
+      end_ += static_cast<size_t>(got);
+    }
+    std::memcpy(out, buf_.get(), n);
+    begin_ = n;
+    return true;
+  }
+
+private:
+  static constexpr size_t capacity = 64 * 1024;
+  int fd_;
+  std::unique_ptr<char[]> buf_;
+  size_t begin_ = 0;
+  size_t end_ = 0;
+};
+
 /// Reads a header that may carry two file descriptors (hello on unix).
 bool recv_header(int fd, wire_header& h, int fds[2]) {
   iovec iov{&h, sizeof(h)};
@@ -515,16 +562,12 @@ void road_conn::fail(caf::error err) {
 }
 
 void road_conn::read_loop() {
+  // The hello, the only message with file descriptors, is read before.
+  // Descriptors a peer sends later are dropped by the kernel.
+  stream_reader in{fd_};
   for (;;) {
     wire_header h;
-    int fds[2] = {-1, -1};
-    bool ok = in_.base == nullptr && out_.base == nullptr
-                  ? recv_header(fd_, h, fds) // a hello may carry rings
-                  : recv_all(fd_, &h, sizeof(h));
-    for (int fd : fds)
-      if (fd >= 0)
-        ::close(fd); // only hello uses them (road_listener's reader)
-    if (!ok) {
+    if (!in.read(&h, sizeof(h))) {
       fail(caf::make_error(errc::peer_down, "road connection lost",
                            errno ? std::string{strerror(errno)}
                                  : std::string{"closed by peer"}));
@@ -555,7 +598,7 @@ void road_conn::read_loop() {
       m->ring_bytes = h.bytes;
     } else {
       m->buffer = take_buffer(h.bytes / 8 + 1, m->buffer_words);
-      if (!recv_all(fd_, m->buffer.get(), h.bytes)) {
+      if (!in.read(m->buffer.get(), h.bytes)) {
         fail(caf::make_error(errc::peer_down, "road connection lost mid-frame",
                              errno ? std::string{strerror(errno)}
                                    : std::string{"closed by peer"}));
