@@ -92,6 +92,8 @@ void when_ready(self_ptr self, F fn, std::function<void(caf::error)> fail) {
   start_tick(self);
 }
 
+void drop_road(self_ptr self, uint32_t rank, const caf::error& why);
+
 /// Opens the fast road to server `n` if allowed; CAF carries its frames
 /// otherwise. Blocks for at most the request timeout (a local connect).
 void dial_road(self_ptr self, const node_info& n) {
@@ -117,6 +119,9 @@ void dial_road(self_ptr self, const node_info& n) {
   }
   TROUPE_LOG(debug, who(self), "fast road to server ", rank, ": ",
              to_string((*conn)->kind()));
+  // A newer view may have made us connect again: the old road goes.
+  drop_road(self, rank,
+            caf::make_error(errc::peer_down, "server", rank, "reconnected"));
   self->state.roads[rank].conn = std::move(*conn);
 }
 
@@ -509,6 +514,7 @@ struct pull_target {
   arrays out;                          // capacity reserved, filled in order
   std::vector<size_t> floats;          // declared size of each
   std::vector<size_t> got;             // floats received of each
+  std::vector<std::vector<bool>> seen; // slices received of each
   std::map<uint64_t, size_t> index_of; // key -> index in out
 };
 
@@ -561,6 +567,11 @@ caf::error copy_reply(bytes_view f, pull_target& t, uint32_t bound) {
         auto range = slice_range(total, bound, id.index);
         if (n != range.second - range.first)
           return caf::make_error(errc::bad_shape, id.key, id.index);
+        auto& seen = t.seen[i->second];
+        if (seen[id.index])
+          return caf::make_error(errc::malformed_message, "slice", id.key,
+                                 id.index, "twice in pull replies");
+        seen[id.index] = true;
         t.got[i->second] += n;
         if (range.first == dst.size()) {
           dst.insert(dst.end(), xs, xs + n);
@@ -591,6 +602,8 @@ void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
     t->out.back().values.reserve(i->second);
     t->floats.push_back(i->second);
     t->got.push_back(0);
+    t->seen.emplace_back(slice_count(i->second, self->state.view.slice_floats),
+                         false);
   }
   auto g = std::make_shared<gather>();
   g->on_error = [reply](caf::error err) { reply(std::move(err)); };
@@ -600,7 +613,8 @@ void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
       [t, bound](bytes_view f) { return copy_reply(f, *t, bound); },
       [reply, t] {
         for (size_t k = 0; k < t->out.size(); ++k)
-          if (t->got[k] != t->floats[k]) // a slice missing or repeated
+          if (t->got[k] != t->floats[k] || // a slice missing
+              t->out[k].values.size() != t->floats[k])
             return reply(caf::make_error(errc::malformed_message,
                                          "pull reply lacks slices of key",
                                          t->out[k].key));
@@ -724,6 +738,11 @@ void stop(self_ptr self, caf::error err) {
     if (auto g = call.g.lock())
       g->fail(err);
   st.calls.clear();
+  std::vector<uint32_t> ranks;
+  for (auto& [rank, link] : st.roads)
+    ranks.push_back(rank);
+  for (auto rank : ranks) // also fails what waits behind a window
+    drop_road(self, rank, err);
   self->quit(std::move(err));
 }
 

@@ -349,14 +349,19 @@ size_t ring_space::take(size_t n) {
       i->second -= n;
       if (i->second == 0)
         free_.erase(i);
+      taken_.emplace(off, n);
       return off;
     }
   return SIZE_MAX;
 }
 
-void ring_space::give(size_t offset, size_t n) {
+bool ring_space::give(size_t offset, size_t n) {
   n = (n + 63) & ~size_t{63};
   std::lock_guard<std::mutex> guard{mtx_};
+  auto t = taken_.find(offset);
+  if (t == taken_.end() || t->second != n)
+    return false;
+  taken_.erase(t);
   auto i = std::lower_bound(free_.begin(), free_.end(),
                             std::make_pair(offset, size_t{0}));
   i = free_.emplace(i, offset, n);
@@ -372,6 +377,7 @@ void ring_space::give(size_t offset, size_t n) {
       free_.erase(i);
     }
   }
+  return true;
 }
 
 size_t ring_space::free_bytes() const {
@@ -542,8 +548,9 @@ void road_conn::give_buffer(std::unique_ptr<uint64_t[]> buf, size_t capacity) {
 }
 
 void road_conn::released(uint64_t offset, uint64_t bytes) {
-  if (out_space_ && offset < out_.bytes && bytes <= out_.bytes - offset)
-    out_space_->give(offset, bytes);
+  if (!out_space_ || !out_space_->give(offset, bytes))
+    fail(caf::make_error(errc::malformed_message,
+                         "road: release of a ring region not in use"));
 }
 
 void road_conn::close() {
@@ -562,6 +569,14 @@ void road_conn::fail(caf::error err) {
 }
 
 void road_conn::read_loop() {
+  try {
+    read_messages();
+  } catch (const std::exception& e) { // e.g. no memory for a huge frame
+    fail(caf::make_error(errc::peer_down, "road reader failed", e.what()));
+  }
+}
+
+void road_conn::read_messages() {
   // The hello, the only message with file descriptors, is read before.
   // Descriptors a peer sends later are dropped by the kernel.
   stream_reader in{fd_};
@@ -581,6 +596,8 @@ void road_conn::read_loop() {
     auto op = static_cast<road_op>(h.op);
     if (op == road_op::release) {
       released(h.offset, h.bytes);
+      if (closed_)
+        return;
       continue;
     }
     auto m = std::make_shared<road_message>();
@@ -705,16 +722,19 @@ road_listener::start(const std::string& host, uint16_t port,
     l->unix_fd_ = -1;
   }
   l->wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
+  if (l->wake_fd_ < 0)
+    return sys_error("road: eventfd");
   l->acceptor_ = std::thread{[p = l.get()] { p->accept_loop(); }};
   return l;
 }
 
 road_listener::~road_listener() {
   uint64_t one = 1;
-  if (::write(wake_fd_, &one, sizeof(one)) < 0)
-    TROUPE_LOG(warning, "road", "cannot wake the acceptor");
-  if (acceptor_.joinable())
+  if (acceptor_.joinable()) {
+    if (::write(wake_fd_, &one, sizeof(one)) < 0)
+      TROUPE_LOG(warning, "road", "cannot wake the acceptor");
     acceptor_.join();
+  }
   for (int fd : {tcp_fd_, unix_fd_, wake_fd_})
     if (fd >= 0)
       ::close(fd);
@@ -752,9 +772,34 @@ void road_listener::accept_loop() {
 
 void road_listener::accept_one(int lfd, road_kind kind) {
   int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-  if (fd < 0)
+  if (fd < 0) {
+    if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) {
+      TROUPE_LOG(warning, "road", "cannot accept: ", strerror(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds{50});
+    }
     return;
-  auto c = std::make_shared<road_conn>(fd, kind, send_timeout_ms_);
+  }
+  if (connections() >= max_connections) {
+    TROUPE_LOG(warning, "road", "refused a connection: already ",
+               max_connections);
+    ::close(fd);
+    return;
+  }
+  try {
+    start_conn(fd, kind);
+  } catch (const std::exception& e) { // no thread or memory left
+    TROUPE_LOG(warning, "road", "refused a connection: ", e.what());
+  }
+}
+
+void road_listener::start_conn(int fd, road_kind kind) {
+  road_conn_ptr c;
+  try {
+    c = std::make_shared<road_conn>(fd, kind, send_timeout_ms_);
+  } catch (...) {
+    ::close(fd); // the connection never owned it
+    throw;
+  }
   // The hello is read on the connection's own thread: a silent peer holds
   // up no one else. `this` outlives the handler: ~road_listener joins the
   // reader of every connection it still holds.

@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -97,12 +98,15 @@ public:
   explicit ring_space(size_t bytes);
   /// An offset for `n` bytes (rounded up to 64), or SIZE_MAX if none.
   size_t take(size_t n);
-  void give(size_t offset, size_t n);
+  /// Gives back a region `take` handed out; false (and nothing changes)
+  /// for anything else: a peer may not free what is not in use.
+  bool give(size_t offset, size_t n);
   size_t free_bytes() const;
 
 private:
   mutable std::mutex mtx_;
   std::vector<std::pair<size_t, size_t>> free_; // (offset, bytes), sorted
+  std::map<size_t, size_t> taken_;              // offset -> bytes
 };
 
 /// One end of a road connection. Thread-safe sends; one reader thread.
@@ -160,6 +164,7 @@ private:
                           const std::vector<outbound::piece>& pieces,
                           size_t bytes);
   void read_loop();
+  void read_messages();
   void fail(caf::error err);
 
   int fd_;
@@ -200,6 +205,9 @@ private:
   road_listener() = default;
   void accept_loop();
   void accept_one(int lfd, road_kind kind);
+  void start_conn(int fd, road_kind kind);
+  /// Connections a listener keeps at most; more are refused.
+  static constexpr size_t max_connections = 1024;
   /// Drops an ended connection: its rings go once its messages are gone.
   void forget(uint64_t serial);
 

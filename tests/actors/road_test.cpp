@@ -121,6 +121,21 @@ BOOST_AUTO_TEST_CASE(ring_space_takes_first_fit_in_64_byte_units) {
   BOOST_CHECK_EQUAL(r.take(1), SIZE_MAX); // full
 }
 
+BOOST_AUTO_TEST_CASE(ring_space_gives_back_only_regions_in_use) {
+  ring_space r{1024};
+  auto a = r.take(256);
+  BOOST_REQUIRE_EQUAL(a, 0u);
+  BOOST_CHECK(!r.give(256, 256)); // never taken
+  BOOST_CHECK(!r.give(0, 64));    // not the size taken
+  BOOST_CHECK(!r.give(1016, 8));  // would reach past the end once rounded
+  BOOST_CHECK_EQUAL(r.free_bytes(), 768u);
+  BOOST_CHECK(r.give(a, 256));
+  BOOST_CHECK(!r.give(a, 256)); // twice
+  BOOST_CHECK_EQUAL(r.free_bytes(), 1024u);
+  BOOST_CHECK_EQUAL(r.take(1024), 0u); // whole again, not more
+  BOOST_CHECK_EQUAL(r.take(64), SIZE_MAX);
+}
+
 BOOST_AUTO_TEST_CASE(ring_space_coalesces_regions_given_back_in_any_order) {
   ring_space r{1024};
   for (size_t i = 0; i < 4; ++i)
@@ -316,7 +331,7 @@ BOOST_AUTO_TEST_CASE(a_bad_header_after_hello_ends_only_that_connection) {
     const char* what;
     raw_header h;
   };
-  std::vector<bad_case> cases(5);
+  std::vector<bad_case> cases(6);
   cases[0].what = "bad magic";
   cases[0].h.magic = 0xdeadbeef;
   cases[1].what = "unknown op";
@@ -331,6 +346,9 @@ BOOST_AUTO_TEST_CASE(a_bad_header_after_hello_ends_only_that_connection) {
   cases[4].h.op = uint8_t(road_op::push);
   cases[4].h.in_ring = 1;
   cases[4].h.bytes = 64;
+  cases[5].what = "release of a ring region not in use";
+  cases[5].h.op = uint8_t(road_op::release);
+  cases[5].h.bytes = 64;
   uint64_t id = 1;
   for (auto& c : cases) {
     BOOST_TEST_MESSAGE(c.what);
