@@ -97,20 +97,30 @@ caf::error send_all(int fd, std::vector<iovec>& iov, int fd_a = -1,
   return caf::none;
 }
 
+/// One recv, retried on EINTR: bytes read, or 0 on EOF or error (errno
+/// set, 0 on EOF).
+size_t recv_some(int fd, void* buf, size_t n, int flags) {
+  for (;;) {
+    auto got = ::recv(fd, buf, n, flags);
+    if (got > 0)
+      return static_cast<size_t>(got);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got == 0)
+      errno = 0;
+    return 0;
+  }
+}
+
 /// Reads exactly `n` bytes; false on EOF or error (errno set, 0 on EOF).
 bool recv_all(int fd, void* buf, size_t n) {
   auto* p = static_cast<char*>(buf);
   while (n > 0) {
-    auto got = ::recv(fd, p, n, MSG_WAITALL);
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got <= 0) {
-      if (got == 0)
-        errno = 0;
+    auto got = recv_some(fd, p, n, MSG_WAITALL);
+    if (got == 0)
       return false;
-    }
     p += got;
-    n -= static_cast<size_t>(got);
+    n -= got;
   }
   return true;
 }
@@ -139,15 +149,10 @@ public:
     if (n >= capacity / 2)
       return recv_all(fd_, out, n);
     while (end_ < n) {
-      auto got = ::recv(fd_, buf_.get() + end_, capacity - end_, 0);
-      if (got < 0 && errno == EINTR)
-        continue;
-      if (got <= 0) {
-        if (got == 0)
-          errno = 0;
+      auto got = recv_some(fd_, buf_.get() + end_, capacity - end_, 0);
+      if (got == 0)
         return false;
-      }
-      end_ += static_cast<size_t>(got);
+      end_ += got;
     }
     std::memcpy(out, buf_.get(), n);
     begin_ = n;
