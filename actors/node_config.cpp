@@ -73,7 +73,9 @@ node_config::node_config() {
   opt_group{custom_options_, "server"}
       .add(mode_text, "mode", "sync | async | ssp:S")
       .add(server.road_port, "road-port",
-           "TCP port of the fast road (0 = any free)");
+           "TCP port of the fast road (0 = any free)")
+      .add(server.road_send_timeout_ms, "road-send-timeout-ms",
+           "drop a worker that reads no reply for this long (ms, > 0)");
   opt_group{custom_options_, "kv"}
       .add(kv.request_timeout_ms, "request-timeout-ms",
            "give up on a reply after this long (ms, > 0)")
@@ -159,6 +161,9 @@ caf::error node_config::finish() {
   if (kv.max_message_bytes < (1u << 16))
     return caf::make_error(errc::invalid_config,
                            "--kv.max-message-bytes must be >= 65536");
+  if (server.road_send_timeout_ms == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--server.road-send-timeout-ms must be > 0");
   auto road = parse_road(kv.road_text);
   if (!road)
     return std::move(road.error());

@@ -32,8 +32,11 @@ struct server_settings {
   consistency mode;
   /// TCP port of the fast road (actors/road.hpp); 0 = any free port.
   uint16_t road_port = 0;
-  /// Give up on a worker that does not read a reply after this long (ms).
-  uint32_t road_send_timeout_ms = 10000;
+  /// Give up on a worker that does not read a reply after this long (ms):
+  /// the reply is written on the server's actor thread, so a hung worker
+  /// holds up the others this long at most. Default 2000 (the default
+  /// heartbeat timeout); a 1 MiB part takes ~1 ms on loopback.
+  uint32_t road_send_timeout_ms = 2000;
 };
 
 /// Settings of a worker's kv client (INI group "kv").

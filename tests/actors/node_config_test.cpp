@@ -62,6 +62,21 @@ BOOST_AUTO_TEST_CASE(flags_set_options) {
   BOOST_CHECK(*hb == caf::timespan{std::chrono::milliseconds{50}});
 }
 
+BOOST_AUTO_TEST_CASE(the_road_flag_picks_the_road) {
+  for (auto [flag, kind] :
+       {std::pair{"auto", road_kind::shm}, std::pair{"shm", road_kind::shm},
+        std::pair{"tcp", road_kind::tcp},
+        std::pair{"middleman", road_kind::middleman}}) {
+    node_config cfg;
+    BOOST_REQUIRE(!parse(cfg, {std::string{"--kv.road="} + flag}));
+    BOOST_CHECK_MESSAGE(cfg.kv.road == kind, flag);
+  }
+  node_config defaults;
+  BOOST_REQUIRE(!parse(defaults, {}));
+  BOOST_CHECK(defaults.kv.road == road_kind::shm); // auto
+  BOOST_CHECK_EQUAL(defaults.kv.max_message_bytes, 1u << 20);
+}
+
 BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   auto rejected = [](std::vector<std::string> args, const std::string& flag) {
     node_config cfg;
@@ -82,6 +97,11 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--optimizer.on=gpu"}, "--optimizer.on");
   rejected({"--train.evals-per-epoch=0"}, "--train.evals-per-epoch");
   rejected({"--port=99999"}, "");
+  rejected({"--kv.road=fast"}, "--kv.road");
+  rejected({"--kv.window-bytes=65536"}, "--kv.window-bytes");
+  rejected({"--kv.ring-bytes=2147483648"}, "--kv.ring-bytes");
+  rejected({"--server.road-send-timeout-ms=0"},
+           "--server.road-send-timeout-ms");
   node_config cfg;
   BOOST_REQUIRE(!parse(cfg, {"--role=chief"}));
   BOOST_CHECK(cfg.node_role().error() == errc::invalid_config);
