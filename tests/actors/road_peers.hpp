@@ -243,13 +243,7 @@ struct raw_peer {
 
 /// Polls until the listener counts `n` live connections.
 inline bool await_connections(const road_listener& l, size_t n) {
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (l.connections() != n)
-    if (std::chrono::steady_clock::now() >= deadline)
-      return false;
-    else
-      std::this_thread::sleep_for(1ms); // no event for a refused connection
-  return true;
+  return poll_until([&l, n] { return l.connections() == n; }, 10s);
 }
 
 } // namespace troupe::test

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -21,20 +22,27 @@ inline size_t ring_mappings(const std::string& pid = "self") {
   return n;
 }
 
+/// Polls `pred` with back-off until it holds; false if `limit` passed
+/// first. For state with no event to wait on (/proc, a listener's count).
+inline bool poll_until(const std::function<bool()>& pred,
+                       std::chrono::milliseconds limit) {
+  using namespace std::chrono;
+  auto deadline = steady_clock::now() + limit;
+  for (auto delay = milliseconds{1};; delay = std::min(delay * 2, 50ms)) {
+    if (pred())
+      return true;
+    if (steady_clock::now() >= deadline)
+      return false;
+    std::this_thread::sleep_for(delay);
+  }
+}
+
 /// Polls until at most `n` ring mappings are left in `pid`; false if the
 /// deadline passed. A process that is gone maps nothing: check it lives.
 inline bool await_ring_mappings_at_most(
     size_t n, const std::string& pid = "self",
     std::chrono::milliseconds limit = std::chrono::seconds{10}) {
-  using namespace std::chrono;
-  auto deadline = steady_clock::now() + limit;
-  for (auto delay = milliseconds{1};; delay = std::min(delay * 2, 50ms)) {
-    if (ring_mappings(pid) <= n)
-      return true;
-    if (steady_clock::now() >= deadline)
-      return false;
-    std::this_thread::sleep_for(delay); // /proc offers no event to wait on
-  }
+  return poll_until([&pid, n] { return ring_mappings(pid) <= n; }, limit);
 }
 
 /// ESTABLISHED IPv4 sockets bound to local port `port` in this network

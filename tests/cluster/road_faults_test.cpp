@@ -41,20 +41,6 @@ long long ms_since(steady::time_point t0) {
       .count();
 }
 
-/// Polls `pred` until it holds; false if `limit` passed first. For state
-/// in /proc, which has no event to wait on.
-bool poll_until(const std::function<bool()>& pred,
-                std::chrono::milliseconds limit) {
-  auto deadline = steady::now() + limit;
-  for (auto delay = 1ms;; delay = std::min(delay * 2, 50ms)) {
-    if (pred())
-      return true;
-    if (steady::now() >= deadline)
-      return false;
-    std::this_thread::sleep_for(delay);
-  }
-}
-
 /// kB of road rings resident in process `pid`: pages it touched through
 /// its mappings, so frames went through them.
 size_t ring_rss_kb(pid_t pid) {
