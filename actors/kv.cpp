@@ -109,6 +109,10 @@ caf::expected<uint64_t> kv::barrier(const std::string& name,
       barrier_atom_v, name, timeout_ms);
 }
 
+caf::expected<uint64_t> kv::resume_clock() {
+  return impl_->call<uint64_t>(client_, impl_->timeout, clock_atom_v);
+}
+
 caf::expected<std::pair<uint32_t, cluster_view>> kv::view() {
   caf::expected<std::pair<uint32_t, cluster_view>> out{
       caf::make_error(caf::sec::unexpected_response)};

@@ -59,6 +59,10 @@ public:
   caf::expected<uint64_t> barrier(const std::string& name,
                                   uint32_t timeout_ms = 60000);
 
+  /// The clock to resume at: 0 on a first run; a worker restarted under
+  /// its old rank carries on from the clock the servers hold for it.
+  caf::expected<uint64_t> resume_clock();
+
   /// This worker's rank and current view (waits until joined).
   caf::expected<std::pair<uint32_t, cluster_view>> view();
 

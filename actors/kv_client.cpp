@@ -622,6 +622,35 @@ void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
       });
 }
 
+/// The clock this worker resumes at: the smallest of its clocks over the
+/// live servers (0 on a first run; a restarted worker carries on there).
+void do_clock(self_ptr self,
+              std::function<void(caf::expected<uint64_t>)> reply) {
+  auto& st = self->state;
+  std::vector<kv_request> msgs;
+  for (auto& s : st.view.servers) // an empty pull: only the clock comes back
+    msgs.push_back(kv_request{
+        s.rank, encode(pull_request{st.rank, 0, st.view.epoch, {}})});
+  auto g = std::make_shared<gather>();
+  g->on_error = [reply](caf::error err) { reply(std::move(err)); };
+  auto lo = std::make_shared<uint64_t>(UINT64_MAX);
+  scatter(
+      self, pull_atom_v, road_op::pull, g, std::move(msgs),
+      [lo](bytes_view f) {
+        uint64_t version = 0, clock = 0;
+        auto err = visit_pull_reply(
+            f, version,
+            [](slice_id id, const float*, size_t) {
+              return caf::make_error(errc::malformed_message, "unasked slice",
+                                     id.key, id.index);
+            },
+            &clock);
+        *lo = std::min(*lo, clock);
+        return err;
+      },
+      [reply, lo] { reply(*lo == UINT64_MAX ? 0 : *lo); });
+}
+
 // -- init -------------------------------------------------------------------
 
 void send_inits(self_ptr self, const arrays& xs,
@@ -889,6 +918,13 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
                   .then([rp](uint64_t epoch) mutable { rp.deliver(epoch); },
                         [rp](caf::error& err) mutable { rp.deliver(err); });
             },
+            fail_to(rp));
+        return rp;
+      },
+      [self](clock_atom) {
+        auto rp = self->make_response_promise();
+        when_ready(
+            self, [self, rp] { do_clock(self, deliver_to<uint64_t>(rp)); },
             fail_to(rp));
         return rp;
       },

@@ -17,6 +17,9 @@
 //       reads as a worker at `clock` (waits as the mode says)
 //   (barrier_atom, string name, uint32_t timeout_ms) -> uint64_t epoch
 //   (view_atom)                                -> uint32_t rank, frame view
+//   (clock_atom)                               -> uint64_t clock
+//       the clock to resume at: 0 on a first run; for a restarted worker
+//       the smallest clock the servers hold for its rank
 //
 // States and transitions (numbers cited in the code):
 //   joining -1-> connecting    1: RegisterReply: rank and view

@@ -81,6 +81,51 @@ void replace_placement(self_ptr self) {
     st.placement = place(st.keys, st.placement, servers, st.cfg.placement);
 }
 
+// -- events -----------------------------------------------------------------
+
+/// Most events kept; older ones are dropped (each is logged anyway).
+constexpr size_t max_events = 100000;
+
+/// Keeps `e` and logs it as one JSON line.
+void record(self_ptr self, event_record e) {
+  auto& evs = self->state.events;
+  bool bad = e.kind == "crashed" || e.kind == "gave-up" ||
+             e.kind == "agent-down" || e.kind == "exited";
+  if (bad)
+    TROUPE_LOG(warning, "scheduler", "event ", to_json(e));
+  else
+    TROUPE_LOG(info, "scheduler", "event ", to_json(e));
+  if (evs.size() == max_events)
+    evs.erase(evs.begin(), evs.begin() + max_events / 2);
+  evs.push_back(std::move(e));
+}
+
+void record(self_ptr self, const char* kind, const node_info& n,
+            std::string detail) {
+  record(self, event_record{now_ms(), kind, n.kind, n.rank, n.pid,
+                            std::move(detail), "scheduler"});
+}
+
+void on_event(self_ptr self, const frame& f) {
+  event_record e;
+  if (auto err = decode(f, e)) { // 2
+    TROUPE_LOG(warning, "scheduler",
+               "dropped an Event: ", self->system().render(err));
+    return;
+  }
+  auto from = self->current_sender();
+  auto& ms = self->state.members;
+  bool member = std::any_of(ms.begin(), ms.end(), [&from](const auto& m) {
+    return m.handle.address() == caf::actor_cast<caf::actor_addr>(from);
+  });
+  if (!member && from) {
+    auto addr = caf::actor_cast<caf::actor_addr>(from);
+    if (self->state.reporters.emplace(addr, e.source).second)
+      self->monitor(addr);
+  }
+  record(self, std::move(e));
+}
+
 // -- barriers ---------------------------------------------------------------
 
 void check_barriers(self_ptr self) {
@@ -99,6 +144,7 @@ void check_barriers(self_ptr self) {
     if (all_live_arrived && enough && !live.empty()) {
       for (auto& rp : b.waiting)
         rp.deliver(st.epoch);
+      st.passed.insert(i->first);
       i = st.barriers.erase(i);
     } else {
       ++i;
@@ -130,6 +176,9 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
   TROUPE_LOG(info, "scheduler", to_string(req.kind), " ", info.rank,
              " joined (pid ", req.pid, ", ", req.host, ":", req.port, ")");
   publish(self);
+  bool again = !self->state.seen.emplace(req.kind, info.rank).second;
+  record(self, again ? "rejoined" : "joined", info,
+         str("view ", self->state.epoch));
   check_barriers(self);
   auto reply = encode(register_reply{info.rank, current_view(self)});
   flush_parked(self); // declares waiting for this server
@@ -201,6 +250,8 @@ caf::result<uint64_t> on_barrier(self_ptr self, const frame& f) {
                "dropped Barrier: ", self->system().render(err));
     return err;
   }
+  if (self->state.passed.count(req.name) != 0) // a late arrival
+    return self->state.epoch;
   auto& b = self->state.barriers[req.name];
   b.kind = req.kind;
   b.arrived.insert(req.rank);
@@ -216,6 +267,12 @@ void on_down(self_ptr self, const caf::down_msg& dm) { // 1
     return m.handle.address() == dm.source;
   });
   if (i == ms.end()) {
+    auto r = self->state.reporters.find(dm.source);
+    if (r != self->state.reporters.end()) { // 3
+      record(self, event_record{now_ms(), "agent-down", role::scheduler, 0, 0,
+                                self->system().render(dm.reason), r->second});
+      self->state.reporters.erase(r);
+    }
     auto& ws = self->state.watchers;
     ws.erase(std::remove_if(ws.begin(), ws.end(),
                             [&dm](const caf::actor& w) {
@@ -228,13 +285,17 @@ void on_down(self_ptr self, const caf::down_msg& dm) { // 1
   ms.erase(i);
   auto what = str(to_string(info.kind), " ", info.rank, " (pid ", info.pid,
                   ") left the cluster: ", self->system().render(dm.reason));
-  if (dm.reason == caf::exit_reason::user_shutdown) // a normal exit
+  bool normal = dm.reason == caf::exit_reason::user_shutdown ||
+                dm.reason == caf::exit_reason::normal;
+  if (normal)
     TROUPE_LOG(info, "scheduler", what);
   else
     TROUPE_LOG(warning, "scheduler", what);
   if (info.kind == role::server)
     replace_placement(self);
   publish(self);
+  record(self, normal ? "left" : "crashed", info,
+         str(self->system().render(dm.reason), "; view ", self->state.epoch));
   check_barriers(self);
 }
 
@@ -249,6 +310,8 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
       [self](declare_atom, const frame& f) { return on_declare(self, f); },
       [self](barrier_atom, const frame& f) { return on_barrier(self, f); },
       [self](view_atom) { return encode(current_view(self)); },
+      [self](event_atom, const frame& f) { on_event(self, f); },
+      [self](events_atom) { return encode(self->state.events); },
       [self](watch_atom) {
         auto w = caf::actor_cast<caf::actor>(self->current_sender());
         self->monitor(w);

@@ -9,13 +9,30 @@
 //   (view_atom)                      -> frame ClusterView
 //   (watch_atom)                     -> frame ClusterView, then
 //                                       (view_atom, frame) on every change
+//   (event_atom, frame Event)        an agent or server reports an event
+//   (events_atom)                    -> frame EventLog  [every event so far]
 //   scheduler -> every member and watcher: (view_atom, frame ClusterView)
+//
+// Barriers: a barrier is released once every live node of its role has
+// arrived (and the expected number has ever joined). A released name stays
+// passed: a node arriving later (a restarted worker) goes through at once.
+// Use a new name for each synchronisation point.
+//
+// Events (membership.capnp Event), each logged as one JSON line and kept:
+//   joined / rejoined   a node registered (rejoined: its role and rank had
+//                       been in the cluster before)
+//   left / crashed      a member's actor ended normally / abnormally (a
+//                       killed process, or one whose heartbeats stopped)
+//   agent-down          an agent that had reported events is gone
+//   anything reported   restarts, give-ups, resumed rounds, ...
 //
 // Failure handling (numbers cited in the code):
 //   1: member down (monitor, or heartbeat timeout closing its connection):
 //      it leaves the view; a server's slices are placed on the survivors;
 //      epoch + 1; the view is published; barriers are re-checked.
 //   2: malformed request: answered with errc::malformed_message and logged.
+//   3: reporter (agent) down: an agent-down event; its processes stay in
+//      the view until their own monitors fire.
 #pragma once
 
 #include <map>
@@ -59,6 +76,10 @@ struct scheduler_state {
   std::vector<parked_declare> parked;       // until servers have joined
   std::map<role, uint32_t> joined;          // registrations ever, per role
   std::map<std::string, barrier> barriers;
+  std::set<std::string> passed;                     // released barrier names
+  std::set<std::pair<role, uint32_t>> seen;         // (role, rank) ever joined
+  std::vector<event_record> events;                 // oldest first
+  std::map<caf::actor_addr, std::string> reporters; // non-members reporting
 };
 
 using scheduler_actor = caf::stateful_actor<scheduler_state>;

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include <caf/event_based_actor.hpp>
@@ -51,6 +52,24 @@ std::string who(self_ptr self) {
   return "server " + std::to_string(self->state.rank);
 }
 
+/// Reports the first update after a worker was lost (a "resumed" event).
+void report_resumed(self_ptr self) {
+  auto& st = self->state;
+  if (st.lost_epoch == 0 || st.store.version() <= st.lost_version)
+    return;
+  auto workers = st.view.workers.size();
+  event_record e{now_ms(),
+                 "resumed",
+                 role::server,
+                 st.rank,
+                 static_cast<uint32_t>(::getpid()),
+                 str("version ", st.store.version(), " applied with ", workers,
+                     " workers after view ", st.lost_epoch),
+                 who(self)};
+  self->send(st.scheduler, event_atom_v, encode(e));
+  st.lost_epoch = 0;
+}
+
 /// Answers every waiting pull the store can serve now.
 void serve_pulls(self_ptr self) {
   auto& st = self->state;
@@ -67,9 +86,44 @@ void serve_pulls(self_ptr self) {
     if (auto err = st.store.read_views(p.req.slices, views))
       p.to.deliver(err);
     else // on the fast road, written straight from the store
-      p.to.deliver(encode_pull_reply(st.store.version(), views));
+      p.to.deliver(encode_pull_reply(st.store.version(), views,
+                                     st.store.clock_of(p.req.worker)));
   }
   st.pulls = std::move(still);
+  report_resumed(self);
+}
+
+/// Notes which workers are new in `v` (7) and whether one was lost.
+void track_workers(self_ptr self, const cluster_view& v) {
+  auto& st = self->state;
+  std::map<uint32_t, uint64_t> next;
+  for (auto& w : v.workers) {
+    auto old = std::find_if(st.view.workers.begin(), st.view.workers.end(),
+                            [&w](const node_info& o) { return o == w; });
+    auto i = st.incarnation.find(w.rank);
+    next[w.rank] = old != st.view.workers.end() && i != st.incarnation.end()
+                       ? i->second
+                       : v.epoch;
+  }
+  for (auto& w : st.view.workers)
+    if (next.count(w.rank) == 0 ||
+        std::none_of(v.workers.begin(), v.workers.end(),
+                     [&w](const node_info& n) { return n == w; })) {
+      if (st.lost_epoch == 0)
+        st.lost_version = st.store.version();
+      st.lost_epoch = v.epoch;
+    }
+  st.incarnation = std::move(next);
+}
+
+/// A request from a dead incarnation of its rank (7).
+caf::error check_incarnation(self_ptr self, uint32_t worker, uint64_t epoch) {
+  auto i = self->state.incarnation.find(worker);
+  if (i != self->state.incarnation.end() && epoch < i->second)
+    return caf::make_error(errc::not_a_member, "worker", worker,
+                           "request from view", epoch,
+                           "before it rejoined in view", i->second);
+  return caf::none;
 }
 
 void apply_view(self_ptr self, cluster_view v) { // 3
@@ -94,7 +148,15 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   std::set<uint32_t> workers;
   for (auto& w : v.workers)
     workers.insert(w.rank);
+  track_workers(self, v);
   st.store.set_owned(owned);
+  // A rank taken by a new process without a view in between: the old one
+  // leaves first, so the new one starts at the others' clock.
+  auto kept = workers;
+  for (auto& [rank, epoch] : st.incarnation)
+    if (epoch == v.epoch)
+      kept.erase(rank);
+  st.store.set_workers(kept);
   st.store.set_workers(workers);
   st.view = std::move(v);
   TROUPE_LOG(debug, who(self), "view ", st.view.epoch, ": ", owned.size(),
@@ -138,6 +200,10 @@ bool decode_or_reject(self_ptr self, bytes_view f, Request& req, replier& rp) {
 }
 
 void handle_init(self_ptr self, init_request req, replier rp) {
+  if (auto err = check_incarnation(self, req.worker, req.epoch)) {
+    rp.deliver(err);
+    return;
+  }
   if (auto err = self->state.store.init(req)) {
     rp.deliver(err);
     return;
@@ -148,6 +214,10 @@ void handle_init(self_ptr self, init_request req, replier rp) {
 
 void handle_push(self_ptr self, const push_request& req,
                  const std::vector<slice_view>& values, replier rp) {
+  if (auto err = check_incarnation(self, req.worker, req.epoch)) {
+    rp.deliver(err);
+    return;
+  }
   auto reply = self->state.store.push(req, values);
   if (!reply) {
     TROUPE_LOG(debug, who(self),
@@ -161,6 +231,10 @@ void handle_push(self_ptr self, const push_request& req,
 
 void handle_pull(self_ptr self, pull_request req, replier rp) {
   auto& st = self->state;
+  if (auto err = check_incarnation(self, req.worker, req.epoch)) {
+    rp.deliver(err);
+    return;
+  }
   if (auto err = st.store.check_pull(req.worker, req.clock)) {
     rp.deliver(err);
     return;

@@ -19,9 +19,16 @@
 //                                until that view arrives
 //   running -5-> running      5: malformed request: error reply, logged
 //   any     -6-> stopped      6: scheduler down: the job is over
+//   running -7-> running      7: request from an earlier incarnation of its
+//                                rank (a process declared dead whose rank a
+//                                restarted one took): refused, not_a_member
+//
+// After a view that lost a worker, the first update applied without it is
+// reported to the scheduler as a "resumed" event.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -71,6 +78,13 @@ struct shard_server_state {
   uint32_t request_timeout_ms = 10000;
   server_settings cfg;
   std::unique_ptr<road_listener> road; // null: CAF only
+  // Worker rank -> epoch of the view it (re)joined in: older requests come
+  // from a dead incarnation (7).
+  std::map<uint32_t, uint64_t> incarnation;
+  // A worker left in view `lost_epoch`; 0 = none pending. Reported as
+  // resumed once the version passes `lost_version`.
+  uint64_t lost_epoch = 0;
+  uint64_t lost_version = 0;
 };
 
 using shard_server_actor = caf::stateful_actor<shard_server_state>;

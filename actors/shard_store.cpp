@@ -191,6 +191,11 @@ caf::error shard_store::read_views(const std::vector<slice_id>& ids,
   return caf::none;
 }
 
+uint64_t shard_store::clock_of(uint32_t worker) const {
+  auto i = workers_.find(worker);
+  return i == workers_.end() ? 0 : i->second.clock;
+}
+
 uint64_t shard_store::min_clock() const {
   if (workers_.empty())
     return 0;

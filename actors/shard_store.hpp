@@ -89,6 +89,9 @@ public:
   /// Clock of the slowest live worker (0 if none).
   uint64_t min_clock() const;
 
+  /// Clocks `worker` has pushed whole here (0 if not live).
+  uint64_t clock_of(uint32_t worker) const;
+
   const consistency& mode() const { return mode_; }
 
 private:

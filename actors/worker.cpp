@@ -10,6 +10,7 @@
 #include <caf/system_messages.hpp>
 
 #include "actors/kv.hpp"
+#include "actors/log.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -108,9 +109,18 @@ void on_started(worker_ptr self) { // 3
               stop(self, err);
               return;
             }
-            self->state.logic->start(rank,
-                                     static_cast<uint32_t>(v.workers.size()));
-            start_step(self);
+            auto workers = static_cast<uint32_t>(v.workers.size());
+            self->request(self->state.kv, kv_grace, clock_atom_v)
+                .then(
+                    [self, rank, workers](uint64_t clock) {
+                      if (clock > 0) // a restarted worker catches up
+                        TROUPE_LOG(info, "worker " + std::to_string(rank),
+                                   "rejoined: resuming at clock ", clock);
+                      self->state.clock = clock;
+                      self->state.logic->start(rank, workers);
+                      start_step(self);
+                    },
+                    [self](caf::error& err) { stop(self, err); });
           },
           [self](caf::error& err) { stop(self, err); });
 }

@@ -61,6 +61,9 @@ struct Pull {
 struct PullReply {
   version @0 :UInt64;       # server version the values belong to
   slices  @1 :List(Slice);  # in the order they were asked for
+  clock   @2 :UInt64;       # the puller's clock here: clocks it has pushed
+                            # whole (a rejoining worker resumes from the
+                            # smallest over the servers)
 }
 
 struct Failure {

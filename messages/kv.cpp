@@ -172,14 +172,16 @@ frame encode(const pull_request& x) {
 }
 
 frame encode(const pull_reply& x) {
-  return encode_pull_reply(x.version, views_of(x.slices)).flatten();
+  return encode_pull_reply(x.version, views_of(x.slices), x.clock).flatten();
 }
 
 outbound encode_pull_reply(uint64_t version,
-                           const std::vector<slice_view>& slices) {
+                           const std::vector<slice_view>& slices,
+                           uint64_t clock) {
   auto msg = std::make_unique<capnp::MallocMessageBuilder>(words_for(slices));
   auto b = msg->initRoot<schema::PullReply>();
   b.setVersion(version);
+  b.setClock(clock);
   write_slices(b.initSlices(slices.size()), slices, msg.get());
   return to_outbound(std::move(msg));
 }
@@ -259,16 +261,20 @@ caf::error decode(bytes_view f, pull_reply& x) {
   return decode_guarded(f, "PullReply", [&x](frame_reader& rd) {
     auto r = rd.get<schema::PullReply>();
     x.version = r.getVersion();
+    x.clock = r.getClock();
     return read_slices(r.getSlices(), x.slices);
   });
 }
 
 caf::error visit_pull_reply(
     bytes_view f, uint64_t& version,
-    const std::function<caf::error(slice_id, const float*, size_t)>& fn) {
+    const std::function<caf::error(slice_id, const float*, size_t)>& fn,
+    uint64_t* clock) {
   return decode_guarded(f, "PullReply", [&](frame_reader& rd) {
     auto r = rd.get<schema::PullReply>();
     version = r.getVersion();
+    if (clock != nullptr)
+      *clock = r.getClock();
     return visit_slices(r.getSlices(), fn);
   });
 }

@@ -78,6 +78,7 @@ struct pull_request {
 struct pull_reply {
   uint64_t version = 0;
   std::vector<slice_data> slices;
+  uint64_t clock = 0; ///< the puller's clock at the server
 };
 
 /// Views of the values of `xs` (valid while `xs` is unchanged).
@@ -98,7 +99,8 @@ frame encode(const pull_reply& x);
 outbound encode_push(const push_request& header,
                      const std::vector<slice_view>& slices);
 outbound encode_pull_reply(uint64_t version,
-                           const std::vector<slice_view>& slices);
+                           const std::vector<slice_view>& slices,
+                           uint64_t clock = 0);
 
 /// A failed request on the fast road (kv.capnp Failure): troupe codes keep
 /// their code, others become their rendered text.
@@ -107,9 +109,11 @@ caf::error decode_failure(bytes_view f);
 
 /// Reads a PullReply without copying it into vectors: `fn` sees each slice
 /// in place (valid only during the call) and may return an error to stop.
+/// `clock`, if given, gets the reply's clock.
 caf::error visit_pull_reply(
     bytes_view f, uint64_t& version,
-    const std::function<caf::error(slice_id, const float*, size_t)>& fn);
+    const std::function<caf::error(slice_id, const float*, size_t)>& fn,
+    uint64_t* clock = nullptr);
 
 caf::error decode(bytes_view f, init_request& x);
 caf::error decode(bytes_view f, push_request& x);

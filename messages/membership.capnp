@@ -4,6 +4,8 @@
 #   scheduler -> every node              : ClusterView     (on every change)
 #   worker kv client       -> scheduler : Declare         -> DeclareReply
 #   any node               -> scheduler : Barrier         -> (empty reply)
+#   agent, server          -> scheduler : Event           (no reply)
+#   anyone                 -> scheduler : (events query)  -> EventLog
 @0xc3eeedaf328c9725;
 
 using Cxx = import "/capnp/c++.capnp";
@@ -92,4 +94,24 @@ struct Barrier {
   name @0 :Text;   # 1..64 characters
   role @1 :Role;   # whose arrivals count
   rank @2 :UInt32; # the arriving node's rank within `role`
+}
+
+struct Event {
+  # A failure, restart, promotion or rejoin: agents and servers report them
+  # to the scheduler, which adds its own (joins, departures), logs each one
+  # and keeps them all in order of arrival.
+  atMs   @0 :Int64;   # wall-clock time it was observed, ms since 1970 (UTC)
+  kind   @1 :Text;    # joined | rejoined | left | crashed | exited |
+                      # restarting | restarted | gave-up | resumed |
+                      # agent-down | ... (1..32 characters)
+  role   @2 :Role;    # role of the process it is about
+  rank   @3 :UInt32;  # its rank (agents: index of the child of that role)
+  pid    @4 :UInt32;  # its process id; 0 = unknown
+  detail @5 :Text;    # for people, at most 1024 bytes
+  source @6 :Text;    # who observed it, e.g. "scheduler", "agent 1234"
+}
+
+struct EventLog {
+  # Scheduler -> whoever asked: every event so far, oldest first.
+  events @0 :List(Event);
 }

@@ -2,6 +2,8 @@
 #include "messages/membership.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -152,7 +154,78 @@ caf::error check_ranks(const std::vector<node_info>& nodes) {
   return caf::none;
 }
 
+void write_event(schema::Event::Builder b, const event_record& x) {
+  b.setAtMs(x.at_ms);
+  b.setKind(x.kind);
+  b.setRole(static_cast<schema::Role>(x.about));
+  b.setRank(x.rank);
+  b.setPid(x.pid);
+  b.setDetail(x.detail);
+  b.setSource(x.source);
+}
+
+caf::error read_event(schema::Event::Reader r, event_record& x) {
+  auto kind = r.getKind();
+  if (kind.size() == 0 || kind.size() > max_event_kind)
+    return bad("event kind must have 1..32 characters");
+  if (r.getDetail().size() > max_event_text ||
+      r.getSource().size() > max_event_text)
+    return bad("event text too long");
+  if (auto err = read_role(r.getRole(), x.about))
+    return err;
+  x.at_ms = r.getAtMs();
+  x.kind = kind.cStr();
+  x.rank = r.getRank();
+  x.pid = r.getPid();
+  x.detail = r.getDetail().cStr();
+  x.source = r.getSource().cStr();
+  return caf::none;
+}
+
+void append_json_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+}
+
 } // namespace
+
+bool event_record::operator==(const event_record& y) const {
+  return at_ms == y.at_ms && kind == y.kind && about == y.about &&
+         rank == y.rank && pid == y.pid && detail == y.detail &&
+         source == y.source;
+}
+
+int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string to_json(const event_record& x) {
+  std::string out = "{\"at_ms\":" + std::to_string(x.at_ms) + ",\"kind\":";
+  append_json_string(out, x.kind);
+  out += ",\"role\":\"";
+  out += to_string(x.about);
+  out += "\",\"rank\":" + std::to_string(x.rank) +
+         ",\"pid\":" + std::to_string(x.pid) + ",\"detail\":";
+  append_json_string(out, x.detail);
+  out += ",\"source\":";
+  append_json_string(out, x.source);
+  out += '}';
+  return out;
+}
 
 const char* to_string(role x) {
   switch (x) {
@@ -275,6 +348,20 @@ frame encode(const barrier_request& x) {
   return to_frame(msg);
 }
 
+frame encode(const event_record& x) {
+  capnp::MallocMessageBuilder msg;
+  write_event(msg.initRoot<schema::Event>(), x);
+  return to_frame(msg);
+}
+
+frame encode(const std::vector<event_record>& log) {
+  capnp::MallocMessageBuilder msg;
+  auto events = msg.initRoot<schema::EventLog>().initEvents(log.size());
+  for (size_t i = 0; i < log.size(); ++i)
+    write_event(events[i], log[i]);
+  return to_frame(msg);
+}
+
 // -- decode -----------------------------------------------------------------
 
 caf::error decode(const frame& f, register_request& x) {
@@ -337,6 +424,27 @@ caf::error decode(const frame& f, barrier_request& x) {
       return err;
     x.name = name.cStr();
     x.rank = r.getRank();
+    return caf::error{};
+  });
+}
+
+} // namespace troupe
+
+namespace troupe {
+
+caf::error decode(const frame& f, event_record& x) {
+  return decode_guarded(f, "Event", [&x](frame_reader& rd) {
+    return read_event(rd.get<schema::Event>(), x);
+  });
+}
+
+caf::error decode(const frame& f, std::vector<event_record>& log) {
+  return decode_guarded(f, "EventLog", [&log](frame_reader& rd) {
+    auto events = rd.get<schema::EventLog>().getEvents();
+    log.resize(events.size());
+    for (size_t i = 0; i < events.size(); ++i)
+      if (auto err = read_event(events[i], log[i]))
+        return err;
     return caf::error{};
   });
 }

@@ -103,6 +103,25 @@ struct barrier_request {
   uint32_t rank = 0;
 };
 
+/// A failure, restart, promotion or rejoin (membership.capnp Event).
+struct event_record {
+  int64_t at_ms = 0; ///< wall-clock ms since 1970 when it was observed
+  std::string kind;  ///< joined, rejoined, left, crashed, exited, ...
+  role about = role::worker;
+  uint32_t rank = 0;
+  uint32_t pid = 0;   ///< 0 = unknown
+  std::string detail; ///< for people
+  std::string source; ///< who observed it
+  bool operator==(const event_record& y) const;
+};
+
+/// Wall-clock now, in ms since 1970: the time base of events.
+int64_t now_ms();
+
+/// One line of JSON: {"at_ms":..,"kind":..,"role":..,"rank":..,"pid":..,
+/// "detail":..,"source":..}, strings escaped.
+std::string to_json(const event_record& x);
+
 // -- limits checked by decode -----------------------------------------------
 
 /// Most nodes of one role in a view.
@@ -113,6 +132,9 @@ constexpr uint64_t max_key_size = uint64_t{1} << 36;
 constexpr uint32_t max_slice_floats = 64u << 20;
 /// Longest barrier name.
 constexpr size_t max_barrier_name = 64;
+/// Longest event kind, and event detail or source.
+constexpr size_t max_event_kind = 32;
+constexpr size_t max_event_text = 1024;
 
 // -- codec ------------------------------------------------------------------
 
@@ -122,6 +144,8 @@ frame encode(const cluster_view& x);
 frame encode(const declare_request& x);
 frame encode(const declare_reply& x);
 frame encode(const barrier_request& x);
+frame encode(const event_record& x);
+frame encode(const std::vector<event_record>& log);
 
 caf::error decode(const frame& f, register_request& x);
 caf::error decode(const frame& f, register_reply& x);
@@ -129,6 +153,8 @@ caf::error decode(const frame& f, cluster_view& x);
 caf::error decode(const frame& f, declare_request& x);
 caf::error decode(const frame& f, declare_reply& x);
 caf::error decode(const frame& f, barrier_request& x);
+caf::error decode(const frame& f, event_record& x);
+caf::error decode(const frame& f, std::vector<event_record>& log);
 
 /// Checks the invariants of a view: unique ranks, every slice of every
 /// declared array placed exactly once on a live server.

@@ -38,5 +38,8 @@ CAF_ADD_ATOM(troupe, troupe, start_atom, "start")
 CAF_ADD_ATOM(troupe, troupe, road_atom, "road")
 CAF_ADD_ATOM(troupe, troupe, road_down_atom, "road_down")
 CAF_ADD_ATOM(troupe, troupe, tick_atom, "tick")
+CAF_ADD_ATOM(troupe, troupe, event_atom, "event")
+CAF_ADD_ATOM(troupe, troupe, events_atom, "events")
+CAF_ADD_ATOM(troupe, troupe, clock_atom, "clock")
 
 CAF_END_TYPE_ID_BLOCK(troupe)

@@ -53,9 +53,10 @@ BOOST_AUTO_TEST_CASE(init_pull_and_replies_round_trip) {
   BOOST_CHECK(p2.worker == 2 && p2.clock == 5 && p2.epoch == 6);
   BOOST_CHECK(p2.slices == p.slices);
 
-  pull_reply r{11, {{{1, 0}, iota_floats(5)}, {{1, 1}, {}}}}, r2;
+  pull_reply r{11, {{{1, 0}, iota_floats(5)}, {{1, 1}, {}}}, 42}, r2;
   BOOST_REQUIRE(!decode(encode(r), r2));
   BOOST_CHECK_EQUAL(r2.version, 11u);
+  BOOST_CHECK_EQUAL(r2.clock, 42u);
   BOOST_CHECK(r2.slices == r.slices);
 
   push_reply a{8, true}, a2;
@@ -77,18 +78,21 @@ BOOST_AUTO_TEST_CASE(encoding_from_views_equals_encoding_from_vectors) {
               std::vector<float>(a.begin() + 600, a.end()));
   BOOST_CHECK(q.slices[2].values == b);
   // A PullReply read in place sees the same values, in order.
-  auto f = encode_pull_reply(9, views).flatten();
-  uint64_t version = 0;
+  auto f = encode_pull_reply(9, views, 17).flatten();
+  uint64_t version = 0, clock = 0;
   size_t seen = 0;
   BOOST_REQUIRE(!visit_pull_reply(
-      f, version, [&](slice_id id, const float* xs, size_t n) {
+      f, version,
+      [&](slice_id id, const float* xs, size_t n) {
         BOOST_CHECK(id == views[seen].id);
         BOOST_CHECK(std::equal(xs, xs + n, views[seen].data));
         BOOST_CHECK_EQUAL(n, views[seen].size);
         ++seen;
         return caf::error{};
-      }));
+      },
+      &clock));
   BOOST_CHECK_EQUAL(version, 9u);
+  BOOST_CHECK_EQUAL(clock, 17u);
   BOOST_CHECK_EQUAL(seen, 3u);
 }
 

@@ -138,6 +138,36 @@ BOOST_AUTO_TEST_CASE(out_of_range_fields_are_malformed) {
               errc::malformed_message);
 }
 
+BOOST_AUTO_TEST_CASE(events_round_trip_and_bad_events_are_malformed) {
+  event_record e{1763712000123,         "crashed",  role::worker, 1, 4242,
+                 "worker 1 \"gone\"\n", "scheduler"};
+  event_record e2;
+  BOOST_REQUIRE(!decode(encode(e), e2));
+  BOOST_CHECK(e2 == e);
+  std::vector<event_record> log{e, e}, log2;
+  log[1].kind = "rejoined";
+  BOOST_REQUIRE(!decode(encode(log), log2));
+  BOOST_CHECK(log2 == log);
+  // JSON for logs and timelines: quotes and control characters escaped.
+  BOOST_CHECK_EQUAL(to_json(e), "{\"at_ms\":1763712000123,\"kind\":\"crashed\","
+                                "\"role\":\"worker\",\"rank\":1,\"pid\":4242,"
+                                "\"detail\":\"worker 1 \\\"gone\\\"\\u000a\","
+                                "\"source\":\"scheduler\"}");
+  auto bad = e;
+  bad.kind = "";
+  BOOST_CHECK(decode(encode(bad), e2) == errc::malformed_message);
+  bad.kind = std::string(max_event_kind + 1, 'k');
+  BOOST_CHECK(decode(encode(bad), e2) == errc::malformed_message);
+  bad = e;
+  bad.detail = std::string(max_event_text + 1, 'd');
+  BOOST_CHECK(decode(encode(bad), e2) == errc::malformed_message);
+  capnp::MallocMessageBuilder msg;
+  auto r = msg.initRoot<schema::Event>();
+  r.setKind("x");
+  r.setRole(static_cast<schema::Role>(7));
+  BOOST_CHECK(decode(raw(msg), e2) == errc::malformed_message);
+}
+
 BOOST_AUTO_TEST_CASE(a_frame_with_unaligned_bytes_still_decodes) {
   auto f = encode(barrier_request{"x", role::server, 1});
   // Copy into a buffer whose data starts one byte off an 8-byte boundary.
