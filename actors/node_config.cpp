@@ -8,6 +8,7 @@
 
 #include <chrono>
 
+#include "actors/fault_plan.hpp"
 #include "actors/log.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -56,7 +57,7 @@ node_config::node_config() {
   set("scheduler.max-threads", size_t{2});
   set("scheduler.policy", caf::atom("sharing"));
   opt_group{custom_options_, "global"}
-      .add(role_name, "role", "scheduler | server | worker")
+      .add(role_name, "role", "scheduler | server | worker | agent")
       .add(scheduler_host, "scheduler-host", "scheduler address")
       .add(scheduler_port, "scheduler-port", "scheduler port (0 = any, sched.)")
       .add(host, "host", "address to publish this node on")
@@ -111,6 +112,27 @@ node_config::node_config() {
            "evaluations per epoch, >= 1")
       .add(train.eval_samples, "eval-samples",
            "test images per epoch, 0 = all");
+  opt_group{custom_options_, "agent"}
+      .add(agent.servers, "servers", "server processes this agent starts")
+      .add(agent.workers, "workers", "worker processes this agent starts")
+      .add(agent.max_restarts, "max-restarts",
+           "restarts per child within the window before giving up")
+      .add(agent.restart_window_ms, "restart-window-ms",
+           "window restarts are counted over (ms)")
+      .add(agent.backoff_ms, "backoff-ms",
+           "delay before a first restart (ms); doubles for the next ones")
+      .add(agent.backoff_max_ms, "backoff-max-ms", "largest restart delay")
+      .add(agent.logs, "logs", "folder for one log per child, \"\" = ours");
+  opt_group{custom_options_, "fault"}
+      .add(fault.plan, "plan",
+           "faults to inject, e.g. kill:worker-1@3000,hang:worker-0@5000+4000")
+      .add(fault.random_kills, "random-kills",
+           "kill this many distinct children at random times")
+      .add(fault.random_targets, "random-targets", "worker | server | any")
+      .add(fault.random_from_ms, "random-from-ms",
+           "random kills happen after this (ms from the agent's start)")
+      .add(fault.random_to_ms, "random-to-ms", "... and before this")
+      .add(fault.seed, "seed", "seed of random kills, 0 = from the clock");
   opt_group{custom_options_, "worker"}
       .add(workload.task, "task", "train | counter")
       .add(workload.steps, "steps", "clocks the built-in workload runs")
@@ -119,6 +141,9 @@ node_config::node_config() {
 }
 
 caf::expected<role> node_config::node_role() const {
+  if (role_name == "agent") // not a member of the view: runs the others
+    return caf::make_error(errc::invalid_config,
+                           "an agent has no role in the cluster view");
   if (role_name == "scheduler")
     return role::scheduler;
   if (role_name == "server")
@@ -189,6 +214,24 @@ caf::error node_config::finish() {
     return caf::make_error(errc::invalid_config,
                            "--train.epochs, --train.batch and"
                            " --train.evals-per-epoch must be > 0");
+  if (agent.restart_window_ms == 0 || agent.backoff_ms == 0 ||
+      agent.backoff_max_ms < agent.backoff_ms)
+    return caf::make_error(errc::invalid_config,
+                           "--agent.restart-window-ms and --agent.backoff-ms"
+                           " must be > 0 and --agent.backoff-max-ms >="
+                           " --agent.backoff-ms");
+  if (auto plan = parse_fault_plan(fault.plan); !plan)
+    return std::move(plan.error());
+  if (fault.random_targets != "worker" && fault.random_targets != "server" &&
+      fault.random_targets != "any")
+    return caf::make_error(errc::invalid_config,
+                           "--fault.random-targets must be worker, server or"
+                           " any, got",
+                           fault.random_targets);
+  if (fault.random_to_ms <= fault.random_from_ms && fault.random_kills > 0)
+    return caf::make_error(errc::invalid_config,
+                           "--fault.random-to-ms must be above"
+                           " --fault.random-from-ms");
   if (workload.keys == 0 || workload.key_floats == 0)
     return caf::make_error(errc::invalid_config,
                            "--worker.keys and --worker.key-floats must be"

@@ -1,7 +1,12 @@
-// troupe-node: one process of a troupe cluster, by --troupe.role:
-// scheduler, server (a shard server) or worker (the built-in workload).
+// troupe-node: one process of a troupe cluster, by --role: scheduler,
+// server (a shard server), worker (the built-in workload) or agent (starts
+// and supervises the servers and workers of its machine).
 #include <unistd.h>
 
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -12,6 +17,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include "actors/agent.hpp"
 #include "actors/kv.hpp"
 #include "actors/node_config.hpp"
 #include "actors/scheduler.hpp"
@@ -30,15 +36,45 @@ int fail(const char* what, const caf::error& err) {
   return 1;
 }
 
-/// Blocks until `a` ends; returns 0 if it ended normally.
+std::atomic<bool> stop_requested{false};
+
+void on_stop_signal(int) {
+  stop_requested = true;
+}
+
+/// SIGTERM and SIGINT end a scheduler or server cleanly: its actor quits
+/// with user_shutdown, so peers see a departure, not a crash.
+void stop_on_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+/// Blocks until `a` ends (or a stop signal ends it); returns 0 if it ended
+/// normally.
 int wait_for(caf::actor_system& sys, const caf::actor& a, const char* what) {
   caf::scoped_actor self{sys};
   self->monitor(a);
   int rc = 0;
-  self->receive([&](const caf::down_msg& dm) {
-    if (dm.reason && dm.reason != caf::exit_reason::user_shutdown)
-      rc = fail(what, dm.reason);
-  });
+  bool down = false;
+  bool stopping = false;
+  while (!down) {
+    self->receive(
+        [&](const caf::down_msg& dm) {
+          down = true;
+          if (dm.reason && dm.reason != caf::exit_reason::user_shutdown)
+            rc = fail(what, dm.reason);
+        },
+        caf::after(std::chrono::milliseconds{100}) >>
+            [&] {
+              if (stop_requested && !stopping) {
+                stopping = true;
+                self->send_exit(a, caf::exit_reason::user_shutdown);
+              }
+            });
+  }
   return rc;
 }
 
@@ -50,6 +86,7 @@ void say_listening(const char* role_name, const std::string& host,
 }
 
 int run_scheduler(caf::actor_system& sys, const node_config& cfg) {
+  stop_on_signals();
   auto sched = sys.spawn(scheduler, cfg.scheduler);
   auto port = sys.middleman().publish(sched, cfg.scheduler_port,
                                       cfg.scheduler_host.c_str(), true);
@@ -62,6 +99,7 @@ int run_scheduler(caf::actor_system& sys, const node_config& cfg) {
 }
 
 int run_server(caf::actor_system& sys, const node_config& cfg) {
+  stop_on_signals();
   auto sched = connect_scheduler(sys, cfg.scheduler_host, cfg.scheduler_port,
                                  cfg.kv.request_timeout_ms);
   if (!sched)
@@ -88,6 +126,15 @@ int run_worker(caf::actor_system& sys, const node_config& cfg) {
   return run_training(sys, *sched, cfg);
 }
 
+/// This executable's path, for an agent's children.
+std::string self_path(const char* argv0) {
+  char buf[4096];
+  auto n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0)
+    return argv0;
+  return std::string(buf, static_cast<size_t>(n));
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -98,12 +145,17 @@ int main(int argc, char** argv) {
   for (auto& a : args)
     if (a == "--help" || a == "-h" || a == "-?")
       a = "--long-help";
+  auto flags = child_flags(args); // what an agent passes on to its children
   if (auto err = cfg.parse(std::move(args)))
     return fail("reading options", err) + 1;
   if (cfg.cli_helptext_printed)
     return 0;
   if (auto err = cfg.finish())
     return fail("checking options", err) + 1;
+  if (cfg.role_name == "agent") {
+    caf::actor_system sys{cfg};
+    return run_agent(sys, cfg, self_path(argv[0]), flags);
+  }
   auto r = cfg.node_role();
   if (!r)
     return fail("checking options", r.error()) + 1;

@@ -102,6 +102,14 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--kv.ring-bytes=2147483648"}, "--kv.ring-bytes");
   rejected({"--server.road-send-timeout-ms=0"},
            "--server.road-send-timeout-ms");
+  rejected({"--agent.backoff-ms=0"}, "--agent.backoff-ms");
+  rejected({"--agent.backoff-ms=500", "--agent.backoff-max-ms=100"},
+           "--agent.backoff-max-ms");
+  rejected({"--fault.plan=kill:worker-1"}, "--fault.plan");
+  rejected({"--fault.random-targets=everyone"}, "--fault.random-targets");
+  rejected({"--fault.random-kills=1", "--fault.random-from-ms=500",
+            "--fault.random-to-ms=500"},
+           "--fault.random-to-ms");
   node_config cfg;
   BOOST_REQUIRE(!parse(cfg, {"--role=chief"}));
   BOOST_CHECK(cfg.node_role().error() == errc::invalid_config);
