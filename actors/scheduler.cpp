@@ -37,7 +37,8 @@ cluster_view current_view(self_ptr self) {
                       nodes_of(self, role::worker),
                       st.keys,
                       st.placement,
-                      st.cfg.placement.slice_floats};
+                      st.cfg.placement.slice_floats,
+                      st.cfg.workers};
 }
 
 /// Bumps the epoch and sends the new view to every member and watcher.

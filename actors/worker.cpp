@@ -1,6 +1,7 @@
 // The worker actor's loop, as a chain of named steps; see the header.
 #include "actors/worker.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 
@@ -109,7 +110,10 @@ void on_started(worker_ptr self) { // 3
               stop(self, err);
               return;
             }
-            auto workers = static_cast<uint32_t>(v.workers.size());
+            // Partitions follow the job's size, not who is live right now
+            // (a worker restarted mid-failure keeps its share).
+            auto workers = std::max(v.expected_workers,
+                                    static_cast<uint32_t>(v.workers.size()));
             self->request(self->state.kv, kv_grace, clock_atom_v)
                 .then(
                     [self, rank, workers](uint64_t clock) {

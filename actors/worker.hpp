@@ -31,7 +31,9 @@ public:
   virtual std::vector<named_array> parameters() = 0;
 
   /// Called once every expected worker has joined, with this worker's rank
-  /// and the number of workers: pick the data partition here.
+  /// and the number of workers (the job's --cluster.workers, or more if
+  /// more are live): pick the data partition here. A restarted worker gets
+  /// its old rank back and the same count, so it keeps its partition.
   virtual void start(uint32_t rank, uint32_t workers) = 0;
 
   /// True when the worker should stop before step `clock`. Also asked one

@@ -65,6 +65,9 @@ struct ClusterView {
   keys        @3 :List(KeyInfo);  # declared arrays
   placement   @4 :List(SlicePlace);  # every slice of every declared array
   sliceFloats @5 :UInt32;         # slice bound: floats per slice (> 0)
+  expectedWorkers @6 :UInt32;     # --cluster.workers: training data is
+                                  # partitioned this many ways, whoever is
+                                  # live at the moment
 }
 
 struct RegisterReply {

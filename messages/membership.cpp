@@ -75,6 +75,7 @@ caf::error read_node(schema::Node::Reader r, node_info& x) {
 void write_view(schema::ClusterView::Builder b, const cluster_view& x) {
   b.setEpoch(x.epoch);
   b.setSliceFloats(x.slice_floats);
+  b.setExpectedWorkers(x.expected_workers);
   auto servers = b.initServers(x.servers.size());
   for (size_t i = 0; i < x.servers.size(); ++i)
     write_node(servers[i], x.servers[i]);
@@ -119,6 +120,7 @@ caf::error read_keys(capnp::List<schema::KeyInfo>::Reader r,
 caf::error read_view(schema::ClusterView::Reader r, cluster_view& x) {
   x.epoch = r.getEpoch();
   x.slice_floats = r.getSliceFloats();
+  x.expected_workers = r.getExpectedWorkers();
   if (auto err = read_nodes(r.getServers(), role::server, x.servers))
     return err;
   if (auto err = read_nodes(r.getWorkers(), role::worker, x.workers))
@@ -247,7 +249,8 @@ bool node_info::operator==(const node_info& y) const {
 bool cluster_view::operator==(const cluster_view& y) const {
   return epoch == y.epoch && servers == y.servers && workers == y.workers &&
          keys == y.keys && placement == y.placement &&
-         slice_floats == y.slice_floats;
+         slice_floats == y.slice_floats &&
+         expected_workers == y.expected_workers;
 }
 
 caf::error validate(const cluster_view& x) {

@@ -66,6 +66,8 @@ struct cluster_view {
   std::vector<key_info> keys;
   std::vector<slice_place> placement;
   uint32_t slice_floats = 0; ///< slice bound in floats
+  /// Workers the job expects (--cluster.workers): data partitions.
+  uint32_t expected_workers = 0;
   bool operator==(const cluster_view& y) const;
 };
 

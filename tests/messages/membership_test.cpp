@@ -26,6 +26,7 @@ cluster_view sample_view() {
   cluster_view v;
   v.epoch = 7;
   v.slice_floats = 4;
+  v.expected_workers = 3;
   v.servers = {{role::server,
                 0,
                 "127.0.0.1",

@@ -1,0 +1,158 @@
+// Prints the timeline of every failure and recovery of a troupe cluster
+// from its scheduler's event log, with per-fault figures: when the fault
+// was injected, when the scheduler noticed it, when the servers applied
+// the next update without the lost process (training resumed), and when a
+// restarted process rejoined. Ends with one line of JSON.
+//
+// usage: fault_timeline --scheduler-port=PORT [--scheduler-host=HOST]
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/kv.hpp"
+#include "actors/node_config.hpp"
+#include "messages/errors.hpp"
+#include "messages/membership.hpp"
+#include "messages/type_ids.hpp"
+
+using namespace troupe;
+
+namespace {
+
+/// What became of one injected fault.
+struct fault_story {
+  event_record injected;
+  std::optional<event_record> noticed;  // the scheduler's crashed event
+  std::optional<event_record> resumed;  // first update without it
+  std::optional<event_record> rejoined; // the restarted process joined
+};
+
+/// First event after `from` (in log order) that `pred` accepts.
+template <class Pred>
+std::optional<event_record> first_after(const std::vector<event_record>& log,
+                                        size_t from, Pred pred) {
+  for (size_t i = from; i < log.size(); ++i)
+    if (pred(log[i]))
+      return log[i];
+  return std::nullopt;
+}
+
+std::vector<fault_story> stories_of(const std::vector<event_record>& log) {
+  std::vector<fault_story> out;
+  for (size_t i = 0; i < log.size(); ++i) {
+    auto& e = log[i];
+    if (e.kind != "injected")
+      continue;
+    fault_story s{e, {}, {}, {}};
+    s.noticed = first_after(log, i, [&e](const event_record& x) {
+      return x.kind == "crashed" && x.pid == e.pid;
+    });
+    if (s.noticed) {
+      auto rank = s.noticed->rank;
+      auto about = s.noticed->about;
+      s.resumed = first_after(log, i, [&s](const event_record& x) {
+        return x.kind == "resumed" && x.at_ms >= s.noticed->at_ms;
+      });
+      s.rejoined = first_after(log, i, [rank, about](const event_record& x) {
+        return x.kind == "rejoined" && x.rank == rank && x.about == about;
+      });
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::string after(const std::optional<event_record>& x, int64_t t0) {
+  return x ? std::to_string(x->at_ms - t0) + " ms" : std::string{"never"};
+}
+
+std::string json_ms(const std::optional<event_record>& x, int64_t t0) {
+  return x ? std::to_string(x->at_ms - t0) : std::string{"null"};
+}
+
+void print(const std::vector<event_record>& log) {
+  if (log.empty())
+    return;
+  auto t0 = log.front().at_ms;
+  std::printf("timeline (ms since the first event):\n");
+  for (auto& e : log) {
+    if (e.kind == "started" || e.kind == "finished" || e.kind == "left")
+      continue; // the usual life of a job; failures and recoveries remain
+    std::printf("  %8lld  %-10s %-6s %u  pid %-7u %s  [%s]\n",
+                static_cast<long long>(e.at_ms - t0), e.kind.c_str(),
+                to_string(e.about), e.rank, e.pid, e.detail.c_str(),
+                e.source.c_str());
+  }
+  auto stories = stories_of(log);
+  std::printf("\nper fault (times after the injection):\n");
+  std::string json = "{\"faults\":[";
+  bool noticed_fast = true, resumed_fast = true;
+  for (size_t i = 0; i < stories.size(); ++i) {
+    auto& s = stories[i];
+    auto at = s.injected.at_ms;
+    std::printf("  %-44s noticed %-9s training resumed %-9s rejoined %s\n",
+                s.injected.detail.c_str(), after(s.noticed, at).c_str(),
+                after(s.resumed, at).c_str(), after(s.rejoined, at).c_str());
+    if (!s.noticed || s.noticed->at_ms - at >= 1000)
+      noticed_fast = false;
+    if (!s.resumed || s.resumed->at_ms - at >= 2000)
+      resumed_fast = false;
+    json += std::string{i ? "," : ""} + "{\"fault\":\"" + s.injected.detail +
+            "\",\"noticed_ms\":" + json_ms(s.noticed, at) +
+            ",\"resumed_ms\":" + json_ms(s.resumed, at) +
+            ",\"rejoined_ms\":" + json_ms(s.rejoined, at) + "}";
+  }
+  if (!stories.empty()) {
+    std::printf("target: a killed process noticed in under 1 s: %s\n",
+                noticed_fast ? "MET" : "MISSED");
+    std::printf("target: training resumed within 2 s of a death: %s\n",
+                resumed_fast ? "MET" : "MISSED");
+  }
+  std::printf("%s]}\n", json.c_str());
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  node_config cfg;
+  cfg.load<caf::io::middleman>();
+  if (auto err = cfg.parse(argc, argv)) {
+    std::cerr << "*** reading options failed: " << describe(err) << '\n';
+    return 2;
+  }
+  if (cfg.cli_helptext_printed)
+    return 0;
+  caf::actor_system sys{cfg};
+  auto sched = connect_scheduler(sys, cfg.scheduler_host, cfg.scheduler_port,
+                                 cfg.kv.request_timeout_ms);
+  if (!sched) {
+    std::cerr << "*** connecting to the scheduler failed: "
+              << describe(sched.error()) << '\n';
+    return 1;
+  }
+  caf::scoped_actor self{sys};
+  int rc = 0;
+  self->request(*sched, std::chrono::seconds{10}, events_atom_v)
+      .receive(
+          [&rc](const frame& f) {
+            std::vector<event_record> log;
+            if (auto err = decode(f, log)) {
+              std::cerr << "*** bad event log: " << describe(err) << '\n';
+              rc = 1;
+              return;
+            }
+            print(log);
+          },
+          [&rc](const caf::error& err) {
+            std::cerr << "*** reading the event log failed: " << describe(err)
+                      << '\n';
+            rc = 1;
+          });
+  return rc;
+}
