@@ -60,7 +60,8 @@ public:
                                   uint32_t timeout_ms = 60000);
 
   /// The clock to resume at: 0 on a first run; a worker restarted under
-  /// its old rank carries on from the clock the servers hold for it.
+  /// its old rank carries on from the clock the servers hold for it (the
+  /// largest over the servers).
   caf::expected<uint64_t> resume_clock();
 
   /// This worker's rank and current view (waits until joined).

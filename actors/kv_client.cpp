@@ -156,6 +156,7 @@ void connect(self_ptr self, const node_info& n) {
 }
 
 void fail_inflight(self_ptr self, uint32_t rank);
+void run_resends(self_ptr self);
 
 void apply_view(self_ptr self, cluster_view v) { // 3
   auto& st = self->state;
@@ -185,6 +186,7 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   st.servers = std::move(kept);
   st.view = std::move(v);
   flush_waiting(self);
+  run_resends(self);
 }
 
 // -- scatter/gather -----------------------------------------------------------
@@ -357,7 +359,16 @@ void on_tick(self_ptr self) {
     } else {
       ++i;
     }
-  if (!st.calls.empty() || !st.waiting.empty())
+  for (auto i = st.resends.begin(); i != st.resends.end();)
+    if (i->deadline <= now) {
+      auto fail = std::move(i->fail);
+      i = st.resends.erase(i);
+      fail(caf::make_error(errc::peer_down,
+                           "a server died and no newer view came"));
+    } else {
+      ++i;
+    }
+  if (!st.calls.empty() || !st.waiting.empty() || !st.resends.empty())
     start_tick(self);
 }
 
@@ -622,8 +633,79 @@ void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
       });
 }
 
-/// The clock this worker resumes at: the smallest of its clocks over the
-/// live servers (0 on a first run; a restarted worker carries on there).
+// -- resending after a server died
+// ---------------------------------------------
+
+template <class T> using reply_to = std::function<void(caf::expected<T>)>;
+
+/// Most resends of one operation.
+constexpr int max_resends = 3;
+
+/// Runs `attempt`; if it fails because a server died (peer_down, or
+/// not_connected: its handle is gone while the view still names it), runs
+/// it again once a newer view placed that server's slices elsewhere (on its
+/// backup, which holds their replicas). Pushes carry (worker, clock,
+/// part), so servers drop what they had already: resending is safe.
+template <class T>
+void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
+                 reply_to<T> done, int left = max_resends) {
+  auto epoch = self->state.view.epoch;
+  attempt([self, attempt, done, left, epoch](caf::expected<T> r) {
+    // No server at all in our view: nowhere to resend to.
+    bool nowhere = self->state.view.servers.empty();
+    if (r || left == 0 || nowhere ||
+        (r.error() != errc::peer_down && r.error() != errc::not_connected)) {
+      done(std::move(r));
+      return;
+    }
+    TROUPE_LOG(info, who(self), "a server went down mid-request (",
+               describe(r.error()), "): resending once the view changes");
+    // If the new view has no place for the slices (no server left), the
+    // caller hears of the death, not of the empty view.
+    auto first = r.error();
+    auto again = [self, attempt, done, left, first] {
+      with_resend<T>(
+          self, attempt,
+          [done, first](caf::expected<T> x) {
+            if (!x && x.error() == errc::not_connected)
+              done(first);
+            else
+              done(std::move(x));
+          },
+          left - 1);
+    };
+    auto fail = [done](caf::error err) { done(std::move(err)); };
+    auto& st = self->state;
+    if (st.view.epoch > epoch) {
+      when_ready(self, again, fail);
+      return;
+    }
+    st.resends.push_back(kv_client_state::resend{
+        epoch, std::chrono::steady_clock::now() + timeout_of(self),
+        std::move(again), std::move(fail)});
+    start_tick(self);
+  });
+}
+
+/// Resends whose view has come.
+void run_resends(self_ptr self) {
+  auto& st = self->state;
+  std::vector<kv_client_state::resend> due;
+  for (auto i = st.resends.begin(); i != st.resends.end();)
+    if (st.view.epoch > i->after_epoch) {
+      due.push_back(std::move(*i));
+      i = st.resends.erase(i);
+    } else {
+      ++i;
+    }
+  for (auto& r : due)
+    when_ready(self, std::move(r.run), std::move(r.fail));
+}
+
+/// The clock this worker resumes at: the largest of its clocks over the
+/// live servers (0 on a first run). A restarted worker carries on there;
+/// a server that has it at a lower clock (it joined the view just now,
+/// and its rounds lag by one) takes the clock of its first push.
 void do_clock(self_ptr self,
               std::function<void(caf::expected<uint64_t>)> reply) {
   auto& st = self->state;
@@ -633,10 +715,10 @@ void do_clock(self_ptr self,
         s.rank, encode(pull_request{st.rank, 0, st.view.epoch, {}})});
   auto g = std::make_shared<gather>();
   g->on_error = [reply](caf::error err) { reply(std::move(err)); };
-  auto lo = std::make_shared<uint64_t>(UINT64_MAX);
+  auto hi = std::make_shared<uint64_t>(0);
   scatter(
       self, pull_atom_v, road_op::pull, g, std::move(msgs),
-      [lo](bytes_view f) {
+      [hi](bytes_view f) {
         uint64_t version = 0, clock = 0;
         auto err = visit_pull_reply(
             f, version,
@@ -645,10 +727,10 @@ void do_clock(self_ptr self,
                                      id.key, id.index);
             },
             &clock);
-        *lo = std::min(*lo, clock);
+        *hi = std::max(*hi, clock);
         return err;
       },
-      [reply, lo] { reply(*lo == UINT64_MAX ? 0 : *lo); });
+      [reply, hi] { reply(*hi); });
 }
 
 // -- init -------------------------------------------------------------------
@@ -681,25 +763,26 @@ void send_inits(self_ptr self, const arrays& xs,
 /// server for a training step. Replies with the pulled arrays once both
 /// finished; the first error wins.
 void do_push_pull(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
-                  const std::vector<uint64_t>& keys, caf::response_promise rp) {
+                  const std::vector<uint64_t>& keys,
+                  std::function<void(caf::expected<arrays>)> reply) {
   struct joint {
-    caf::response_promise rp;
+    std::function<void(caf::expected<arrays>)> reply;
     bool pushed = false;
     bool failed = false;
     std::optional<arrays> pulled;
     void fail(caf::error err) {
       if (!failed) {
         failed = true;
-        rp.deliver(std::move(err));
+        reply(std::move(err));
       }
     }
     void finish() {
       if (!failed && pushed && pulled)
-        rp.deliver(std::move(*pulled));
+        reply(std::move(*pulled));
     }
   };
   auto j = std::make_shared<joint>();
-  j->rp = rp;
+  j->reply = std::move(reply);
   do_push(self, clock, std::move(keep), [j](caf::expected<uint64_t> r) {
     if (!r)
       return j->fail(std::move(r.error()));
@@ -714,7 +797,7 @@ void do_push_pull(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
   });
 }
 
-void do_init(self_ptr self, arrays xs, caf::response_promise rp) {
+void do_init(self_ptr self, arrays xs, reply_to<arrays> reply) {
   declare_request req{self->state.rank, {}};
   std::vector<uint64_t> keys;
   for (auto& x : xs) {
@@ -722,27 +805,25 @@ void do_init(self_ptr self, arrays xs, caf::response_promise rp) {
     keys.push_back(x.key);
   }
   auto g = std::make_shared<gather>();
-  g->on_error = [rp](caf::error err) mutable { rp.deliver(std::move(err)); };
+  g->on_error = [reply](caf::error err) { reply(std::move(err)); };
   track(self, UINT32_MAX, g); // failed if we stop
   TROUPE_LOG(debug, who(self), "declaring ", keys.size(), " arrays");
   self->request(self->state.scheduler, timeout_of(self), declare_atom_v,
                 encode(req))
       .then(
-          [self, xs, keys, g, rp](const frame& f) {
-            declare_reply reply;
-            if (auto err = decode(f, reply)) {
+          [self, xs, keys, g, reply](const frame& f) {
+            declare_reply dr;
+            if (auto err = decode(f, dr)) {
               g->fail(err);
               return;
             }
-            apply_view(self, reply.view);
+            apply_view(self, dr.view);
             when_ready(
                 self,
-                [self, xs, keys, g, rp, mine = reply.initialiser] {
+                [self, xs, keys, g, reply, mine = dr.initialiser] {
                   send_inits(
                       self, xs, mine,
-                      [self, keys, rp] {
-                        do_pull(self, 0, keys, deliver_to<arrays>(rp));
-                      },
+                      [self, keys, reply] { do_pull(self, 0, keys, reply); },
                       g);
                 },
                 [g](caf::error err) { g->fail(std::move(err)); });
@@ -760,6 +841,10 @@ void stop(self_ptr self, caf::error err) {
   st.waiting.clear();
   for (auto& op : ops)
     op.fail(err);
+  auto resends = std::move(st.resends);
+  st.resends.clear();
+  for (auto& r : resends)
+    r.fail(err);
   for (auto& [rank, weak] : st.inflight)
     if (auto g = weak.lock())
       g->fail(err);
@@ -854,7 +939,14 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
         when_ready(
             self,
             [self, xs = std::move(xs), rp]() mutable {
-              do_init(self, std::move(xs), rp);
+              // Declare and Init are idempotent (the first Init of a
+              // slice wins): the whole of it may be resent.
+              with_resend<arrays>(
+                  self,
+                  [self, xs = std::move(xs)](reply_to<arrays> r) {
+                    do_init(self, xs, std::move(r));
+                  },
+                  deliver_to<arrays>(rp));
             },
             fail_to(rp));
         return rp;
@@ -865,7 +957,12 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
         when_ready(
             self,
             [self, clock, keep, rp] {
-              do_push(self, clock, keep, deliver_to<uint64_t>(rp));
+              with_resend<uint64_t>(
+                  self,
+                  [self, clock, keep](reply_to<uint64_t> r) {
+                    do_push(self, clock, keep, std::move(r));
+                  },
+                  deliver_to<uint64_t>(rp));
             },
             fail_to(rp));
         return rp;
@@ -877,7 +974,12 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
         when_ready(
             self,
             [self, clock, keep, keys = std::move(keys), rp] {
-              do_push_pull(self, clock, keep, keys, rp);
+              with_resend<arrays>(
+                  self,
+                  [self, clock, keep, keys](reply_to<arrays> r) {
+                    do_push_pull(self, clock, keep, keys, std::move(r));
+                  },
+                  deliver_to<arrays>(rp));
             },
             fail_to(rp));
         return rp;
@@ -901,7 +1003,12 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
         when_ready(
             self,
             [self, clock, keys = std::move(keys), rp] {
-              do_pull(self, clock, keys, deliver_to<arrays>(rp));
+              with_resend<arrays>(
+                  self,
+                  [self, clock, keys](reply_to<arrays> r) {
+                    do_pull(self, clock, keys, std::move(r));
+                  },
+                  deliver_to<arrays>(rp));
             },
             fail_to(rp));
         return rp;

@@ -19,7 +19,7 @@
 //   (view_atom)                                -> uint32_t rank, frame view
 //   (clock_atom)                               -> uint64_t clock
 //       the clock to resume at: 0 on a first run; for a restarted worker
-//       the smallest clock the servers hold for its rank
+//       the largest clock the servers hold for its rank
 //
 // States and transitions (numbers cited in the code):
 //   joining -1-> connecting    1: RegisterReply: rank and view
@@ -32,7 +32,9 @@
 //   their own.
 //   A server down fails the operations waiting on it at once
 //   (errc::peer_down); a silent one within kv.request-timeout-ms
-//   (errc::timeout); the view decides what follows.
+//   (errc::timeout). Push, pull and push_pull interrupted by a dead server
+//   are resent (up to 3 times) once a newer view has placed its slices on
+//   its backup; servers drop the duplicates by (worker, clock, part).
 //
 // Roads: init, push and pull frames take the server's fast road
 // (actors/road.hpp) when --kv.road allows and the connection is up, else
@@ -97,6 +99,13 @@ struct kv_client_state {
     std::function<void(caf::error)> fail;
   };
   std::vector<waiting_op> waiting; // ops until ready, failed at deadline
+  struct resend {
+    uint64_t after_epoch; // runs in a view newer than this
+    std::chrono::steady_clock::time_point deadline;
+    std::function<void()> run;
+    std::function<void(caf::error)> fail;
+  };
+  std::vector<resend> resends; // operations a dead server interrupted
   // Operations waiting on a server, failed at once if it goes down.
   std::vector<std::pair<uint32_t, std::weak_ptr<kv_gather>>> inflight;
   std::map<uint32_t, road_link> roads; // server rank -> its fast road

@@ -76,7 +76,9 @@ node_config::node_config() {
       .add(server.road_port, "road-port",
            "TCP port of the fast road (0 = any free)")
       .add(server.road_send_timeout_ms, "road-send-timeout-ms",
-           "drop a worker that reads no reply for this long (ms, > 0)");
+           "drop a worker that reads no reply for this long (ms, > 0)")
+      .add(server.replicas, "replicas",
+           "backups per store: 1 = on the next server (ack after it), 0");
   opt_group{custom_options_, "kv"}
       .add(kv.request_timeout_ms, "request-timeout-ms",
            "give up on a reply after this long (ms, > 0)")
@@ -186,6 +188,10 @@ caf::error node_config::finish() {
   if (kv.max_message_bytes < (1u << 16))
     return caf::make_error(errc::invalid_config,
                            "--kv.max-message-bytes must be >= 65536");
+  if (server.replicas > 1)
+    return caf::make_error(errc::invalid_config,
+                           "--server.replicas must be 0 or 1 (one backup on"
+                           " the next server)");
   if (server.road_send_timeout_ms == 0)
     return caf::make_error(errc::invalid_config,
                            "--server.road-send-timeout-ms must be > 0");

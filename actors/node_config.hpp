@@ -37,6 +37,10 @@ struct server_settings {
   /// holds up the others this long at most. Default 2000 (the default
   /// heartbeat timeout); a 1 MiB part takes ~1 ms on loopback.
   uint32_t road_send_timeout_ms = 2000;
+  /// Backups per store: 1 = replicated on the next server (chain
+  /// replication: Init and Push are acknowledged once the backup has them),
+  /// 0 = none. Default 1.
+  uint32_t replicas = 1;
 };
 
 /// Settings of a worker's kv client (INI group "kv").

@@ -61,6 +61,14 @@ std::vector<uint32_t> hash_ring::preference(uint64_t h) const {
   return out;
 }
 
+uint32_t backup_of(uint32_t server, std::vector<uint32_t> servers) {
+  std::sort(servers.begin(), servers.end());
+  auto next = std::upper_bound(servers.begin(), servers.end(), server);
+  if (next == servers.end())
+    next = servers.begin();
+  return next == servers.end() ? server : *next;
+}
+
 std::vector<slice_place> place(const std::vector<key_info>& keys,
                                const std::vector<slice_place>& current,
                                const std::vector<uint32_t>& servers,

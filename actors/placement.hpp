@@ -57,6 +57,11 @@ std::vector<slice_place> place(const std::vector<key_info>& keys,
                                const std::vector<uint32_t>& servers,
                                const placement_params& params);
 
+/// The backup of `server` among `servers` (ranks of a view): the next rank
+/// above it, wrapping around; `server` itself when it is alone. Each
+/// server's slices are replicated on its backup (chain replication).
+uint32_t backup_of(uint32_t server, std::vector<uint32_t> servers);
+
 /// Floats per server rank under `placement`.
 std::map<uint32_t, uint64_t> load_of(const std::vector<key_info>& keys,
                                      const std::vector<slice_place>& placement,

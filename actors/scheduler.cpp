@@ -127,6 +127,24 @@ void on_event(self_ptr self, const frame& f) {
   record(self, std::move(e));
 }
 
+/// A server left: its slices go to its backup, which holds their replicas
+/// (chain replication), if the backup lives. Returns the slices moved.
+size_t promote_backup(self_ptr self, uint32_t dead,
+                      const std::vector<uint32_t>& servers_before) {
+  auto backup = backup_of(dead, servers_before);
+  auto live = server_ranks(self);
+  if (backup == dead ||
+      std::find(live.begin(), live.end(), backup) == live.end())
+    return 0;
+  size_t moved = 0;
+  for (auto& p : self->state.placement)
+    if (p.server == dead) {
+      p.server = backup;
+      ++moved;
+    }
+  return moved;
+}
+
 // -- barriers ---------------------------------------------------------------
 
 void check_barriers(self_ptr self) {
@@ -223,7 +241,11 @@ void answer_declare(self_ptr self, const declare_request& req,
 
 void flush_parked(self_ptr self) {
   auto& st = self->state;
-  if (server_ranks(self).size() < st.cfg.servers)
+  // Until the expected servers have joined, declares wait for them; once
+  // they have, the live ones are enough (a dead server never blocks).
+  auto live = server_ranks(self).size();
+  if (live == 0 ||
+      (live < st.cfg.servers && st.joined[role::server] < st.cfg.servers))
     return;
   auto parked = std::move(st.parked);
   st.parked.clear();
@@ -283,6 +305,7 @@ void on_down(self_ptr self, const caf::down_msg& dm) { // 1
     return;
   }
   auto info = i->info;
+  auto servers_before = server_ranks(self);
   ms.erase(i);
   auto what = str(to_string(info.kind), " ", info.rank, " (pid ", info.pid,
                   ") left the cluster: ", self->system().render(dm.reason));
@@ -292,11 +315,21 @@ void on_down(self_ptr self, const caf::down_msg& dm) { // 1
     TROUPE_LOG(info, "scheduler", what);
   else
     TROUPE_LOG(warning, "scheduler", what);
+  auto promoted = info.kind == role::server
+                      ? promote_backup(self, info.rank, servers_before)
+                      : 0;
   if (info.kind == role::server)
     replace_placement(self);
   publish(self);
   record(self, normal ? "left" : "crashed", info,
          str(self->system().render(dm.reason), "; view ", self->state.epoch));
+  if (promoted > 0)
+    record(self,
+           event_record{now_ms(), "promoted", role::server,
+                        backup_of(info.rank, servers_before), 0,
+                        str("backup of server ", info.rank, " took its ",
+                            promoted, " slices; view ", self->state.epoch),
+                        "scheduler"});
   check_barriers(self);
 }
 

@@ -7,9 +7,12 @@
 #include <chrono>
 
 #include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/io/middleman_actor.hpp>
 #include <caf/system_messages.hpp>
 
 #include "actors/log.hpp"
+#include "actors/placement.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -44,6 +47,12 @@ std::string replier::source() const {
   return from ? caf::to_string(from->node()) : std::string{"?"};
 }
 
+backup_link::~backup_link() {
+  auto left = std::move(waiting);
+  for (auto& [n, then] : left)
+    then(); // the operation stands on the primary alone
+}
+
 namespace {
 
 using self_ptr = shard_server_actor*;
@@ -52,10 +61,28 @@ std::string who(self_ptr self) {
   return "server " + std::to_string(self->state.rank);
 }
 
+shard_store& own_store(self_ptr self) {
+  return self->state.stores.front().store;
+}
+
+/// A store id unique in the cluster: our pid and a per-process count.
+uint64_t new_store_id() {
+  static uint64_t count = 0;
+  return (uint64_t{static_cast<uint32_t>(::getpid())} << 32) | ++count;
+}
+
+/// The hosted store that holds `id`; null if none.
+shard_store* store_of(self_ptr self, const slice_id& id) {
+  for (auto& h : self->state.stores)
+    if (h.store.owns(id))
+      return &h.store;
+  return nullptr;
+}
+
 /// Reports the first update after a worker was lost (a "resumed" event).
 void report_resumed(self_ptr self) {
   auto& st = self->state;
-  if (st.lost_epoch == 0 || st.store.version() <= st.lost_version)
+  if (st.lost_epoch == 0 || own_store(self).version() <= st.lost_version)
     return;
   auto workers = st.view.workers.size();
   event_record e{now_ms(),
@@ -63,35 +90,308 @@ void report_resumed(self_ptr self) {
                  role::server,
                  st.rank,
                  static_cast<uint32_t>(::getpid()),
-                 str("version ", st.store.version(), " applied with ", workers,
-                     " workers after view ", st.lost_epoch),
+                 str("version ", own_store(self).version(), " applied with ",
+                     workers, " workers after view ", st.lost_epoch),
                  who(self)};
   self->send(st.scheduler, event_atom_v, encode(e));
   st.lost_epoch = 0;
 }
 
-/// Answers every waiting pull the store can serve now.
+// -- replication: the primary side --------------------------------------------
+
+enum replica_op : uint8_t { op_owned = 1, op_workers, op_init, op_push };
+
+/// Drops the link to our backup; what waited for it goes on without it.
+void drop_backup(self_ptr self, const char* why) {
+  auto& b = self->state.backup;
+  if (!b)
+    return;
+  TROUPE_LOG(warning, who(self), "backup ", b->rank, " ", why,
+             ": our stores are unreplicated");
+  auto queued = std::move(b->queued);
+  b.reset();
+  for (auto& q : queued)
+    q(); // finds no link: runs its `then`
+}
+
+/// Sends one operation on store `h` to our backup, then runs `then` (at
+/// once if the store has no replica). No timeout: a dead or hung backup
+/// leaves the view, and dropping the link runs what waited.
+void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
+             std::vector<uint64_t> xs, std::function<void()> then) {
+  auto& b = self->state.backup;
+  if (!b || b->mirrored.count(h.id) == 0) {
+    then();
+    return;
+  }
+  auto send = [self, link = b.get(), id = h.id, origin = h.origin, op,
+               f = std::move(f), xs = std::move(xs), then]() mutable {
+    auto& b = self->state.backup;
+    if (b.get() != link || !b->handle) { // dropped meanwhile
+      then();
+      return;
+    }
+    auto n = b->next++;
+    b->waiting.emplace(n, std::move(then));
+    auto done = [self, link, n] {
+      auto& b = self->state.backup;
+      if (b.get() != link)
+        return; // the old link ran it when it went
+      auto i = b->waiting.find(n);
+      if (i == b->waiting.end())
+        return;
+      auto fn = std::move(i->second);
+      b->waiting.erase(i);
+      fn();
+    };
+    self->request(b->handle, caf::infinite, replicate_atom_v, self->state.rank,
+                  id, origin, static_cast<uint8_t>(op), std::move(f),
+                  std::move(xs))
+        .then([done](uint64_t) { done(); },
+              [self, link, done](caf::error& err) {
+                done();
+                if (self->state.backup.get() == link)
+                  drop_backup(
+                      self, ("failed: " + self->system().render(err)).c_str());
+              });
+  };
+  if (b->handle)
+    send();
+  else
+    b->queued.emplace_back(std::move(send));
+}
+
+/// Runs `then` once `n` forwards finished.
+std::function<void()> after_all(size_t n, std::function<void()> then) {
+  auto left = std::make_shared<size_t>(n);
+  return [left, then] {
+    if (--*left == 0)
+      then();
+  };
+}
+
+std::vector<uint64_t> owned_triples(const shard_store& s) {
+  std::vector<uint64_t> out;
+  for (auto& [id, floats] : s.owned()) {
+    out.push_back(id.key);
+    out.push_back(id.index);
+    out.push_back(floats);
+  }
+  return out;
+}
+
+std::vector<uint64_t> worker_ranks(const cluster_view& v) {
+  std::vector<uint64_t> out;
+  for (auto& w : v.workers)
+    out.push_back(w.rank);
+  return out;
+}
+
+/// Forwards the owned slices and live workers of every replicated store.
+void forward_layout(self_ptr self) {
+  for (auto& h : self->state.stores) {
+    forward(self, h, op_owned, frame{}, owned_triples(h.store), [] {});
+    forward(self, h, op_workers, frame{}, worker_ranks(self->state.view),
+            [] {});
+  }
+}
+
+/// Connects to our backup per view `v`: a new backup replicates the stores
+/// that are still pristine; the others stay unreplicated.
+void update_backup(self_ptr self) {
+  auto& st = self->state;
+  std::vector<uint32_t> ranks;
+  for (auto& s : st.view.servers)
+    ranks.push_back(s.rank);
+  auto b = backup_of(st.rank, ranks);
+  auto node = std::find_if(st.view.servers.begin(), st.view.servers.end(),
+                           [b](const node_info& n) { return n.rank == b; });
+  if (b == st.rank || node == st.view.servers.end() || st.cfg.replicas == 0) {
+    if (st.backup)
+      drop_backup(self, "left the view");
+    return;
+  }
+  if (st.backup && st.backup->node == *node)
+    return; // the same backup
+  if (st.backup)
+    drop_backup(self, "left the view");
+  st.backup = std::make_unique<backup_link>();
+  st.backup->rank = b;
+  st.backup->node = *node;
+  auto link = st.backup.get();
+  for (auto& h : st.stores) {
+    if (h.store.pristine()) {
+      st.backup->mirrored.insert(h.id);
+    } else {
+      TROUPE_LOG(warning, who(self), "store of server ", h.origin,
+                 " not replicated on new backup ", b,
+                 ": copying a store's state is not implemented");
+      self->send(st.scheduler, event_atom_v,
+                 encode(event_record{now_ms(), "unreplicated", role::server,
+                                     st.rank, static_cast<uint32_t>(::getpid()),
+                                     str("store of server ", h.origin,
+                                         " has no replica on server ", b),
+                                     who(self)}));
+    }
+  }
+  auto mm = self->home_system().middleman().actor_handle();
+  auto host = node->host;
+  auto port = node->port;
+  self->request(mm, std::chrono::milliseconds{st.request_timeout_ms},
+                caf::connect_atom_v, host, port)
+      .then(
+          [self, link](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                       const std::set<std::string>&) {
+            auto& cur = self->state.backup;
+            if (cur.get() != link)
+              return;
+            if (!ptr) {
+              drop_backup(self, "has no actor");
+              return;
+            }
+            cur->handle = caf::actor_cast<caf::actor>(ptr);
+            TROUPE_LOG(debug, who(self), "backup ", cur->rank, " connected");
+            auto queued = std::move(cur->queued);
+            cur->queued.clear();
+            for (auto& q : queued)
+              q();
+          },
+          [self, link](caf::error& err) {
+            if (self->state.backup.get() == link)
+              drop_backup(
+                  self, ("unreachable: " + self->system().render(err)).c_str());
+          });
+}
+
+// -- replication: the backup side ---------------------------------------------
+
+caf::result<uint64_t> on_replicate(self_ptr self, uint32_t primary, uint64_t id,
+                                   uint32_t origin, uint8_t op, const frame& f,
+                                   const std::vector<uint64_t>& xs) {
+  auto& st = self->state;
+  auto i = st.mirrors.find(id);
+  if (i == st.mirrors.end()) {
+    if (op != op_owned) // a replica starts with its layout
+      return caf::make_error(errc::malformed_message,
+                             "replica operation before its layout");
+    i = st.mirrors
+            .emplace(id, mirror_store{primary, origin,
+                                      shard_store{st.cfg.mode, st.fresh_fn}})
+            .first;
+    TROUPE_LOG(debug, who(self), "replicating the store of server ", origin,
+               " for server ", primary);
+  }
+  auto& m = i->second.store;
+  switch (op) {
+  case op_owned: {
+    if (xs.size() % 3 != 0)
+      return caf::make_error(errc::malformed_message, "owned slices");
+    std::map<slice_id, uint32_t> owned;
+    for (size_t k = 0; k < xs.size(); k += 3)
+      owned[slice_id{xs[k], static_cast<uint32_t>(xs[k + 1])}] =
+          static_cast<uint32_t>(xs[k + 2]);
+    m.set_owned(owned);
+    return m.version();
+  }
+  case op_workers: {
+    std::set<uint32_t> live;
+    for (auto w : xs)
+      live.insert(static_cast<uint32_t>(w));
+    m.set_workers(live);
+    return m.version();
+  }
+  case op_init: {
+    init_request req;
+    if (auto err = decode(f, req))
+      return err;
+    auto& xs_ = req.slices;
+    xs_.erase(
+        std::remove_if(xs_.begin(), xs_.end(),
+                       [&m](const slice_data& x) { return !m.owns(x.id); }),
+        xs_.end());
+    if (auto err = m.init(req))
+      return err;
+    return m.version();
+  }
+  case op_push: {
+    push_request req;
+    std::vector<slice_view> values;
+    auto err = visit_push(f, req, [&](slice_id sid, const float* p, size_t n) {
+      if (m.owns(sid))
+        values.push_back(slice_view{sid, p, n});
+      return caf::error{};
+    });
+    if (err)
+      return err;
+    auto r = m.push(req, values);
+    if (!r)
+      return std::move(r.error());
+    return r->version;
+  }
+  default:
+    return caf::make_error(errc::malformed_message, "replica operation", op);
+  }
+}
+
+// -- pulls --------------------------------------------------------------------
+
+/// True if every store holding a slice of `req` may serve it now.
+bool servable(self_ptr self, const pull_request& req) {
+  for (auto& h : self->state.stores) {
+    std::vector<slice_id> mine;
+    for (auto& id : req.slices)
+      if (h.store.owns(id))
+        mine.push_back(id);
+    if (!mine.empty() &&
+        (!h.store.readable_at(req.clock) || !h.store.initialised(mine)))
+      return false;
+  }
+  return true;
+}
+
+/// The reply to a servable pull: slices from their stores, in order.
+void answer_pull(self_ptr self, const pull_request& req, replier& to) {
+  auto& st = self->state;
+  std::vector<slice_view> views;
+  views.reserve(req.slices.size());
+  uint64_t version = UINT64_MAX, clock = UINT64_MAX;
+  for (auto& h : st.stores)
+    clock = std::min(clock, h.store.clock_of(req.worker));
+  std::vector<slice_view> one;
+  for (auto& id : req.slices) {
+    auto s = store_of(self, id);
+    if (!s) {
+      to.deliver(caf::make_error(errc::slice_not_owned, id.key, id.index));
+      return;
+    }
+    if (auto err = s->read_views({id}, one)) {
+      to.deliver(err);
+      return;
+    }
+    views.push_back(one.front());
+    version = std::min(version, s->version());
+  }
+  if (version == UINT64_MAX)
+    version = own_store(self).version();
+  // On the fast road, written straight from the stores.
+  to.deliver(encode_pull_reply(version, views, clock));
+}
+
+/// Answers every waiting pull the stores can serve now.
 void serve_pulls(self_ptr self) {
   auto& st = self->state;
   std::vector<shard_server_state::waiting_pull> still;
   for (auto& p : st.pulls) {
-    if (!st.store.readable_at(p.req.clock) ||
-        !st.store.initialised(p.req.slices)) {
+    if (servable(self, p.req))
+      answer_pull(self, p.req, p.to);
+    else
       still.push_back(std::move(p));
-      continue;
-    }
-    // Encoded straight from the store: values are copied once, into the
-    // reply's frame.
-    std::vector<slice_view> views;
-    if (auto err = st.store.read_views(p.req.slices, views))
-      p.to.deliver(err);
-    else // on the fast road, written straight from the store
-      p.to.deliver(encode_pull_reply(st.store.version(), views,
-                                     st.store.clock_of(p.req.worker)));
   }
   st.pulls = std::move(still);
   report_resumed(self);
 }
+
+// -- views --------------------------------------------------------------------
 
 /// Notes which workers are new in `v` (7) and whether one was lost.
 void track_workers(self_ptr self, const cluster_view& v) {
@@ -110,7 +410,7 @@ void track_workers(self_ptr self, const cluster_view& v) {
         std::none_of(v.workers.begin(), v.workers.end(),
                      [&w](const node_info& n) { return n == w; })) {
       if (st.lost_epoch == 0)
-        st.lost_version = st.store.version();
+        st.lost_version = own_store(self).version();
       st.lost_epoch = v.epoch;
     }
   st.incarnation = std::move(next);
@@ -124,6 +424,57 @@ caf::error check_incarnation(self_ptr self, uint32_t worker, uint64_t epoch) {
                            "request from view", epoch,
                            "before it rejoined in view", i->second);
   return caf::none;
+}
+
+/// Replicas of a server that left and whose slices `v` gives us become
+/// stores we serve (promotion); replicas no longer ours are dropped.
+void promote_replicas(self_ptr self, const cluster_view& v,
+                      const std::map<slice_id, uint32_t>& owned) {
+  auto& st = self->state;
+  for (auto i = st.mirrors.begin(); i != st.mirrors.end();) {
+    auto primary = i->second.primary;
+    bool alive = std::any_of(
+        v.servers.begin(), v.servers.end(),
+        [primary](const node_info& n) { return n.rank == primary; });
+    auto slices = i->second.store.owned();
+    bool ours = !slices.empty() && owned.count(slices.begin()->first) != 0;
+    if (!alive && ours) {
+      TROUPE_LOG(info, who(self), "promoted: serving the ", slices.size(),
+                 " slices of server ", primary, " from their replica");
+      if (st.lost_epoch == 0) // reported as resumed at the next update
+        st.lost_version = own_store(self).version();
+      st.lost_epoch = v.epoch;
+      st.stores.push_back(hosted_store{i->first, i->second.origin,
+                                       std::move(i->second.store), v.epoch});
+      i = st.mirrors.erase(i);
+    } else if (!alive) {
+      i = st.mirrors.erase(i);
+    } else {
+      ++i;
+    }
+  }
+}
+
+/// Gives each hosted store its share of `owned`: a slice stays in the
+/// store that holds it; new slices go to our own store.
+void share_out(self_ptr self, const std::map<slice_id, uint32_t>& owned) {
+  auto& st = self->state;
+  std::map<slice_id, uint32_t> rest = owned;
+  for (size_t k = 1; k < st.stores.size(); ++k) {
+    std::map<slice_id, uint32_t> mine;
+    for (auto& [id, floats] : st.stores[k].store.owned())
+      if (owned.count(id) != 0) {
+        mine[id] = owned.at(id);
+        rest.erase(id);
+      }
+    st.stores[k].store.set_owned(mine);
+  }
+  own_store(self).set_owned(rest);
+  st.stores.erase(std::remove_if(st.stores.begin() + 1, st.stores.end(),
+                                 [](const hosted_store& h) {
+                                   return h.store.owned().empty();
+                                 }),
+                  st.stores.end());
 }
 
 void apply_view(self_ptr self, cluster_view v) { // 3
@@ -149,18 +500,24 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   for (auto& w : v.workers)
     workers.insert(w.rank);
   track_workers(self, v);
-  st.store.set_owned(owned);
+  promote_replicas(self, v, owned);
+  share_out(self, owned);
   // A rank taken by a new process without a view in between: the old one
   // leaves first, so the new one starts at the others' clock.
   auto kept = workers;
   for (auto& [rank, epoch] : st.incarnation)
     if (epoch == v.epoch)
       kept.erase(rank);
-  st.store.set_workers(kept);
-  st.store.set_workers(workers);
+  for (auto& h : st.stores) {
+    h.store.set_workers(kept);
+    h.store.set_workers(workers);
+  }
   st.view = std::move(v);
+  update_backup(self);
+  forward_layout(self);
   TROUPE_LOG(debug, who(self), "view ", st.view.epoch, ": ", owned.size(),
-             " slices, ", workers.size(), " workers");
+             " slices in ", st.stores.size(), " stores, ", workers.size(),
+             " workers");
   // Run what waited for this epoch; keep what waits for a later one.
   auto held = std::move(st.held);
   st.held.clear();
@@ -199,33 +556,90 @@ bool decode_or_reject(self_ptr self, bytes_view f, Request& req, replier& rp) {
   return true;
 }
 
+// -- requests -----------------------------------------------------------------
+
 void handle_init(self_ptr self, init_request req, replier rp) {
   if (auto err = check_incarnation(self, req.worker, req.epoch)) {
     rp.deliver(err);
     return;
   }
-  if (auto err = self->state.store.init(req)) {
-    rp.deliver(err);
-    return;
+  auto& st = self->state;
+  for (auto& x : req.slices)
+    if (!store_of(self, x.id)) {
+      rp.deliver(caf::make_error(errc::slice_not_owned, x.id.key, x.id.index));
+      return;
+    }
+  for (auto& h : st.stores) {
+    init_request part{req.worker, req.epoch, {}};
+    for (auto& x : req.slices)
+      if (h.store.owns(x.id))
+        part.slices.push_back(x);
+    if (auto err = h.store.init(part)) {
+      rp.deliver(err);
+      return;
+    }
   }
-  rp.deliver(encode(push_reply{self->state.store.version(), false}));
+  auto reply = encode(push_reply{own_store(self).version(), false});
+  auto done = after_all(st.stores.size(), [rp, reply]() mutable {
+    rp.deliver(reply); // acknowledged once the backup has it
+  });
+  auto f = encode(req);
+  for (auto& h : st.stores)
+    forward(self, h, op_init, f, {}, done);
   serve_pulls(self);
 }
 
 void handle_push(self_ptr self, const push_request& req,
-                 const std::vector<slice_view>& values, replier rp) {
+                 const std::vector<slice_view>& values, bytes_view f,
+                 replier rp) {
   if (auto err = check_incarnation(self, req.worker, req.epoch)) {
     rp.deliver(err);
     return;
   }
-  auto reply = self->state.store.push(req, values);
-  if (!reply) {
-    TROUPE_LOG(debug, who(self),
-               "push refused: ", self->system().render(reply.error()));
-    rp.deliver(std::move(reply.error()));
-    return;
+  auto& st = self->state;
+  for (auto& x : values)
+    if (!store_of(self, x.id)) {
+      rp.deliver(caf::make_error(errc::slice_not_owned, x.id.key, x.id.index));
+      return;
+    }
+  // Every store sees every part (maybe with no slice of its own), so each
+  // counts the worker's clock whole.
+  push_reply out{UINT64_MAX, true};
+  std::vector<slice_view> mine;
+  for (auto& h : st.stores) {
+    // A push cut under an older view than the store's is not one of its
+    // parts: counting it would close the worker's clock there without
+    // the slices it holds (the resend would then look like a duplicate).
+    if (req.epoch < h.since)
+      continue;
+    mine.clear();
+    for (auto& x : values)
+      if (h.store.owns(x.id))
+        mine.push_back(x);
+    auto r = h.store.push(req, mine);
+    if (!r) {
+      TROUPE_LOG(debug, who(self),
+                 "push refused: ", self->system().render(r.error()));
+      rp.deliver(std::move(r.error()));
+      return;
+    }
+    out.version = std::min(out.version, r->version);
+    out.duplicate = out.duplicate && r->duplicate;
   }
-  rp.deliver(encode(*reply));
+  auto reply = encode(out);
+  auto done = after_all(st.stores.size(), [rp, reply]() mutable {
+    rp.deliver(reply); // acknowledged once the backup has it
+  });
+  frame copy; // the backup gets the push as it came
+  bool replicated = st.backup && !st.backup->mirrored.empty();
+  if (replicated && !out.duplicate)
+    copy.bytes.assign(f.data, f.data + f.size);
+  for (auto& h : st.stores) {
+    if (out.duplicate || req.epoch < h.since)
+      done(); // nothing new for the replica
+    else
+      forward(self, h, op_push, copy, {}, done);
+  }
   serve_pulls(self);
 }
 
@@ -235,12 +649,13 @@ void handle_pull(self_ptr self, pull_request req, replier rp) {
     rp.deliver(err);
     return;
   }
-  if (auto err = st.store.check_pull(req.worker, req.clock)) {
-    rp.deliver(err);
-    return;
-  }
+  for (auto& h : st.stores)
+    if (auto err = h.store.check_pull(req.worker, req.clock)) {
+      rp.deliver(err);
+      return;
+    }
   for (auto& id : req.slices) // unknown slices fail now, not after a wait
-    if (!st.store.owns(id)) {
+    if (!store_of(self, id)) {
       rp.deliver(caf::make_error(errc::slice_not_owned, id.key, id.index));
       return;
     }
@@ -284,9 +699,10 @@ void start(self_ptr self, const std::string& host, uint16_t port) {
               return;
             }
             self->state.rank = reply.rank;
+            self->state.stores.front().origin = reply.rank;
             self->state.joined = true;
             TROUPE_LOG(info, who(self), "joined, mode ",
-                       to_string(self->state.store.mode()));
+                       to_string(own_store(self).mode()));
             apply_view(self, std::move(reply.view));
             if (self->state.early_view.epoch > 0)
               apply_view(self, std::move(self->state.early_view));
@@ -333,8 +749,8 @@ void accept_push(self_ptr self, bytes_view f, replier rp,
     return;
   }
   when_epoch(self, req.epoch, rp,
-             [self, req, values = std::move(values), rp, keep]() mutable {
-               handle_push(self, req, values, std::move(rp));
+             [self, req, values = std::move(values), rp, keep, f]() mutable {
+               handle_push(self, req, values, f, std::move(rp));
              });
 }
 
@@ -369,7 +785,9 @@ void accept_road(self_ptr self, road_message_ptr m) {
 
 caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
                            caf::actor scheduler, update_fn fn) {
-  self->state.store = shard_store{cfg.mode, std::move(fn)};
+  self->state.fresh_fn = fn;
+  self->state.stores.push_back(
+      hosted_store{new_store_id(), 0, shard_store{cfg.mode, std::move(fn)}});
   self->state.cfg = cfg;
   self->state.scheduler = scheduler;
   self->monitor(scheduler);
@@ -407,6 +825,10 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
       },
       [self](road_atom, road_message_ptr& m) {
         accept_road(self, std::move(m));
+      },
+      [self](replicate_atom, uint32_t primary, uint64_t id, uint32_t origin,
+             uint8_t op, const frame& f, const std::vector<uint64_t>& xs) {
+        return on_replicate(self, primary, id, origin, op, f, xs);
       },
   };
 }

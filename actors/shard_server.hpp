@@ -9,6 +9,26 @@
 //   (pull_atom, frame Pull)   -> frame PullReply    [may wait]
 //   (road_atom, road_message_ptr)  the same three requests from the fast
 //                             road (actors/road.hpp); answered on it
+//   (replicate_atom, uint32_t primary, uint64_t store, uint32_t origin,
+//    uint8_t op, frame, vector<uint64_t>) -> uint64_t
+//                             from the server we back up: one operation
+//                             on the replica of its store `store`
+//
+// Chain replication. Each server's stores are replicated on its backup,
+// the next server of the ring (backup_of in actors/placement.hpp): the
+// primary applies every operation (init, push, owned slices, live
+// workers), forwards it in the same order, and acknowledges a worker's
+// Init or Push only once the backup has applied it. The backup's replica
+// is the same state machine fed the same operations, optimizer state
+// included. When the primary dies, the scheduler places its slices on the
+// backup, which turns its replicas into stores it serves (promotion); a
+// request carries no store: the server routes each slice to the store that
+// holds it, and every store sees every part of a push, so (worker, clock,
+// part) duplicates are dropped per store and workers may resend whole
+// clocks. Only a store that is still pristine (nothing initialised or
+// pushed) gets a replica: a backup that arrives later (a restarted server)
+// would need a copy of the state, which is not implemented; such a store
+// is unreplicated and its loss loses its slices.
 //
 // States and transitions (numbers cited in the code):
 //   joining -1-> running      1: RegisterReply with our rank and a view
@@ -30,6 +50,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,13 +81,47 @@ struct replier {
   std::string source() const;
 };
 
+/// A store this server serves: its own, or one it took over as backup.
+struct hosted_store {
+  uint64_t id = 0;     ///< unique in the cluster; replicas are keyed by it
+  uint32_t origin = 0; ///< rank of the server that created it
+  shard_store store;
+  /// Epoch of the view from which we serve it: requests sent in older
+  /// views were not meant for it (they were cut for our other stores).
+  uint64_t since = 0;
+};
+
+/// A replica of a store of the server we back up.
+struct mirror_store {
+  uint32_t primary = 0; ///< rank of the server that serves the store
+  uint32_t origin = 0;
+  shard_store store;
+};
+
+/// The connection to our backup and the operations waiting for it.
+struct backup_link {
+  uint32_t rank = 0;
+  node_info node;
+  caf::actor handle;                         ///< null while connecting
+  std::set<uint64_t> mirrored;               ///< our stores it replicates
+  std::vector<std::function<void()>> queued; ///< sent once connected
+  /// Acknowledgements waiting for the backup, by forward number: run when
+  /// it answers, or when the link goes (a dead backup holds no one up).
+  std::map<uint64_t, std::function<void()>> waiting;
+  uint64_t next = 0;
+  ~backup_link();
+};
+
 struct shard_server_state {
   static inline const char* name = "shard-server";
   struct waiting_pull {
     pull_request req;
     replier to;
   };
-  shard_store store;
+  std::vector<hosted_store> stores; // [0] is our own
+  std::map<uint64_t, mirror_store> mirrors;
+  std::unique_ptr<backup_link> backup; // null: no backup
+  update_fn fresh_fn; // never called: copied for each new store
   caf::actor scheduler;
   uint32_t rank = 0;
   bool joined = false;

@@ -77,7 +77,7 @@ shard_store::push(const push_request& req,
   if (req.clock < wc.clock ||
       (req.clock == wc.clock && wc.parts.count(req.part) != 0))
     return push_reply{version_, true};
-  if (req.clock > wc.clock)
+  if (req.clock > wc.clock && !wc.fresh)
     return caf::make_error(errc::clock_gap, "expected", wc.clock, "got",
                            req.clock);
   if (auto err = check_slices(slices))
@@ -86,6 +86,11 @@ shard_store::push(const push_request& req,
     if (!slices_[x.id].ready)
       return caf::make_error(errc::unknown_key, "slice not initialised",
                              x.id.key, x.id.index);
+  if (req.clock > wc.clock) { // a fresh worker's first push: its clock
+    wc.clock = req.clock;
+    wc.parts.clear();
+  }
+  wc.fresh = false;
   if (mode_.kind == consistency::kind_t::sync)
     add_to_round(req.clock, slices);
   else
@@ -140,7 +145,7 @@ caf::error shard_store::check_pull(uint32_t worker, uint64_t clock) const {
   auto w = workers_.find(worker);
   if (w == workers_.end())
     return caf::make_error(errc::not_a_member, "worker", worker);
-  if (clock > w->second.clock + 1)
+  if (clock > w->second.clock + 1 && !w->second.fresh)
     return caf::make_error(errc::clock_gap, "pull at clock", clock,
                            "but pushed up to", w->second.clock);
   return caf::none;
@@ -189,6 +194,25 @@ caf::error shard_store::read_views(const std::vector<slice_id>& ids,
         slice_view{id, i->second.values.data(), i->second.values.size()});
   }
   return caf::none;
+}
+
+std::map<slice_id, uint32_t> shard_store::owned() const {
+  std::map<slice_id, uint32_t> out;
+  for (auto& [id, s] : slices_)
+    out.emplace(id, s.floats);
+  return out;
+}
+
+bool shard_store::pristine() const {
+  if (version_ > 0 || rounds_applied_ > 0 || !rounds_.empty())
+    return false;
+  for (auto& [id, s] : slices_)
+    if (s.ready)
+      return false;
+  for (auto& [w, wc] : workers_)
+    if (wc.clock > 0 || !wc.parts.empty())
+      return false;
+  return true;
 }
 
 uint64_t shard_store::clock_of(uint32_t worker) const {

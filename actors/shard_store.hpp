@@ -5,7 +5,10 @@
 //
 // Clocks: worker w's clock is the number of clocks it has pushed whole
 // (all parts). A push must carry exactly that clock; a lower one (or a part
-// already seen) is a duplicate, acknowledged and dropped.
+// already seen) is a duplicate, acknowledged and dropped. Only a worker's
+// first push since it (re)joined may carry a higher clock, which it then
+// takes: a server that joined late (a restarted one) starts where the
+// workers are.
 //   sync   round t is applied (sum of every live worker's push, one update)
 //          when every live worker's clock passed t; version = rounds applied;
 //          a worker at clock c reads once version >= c.
@@ -69,6 +72,13 @@ public:
   /// True if a worker at `clock` may read now under the mode.
   bool readable_at(uint64_t clock) const;
 
+  /// The slices this store owns, with their lengths in floats.
+  std::map<slice_id, uint32_t> owned() const;
+
+  /// True while nothing was initialised or pushed: a replica can start
+  /// from the same empty state without a copy of ours.
+  bool pristine() const;
+
   /// True if this store owns `id`.
   bool owns(const slice_id& id) const { return slices_.count(id) != 0; }
 
@@ -107,6 +117,7 @@ private:
   struct worker_clock {
     uint64_t clock = 0;
     std::set<uint32_t> parts; // parts seen of `clock`
+    bool fresh = true;        // no push accepted since it (re)joined
   };
 
   caf::error check_slices(const std::vector<slice_view>& xs) const;

@@ -103,6 +103,7 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--server.road-send-timeout-ms=0"},
            "--server.road-send-timeout-ms");
   rejected({"--agent.backoff-ms=0"}, "--agent.backoff-ms");
+  rejected({"--server.replicas=2"}, "--server.replicas");
   rejected({"--agent.backoff-ms=500", "--agent.backoff-max-ms=100"},
            "--agent.backoff-max-ms");
   rejected({"--fault.plan=kill:worker-1"}, "--fault.plan");

@@ -22,61 +22,14 @@
 #include "messages/membership.hpp"
 #include "messages/type_ids.hpp"
 #include "tests/cluster/nodes.hpp"
+#include "tests/cluster/scheduler_client.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
 
 namespace {
 
-/// The test's own CAF node, reading the scheduler's event log.
-struct event_reader {
-  node_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  caf::actor sched;
-
-  explicit event_reader(uint16_t port) {
-    cfg.load<caf::io::middleman>();
-    cfg.set("middleman.heartbeat-interval", caf::timespan{100ms});
-    cfg.set("middleman.connection-timeout", caf::timespan{1s});
-    sys = std::make_unique<caf::actor_system>(cfg);
-    auto s = connect_scheduler(*sys, "127.0.0.1", port, 10000);
-    BOOST_REQUIRE(s);
-    sched = *s;
-  }
-
-  std::vector<event_record> fetch() {
-    std::vector<event_record> out;
-    caf::scoped_actor self{*sys};
-    self->request(sched, 10s, events_atom_v)
-        .receive([&out](const frame& f) { BOOST_REQUIRE(!decode(f, out)); },
-                 [](const caf::error& err) {
-                   BOOST_FAIL("events failed: " << describe(err));
-                 });
-    return out;
-  }
-
-  /// Waits (bounded) until the log has an event matching `pred`.
-  template <class Pred>
-  std::optional<event_record> wait_for(Pred pred,
-                                       std::chrono::seconds limit = 30s) {
-    auto deadline = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-      for (auto& e : fetch())
-        if (pred(e))
-          return e;
-      if (std::chrono::steady_clock::now() >= deadline)
-        return std::nullopt;
-      std::this_thread::sleep_for(50ms); // the log has no push channel
-    }
-  }
-};
-
-std::string dump(const std::vector<event_record>& xs) {
-  std::string out;
-  for (auto& e : xs)
-    out += to_json(e) + "\n";
-  return out;
-}
+using event_reader = scheduler_client;
 
 const std::string config_file = TROUPE_SOURCE_DIR "/deploy/local.ini";
 
@@ -145,7 +98,7 @@ BOOST_AUTO_TEST_CASE(a_killed_worker_is_restarted_rejoins_and_training_ends) {
     auto acc = final_accuracy(*agent);
     BOOST_TEST_MESSAGE(mode << ": final test accuracy " << acc);
     BOOST_CHECK_GE(acc, 0.80);
-    auto evs = log.fetch();
+    auto evs = log.events();
     auto find = [&evs](auto pred) {
       return std::find_if(evs.begin(), evs.end(), pred);
     };
@@ -194,21 +147,21 @@ BOOST_AUTO_TEST_CASE(a_hung_worker_leaves_the_view_and_training_goes_on) {
   ::kill(victim, SIGSTOP);
   // Its heartbeats stop: the scheduler declares it dead, and the server
   // completes rounds with the live worker alone.
-  auto crashed = log.wait_for([victim](const event_record& e) {
+  auto crashed = log.wait_for_event([victim](const event_record& e) {
     return is(e, "crashed", role::worker) && e.pid == uint32_t(victim);
   });
-  BOOST_REQUIRE_MESSAGE(crashed, dump(log.fetch()));
-  auto resumed = log.wait_for([&crashed](const event_record& e) {
+  BOOST_REQUIRE_MESSAGE(crashed, dump(log.events()));
+  auto resumed = log.wait_for_event([&crashed](const event_record& e) {
     return is(e, "resumed", role::server) && e.at_ms >= crashed->at_ms;
   });
-  BOOST_CHECK_MESSAGE(resumed, dump(log.fetch()));
+  BOOST_CHECK_MESSAGE(resumed, dump(log.events()));
   // Woken up, it finds itself out of the cluster, exits, and is restarted.
   ::kill(victim, SIGCONT);
   auto rc = agent->wait_exit(120s);
   BOOST_REQUIRE_MESSAGE(rc, "agent did not finish: " << agent->output());
   BOOST_CHECK_MESSAGE(*rc == 0, agent->output());
   BOOST_CHECK_GE(final_accuracy(*agent), 0.80);
-  auto evs = log.fetch();
+  auto evs = log.events();
   BOOST_CHECK_MESSAGE(std::any_of(evs.begin(), evs.end(),
                                   [victim](const event_record& e) {
                                     return is(e, "exited", role::worker) &&
@@ -223,21 +176,21 @@ BOOST_AUTO_TEST_CASE(a_fault_plan_from_flags_kills_and_the_agent_restarts) {
   // A servers-only agent runs until stopped: the plan's time always comes.
   auto agent = start_agent(s, 1, 0, {"--fault.plan=kill:server-0@300"});
   auto first = child_pid(*agent, "server-0");
-  auto injected = log.wait_for([first](const event_record& e) {
+  auto injected = log.wait_for_event([first](const event_record& e) {
     return e.kind == "injected" && e.pid == uint32_t(first);
   });
-  BOOST_REQUIRE_MESSAGE(injected, dump(log.fetch()) << agent->output());
+  BOOST_REQUIRE_MESSAGE(injected, dump(log.events()) << agent->output());
   BOOST_CHECK(injected->detail.find("signal 9") != std::string::npos);
-  auto restarted = log.wait_for(
+  auto restarted = log.wait_for_event(
       [](const event_record& e) { return is(e, "restarted", role::server); });
-  BOOST_REQUIRE_MESSAGE(restarted, dump(log.fetch()));
+  BOOST_REQUIRE_MESSAGE(restarted, dump(log.events()));
   BOOST_CHECK_NE(restarted->pid, uint32_t(first));
   // The new process joins the cluster again.
-  BOOST_CHECK_MESSAGE(log.wait_for([&restarted](const event_record& e) {
+  BOOST_CHECK_MESSAGE(log.wait_for_event([&restarted](const event_record& e) {
     return e.about == role::server && e.pid == restarted->pid &&
            (e.kind == "joined" || e.kind == "rejoined");
   }),
-                      dump(log.fetch()));
+                      dump(log.events()));
   agent->signal(SIGTERM); // stops its children and exits cleanly
   auto rc = agent->wait_exit(20s);
   BOOST_REQUIRE_MESSAGE(rc, agent->output());
@@ -259,7 +212,7 @@ BOOST_AUTO_TEST_CASE(a_restart_policy_that_gives_up_says_why_in_one_line) {
   BOOST_CHECK_MESSAGE(line->find("3 times") != std::string::npos &&
                           line->find("exit code 1") != std::string::npos,
                       *line);
-  auto evs = log.fetch();
+  auto evs = log.events();
   BOOST_CHECK_EQUAL(std::count_if(evs.begin(), evs.end(),
                                   [](const event_record& e) {
                                     return is(e, "restarted", role::worker);
