@@ -38,23 +38,14 @@ common=(--config-file="$conf" "--cluster.servers=$servers"
         "--cluster.workers=$workers" "--train.metrics-file=$logs/metrics.jsonl"
         "$@")
 
-"$bin" --role=scheduler "${common[@]}" >"$logs/scheduler.log" 2>&1 &
-pids+=($!)
-echo "scheduler pid $! (log $logs/scheduler.log)"
-port=
-for _ in $(seq 100); do
-  port=$(sed -n 's/.*scheduler listening on [^:]*:\([0-9]*\).*/\1/p' \
-         "$logs/scheduler.log")
-  [ -n "$port" ] && break
-  kill -0 "${pids[0]}" 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "$port" ]; then
-  echo "*** the scheduler did not start:" >&2
-  cat "$logs/scheduler.log" >&2
+# shellcheck source=deploy/scheduler.sh
+. "$here/deploy/scheduler.sh"
+sched_pid=
+if ! start_scheduler "$bin" "$logs/scheduler.log" "${common[@]}"; then
+  kill "$sched_pid" 2>/dev/null || true
   exit 1
 fi
-echo "scheduler listening on port $port"
+pids+=("$sched_pid")
 
 for i in $(seq 0 $((servers - 1))); do
   "$bin" --role=server --scheduler-port="$port" "${common[@]}" \

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # The fault-injection demo: a local cluster trains Fashion-MNIST (sync,
-# mlp:784-256-128-10, 10 epochs) while its node agent kills two workers
-# with SIGKILL at random times. The agent restarts them, they rejoin and
-# carry on from the servers' clock. At the end the demo prints the timeline
-# of every failure and recovery from the scheduler's event log, the figures
-# per fault, and the final test accuracy.
+# mlp:784-256-128-10, 10 epochs, 2 servers, 2 workers) while its node agent
+# kills two workers and one server with SIGKILL at random times. The agent
+# restarts them; workers rejoin and carry on from the servers' clock; a dead
+# server's backup serves its slices from their replica. At the end the demo
+# prints the timeline of every failure and recovery from the scheduler's
+# event log, the figures per fault, and the final test accuracy.
 #
 # usage: examples/fault_injection/run.sh [FLAG...]
-#   FLAGs go to every node, e.g. --fault.seed=7 (repeat a run),
-#   --fault.random-kills=3, --server.mode=async
-# env:   TROUPE_BUILD folder of the build (default: build)
-#        TROUPE_LOGS  folder for the logs (default: logs/fault-<date-time>)
-# Not yet in the demo: killing a server. Its slices have no replica yet, so
-# a dead server's parameters are lost (see README: fault tolerance).
+#   FLAGs go to every node, e.g. --fault.seed=7 (the same worker kills
+#   again), --fault.random-kills=3, --server.mode=async
+# env:   TROUPE_BUILD       folder of the build (default: build)
+#        TROUPE_LOGS        folder for the logs (default: logs/fault-<time>)
+#        TROUPE_SERVER_KILL the server fault as a --fault.plan item
+#                           (default: kill:server-R@T, R and T random;
+#                           "none" = no server fault)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -38,22 +40,16 @@ stop_scheduler() {
 trap stop_scheduler EXIT
 trap 'echo "interrupted"; exit 130' INT TERM
 
-"$bin" --role=scheduler "${common[@]}" >"$logs/scheduler.log" 2>&1 &
-sched_pid=$!
-port=
-for _ in $(seq 100); do
-  port=$(sed -n 's/.*scheduler listening on [^:]*:\([0-9]*\).*/\1/p' \
-         "$logs/scheduler.log")
-  [ -n "$port" ] && break
-  kill -0 "$sched_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "$port" ]; then
-  echo "*** the scheduler did not start:" >&2
-  cat "$logs/scheduler.log" >&2
-  exit 1
+# shellcheck source=deploy/scheduler.sh
+. "$here/deploy/scheduler.sh"
+start_scheduler "$bin" "$logs/scheduler.log" "${common[@]}" || exit 1
+
+server_kill=${TROUPE_SERVER_KILL:-kill:server-$((RANDOM % 2))@$((3000 + RANDOM % 9000))}
+plan=()
+if [ "$server_kill" != none ]; then
+  plan=(--fault.plan="$server_kill")
+  echo "server fault: $server_kill"
 fi
-echo "scheduler pid $sched_pid, port $port"
 
 # One agent runs the machine's 2 servers and 2 workers and injects the
 # faults; its children write to its output, kept whole in agent.log. The
@@ -62,7 +58,7 @@ set +e
 "$bin" --role=agent --scheduler-port="$port" "${common[@]}" \
   --agent.servers=2 --agent.workers=2 --agent.max-restarts=3 \
   --fault.random-kills=2 --fault.random-targets=worker \
-  --fault.random-from-ms=3000 --fault.random-to-ms=12000 \
+  --fault.random-from-ms=3000 --fault.random-to-ms=12000 "${plan[@]}" \
   "$@" 2>&1 | tee "$logs/agent.log" |
   grep --line-buffered -E 'epoch [0-9]|final test|agent: |\*\*\*'
 agent_rc=${PIPESTATUS[0]}

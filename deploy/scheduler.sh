@@ -1,0 +1,26 @@
+# Sourced by the deploy and demo scripts: starts a troupe scheduler.
+#
+# start_scheduler BIN LOG FLAG...
+#   starts `BIN --role=scheduler FLAG...` in the background with its output
+#   in LOG, waits (up to 10 s) for it to listen, and sets `sched_pid` and
+#   `port`; prints the log and returns 1 if it did not start.
+start_scheduler() {
+  local bin=$1 log=$2
+  shift 2
+  "$bin" --role=scheduler "$@" >"$log" 2>&1 &
+  sched_pid=$!
+  echo "scheduler pid $sched_pid (log $log)"
+  port=
+  for _ in $(seq 100); do
+    port=$(sed -n 's/.*scheduler listening on [^:]*:\([0-9]*\).*/\1/p' "$log")
+    [ -n "$port" ] && break
+    kill -0 "$sched_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$port" ]; then
+    echo "*** the scheduler did not start:" >&2
+    cat "$log" >&2
+    return 1
+  fi
+  echo "scheduler listening on port $port"
+}
