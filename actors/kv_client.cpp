@@ -238,8 +238,10 @@ void start_tick(self_ptr self) {
   if (self->state.ticking)
     return;
   self->state.ticking = true;
-  auto period =
-      std::clamp<uint32_t>(self->state.cfg.request_timeout_ms / 8, 10, 500);
+  auto& cfg = self->state.cfg;
+  auto period = std::clamp<uint32_t>(cfg.request_timeout_ms / 8, 10, 500);
+  if (cfg.resend_ms > 0)
+    period = std::clamp<uint32_t>(cfg.resend_ms / 2, 10, period);
   self->delayed_send(self, std::chrono::milliseconds{period}, tick_atom_v);
 }
 
@@ -265,15 +267,37 @@ void road_send(self_ptr self, std::shared_ptr<kv_request> req, road_op op,
     return;
   }
   auto id = st.next_call++;
-  st.calls[id] = road_call{req->rank, bytes, g, on_reply,
-                           std::chrono::steady_clock::now() + timeout_of(self)};
+  auto conn = l.conn;
+  auto send = [self, conn, op, id, req, keep]() -> caf::error {
+    // Injected faults: a push frame lost, or sent twice.
+    auto& cfg = self->state.cfg;
+    std::uniform_real_distribution<double> coin{0.0, 1.0};
+    if (op == road_op::push && cfg.drop_pushes > 0 &&
+        coin(self->state.faults) < cfg.drop_pushes)
+      return caf::none;
+    int copies = op == road_op::push && cfg.duplicate_pushes > 0 &&
+                         coin(self->state.faults) < cfg.duplicate_pushes
+                     ? 2
+                     : 1;
+    caf::error err;
+    for (int i = 0; i < copies && !err; ++i)
+      err = req->body.index() == 0
+                ? conn->send(op, id, bytes_view{std::get<0>(req->body)})
+                : conn->send(op, id, std::get<1>(req->body));
+    return err;
+  };
+  auto t = std::chrono::steady_clock::now();
+  st.calls[id] = road_call{req->rank,
+                           bytes,
+                           g,
+                           on_reply,
+                           t + timeout_of(self),
+                           send,
+                           t + std::chrono::milliseconds{st.cfg.resend_ms}};
   l.in_flight += bytes;
   track(self, req->rank, g);
   start_tick(self);
-  auto err = req->body.index() == 0
-                 ? l.conn->send(op, id, bytes_view{std::get<0>(req->body)})
-                 : l.conn->send(op, id, std::get<1>(req->body));
-  if (err) // the connection is closed; road_down fails the rest
+  if (auto err = send()) // the connection is closed; road_down fails the rest
     g->fail(err);
 }
 
@@ -336,6 +360,16 @@ void on_tick(self_ptr self) {
   auto& st = self->state;
   st.ticking = false;
   auto now = std::chrono::steady_clock::now();
+  if (st.cfg.resend_ms > 0) // unanswered: the frame may be lost
+    for (auto& [id, call] : st.calls)
+      if (call.resend_at <= now && call.deadline > now) {
+        call.resend_at = now + std::chrono::milliseconds{st.cfg.resend_ms};
+        TROUPE_LOG(debug, who(self), "resending request ", id, " to server ",
+                   call.rank);
+        if (auto err = call.send())
+          if (auto g = call.g.lock())
+            g->fail(err);
+      }
   for (auto i = st.calls.begin(); i != st.calls.end();)
     if (i->second.deadline <= now) {
       if (auto g = i->second.g.lock())
@@ -921,6 +955,8 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
                         caf::actor scheduler) {
   self->state.cfg = cfg;
   self->state.scheduler = scheduler;
+  self->state.faults.seed(cfg.fault_seed != 0 ? cfg.fault_seed
+                                              : std::random_device{}());
   self->monitor(scheduler);
   self->set_down_handler(
       [self](const caf::down_msg& dm) { on_down(self, dm); });

@@ -40,7 +40,10 @@
 // (actors/road.hpp) when --kv.road allows and the connection is up, else
 // CAF. A lost road fails what waited on it (errc::peer_down) and later
 // operations use CAF. At most kv.window-bytes of frames are in flight per
-// road; more wait in order.
+// road; more wait in order. With kv.resend-ms > 0, a road request without
+// a reply after that long is sent again (a lost frame; servers drop
+// duplicates). --fault.drop-pushes / --fault.duplicate-pushes lose or
+// double push frames on purpose, to test exactly that.
 #pragma once
 
 #include <chrono>
@@ -48,6 +51,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -73,6 +77,11 @@ struct road_call {
   std::weak_ptr<kv_gather> g;
   std::function<void(bytes_view)> on_reply;
   std::chrono::steady_clock::time_point deadline;
+  /// Sends the same frame again (same id: the server drops a duplicate
+  /// push, and we take the first reply); due at resend_at if
+  /// kv.resend-ms > 0.
+  std::function<caf::error()> send;
+  std::chrono::steady_clock::time_point resend_at;
 };
 
 /// The road to one server and its window.
@@ -111,7 +120,8 @@ struct kv_client_state {
   std::map<uint32_t, road_link> roads; // server rank -> its fast road
   std::map<uint64_t, road_call> calls; // by request id
   uint64_t next_call = 1;
-  bool ticking = false; // a timeout sweep is scheduled
+  bool ticking = false;   // a timeout sweep is scheduled
+  std::mt19937_64 faults; // draws of --fault.drop-pushes / duplicate-pushes
   ~kv_client_state();
 };
 

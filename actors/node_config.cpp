@@ -89,7 +89,9 @@ node_config::node_config() {
       .add(kv.window_bytes, "window-bytes",
            "bytes in flight per server before more wait")
       .add(kv.ring_bytes, "ring-bytes",
-           "bytes of each shared-memory ring (per server and direction)");
+           "bytes of each shared-memory ring (per server and direction)")
+      .add(kv.resend_ms, "resend-ms",
+           "send a road request again after this long unanswered, 0 = never");
   opt_group{custom_options_, "optimizer"}
       .add(optimizer.name, "name", "sum | sgd | momentum | nesterov | adam")
       .add(optimizer.on, "on", "server | worker (sync mode only)")
@@ -134,7 +136,11 @@ node_config::node_config() {
       .add(fault.random_from_ms, "random-from-ms",
            "random kills happen after this (ms from the agent's start)")
       .add(fault.random_to_ms, "random-to-ms", "... and before this")
-      .add(fault.seed, "seed", "seed of random kills, 0 = from the clock");
+      .add(fault.seed, "seed", "seed of random draws, 0 = from the clock")
+      .add(kv.drop_pushes, "drop-pushes",
+           "probability that a worker loses a push frame (road only)")
+      .add(kv.duplicate_pushes, "duplicate-pushes",
+           "probability that a worker sends a push frame twice (road only)");
   opt_group{custom_options_, "worker"}
       .add(workload.task, "task", "train | counter")
       .add(workload.steps, "steps", "clocks the built-in workload runs")
@@ -228,6 +234,16 @@ caf::error node_config::finish() {
                            " --agent.backoff-ms");
   if (auto plan = parse_fault_plan(fault.plan); !plan)
     return std::move(plan.error());
+  if (!(kv.drop_pushes >= 0 && kv.drop_pushes <= 1) ||
+      !(kv.duplicate_pushes >= 0 && kv.duplicate_pushes <= 1))
+    return caf::make_error(errc::invalid_config,
+                           "--fault.drop-pushes and --fault.duplicate-pushes"
+                           " must be probabilities in [0, 1]");
+  if (kv.drop_pushes > 0 && kv.resend_ms == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--fault.drop-pushes needs --kv.resend-ms > 0,"
+                           " or every dropped push fails its step");
+  kv.fault_seed = fault.seed;
   if (fault.random_targets != "worker" && fault.random_targets != "server" &&
       fault.random_targets != "any")
     return caf::make_error(errc::invalid_config,

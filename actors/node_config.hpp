@@ -60,6 +60,14 @@ struct kv_settings {
   uint32_t window_bytes = 64u << 20;
   /// Bytes of each shared-memory ring (one per direction and server).
   uint32_t ring_bytes = 64u << 20;
+  /// Send a road request again after this long without a reply, ms;
+  /// 0 = never (a lost connection fails it instead). Default 0.
+  uint32_t resend_ms = 0;
+  /// Fault injection (set from --fault.*): probability that a push frame
+  /// is not sent, or sent twice; seed of the draws (0 = from the clock).
+  double drop_pushes = 0;
+  double duplicate_pushes = 0;
+  uint64_t fault_seed = 0;
 };
 
 /// Settings of the built-in trainer worker (INI group "train").
