@@ -87,18 +87,35 @@ void replace_placement(self_ptr self) {
 /// Most events kept; older ones are dropped (each is logged anyway).
 constexpr size_t max_events = 100000;
 
+/// The events after the first `n` ever recorded (those still kept).
+frame events_after(self_ptr self, uint64_t n) {
+  auto& st = self->state;
+  auto skip = n > st.events_dropped ? n - st.events_dropped : 0;
+  if (skip >= st.events.size())
+    return encode(std::vector<event_record>{});
+  return encode(std::vector<event_record>(st.events.begin() + skip,
+                                          st.events.end()));
+}
+
 /// Keeps `e` and logs it as one JSON line.
 void record(self_ptr self, event_record e) {
   auto& evs = self->state.events;
   bool bad = e.kind == "crashed" || e.kind == "gave-up" ||
-             e.kind == "agent-down" || e.kind == "exited";
+             e.kind == "agent-down" || e.kind == "exited" ||
+             e.kind == "lost" || e.kind == "unreplicated";
   if (bad)
     TROUPE_LOG(warning, "scheduler", "event ", to_json(e));
   else
     TROUPE_LOG(info, "scheduler", "event ", to_json(e));
-  if (evs.size() == max_events)
+  if (evs.size() == max_events) {
     evs.erase(evs.begin(), evs.begin() + max_events / 2);
+    self->state.events_dropped += max_events / 2;
+  }
   evs.push_back(std::move(e));
+  auto polls = std::move(self->state.event_polls);
+  self->state.event_polls.clear();
+  for (auto& [after, rp] : polls)
+    rp.deliver(events_after(self, after));
 }
 
 void record(self_ptr self, const char* kind, const node_info& n,
@@ -346,6 +363,14 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
       [self](view_atom) { return encode(current_view(self)); },
       [self](event_atom, const frame& f) { on_event(self, f); },
       [self](events_atom) { return encode(self->state.events); },
+      [self](events_atom, uint64_t n) -> caf::result<frame> {
+        auto& st = self->state;
+        if (st.events_dropped + st.events.size() > n)
+          return events_after(self, n);
+        auto rp = self->make_response_promise();
+        st.event_polls.emplace_back(n, rp);
+        return rp;
+      },
       [self](watch_atom) {
         auto w = caf::actor_cast<caf::actor>(self->current_sender());
         self->monitor(w);

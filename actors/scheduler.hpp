@@ -11,6 +11,9 @@
 //                                       (view_atom, frame) on every change
 //   (event_atom, frame Event)        an agent or server reports an event
 //   (events_atom)                    -> frame EventLog  [every event so far]
+//   (events_atom, uint64_t n)        -> frame EventLog  [the events after the
+//                                       first n, once there is one: a
+//                                       long poll]
 //   scheduler -> every member and watcher: (view_atom, frame ClusterView)
 //
 // Barriers: a barrier is released once every live node of its role has
@@ -79,6 +82,8 @@ struct scheduler_state {
   std::set<std::string> passed;                     // released barrier names
   std::set<std::pair<role, uint32_t>> seen;         // (role, rank) ever joined
   std::vector<event_record> events;                 // oldest first
+  uint64_t events_dropped = 0; // oldest ones no longer kept
+  std::vector<std::pair<uint64_t, caf::response_promise>> event_polls;
   std::map<caf::actor_addr, std::string> reporters; // non-members reporting
 };
 

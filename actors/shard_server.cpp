@@ -469,6 +469,27 @@ void share_out(self_ptr self, const std::map<slice_id, uint32_t>& owned) {
       }
     st.stores[k].store.set_owned(mine);
   }
+  // Slices new to us of arrays declared before: they lived on a server
+  // that died without a replica here. They start uninitialised, and a
+  // resent Init would set them to their first values: say so loudly.
+  size_t lost = 0;
+  std::set<uint64_t> old_keys;
+  for (auto& k : st.view.keys)
+    old_keys.insert(k.key);
+  for (auto& [id, floats] : rest)
+    if (!own_store(self).owns(id) && old_keys.count(id.key) != 0)
+      ++lost;
+  if (lost > 0) {
+    TROUPE_LOG(error, who(self), lost,
+               " slices of a dead server came with no replica: their values"
+               " are lost");
+    self->send(st.scheduler, event_atom_v,
+               encode(event_record{now_ms(), "lost", role::server, st.rank,
+                                   static_cast<uint32_t>(::getpid()),
+                                   str(lost, " slices of a dead server had no"
+                                             " replica here"),
+                                   who(self)}));
+  }
   own_store(self).set_owned(rest);
   st.stores.erase(std::remove_if(st.stores.begin() + 1, st.stores.end(),
                                  [](const hosted_store& h) {

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -52,33 +51,59 @@ struct scheduler_client {
     return out;
   }
 
-  /// Waits (bounded) until `pred` holds for the event log or view: both
-  /// are read by asking, as the scheduler pushes neither to us.
+  /// Waits (bounded) for an event that satisfies `pred`: long polls of
+  /// the scheduler's log, which answers as soon as a new event is in.
   template <class Pred>
   std::optional<event_record>
   wait_for_event(Pred pred,
                  std::chrono::seconds limit = std::chrono::seconds{30}) {
-    return poll(
-        [&]() -> std::optional<event_record> {
-          for (auto& e : events())
-            if (pred(e))
-              return e;
-          return std::nullopt;
-        },
-        limit);
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    uint64_t seen = 0;
+    caf::scoped_actor self{*sys};
+    for (;;) {
+      auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= std::chrono::steady_clock::duration::zero())
+        return std::nullopt;
+      std::vector<event_record> got;
+      bool failed = false;
+      self->request(sched, left, events_atom_v, seen)
+          .receive([&got](const frame& f) { BOOST_REQUIRE(!decode(f, got)); },
+                   [&failed](const caf::error&) { failed = true; });
+      if (failed) // the deadline passed
+        return std::nullopt;
+      seen += got.size();
+      for (auto& e : got)
+        if (pred(e))
+          return e;
+    }
   }
 
+  /// Waits (bounded) for a view that satisfies `pred`, watching the
+  /// scheduler's views as they are published.
   template <class Pred>
   bool wait_for_view(Pred pred,
                      std::chrono::seconds limit = std::chrono::seconds{30}) {
-    return poll(
-               [&]() -> std::optional<bool> {
-                 if (pred(view()))
-                   return true;
-                 return std::nullopt;
-               },
-               limit)
-        .has_value();
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    caf::scoped_actor self{*sys};
+    cluster_view v;
+    self->request(sched, limit, watch_atom_v)
+        .receive([&v](const frame& f) { BOOST_REQUIRE(!decode(f, v)); },
+                 [](const caf::error& err) {
+                   BOOST_FAIL("watch failed: " << describe(err));
+                 });
+    while (!pred(v)) {
+      auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= std::chrono::steady_clock::duration::zero())
+        return false;
+      self->receive(
+          [&v](view_atom, const frame& f) {
+            cluster_view next;
+            if (!decode(f, next) && next.epoch > v.epoch)
+              v = std::move(next);
+          },
+          caf::after(left) >> [] {});
+    }
+    return true;
   }
 
 private:
@@ -91,17 +116,6 @@ private:
                  });
   }
 
-  template <class F>
-  auto poll(F fn, std::chrono::seconds limit) -> decltype(fn()) {
-    auto deadline = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-      if (auto x = fn())
-        return x;
-      if (std::chrono::steady_clock::now() >= deadline)
-        return std::nullopt;
-      std::this_thread::sleep_for(std::chrono::milliseconds{20});
-    }
-  }
 };
 
 /// The log, one JSON line per event, for failure messages.
