@@ -61,7 +61,7 @@ public:
 
   /// The clock to resume at: 0 on a first run; a worker restarted under
   /// its old rank carries on from the clock the servers hold for it (the
-  /// largest over the servers).
+  /// smallest over the servers that hold slices).
   caf::expected<uint64_t> resume_clock();
 
   /// This worker's rank and current view (waits until joined).

@@ -736,23 +736,31 @@ void run_resends(self_ptr self) {
     when_ready(self, std::move(r.run), std::move(r.fail));
 }
 
-/// The clock this worker resumes at: the largest of its clocks over the
-/// live servers (0 on a first run). A restarted worker carries on there;
-/// a server that has it at a lower clock (it joined the view just now,
-/// and its rounds lag by one) takes the clock of its first push.
+/// The clock this worker resumes at: the smallest of its clocks over the
+/// servers that hold slices (0 on a first run). A server whose rounds lag
+/// by one when a restarted worker joins holds it a clock lower than the
+/// others: resuming there, the worker's first push is a duplicate where
+/// rounds are ahead and completes the lagging round (resuming at the
+/// largest would leave that round waiting for it forever). A server with
+/// no slices (a restarted one) does not count: it takes the clock of the
+/// worker's first push.
 void do_clock(self_ptr self,
               std::function<void(caf::expected<uint64_t>)> reply) {
   auto& st = self->state;
+  std::set<uint32_t> holders;
+  for (auto& [id, rank] : st.owner)
+    holders.insert(rank);
   std::vector<kv_request> msgs;
   for (auto& s : st.view.servers) // an empty pull: only the clock comes back
-    msgs.push_back(kv_request{
-        s.rank, encode(pull_request{st.rank, 0, st.view.epoch, {}})});
+    if (holders.empty() || holders.count(s.rank) != 0)
+      msgs.push_back(kv_request{
+          s.rank, encode(pull_request{st.rank, 0, st.view.epoch, {}})});
   auto g = std::make_shared<gather>();
   g->on_error = [reply](caf::error err) { reply(std::move(err)); };
-  auto hi = std::make_shared<uint64_t>(0);
+  auto lo = std::make_shared<uint64_t>(UINT64_MAX);
   scatter(
       self, pull_atom_v, road_op::pull, g, std::move(msgs),
-      [hi](bytes_view f) {
+      [lo](bytes_view f) {
         uint64_t version = 0, clock = 0;
         auto err = visit_pull_reply(
             f, version,
@@ -761,10 +769,10 @@ void do_clock(self_ptr self,
                                      id.key, id.index);
             },
             &clock);
-        *hi = std::max(*hi, clock);
+        *lo = std::min(*lo, clock);
         return err;
       },
-      [reply, hi] { reply(*hi); });
+      [reply, lo] { reply(*lo == UINT64_MAX ? 0 : *lo); });
 }
 
 // -- init -------------------------------------------------------------------

@@ -19,7 +19,7 @@
 //   (view_atom)                                -> uint32_t rank, frame view
 //   (clock_atom)                               -> uint64_t clock
 //       the clock to resume at: 0 on a first run; for a restarted worker
-//       the largest clock the servers hold for its rank
+//       the smallest clock the servers holding slices have for its rank
 //
 // States and transitions (numbers cited in the code):
 //   joining -1-> connecting    1: RegisterReply: rank and view

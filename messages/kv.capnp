@@ -63,7 +63,7 @@ struct PullReply {
   slices  @1 :List(Slice);  # in the order they were asked for
   clock   @2 :UInt64;       # the puller's clock here: clocks it has pushed
                             # whole (a rejoining worker resumes from the
-                            # largest over the servers)
+                            # smallest over the servers holding slices)
 }
 
 struct Failure {

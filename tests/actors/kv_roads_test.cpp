@@ -95,7 +95,9 @@ void check_road_in_use(kv& w, const std::string& road) {
 
 /// Declares every array of the sweep, then pushes and pulls each in turn.
 void sweep_sizes(const std::string& road) {
-  cluster c{"async", 2, 1, 16u << 20, add_update, slice_floats, road};
+  // The roads under test, without replication (which forwards every push
+  // to the backup over CAF; server_faults_test covers it).
+  cluster c{"async", 2, 1, 16u << 20, add_update, slice_floats, road, 0};
   auto& w = *c.workers.front();
   auto empty = w.init({named_array{100, {}}});
   BOOST_REQUIRE_MESSAGE(!empty, road << ": an empty array was declared");
@@ -133,7 +135,9 @@ void sweep_sizes(const std::string& road) {
 /// The same sweep through push_pull: each step's push and the pull after
 /// it in one call, which must read its own push whole.
 void sweep_push_pull(const std::string& road) {
-  cluster c{"async", 2, 1, 16u << 20, add_update, slice_floats, road};
+  // The roads under test, without replication (which forwards every push
+  // to the backup over CAF; server_faults_test covers it).
+  cluster c{"async", 2, 1, 16u << 20, add_update, slice_floats, road, 0};
   auto& w = *c.workers.front();
   std::vector<named_array> xs;
   for (size_t k = 0; k < sweep_floats.size(); ++k)

@@ -49,11 +49,15 @@ struct cluster {
   std::vector<std::unique_ptr<kv>> workers;
   update_fn update;
 
-  /// `road` is the workers' --kv.road: auto | tcp | middleman.
+  uint32_t replicas = 1;
+
+  /// `road` is the workers' --kv.road: auto | tcp | middleman; `replicas`
+  /// the servers' --server.replicas.
   cluster(const std::string& mode, uint32_t nservers, uint32_t nworkers,
           uint32_t max_message_bytes = 16u << 20, update_fn update = add_update,
-          uint32_t slice_floats = 1000, const std::string& road = "auto")
-      : update(std::move(update)) {
+          uint32_t slice_floats = 1000, const std::string& road = "auto",
+          uint32_t replicas = 1)
+      : update(std::move(update)), replicas(replicas) {
     scheduler_settings ss;
     ss.servers = nservers;
     ss.workers = nworkers;
@@ -84,6 +88,7 @@ struct cluster {
     auto remote = connect_scheduler(sys, "127.0.0.1", sched_port, 5000);
     BOOST_REQUIRE(remote);
     server_settings sv{*parse_consistency(mode)};
+    sv.replicas = replicas;
     auto s = sys.spawn(shard_server, sv, *remote, update);
     auto p = sys.middleman().publish(s, 0, "127.0.0.1");
     BOOST_REQUIRE(p);

@@ -138,6 +138,37 @@ BOOST_AUTO_TEST_CASE(a_duplicate_push_is_applied_once) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_rejoining_worker_resumes_at_the_smallest_clock) {
+  // Two servers in sync mode; worker 2 died and rejoins while worker 0 and
+  // 1 have pushed clock 5 to the first server but not yet to the second.
+  fixture ahead{"sync"}, behind{"sync"};
+  for (auto* f : {&ahead, &behind})
+    f->store.set_workers({0, 1});
+  for (uint64_t t = 0; t < 5; ++t)
+    for (uint32_t w = 0; w < 2; ++w)
+      for (auto* f : {&ahead, &behind})
+        BOOST_REQUIRE(f->push(w, t, 1.0f));
+  for (uint32_t w = 0; w < 2; ++w)
+    BOOST_REQUIRE(ahead.push(w, 5, 1.0f));
+  for (auto* f : {&ahead, &behind})
+    f->store.set_workers({0, 1, 2}); // worker 2 rejoins
+  auto lo = std::min(ahead.store.clock_of(2), behind.store.clock_of(2));
+  BOOST_CHECK_EQUAL(lo, 5u);
+  BOOST_CHECK_EQUAL(ahead.store.clock_of(2), 6u);
+  // The lagging round waits for worker 2: had it resumed at the largest
+  // clock (6), its first pull (at 6) would wait here for ever, before it
+  // ever pushed.
+  for (uint32_t w = 0; w < 2; ++w)
+    BOOST_REQUIRE(behind.push(w, 5, 1.0f));
+  BOOST_CHECK(!behind.store.readable_at(6));
+  // Resuming at the smallest clock: a duplicate where rounds are ahead,
+  // and it completes the lagging round.
+  BOOST_CHECK(ahead.push(2, lo, 1.0f)->duplicate);
+  BOOST_REQUIRE(behind.push(2, lo, 1.0f));
+  BOOST_CHECK(behind.store.readable_at(6));
+  BOOST_CHECK(ahead.store.readable_at(6));
+}
+
 BOOST_AUTO_TEST_CASE(bad_pushes_are_refused_and_change_nothing) {
   fixture f{"async"};
   BOOST_REQUIRE(f.push(1, 0, 1.0f)); // worker 1 has pushed: no more gaps

@@ -121,10 +121,12 @@ push_across_a_kill(const std::vector<std::string>& server_flags,
   BOOST_REQUIRE_MESSAGE(pushed, why(pushed));
   s1->signal(SIGKILL); // both servers hold slices of 9
   auto again = store.push(1, ones);
+  auto out = again ? store.pull(2, keys) : std::move(again.error());
+  if (!out) // the server reports what it lost, maybe after our error
+    sched.wait_for_event([](const event_record& e) { return is(e, "lost"); },
+                         10s);
   events = sched.events();
-  if (!again)
-    return std::move(again.error());
-  return store.pull(2, keys);
+  return out;
 }
 
 BOOST_AUTO_TEST_CASE(
