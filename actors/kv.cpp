@@ -109,6 +109,11 @@ caf::expected<uint64_t> kv::barrier(const std::string& name,
       barrier_atom_v, name, timeout_ms);
 }
 
+caf::error kv::leave() {
+  auto r = impl_->call<uint64_t>(client_, impl_->timeout, leave_atom_v);
+  return r ? caf::error{} : std::move(r.error());
+}
+
 caf::expected<uint64_t> kv::resume_clock() {
   return impl_->call<uint64_t>(client_, impl_->timeout, clock_atom_v);
 }

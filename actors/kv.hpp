@@ -64,6 +64,10 @@ public:
   /// smallest over the servers that hold slices).
   caf::expected<uint64_t> resume_clock();
 
+  /// This worker is done: it leaves the cluster view now (call once the
+  /// work is over, before the process exits).
+  caf::error leave();
+
   /// This worker's rank and current view (waits until joined).
   caf::expected<std::pair<uint32_t, cluster_view>> view();
 

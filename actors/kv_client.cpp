@@ -839,10 +839,13 @@ void do_push_pull(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
   });
 }
 
-void do_init(self_ptr self, arrays xs, reply_to<arrays> reply) {
+/// `xs` is shared, never copied: arrays may be large, and a resend runs
+/// this again.
+void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
+             reply_to<arrays> reply) {
   declare_request req{self->state.rank, {}};
   std::vector<uint64_t> keys;
-  for (auto& x : xs) {
+  for (auto& x : *xs) {
     req.keys.push_back(key_info{x.key, x.values.size()});
     keys.push_back(x.key);
   }
@@ -864,7 +867,7 @@ void do_init(self_ptr self, arrays xs, reply_to<arrays> reply) {
                 self,
                 [self, xs, keys, g, reply, mine = dr.initialiser] {
                   send_inits(
-                      self, xs, mine,
+                      self, *xs, mine,
                       [self, keys, reply] { do_pull(self, 0, keys, reply); },
                       g);
                 },
@@ -985,10 +988,11 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
             [self, xs = std::move(xs), rp]() mutable {
               // Declare and Init are idempotent (the first Init of a
               // slice wins): the whole of it may be resent.
+              auto keep = std::make_shared<const arrays>(std::move(xs));
               with_resend<arrays>(
                   self,
-                  [self, xs = std::move(xs)](reply_to<arrays> r) {
-                    do_init(self, xs, std::move(r));
+                  [self, keep](reply_to<arrays> r) {
+                    do_init(self, keep, std::move(r));
                   },
                   deliver_to<arrays>(rp));
             },
@@ -1070,6 +1074,13 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
                         [rp](caf::error& err) mutable { rp.deliver(err); });
             },
             fail_to(rp));
+        return rp;
+      },
+      [self](leave_atom) {
+        auto rp = self->make_response_promise();
+        self->request(self->state.scheduler, timeout_of(self), leave_atom_v)
+            .then([rp](uint64_t epoch) mutable { rp.deliver(epoch); },
+                  [rp](caf::error& err) mutable { rp.deliver(err); });
         return rp;
       },
       [self](clock_atom) {

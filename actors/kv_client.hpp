@@ -17,6 +17,9 @@
 //       reads as a worker at `clock` (waits as the mode says)
 //   (barrier_atom, string name, uint32_t timeout_ms) -> uint64_t epoch
 //   (view_atom)                                -> uint32_t rank, frame view
+//   (leave_atom)                               -> uint64_t epoch
+//       this worker is done: it leaves the view now, so that its exit is
+//       a departure, not a crash (stop the client after)
 //   (clock_atom)                               -> uint64_t clock
 //       the clock to resume at: 0 on a first run; for a restarted worker
 //       the smallest clock the servers holding slices have for its rank

@@ -301,6 +301,47 @@ caf::result<uint64_t> on_barrier(self_ptr self, const frame& f) {
   return rp;
 }
 
+/// Removes member `i` from the view (a departure, normal or not): its
+/// slices, if a server's, go to its backup or are placed anew; the view is
+/// published and barriers re-checked. Returns the servers before.
+void remove_member(self_ptr self,
+                   std::vector<scheduler_state::member>::iterator i,
+                   const char* kind, const std::string& why) {
+  auto info = i->info;
+  auto servers_before = server_ranks(self);
+  self->state.members.erase(i);
+  auto promoted = info.kind == role::server
+                      ? promote_backup(self, info.rank, servers_before)
+                      : 0;
+  if (info.kind == role::server)
+    replace_placement(self);
+  publish(self);
+  record(self, kind, info, str(why, "; view ", self->state.epoch));
+  if (promoted > 0)
+    record(self, event_record{now_ms(), "promoted", role::server,
+                              backup_of(info.rank, servers_before), 0,
+                              str("backup of server ", info.rank, " took its ",
+                                  promoted, " slices; view ",
+                                  self->state.epoch),
+                              "scheduler"});
+  check_barriers(self);
+}
+
+uint64_t on_leave(self_ptr self) {
+  auto& ms = self->state.members;
+  auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  auto i = std::find_if(ms.begin(), ms.end(), [&from](const auto& m) {
+    return m.handle.address() == from;
+  });
+  if (i == ms.end())
+    return self->state.epoch; // left already
+  TROUPE_LOG(info, "scheduler", to_string(i->info.kind), " ", i->info.rank,
+             " (pid ", i->info.pid, ") is done and leaves the cluster");
+  self->demonitor(i->handle);
+  remove_member(self, i, "left", "done");
+  return self->state.epoch;
+}
+
 void on_down(self_ptr self, const caf::down_msg& dm) { // 1
   auto& ms = self->state.members;
   auto i = std::find_if(ms.begin(), ms.end(), [&dm](const auto& m) {
@@ -322,8 +363,6 @@ void on_down(self_ptr self, const caf::down_msg& dm) { // 1
     return;
   }
   auto info = i->info;
-  auto servers_before = server_ranks(self);
-  ms.erase(i);
   auto what = str(to_string(info.kind), " ", info.rank, " (pid ", info.pid,
                   ") left the cluster: ", self->system().render(dm.reason));
   bool normal = dm.reason == caf::exit_reason::user_shutdown ||
@@ -332,22 +371,8 @@ void on_down(self_ptr self, const caf::down_msg& dm) { // 1
     TROUPE_LOG(info, "scheduler", what);
   else
     TROUPE_LOG(warning, "scheduler", what);
-  auto promoted = info.kind == role::server
-                      ? promote_backup(self, info.rank, servers_before)
-                      : 0;
-  if (info.kind == role::server)
-    replace_placement(self);
-  publish(self);
-  record(self, normal ? "left" : "crashed", info,
-         str(self->system().render(dm.reason), "; view ", self->state.epoch));
-  if (promoted > 0)
-    record(self,
-           event_record{now_ms(), "promoted", role::server,
-                        backup_of(info.rank, servers_before), 0,
-                        str("backup of server ", info.rank, " took its ",
-                            promoted, " slices; view ", self->state.epoch),
-                        "scheduler"});
-  check_barriers(self);
+  remove_member(self, i, normal ? "left" : "crashed",
+                self->system().render(dm.reason));
 }
 
 } // namespace
@@ -363,6 +388,7 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
       [self](view_atom) { return encode(current_view(self)); },
       [self](event_atom, const frame& f) { on_event(self, f); },
       [self](events_atom) { return encode(self->state.events); },
+      [self](leave_atom) { return on_leave(self); },
       [self](events_atom, uint64_t n) -> caf::result<frame> {
         auto& st = self->state;
         if (st.events_dropped + st.events.size() > n)

@@ -9,6 +9,9 @@
 //   (view_atom)                      -> frame ClusterView
 //   (watch_atom)                     -> frame ClusterView, then
 //                                       (view_atom, frame) on every change
+//   (leave_atom)                     -> uint64_t epoch  [a member that is done
+//                                       leaves the view now: its process
+//                                       may exit without looking crashed]
 //   (event_atom, frame Event)        an agent or server reports an event
 //   (events_atom)                    -> frame EventLog  [every event so far]
 //   (events_atom, uint64_t n)        -> frame EventLog  [the events after the

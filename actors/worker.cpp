@@ -181,6 +181,13 @@ int run_worker(caf::actor_system& sys, caf::actor scheduler,
       rc = 1;
     }
   });
+  if (rc == 0) // done: leave the view, so that our exit is no crash
+    self->request(kv, std::chrono::seconds{5}, leave_atom_v)
+        .receive([](uint64_t) {},
+                 [](const caf::error& err) {
+                   TROUPE_LOG(warning, "worker",
+                              "leaving the cluster failed: ", describe(err));
+                 });
   self->send_exit(kv, caf::exit_reason::user_shutdown);
   return rc;
 }

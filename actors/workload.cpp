@@ -100,6 +100,8 @@ int run_counter_workload(caf::actor_system& sys, caf::actor scheduler,
               rank, value ? *value : -1.0f, w.steps, workers, expected,
               exact ? "sums exact" : "MISMATCH");
   std::fflush(stdout);
+  if (auto err = store.leave()) // done: our exit is a departure
+    std::cerr << "leaving the cluster failed: " << describe(err) << '\n';
   return exact ? 0 : 1;
 }
 
