@@ -166,6 +166,7 @@ private:
       auto& a = faults_[next_fault_++];
       auto pid = sup_.pid_of(a.target);
       std::string detail = std::string{to_string(a.kind)} + " " + a.target;
+      auto at = system_clock::now(); // before the signal: it comes first
       if (pid == 0 || !sup_.signal(a.target, signal_of(a.kind))) {
         TROUPE_LOG(warning, "agent", "fault ", detail,
                    ": no such live child, skipped");
@@ -174,7 +175,7 @@ private:
       TROUPE_LOG(warning, "agent", "injected: ", detail, " (pid ", pid, ")");
       report("injected", a.target, pid,
              detail + " (signal " + std::to_string(signal_of(a.kind)) + ")",
-             system_clock::now());
+             at);
     }
   }
 

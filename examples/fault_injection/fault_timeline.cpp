@@ -5,6 +5,7 @@
 // restarted process rejoined. Ends with one line of JSON.
 //
 // usage: fault_timeline --scheduler-port=PORT [--scheduler-host=HOST]
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -76,9 +77,15 @@ std::string json_ms(const std::optional<event_record>& x, int64_t t0) {
   return x ? std::to_string(x->at_ms - t0) : std::string{"null"};
 }
 
-void print(const std::vector<event_record>& log) {
+void print(std::vector<event_record> log) {
   if (log.empty())
     return;
+  // The log is in order of arrival at the scheduler; an agent's report of
+  // a kill may arrive after the scheduler saw the death. Order by time.
+  std::stable_sort(log.begin(), log.end(),
+                   [](const event_record& a, const event_record& b) {
+                     return a.at_ms < b.at_ms;
+                   });
   auto t0 = log.front().at_ms;
   std::printf("timeline (ms since the first event):\n");
   for (auto& e : log) {
