@@ -31,12 +31,6 @@ namespace {
 
 using namespace std::chrono;
 
-std::atomic<bool> stop_requested{false};
-
-void on_stop_signal(int) {
-  stop_requested = true;
-}
-
 /// Forwards events to the scheduler as itself, so that the scheduler can
 /// monitor it (agent-down); raises `scheduler_down` when the scheduler
 /// goes (5).
@@ -112,7 +106,8 @@ public:
   }
 
   /// Runs until finished (4) or stopped (5); the exit code.
-  int run(const std::atomic<bool>& scheduler_down) {
+  int run(const std::atomic<bool>& scheduler_down,
+          const std::atomic<bool>& stop_requested) {
     while (!stop_requested && !scheduler_down && !workers_finished()) {
       inject_due_faults();
       sup_.run_once(milliseconds{50});
@@ -261,7 +256,8 @@ std::vector<std::string> child_flags(const std::vector<std::string>& args) {
 
 int run_agent(caf::actor_system& sys, const node_config& cfg,
               const std::string& self_path,
-              const std::vector<std::string>& child_args) {
+              const std::vector<std::string>& child_args,
+              const std::atomic<bool>& stop) {
   auto planned = parse_fault_plan(cfg.fault.plan);
   if (!planned) { // checked by finish() already
     std::cerr << "*** agent: " << describe(planned.error()) << '\n';
@@ -274,11 +270,6 @@ int run_agent(caf::actor_system& sys, const node_config& cfg,
               << describe(sched.error()) << '\n';
     return 1;
   }
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
   auto scheduler_down = std::make_shared<std::atomic<bool>>(false);
   auto link = sys.spawn(agent_link, *sched, scheduler_down);
   int rc = 0;
@@ -293,7 +284,7 @@ int run_agent(caf::actor_system& sys, const node_config& cfg,
       rc = 1;
     else {
       a.plan_faults(std::move(*planned));
-      rc = a.run(*scheduler_down);
+      rc = a.run(*scheduler_down, stop);
     }
   }
   caf::anon_send_exit(link, caf::exit_reason::user_shutdown);

@@ -20,6 +20,7 @@
 //                                (scheduler down) or 0
 #pragma once
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -32,11 +33,13 @@ namespace troupe {
 /// Runs an agent until it finishes; returns the process exit code.
 /// `child_args` are the flags every child gets (the agent's own, less
 /// --role, --agent.* and --fault.*); `self_path` is troupe-node's path.
-/// Call from the main thread (children are tied to the thread that forks
-/// them).
+/// `stop` turning true (SIGINT/SIGTERM, set by troupe-node) stops every
+/// child and ends the agent. Call from the main thread (children are tied
+/// to the thread that forks them).
 int run_agent(caf::actor_system& sys, const node_config& cfg,
               const std::string& self_path,
-              const std::vector<std::string>& child_args);
+              const std::vector<std::string>& child_args,
+              const std::atomic<bool>& stop);
 
 /// The flags of `args` a child of an agent gets: all but --role=...,
 /// --agent.* and --fault.*.

@@ -42,8 +42,9 @@ void on_stop_signal(int) {
   stop_requested = true;
 }
 
-/// SIGTERM and SIGINT end a scheduler or server cleanly: its actor quits
-/// with user_shutdown, so peers see a departure, not a crash.
+/// SIGTERM and SIGINT end a scheduler or server cleanly (its actor quits
+/// with user_shutdown, so peers see a departure, not a crash) and an agent
+/// with its children.
 void stop_on_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -153,8 +154,9 @@ int main(int argc, char** argv) {
   if (auto err = cfg.finish())
     return fail("checking options", err) + 1;
   if (cfg.role_name == "agent") {
+    stop_on_signals();
     caf::actor_system sys{cfg};
-    return run_agent(sys, cfg, self_path(argv[0]), flags);
+    return run_agent(sys, cfg, self_path(argv[0]), flags, stop_requested);
   }
   auto r = cfg.node_role();
   if (!r)

@@ -22,14 +22,6 @@ using namespace troupe::test;
 
 namespace {
 
-std::unique_ptr<child_process> start_worker(const scheduler_process& s,
-                                            uint32_t steps) {
-  return std::make_unique<child_process>(
-      node_args({"--role=worker", "--worker.task=counter", s.flag(),
-                 "--worker.steps=" + std::to_string(steps), "--worker.keys=3",
-                 "--worker.key-floats=40000"}));
-}
-
 /// The test's own CAF node, watching the scheduler's view.
 struct watcher {
   node_config cfg;
@@ -92,8 +84,8 @@ BOOST_AUTO_TEST_CASE(a_cluster_of_processes_sums_pushes_exactly_in_each_mode) {
     scheduler_process s{2, 2};
     auto s0 = start_server(s, mode);
     auto s1 = start_server(s, mode);
-    auto w0 = start_worker(s, 15);
-    auto w1 = start_worker(s, 15);
+    auto w0 = start_counter(s, 15);
+    auto w1 = start_counter(s, 15);
     for (auto* w : {w0.get(), w1.get()}) {
       auto rc = w->wait_exit(60s);
       BOOST_REQUIRE_MESSAGE(rc, "worker did not finish: " << w->output());
@@ -110,7 +102,7 @@ BOOST_AUTO_TEST_CASE(a_killed_server_and_a_killed_worker_leave_the_view) {
   scheduler_process s{2, 1};
   auto s0 = start_server(s, "sync");
   auto s1 = start_server(s, "sync");
-  auto w0 = start_worker(s, 100000000);
+  auto w0 = start_counter(s, 100000000);
   watcher obs{s.port};
   BOOST_REQUIRE(obs.wait_for([](const cluster_view& v) {
     return v.servers.size() == 2 && v.workers.size() == 1 && !v.keys.empty();
@@ -139,7 +131,7 @@ BOOST_AUTO_TEST_CASE(
     a_hung_worker_leaves_the_view_after_the_heartbeat_timeout) {
   scheduler_process s{1, 1};
   auto s0 = start_server(s, "async");
-  auto w0 = start_worker(s, 100000000);
+  auto w0 = start_counter(s, 100000000);
   watcher obs{s.port};
   BOOST_REQUIRE(obs.wait_for(
       [](const cluster_view& v) { return v.workers.size() == 1; }));

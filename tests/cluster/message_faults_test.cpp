@@ -22,11 +22,10 @@ BOOST_AUTO_TEST_CASE(lost_and_doubled_pushes_are_applied_exactly_once) {
     auto s1 = start_server(s, mode);
     std::vector<std::unique_ptr<child_process>> workers;
     for (int i = 0; i < 2; ++i)
-      workers.push_back(std::make_unique<child_process>(node_args(
-          {"--role=worker", "--worker.task=counter", s.flag(),
-           "--worker.steps=300", "--worker.keys=3", "--worker.key-floats=40000",
-           "--fault.drop-pushes=0.05", "--fault.duplicate-pushes=0.1",
-           "--fault.seed=" + std::to_string(7 + i), "--kv.resend-ms=50"})));
+      workers.push_back(start_counter(
+          s, 300,
+          {"--fault.drop-pushes=0.05", "--fault.duplicate-pushes=0.1",
+           "--fault.seed=" + std::to_string(7 + i), "--kv.resend-ms=50"}));
     for (auto& w : workers) {
       auto rc = w->wait_exit(120s);
       BOOST_REQUIRE_MESSAGE(rc, "worker did not finish: " << w->output());

@@ -57,4 +57,16 @@ start_server(const scheduler_process& s, const std::string& mode,
   return p;
 }
 
+/// A worker of the counter workload (every worker adds 1 per clock to 3
+/// arrays of 40000 floats), with `extra` flags; starts at once.
+inline std::unique_ptr<child_process>
+start_counter(const scheduler_process& s, uint32_t steps,
+              std::vector<std::string> extra = {}) {
+  extra.insert(extra.begin(),
+               {"--role=worker", "--worker.task=counter", s.flag(),
+                "--worker.steps=" + std::to_string(steps), "--worker.keys=3",
+                "--worker.key-floats=40000"});
+  return std::make_unique<child_process>(node_args(std::move(extra)));
+}
+
 } // namespace troupe::test

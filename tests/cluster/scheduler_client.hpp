@@ -115,7 +115,6 @@ private:
                    BOOST_FAIL("asking the scheduler failed: " << describe(err));
                  });
   }
-
 };
 
 /// The log, one JSON line per event, for failure messages.

@@ -20,16 +20,6 @@ using namespace troupe::test;
 
 namespace {
 
-std::unique_ptr<child_process> start_counter(const scheduler_process& s,
-                                             uint32_t steps,
-                                             std::vector<std::string> extra) {
-  extra.insert(extra.begin(),
-               {"--role=worker", "--worker.task=counter", s.flag(),
-                "--worker.steps=" + std::to_string(steps), "--worker.keys=3",
-                "--worker.key-floats=40000"});
-  return std::make_unique<child_process>(node_args(std::move(extra)));
-}
-
 /// The error of `x` for a failure message; "" if it holds a value.
 template <class T> std::string why(const caf::expected<T>& x) {
   return x ? std::string{} : describe(x.error());
