@@ -9,6 +9,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
+#include <caf/sec.hpp>
 #include <caf/system_messages.hpp>
 
 #include "actors/log.hpp"
@@ -196,6 +197,51 @@ void forward_layout(self_ptr self) {
   }
 }
 
+/// Attempts at connecting to a backup, each bounded by 1 s: two servers
+/// that are each other's backup connect to each other at once, and CAF
+/// 0.17 can leave one of the two handshakes unanswered; the next attempt
+/// finds the connection the other side made.
+constexpr int backup_connect_tries = 8;
+
+/// Connects `link` to its backup at host:port; queued forwards go once
+/// connected. A backup that cannot be reached is dropped.
+void connect_backup(self_ptr self, backup_link* link, std::string host,
+                    uint16_t port, int tries) {
+  auto mm = self->home_system().middleman().actor_handle();
+  auto limit = std::min<uint32_t>(self->state.request_timeout_ms, 1000);
+  self->request(mm, std::chrono::milliseconds{limit}, caf::connect_atom_v, host,
+                port)
+      .then(
+          [self, link](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                       const std::set<std::string>&) {
+            auto& cur = self->state.backup;
+            if (cur.get() != link)
+              return;
+            if (!ptr) {
+              drop_backup(self, "has no actor");
+              return;
+            }
+            cur->handle = caf::actor_cast<caf::actor>(ptr);
+            TROUPE_LOG(debug, who(self), "backup ", cur->rank, " connected");
+            auto queued = std::move(cur->queued);
+            cur->queued.clear();
+            for (auto& q : queued)
+              q();
+          },
+          [self, link, host, port, tries](caf::error& err) {
+            if (self->state.backup.get() != link)
+              return;
+            if (err == caf::sec::request_timeout && tries > 1) {
+              TROUPE_LOG(warning, who(self), "connecting to backup ",
+                         link->rank, " timed out; trying again");
+              connect_backup(self, link, host, port, tries - 1);
+              return;
+            }
+            drop_backup(self,
+                        ("unreachable: " + self->system().render(err)).c_str());
+          });
+}
+
 /// Connects to our backup per view `v`: a new backup replicates the stores
 /// that are still pristine; the others stay unreplicated.
 void update_backup(self_ptr self) {
@@ -234,33 +280,7 @@ void update_backup(self_ptr self) {
                                      who(self)}));
     }
   }
-  auto mm = self->home_system().middleman().actor_handle();
-  auto host = node->host;
-  auto port = node->port;
-  self->request(mm, std::chrono::milliseconds{st.request_timeout_ms},
-                caf::connect_atom_v, host, port)
-      .then(
-          [self, link](const caf::node_id&, caf::strong_actor_ptr& ptr,
-                       const std::set<std::string>&) {
-            auto& cur = self->state.backup;
-            if (cur.get() != link)
-              return;
-            if (!ptr) {
-              drop_backup(self, "has no actor");
-              return;
-            }
-            cur->handle = caf::actor_cast<caf::actor>(ptr);
-            TROUPE_LOG(debug, who(self), "backup ", cur->rank, " connected");
-            auto queued = std::move(cur->queued);
-            cur->queued.clear();
-            for (auto& q : queued)
-              q();
-          },
-          [self, link](caf::error& err) {
-            if (self->state.backup.get() == link)
-              drop_backup(
-                  self, ("unreachable: " + self->system().render(err)).c_str());
-          });
+  connect_backup(self, link, node->host, node->port, backup_connect_tries);
 }
 
 // -- replication: the backup side ---------------------------------------------
