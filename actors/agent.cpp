@@ -247,10 +247,15 @@ bool starts_with(const std::string& s, const char* prefix) {
 
 std::vector<std::string> child_flags(const std::vector<std::string>& args) {
   std::vector<std::string> out;
-  for (auto& a : args)
+  for (auto& a : args) {
+    // Message faults are carried out by the children themselves.
+    bool childs_fault = starts_with(a, "--fault.drop-pushes") ||
+                        starts_with(a, "--fault.duplicate-pushes") ||
+                        starts_with(a, "--fault.seed");
     if (!starts_with(a, "--role=") && !starts_with(a, "--agent.") &&
-        !starts_with(a, "--fault."))
+        (!starts_with(a, "--fault.") || childs_fault))
       out.push_back(a);
+  }
   return out;
 }
 

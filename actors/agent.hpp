@@ -42,7 +42,9 @@ int run_agent(caf::actor_system& sys, const node_config& cfg,
               const std::atomic<bool>& stop);
 
 /// The flags of `args` a child of an agent gets: all but --role=...,
-/// --agent.* and --fault.*.
+/// --agent.* and the --fault.* the agent carries out itself (the message
+/// faults --fault.drop-pushes, --fault.duplicate-pushes and their
+/// --fault.seed are the children's).
 std::vector<std::string> child_flags(const std::vector<std::string>& args);
 
 } // namespace troupe

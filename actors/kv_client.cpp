@@ -687,7 +687,7 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
   attempt([self, attempt, done, left, epoch](caf::expected<T> r) {
     // No server at all in our view: nowhere to resend to.
     bool nowhere = self->state.view.servers.empty();
-    if (r || left == 0 || nowhere ||
+    if (r || left == 0 || nowhere || self->state.stopping ||
         (r.error() != errc::peer_down && r.error() != errc::not_connected)) {
       done(std::move(r));
       return;
@@ -882,6 +882,7 @@ void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
 /// `err`, so no caller waits on us in vain.
 void stop(self_ptr self, caf::error err) {
   auto& st = self->state;
+  st.stopping = true;
   auto ops = std::move(st.waiting);
   st.waiting.clear();
   for (auto& op : ops)
@@ -947,7 +948,7 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
   if (dm.source == st.scheduler.address()) { // 4
     TROUPE_LOG(error, who(self),
                "scheduler down: ", self->system().render(dm.reason));
-    stop(self, caf::make_error(errc::peer_down, "scheduler"));
+    stop(self, scheduler_gone());
     return;
   }
   for (auto i = st.servers.begin(); i != st.servers.end(); ++i)

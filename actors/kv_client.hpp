@@ -118,6 +118,7 @@ struct kv_client_state {
     std::function<void(caf::error)> fail;
   };
   std::vector<resend> resends; // operations a dead server interrupted
+  bool stopping = false;       // stop() runs: fail, never resend
   // Operations waiting on a server, failed at once if it goes down.
   std::vector<std::pair<uint32_t, std::weak_ptr<kv_gather>>> inflight;
   std::map<uint32_t, road_link> roads; // server rank -> its fast road

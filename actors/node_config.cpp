@@ -7,6 +7,7 @@
 #endif
 
 #include <chrono>
+#include <filesystem>
 
 #include "actors/fault_plan.hpp"
 #include "actors/log.hpp"
@@ -141,6 +142,16 @@ node_config::node_config() {
            "probability that a worker loses a push frame (road only)")
       .add(kv.duplicate_pushes, "duplicate-pushes",
            "probability that a worker sends a push frame twice (road only)");
+  opt_group{custom_options_, "global"}.add(
+      server.checkpoint.resume, "resume",
+      "continue from the last checkpoint in --checkpoint.dir");
+  opt_group{custom_options_, "checkpoint"}
+      .add(server.checkpoint.dir, "dir",
+           "folder of checkpoints shared by the cluster, \"\" = none")
+      .add(server.checkpoint.every_ms, "every-ms",
+           "checkpoint every this many ms, 0 = only on request")
+      .add(server.checkpoint.tear_generation, "fault-tear",
+           "fault injection: a server writing this generation dies half way");
   opt_group{custom_options_, "worker"}
       .add(workload.task, "task", "train | counter")
       .add(workload.steps, "steps", "clocks the built-in workload runs")
@@ -254,6 +265,31 @@ caf::error node_config::finish() {
     return caf::make_error(errc::invalid_config,
                            "--fault.random-to-ms must be above"
                            " --fault.random-from-ms");
+  auto& ck = server.checkpoint;
+  if (ck.resume && ck.dir.empty())
+    return caf::make_error(errc::invalid_config,
+                           "--resume needs --checkpoint.dir: the folder the"
+                           " checkpoints were written to");
+  if (!ck.dir.empty() && optimizer.on == "worker")
+    return caf::make_error(errc::invalid_config,
+                           "--checkpoint.dir needs --optimizer.on=server: with"
+                           " the optimizer on the workers the servers hold no"
+                           " weights to checkpoint");
+  if (!ck.dir.empty() && ck.dir.size() > 3000)
+    return caf::make_error(errc::invalid_config,
+                           "--checkpoint.dir is too long");
+  if (!ck.dir.empty()) { // the folder is ours to make; say if we cannot
+    std::error_code ec;
+    std::filesystem::create_directories(ck.dir, ec);
+    if (ec || !std::filesystem::is_directory(ck.dir))
+      return caf::make_error(errc::invalid_config,
+                             "--checkpoint.dir " + ck.dir +
+                                 " is not a folder we can create: " +
+                                 (ec ? ec.message() : "a file is in the way"));
+  }
+  ck.mode = mode_text;
+  ck.optimizer = optimizer.name + "@" + optimizer.on;
+  scheduler.checkpoint = ck;
   if (workload.keys == 0 || workload.key_floats == 0)
     return caf::make_error(errc::invalid_config,
                            "--worker.keys and --worker.key-floats must be"

@@ -16,6 +16,27 @@
 
 namespace troupe {
 
+/// Checkpoints (INI group "checkpoint", and --resume): servers write their
+/// stores with the optimizer state, the scheduler a manifest once every
+/// server wrote a generation (messages/checkpoint.hpp).
+struct checkpoint_settings {
+  /// Folder shared by the cluster's servers and scheduler (one machine, or
+  /// a shared file system); "" = no checkpoints.
+  std::string dir;
+  /// A checkpoint every this many ms while training; 0 = only on request
+  /// (the scheduler's checkpoint message). Default 10000.
+  uint32_t every_ms = 10000;
+  /// Continue from the last checkpoint in dir: servers load their slices
+  /// and optimizer state, workers resume at the checkpoint's clock.
+  bool resume = false;
+  /// Fault injection: a server writing this generation kills itself half
+  /// way through the file (a torn checkpoint); 0 = never.
+  uint64_t tear_generation = 0;
+  /// What the manifest records and a resume checks (set by finish()).
+  std::string mode;
+  std::string optimizer;
+};
+
 /// Settings of the scheduler (INI group "cluster").
 struct scheduler_settings {
   /// Servers to wait for before placing keys. Default 1.
@@ -24,6 +45,7 @@ struct scheduler_settings {
   uint32_t workers = 1;
   /// Slicing and ring parameters.
   placement_params placement;
+  checkpoint_settings checkpoint;
 };
 
 /// Settings of a shard server (INI group "server").
@@ -41,6 +63,7 @@ struct server_settings {
   /// replication: Init and Push are acknowledged once the backup has them),
   /// 0 = none. Default 1.
   uint32_t replicas = 1;
+  checkpoint_settings checkpoint;
 };
 
 /// Settings of a worker's kv client (INI group "kv").

@@ -10,6 +10,7 @@
 
 #include "actors/log.hpp"
 #include "actors/placement.hpp"
+#include "actors/server_checkpoint.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -93,16 +94,16 @@ frame events_after(self_ptr self, uint64_t n) {
   auto skip = n > st.events_dropped ? n - st.events_dropped : 0;
   if (skip >= st.events.size())
     return encode(std::vector<event_record>{});
-  return encode(std::vector<event_record>(st.events.begin() + skip,
-                                          st.events.end()));
+  return encode(
+      std::vector<event_record>(st.events.begin() + skip, st.events.end()));
 }
 
 /// Keeps `e` and logs it as one JSON line.
 void record(self_ptr self, event_record e) {
   auto& evs = self->state.events;
   bool bad = e.kind == "crashed" || e.kind == "gave-up" ||
-             e.kind == "agent-down" || e.kind == "exited" ||
-             e.kind == "lost" || e.kind == "unreplicated";
+             e.kind == "agent-down" || e.kind == "exited" || e.kind == "lost" ||
+             e.kind == "unreplicated";
   if (bad)
     TROUPE_LOG(warning, "scheduler", "event ", to_json(e));
   else
@@ -316,15 +317,159 @@ void remove_member(self_ptr self,
   if (info.kind == role::server)
     replace_placement(self);
   publish(self);
+  if (info.kind == role::server && self->state.abort_checkpoint)
+    self->state.abort_checkpoint(caf::make_error(
+        errc::peer_down, "server", info.rank, "ended during the checkpoint"));
   record(self, kind, info, str(why, "; view ", self->state.epoch));
   if (promoted > 0)
-    record(self, event_record{now_ms(), "promoted", role::server,
-                              backup_of(info.rank, servers_before), 0,
-                              str("backup of server ", info.rank, " took its ",
-                                  promoted, " slices; view ",
-                                  self->state.epoch),
-                              "scheduler"});
+    record(self,
+           event_record{now_ms(), "promoted", role::server,
+                        backup_of(info.rank, servers_before), 0,
+                        str("backup of server ", info.rank, " took its ",
+                            promoted, " slices; view ", self->state.epoch),
+                        "scheduler"});
   check_barriers(self);
+}
+
+// -- checkpoints
+// ----------------------------------------------------------------
+
+/// Attempts at cutting a checkpoint before giving up on it.
+constexpr int checkpoint_tries = 5;
+
+void checkpoint_done(self_ptr self, const caf::error& err, uint64_t gen) {
+  auto& st = self->state;
+  st.checkpointing = false;
+  st.abort_checkpoint = nullptr;
+  auto waiting = std::move(st.checkpoint_waiting);
+  st.checkpoint_waiting.clear();
+  for (auto& rp : waiting)
+    if (err)
+      rp.deliver(err);
+    else
+      rp.deliver(gen);
+}
+
+void checkpoint_failed(self_ptr self, uint64_t gen, const caf::error& err) {
+  record(self, event_record{now_ms(), "checkpoint-failed", role::scheduler, 0,
+                            0, str("generation ", gen, ": ", describe(err)),
+                            "scheduler"});
+  checkpoint_done(self, err, gen);
+}
+
+/// Every server wrote generation `gen` at `at`: the manifest names it.
+void write_manifest(self_ptr self, uint64_t gen, uint64_t at,
+                    std::vector<std::string> files, uint64_t started) {
+  auto& ck = self->state.cfg.checkpoint;
+  std::sort(files.begin(), files.end());
+  checkpoint_manifest m{gen,          at,    ck.mode,
+                        ck.optimizer, files, static_cast<uint64_t>(now_ms())};
+  if (auto err = write_checked_file(ck.dir + "/" + manifest_name, encode(m))) {
+    checkpoint_failed(self, gen, err);
+    return;
+  }
+  auto removed = remove_old_checkpoints(ck.dir, gen - 1); // keep two
+  record(self, event_record{now_ms(), "checkpoint", role::scheduler, 0, 0,
+                            str("generation ", gen, " at version ", at, ": ",
+                                files.size(), " files in ", ck.dir, ", ",
+                                m.time_ms - started, " ms; ", removed,
+                                " old files removed"),
+                            "scheduler"});
+  checkpoint_done(self, caf::none, gen);
+}
+
+/// One attempt at generation `gen`: ask every server for its version, cut
+/// `margin` rounds above the largest, collect the files.
+void attempt_checkpoint(self_ptr self, uint64_t gen, uint64_t margin, int tries,
+                        uint64_t started) {
+  std::vector<caf::actor> servers;
+  for (auto& m : self->state.members)
+    if (m.info.kind == role::server)
+      servers.push_back(m.handle);
+  if (servers.empty()) {
+    checkpoint_failed(self, gen,
+                      caf::make_error(errc::not_connected, "no servers"));
+    return;
+  }
+  // Only sync rounds wait for a cut; other modes snapshot at once.
+  bool workers = !nodes_of(self, role::worker).empty() &&
+                 self->state.cfg.checkpoint.mode == "sync";
+  struct gather {
+    size_t left = 0;
+    uint64_t top = 0;
+    std::vector<std::string> files;
+    bool failed = false;
+  };
+  auto g = std::make_shared<gather>();
+  g->left = servers.size();
+  auto timeout = std::chrono::seconds{60};
+  auto fail = [self, g, gen, margin, tries, started](caf::error err) {
+    if (g->failed)
+      return;
+    g->failed = true;
+    if (err == errc::clock_gap && tries > 1) { // a server passed the cut
+      attempt_checkpoint(self, gen, margin * 2, tries - 1, started);
+      return;
+    }
+    checkpoint_failed(self, gen, err);
+  };
+  self->state.abort_checkpoint = fail; // a server died: do not wait for it
+  for (auto& srv : servers)
+    self->request(srv, timeout, checkpoint_atom_v, gen)
+        .then(
+            [self, g, gen, margin, workers, servers, timeout, fail,
+             started](uint64_t version) {
+              g->top = std::max(g->top, version);
+              if (g->failed || --g->left > 0)
+                return;
+              auto at = g->top + (workers ? margin : 0);
+              g->left = servers.size();
+              for (auto& s : servers)
+                self->request(s, timeout, checkpoint_atom_v, gen, at)
+                    .then(
+                        [self, g, gen, at, started](std::string& file) {
+                          g->files.push_back(std::move(file));
+                          if (!g->failed && --g->left == 0)
+                            write_manifest(self, gen, at, std::move(g->files),
+                                           started);
+                        },
+                        fail);
+            },
+            fail);
+}
+
+/// Takes a checkpoint now (or joins the one under way); `rp` (if valid)
+/// gets its generation.
+void start_checkpoint(self_ptr self, caf::response_promise rp) {
+  auto& st = self->state;
+  if (st.cfg.checkpoint.dir.empty()) {
+    if (rp.pending())
+      rp.deliver(caf::make_error(errc::invalid_config,
+                                 "the scheduler has no --checkpoint.dir"));
+    return;
+  }
+  if (rp.pending())
+    st.checkpoint_waiting.push_back(rp);
+  if (st.checkpointing)
+    return;
+  if (st.keys.empty()) {
+    checkpoint_done(self,
+                    caf::make_error(errc::unknown_key,
+                                    "nothing to checkpoint: no key declared"),
+                    0);
+    return;
+  }
+  st.checkpointing = true;
+  attempt_checkpoint(self, ++st.generation, 1, checkpoint_tries,
+                     static_cast<uint64_t>(now_ms()));
+}
+
+/// The periodic checkpoint: only while workers change the state.
+void checkpoint_tick(self_ptr self) {
+  auto every = self->state.cfg.checkpoint.every_ms;
+  if (!nodes_of(self, role::worker).empty())
+    start_checkpoint(self, caf::response_promise{});
+  self->delayed_send(self, std::chrono::milliseconds{every}, tick_atom_v);
 }
 
 uint64_t on_leave(self_ptr self) {
@@ -339,6 +484,8 @@ uint64_t on_leave(self_ptr self) {
              " (pid ", i->info.pid, ") is done and leaves the cluster");
   self->demonitor(i->handle);
   remove_member(self, i, "left", "done");
+  if (nodes_of(self, role::worker).empty()) // the job's final state
+    start_checkpoint(self, caf::response_promise{});
   return self->state.epoch;
 }
 
@@ -381,6 +528,33 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
   self->state.cfg = cfg;
   self->set_down_handler(
       [self](const caf::down_msg& dm) { on_down(self, dm); });
+  auto& ck = cfg.checkpoint;
+  if (ck.resume) { // one clear line now rather than failing servers later
+    auto set = load_resume_set(ck);
+    if (!set) {
+      TROUPE_LOG(error, "scheduler", describe(set.error()));
+      self->quit(set.error());
+      return {};
+    }
+    auto& m = (*set)->manifest;
+    self->state.generation = m.generation;
+    TROUPE_LOG(info, "scheduler", "resuming from checkpoint ", m.generation,
+               " in ", ck.dir, " (version ", m.version, ", ",
+               (*set)->slices.size(), " slices)");
+  } else if (!ck.dir.empty()) {
+    // A fresh job in a folder with an earlier job's checkpoint: number
+    // after it, so no file of ours takes a name it uses, and say so.
+    if (auto m = read_manifest(ck.dir)) {
+      self->state.generation = m->generation;
+      TROUPE_LOG(warning, "scheduler", ck.dir, " holds checkpoint ",
+                 m->generation, " of an earlier job; this job starts afresh"
+                 " (--resume continues it) and replaces it at its first"
+                 " checkpoint");
+    }
+  }
+  if (!ck.dir.empty() && ck.every_ms > 0)
+    self->delayed_send(self, std::chrono::milliseconds{ck.every_ms},
+                       tick_atom_v);
   return {
       [self](register_atom, const frame& f) { return on_register(self, f); },
       [self](declare_atom, const frame& f) { return on_declare(self, f); },
@@ -389,6 +563,12 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
       [self](event_atom, const frame& f) { on_event(self, f); },
       [self](events_atom) { return encode(self->state.events); },
       [self](leave_atom) { return on_leave(self); },
+      [self](checkpoint_atom) {
+        auto rp = self->make_response_promise();
+        start_checkpoint(self, rp);
+        return rp;
+      },
+      [self](tick_atom) { checkpoint_tick(self); },
       [self](events_atom, uint64_t n) -> caf::result<frame> {
         auto& st = self->state;
         if (st.events_dropped + st.events.size() > n)

@@ -17,7 +17,21 @@
 //   (events_atom, uint64_t n)        -> frame EventLog  [the events after the
 //                                       first n, once there is one: a
 //                                       long poll]
+//   (checkpoint_atom)                -> uint64_t generation  [takes a
+//                                       checkpoint now; answers once the
+//                                       manifest names it]
 //   scheduler -> every member and watcher: (view_atom, frame ClusterView)
+//
+// Checkpoints (--checkpoint.dir): every --checkpoint.every-ms while workers
+// are live, when the last worker leaves, and on request. The scheduler asks
+// each server for its version, picks a version above the largest (sync:
+// every server snapshots its stores as they complete that round, so the
+// files form one consistent cut; other modes snapshot at once), waits for
+// every file, then writes the manifest (write, fsync, rename) and removes
+// files older than the previous generation. A server that passed the cut
+// meanwhile fails the attempt, which is retried higher. With --resume the
+// scheduler checks the last checkpoint before it starts and numbers new
+// generations after it.
 //
 // Barriers: a barrier is released once every live node of its role has
 // arrived (and the expected number has ever joined). A released name stays
@@ -41,6 +55,7 @@
 //      the view until their own monitors fire.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -82,12 +97,16 @@ struct scheduler_state {
   std::vector<parked_declare> parked;       // until servers have joined
   std::map<role, uint32_t> joined;          // registrations ever, per role
   std::map<std::string, barrier> barriers;
-  std::set<std::string> passed;                     // released barrier names
-  std::set<std::pair<role, uint32_t>> seen;         // (role, rank) ever joined
-  std::vector<event_record> events;                 // oldest first
-  uint64_t events_dropped = 0; // oldest ones no longer kept
+  std::set<std::string> passed;             // released barrier names
+  std::set<std::pair<role, uint32_t>> seen; // (role, rank) ever joined
+  std::vector<event_record> events;         // oldest first
+  uint64_t events_dropped = 0;              // oldest ones no longer kept
   std::vector<std::pair<uint64_t, caf::response_promise>> event_polls;
   std::map<caf::actor_addr, std::string> reporters; // non-members reporting
+  uint64_t generation = 0; // last checkpoint generation started
+  bool checkpointing = false;
+  std::function<void(caf::error)> abort_checkpoint; // fails the attempt
+  std::vector<caf::response_promise> checkpoint_waiting;
 };
 
 using scheduler_actor = caf::stateful_actor<scheduler_state>;

@@ -11,36 +11,87 @@ namespace troupe {
 
 namespace {
 
-/// What one slice remembers between updates.
-struct slice_opt_state {
-  uint64_t updates = 0;
-  momentum_state momentum;
-  adam_state adam;
-};
-
 float scheduled_lr(const optimizer_settings& x, uint64_t updates) {
   if (x.lr_decay_steps == 0)
     return x.lr;
   return x.lr * std::pow(x.lr_decay, float(updates / x.lr_decay_steps));
 }
 
-void apply(const optimizer_settings& x, slice_opt_state& st, float* w,
-           const float* g, size_t n) {
-  auto lr = scheduled_lr(x, st.updates++);
-  if (x.name == "sgd")
-    sgd_update_cpu(w, g, n, sgd_params{lr, x.weight_decay});
-  else if (x.name == "momentum")
-    momentum_update_cpu(w, g, n, st.momentum,
-                        momentum_params{lr, x.momentum, x.weight_decay});
-  else if (x.name == "nesterov")
-    nesterov_update_cpu(w, g, n, st.momentum,
-                        momentum_params{lr, x.momentum, x.weight_decay});
-  else
-    adam_update_cpu(w, g, n, st.adam,
-                    adam_params{lr, x.beta1, x.beta2, x.eps, x.weight_decay});
+} // namespace
+
+slice_optimizer::slice_optimizer(optimizer_settings x) : x_(std::move(x)) {
+  // empty
 }
 
-} // namespace
+void slice_optimizer::operator()(slice_id id, std::vector<float>& values,
+                                 const float* sum, uint32_t contributors) {
+  const float* g = sum;
+  auto n = values.size();
+  if (contributors > 1) {
+    mean_.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      mean_[i] = sum[i] / float(contributors);
+    g = mean_.data();
+  }
+  auto& st = states_[id];
+  auto lr = scheduled_lr(x_, st.updates++);
+  auto* w = values.data();
+  if (x_.name == "sgd")
+    sgd_update_cpu(w, g, n, sgd_params{lr, x_.weight_decay});
+  else if (x_.name == "momentum")
+    momentum_update_cpu(w, g, n, st.momentum,
+                        momentum_params{lr, x_.momentum, x_.weight_decay});
+  else if (x_.name == "nesterov")
+    nesterov_update_cpu(w, g, n, st.momentum,
+                        momentum_params{lr, x_.momentum, x_.weight_decay});
+  else
+    adam_update_cpu(
+        w, g, n, st.adam,
+        adam_params{lr, x_.beta1, x_.beta2, x_.eps, x_.weight_decay});
+}
+
+void slice_optimizer::save(slice_snapshot& s) const {
+  s.state.clear();
+  auto i = states_.find(s.id);
+  if (i == states_.end()) {
+    s.updates = s.step = 0;
+    return;
+  }
+  s.updates = i->second.updates;
+  s.step = i->second.adam.step;
+  if (x_.name == "momentum" || x_.name == "nesterov")
+    s.state.push_back(i->second.momentum.velocity);
+  else if (x_.name == "adam")
+    s.state = {i->second.adam.m, i->second.adam.v};
+}
+
+caf::error slice_optimizer::load(const slice_snapshot& s) {
+  size_t arrays = 0;
+  if (x_.name == "momentum" || x_.name == "nesterov")
+    arrays = 1;
+  else if (x_.name == "adam")
+    arrays = 2;
+  if (s.state.size() != arrays && !(s.state.empty() && s.updates == 0))
+    return caf::make_error(errc::bad_file, "checkpointed optimizer state of",
+                           s.id.key, s.id.index, "has", s.state.size(),
+                           "arrays; --optimizer.name", x_.name, "needs",
+                           arrays);
+  slice_state st;
+  st.updates = s.updates;
+  st.adam.step = s.step;
+  if (arrays == 1 && !s.state.empty())
+    st.momentum.velocity = s.state[0];
+  if (arrays == 2 && !s.state.empty()) {
+    st.adam.m = s.state[0];
+    st.adam.v = s.state[1];
+  }
+  states_[s.id] = std::move(st);
+  return caf::none;
+}
+
+slice_optimizer* optimizer_of(update_fn& fn) {
+  return fn.target<slice_optimizer>();
+}
 
 caf::error validate(const optimizer_settings& x) {
   auto bad = [](const char* what) {
@@ -83,21 +134,7 @@ update_fn make_update_fn(const optimizer_settings& x) {
 update_fn make_optimizer_fn(const optimizer_settings& x) {
   if (x.name == "sum")
     return add_update;
-  // State is captured by value: each copy of the hook (one per server)
-  // owns its own, and only that server's actor runs it.
-  return [x, states = std::map<slice_id, slice_opt_state>{},
-          mean = std::vector<float>{}](slice_id id, std::vector<float>& values,
-                                       const float* sum,
-                                       uint32_t contributors) mutable {
-    const float* g = sum;
-    if (contributors > 1) {
-      mean.resize(values.size());
-      for (size_t i = 0; i < values.size(); ++i)
-        mean[i] = sum[i] / float(contributors);
-      g = mean.data();
-    }
-    apply(x, states[id], values.data(), g, values.size());
-  };
+  return slice_optimizer{x}; // each copy of the hook owns its state
 }
 
 } // namespace troupe

@@ -4,11 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <caf/expected.hpp>
 
 #include "actors/shard_store.hpp"
+#include "kernels/optimizer.hpp"
 
 namespace troupe {
 
@@ -34,6 +37,38 @@ struct optimizer_settings {
   /// Factor of the schedule, in (0, 1]. Default 1.
   float lr_decay = 1.0f;
 };
+
+/// An optimizer with per-slice state, callable as an update_fn: averages
+/// the pushes summed in an update, then applies the optimizer. Copies own
+/// their state. Checkpoints save and restore the state per slice.
+class slice_optimizer {
+public:
+  explicit slice_optimizer(optimizer_settings x);
+
+  void operator()(slice_id id, std::vector<float>& values, const float* sum,
+                  uint32_t contributors);
+
+  /// Copies the state of `s.id` into `s` (updates, step, state arrays).
+  void save(slice_snapshot& s) const;
+
+  /// Takes the state of `s.id` from `s`; an error if its arrays do not fit
+  /// this optimizer.
+  caf::error load(const slice_snapshot& s);
+
+private:
+  struct slice_state { // what one slice remembers between updates
+    uint64_t updates = 0;
+    momentum_state momentum;
+    adam_state adam;
+  };
+  optimizer_settings x_;
+  std::map<slice_id, slice_state> states_;
+  std::vector<float> mean_;
+};
+
+/// The slice_optimizer inside `fn` (made by make_optimizer_fn), or null if
+/// it holds none (sum, optimizer on the workers, another hook).
+slice_optimizer* optimizer_of(update_fn& fn);
 
 /// Checks the settings; the error names the bad flag.
 caf::error validate(const optimizer_settings& x);

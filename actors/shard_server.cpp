@@ -1,10 +1,12 @@
 // A shard server's handlers: registration, views, init, push, pull.
 #include "actors/shard_server.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
@@ -100,7 +102,13 @@ void report_resumed(self_ptr self) {
 
 // -- replication: the primary side --------------------------------------------
 
-enum replica_op : uint8_t { op_owned = 1, op_workers, op_init, op_push };
+enum replica_op : uint8_t {
+  op_owned = 1,
+  op_workers,
+  op_init,
+  op_push,
+  op_restore
+};
 
 /// Drops the link to our backup; what waited for it goes on without it.
 void drop_backup(self_ptr self, const char* why) {
@@ -188,10 +196,13 @@ std::vector<uint64_t> worker_ranks(const cluster_view& v) {
   return out;
 }
 
-/// Forwards the owned slices and live workers of every replicated store.
-void forward_layout(self_ptr self) {
+/// Forwards the owned slices and live workers of every replicated store,
+/// and between them what our own store restored from a checkpoint.
+void forward_layout(self_ptr self, frame restored) {
   for (auto& h : self->state.stores) {
     forward(self, h, op_owned, frame{}, owned_triples(h.store), [] {});
+    if (&h == &self->state.stores.front() && !restored.bytes.empty())
+      forward(self, h, op_restore, std::move(restored), {}, [] {});
     forward(self, h, op_workers, frame{}, worker_ranks(self->state.view),
             [] {});
   }
@@ -347,6 +358,18 @@ caf::result<uint64_t> on_replicate(self_ptr self, uint32_t primary, uint64_t id,
     if (!r)
       return std::move(r.error());
     return r->version;
+  }
+  case op_restore: {
+    checkpoint_data x;
+    if (auto err = decode(f, x))
+      return err;
+    if (x.stores.size() != 1)
+      return caf::make_error(errc::malformed_message, "restore of",
+                             x.stores.size(), "stores");
+    auto n = apply_restore(m, x.stores.front());
+    if (!n)
+      return std::move(n.error());
+    return m.version();
   }
   default:
     return caf::make_error(errc::malformed_message, "replica operation", op);
@@ -518,6 +541,144 @@ void share_out(self_ptr self, const std::map<slice_id, uint32_t>& owned) {
                   st.stores.end());
 }
 
+// -- checkpoints --------------------------------------------------------------
+
+/// Restores the slices our own store got in this view from the checkpoint
+/// we resume from; returns the restore for our backup's replica (empty if
+/// nothing was restored).
+frame restore_from_checkpoint(self_ptr self) {
+  auto& st = self->state;
+  if (!st.resume)
+    return {};
+  auto snap = restorable(*st.resume, own_store(self));
+  if (snap.slices.empty())
+    return {};
+  auto n = apply_restore(own_store(self), snap);
+  if (!n) { // the files passed their checks: a bug, or a changed optimizer
+    TROUPE_LOG(error, who(self), "restoring from checkpoint failed: ",
+               self->system().render(n.error()));
+    self->quit(n.error());
+    return {};
+  }
+  st.resume->meta_applied = true;
+  auto gen = st.resume->manifest.generation;
+  TROUPE_LOG(info, who(self), "restored ", *n, " slices from checkpoint ", gen,
+             " at version ", own_store(self).version());
+  self->send(st.scheduler, event_atom_v,
+             encode(event_record{now_ms(), "restored", role::server, st.rank,
+                                 static_cast<uint32_t>(::getpid()),
+                                 str(*n, " slices from checkpoint ", gen,
+                                     " at version ", own_store(self).version()),
+                                 who(self)}));
+  checkpoint_data x;
+  x.stores.push_back(std::move(snap));
+  return encode(x);
+}
+
+/// Our largest store version: the scheduler cuts a checkpoint above it.
+caf::result<uint64_t> checkpoint_version(self_ptr self) {
+  if (self->state.cfg.checkpoint.dir.empty())
+    return caf::make_error(errc::invalid_config,
+                           "this server has no --checkpoint.dir");
+  uint64_t v = 0;
+  for (auto& h : self->state.stores)
+    v = std::max(v, h.store.version());
+  return v;
+}
+
+/// Writes the snapshots of `p` to our checkpoint file on the writer thread;
+/// the thread reports back with (checkpoint_atom, gen, error text).
+void write_checkpoint(self_ptr self, pending_checkpoint& p) {
+  auto& st = self->state;
+  auto name = checkpoint_file_name(p.generation, st.rank);
+  auto path = st.cfg.checkpoint.dir + "/" + name;
+  std::function<void()> midway;
+  if (st.cfg.checkpoint.tear_generation == p.generation)
+    midway = [] { // fault injection: die with half a file written
+      std::fprintf(stderr, "*** fault injection: killing this server in the"
+                           " middle of a checkpoint write\n");
+      ::kill(::getpid(), SIGKILL);
+    };
+  st.writer.join(); // the previous write, long done in practice
+  st.writer.thread =
+      std::thread([me = caf::actor_cast<caf::actor>(self), gen = p.generation,
+                   f = encode(p.data), path, midway] {
+        auto err = write_checked_file(path, f, midway);
+        caf::anon_send(me, checkpoint_atom_v, gen,
+                       err ? describe(err) : std::string{});
+      });
+}
+
+/// Snapshots hosted store `id` for the checkpoint being taken, and starts
+/// the write once every store is in.
+void snapshot_store(self_ptr self, uint64_t gen, uint64_t id) {
+  auto& p = self->state.taking;
+  if (!p || p->generation != gen || p->waiting.erase(id) == 0)
+    return;
+  for (auto& h : self->state.stores)
+    if (h.id == id) {
+      auto snap = snapshot_of(h.store);
+      snap.id = h.id;
+      snap.origin = h.origin;
+      p->data.stores.push_back(std::move(snap));
+    }
+  if (p->waiting.empty())
+    write_checkpoint(self, *p);
+}
+
+caf::response_promise take_checkpoint(self_ptr self, uint64_t gen,
+                                      uint64_t at) {
+  auto& st = self->state;
+  if (st.cfg.checkpoint.dir.empty()) {
+    auto rp = self->make_response_promise();
+    rp.deliver(caf::make_error(errc::invalid_config,
+                               "this server has no --checkpoint.dir"));
+    return rp;
+  }
+  if (st.taking) // the scheduler gave up on it and started another
+    st.taking->rp.deliver(caf::make_error(errc::timeout, "checkpoint",
+                                          st.taking->generation,
+                                          "superseded by", gen));
+  st.taking = std::make_unique<pending_checkpoint>();
+  auto& p = *st.taking;
+  p.generation = gen;
+  p.data = checkpoint_data{
+      gen, st.rank, st.cfg.checkpoint.mode, st.cfg.checkpoint.optimizer, {}};
+  p.rp = self->make_response_promise();
+  auto rp = p.rp;
+  for (auto& h : st.stores)
+    p.waiting.insert(h.id);
+  bool sync = own_store(self).mode().kind == consistency::kind_t::sync;
+  std::vector<uint64_t> ids(p.waiting.begin(), p.waiting.end());
+  for (auto id : ids) {
+    auto h = std::find_if(st.stores.begin(), st.stores.end(),
+                          [id](const hosted_store& x) { return x.id == id; });
+    auto snap = [self, gen, id] { snapshot_store(self, gen, id); };
+    auto err = sync ? h->store.at_version(at, snap) : (snap(), caf::error{});
+    if (err) { // past the cut: the scheduler tries again higher
+      st.taking.reset();
+      rp.deliver(err);
+      return rp;
+    }
+  }
+  return rp;
+}
+
+/// The writer thread's report on checkpoint `gen`.
+void checkpoint_written(self_ptr self, uint64_t gen, const std::string& err) {
+  auto& st = self->state;
+  if (!st.taking || st.taking->generation != gen)
+    return;
+  auto p = std::move(st.taking);
+  if (!err.empty()) {
+    TROUPE_LOG(error, who(self), "checkpoint ", gen, " failed: ", err);
+    p->rp.deliver(caf::make_error(errc::bad_file, err));
+    return;
+  }
+  TROUPE_LOG(debug, who(self), "checkpoint ", gen, " written");
+  p->rp.deliver(checkpoint_file_name(gen, st.rank));
+}
+
 void apply_view(self_ptr self, cluster_view v) { // 3
   auto& st = self->state;
   if (!st.joined) { // ownership needs our rank: keep the newest for later
@@ -555,7 +716,7 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   }
   st.view = std::move(v);
   update_backup(self);
-  forward_layout(self);
+  forward_layout(self, restore_from_checkpoint(self));
   TROUPE_LOG(debug, who(self), "view ", st.view.epoch, ": ", owned.size(),
              " slices in ", st.stores.size(), " stores, ", workers.size(),
              " workers");
@@ -724,6 +885,18 @@ road_info open_road(self_ptr self, const std::string& host) {
 }
 
 void start(self_ptr self, const std::string& host, uint16_t port) {
+  if (self->state.cfg.checkpoint.resume) { // before joining: fail early
+    auto set = load_resume_set(self->state.cfg.checkpoint);
+    if (!set) {
+      TROUPE_LOG(error, "server", describe(set.error()));
+      self->quit(set.error());
+      return;
+    }
+    self->state.resume = std::move(*set);
+    TROUPE_LOG(info, "server", "resuming from checkpoint ",
+               self->state.resume->manifest.generation, " (",
+               self->state.resume->slices.size(), " slices)");
+  }
   register_request req{role::server, host, port,
                        static_cast<uint32_t>(::getpid()),
                        open_road(self, host)};
@@ -836,7 +1009,7 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
     if (dm.source == self->state.scheduler.address()) { // 6
       TROUPE_LOG(error, who(self),
                  "scheduler down: ", self->system().render(dm.reason));
-      self->quit(caf::make_error(errc::peer_down, "scheduler"));
+      self->quit(scheduler_gone());
     }
   });
   return {
@@ -866,6 +1039,13 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
       },
       [self](road_atom, road_message_ptr& m) {
         accept_road(self, std::move(m));
+      },
+      [self](checkpoint_atom, uint64_t) { return checkpoint_version(self); },
+      [self](checkpoint_atom, uint64_t gen, uint64_t at) {
+        return take_checkpoint(self, gen, at);
+      },
+      [self](checkpoint_atom, uint64_t gen, const std::string& err) {
+        checkpoint_written(self, gen, err);
       },
       [self](replicate_atom, uint32_t primary, uint64_t id, uint32_t origin,
              uint8_t op, const frame& f, const std::vector<uint64_t>& xs) {

@@ -9,6 +9,14 @@
 //   (pull_atom, frame Pull)   -> frame PullReply    [may wait]
 //   (road_atom, road_message_ptr)  the same three requests from the fast
 //                             road (actors/road.hpp); answered on it
+//   (checkpoint_atom, uint64_t gen) -> uint64_t
+//                             from the scheduler: our stores' version (the
+//                             largest), to pick the version to cut at
+//   (checkpoint_atom, uint64_t gen, uint64_t at) -> string
+//                             from the scheduler: write checkpoint `gen`
+//                             of our stores once they reach version `at`
+//                             (sync; other modes write now); answers the
+//                             file name once it is written and synced
 //   (replicate_atom, uint32_t primary, uint64_t store, uint32_t origin,
 //    uint8_t op, frame, vector<uint64_t>) -> uint64_t
 //                             from the server we back up: one operation
@@ -43,6 +51,13 @@
 //                                rank (a process declared dead whose rank a
 //                                restarted one took): refused, not_a_member
 //
+// Checkpoints (--checkpoint.dir). Each hosted store is snapshotted (slices,
+// optimizer state, clocks) when it reaches the version the scheduler cut
+// at; the file is written on a thread of its own (write, fsync, rename).
+// With --resume, the server reads the last checkpoint before it joins and
+// restores each slice the view gives its own store that is not initialised
+// yet; the replica on our backup gets the same restore.
+//
 // After a view that lost a worker, the first update applied without it is
 // reported to the scheduler as a "resumed" event.
 #pragma once
@@ -52,6 +67,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -63,6 +79,7 @@
 
 #include "actors/node_config.hpp"
 #include "actors/road.hpp"
+#include "actors/server_checkpoint.hpp"
 #include "actors/shard_store.hpp"
 #include "messages/kv.hpp"
 #include "messages/membership.hpp"
@@ -112,6 +129,26 @@ struct backup_link {
   ~backup_link();
 };
 
+/// A checkpoint being taken: snapshots of the hosted stores as each
+/// reaches the version cut at, then the file.
+struct pending_checkpoint {
+  uint64_t generation = 0;
+  std::set<uint64_t> waiting; ///< ids of stores not yet snapshotted
+  checkpoint_data data;
+  caf::response_promise rp;
+};
+
+/// The thread writing a checkpoint file; joined before the next one and
+/// when the server ends, so no write is cut short by our own exit.
+struct checkpoint_writer {
+  std::thread thread;
+  void join() {
+    if (thread.joinable())
+      thread.join();
+  }
+  ~checkpoint_writer() { join(); }
+};
+
 struct shard_server_state {
   static inline const char* name = "shard-server";
   struct waiting_pull {
@@ -140,6 +177,10 @@ struct shard_server_state {
   // resumed once the version passes `lost_version`.
   uint64_t lost_epoch = 0;
   uint64_t lost_version = 0;
+  // Checkpoints: the one being taken, its writer, what --resume loaded.
+  std::unique_ptr<pending_checkpoint> taking;
+  checkpoint_writer writer;
+  std::unique_ptr<resume_set> resume;
 };
 
 using shard_server_actor = caf::stateful_actor<shard_server_state>;

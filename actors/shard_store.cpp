@@ -33,8 +33,15 @@ void shard_store::set_workers(const std::set<uint32_t>& live) {
   for (auto i = workers_.begin(); i != workers_.end();)
     i = live.count(i->first) == 0 ? workers_.erase(i) : std::next(i);
   for (auto w : live)
-    if (workers_.count(w) == 0)
-      workers_[w].clock = start;
+    if (workers_.count(w) == 0) {
+      auto r = resume_clocks_.find(w);
+      if (r != resume_clocks_.end()) { // first join after a resume
+        workers_[w] = r->second;
+        resume_clocks_.erase(r);
+      } else {
+        workers_[w].clock = start;
+      }
+    }
   complete_rounds();
 }
 
@@ -138,6 +145,12 @@ void shard_store::complete_rounds() {
       rounds_.erase(i);
     }
     version_ = ++rounds_applied_;
+    auto due = at_version_.find(version_);
+    if (due != at_version_.end()) {
+      auto fn = std::move(due->second);
+      at_version_.erase(due);
+      fn();
+    }
   }
 }
 
@@ -227,6 +240,81 @@ uint64_t shard_store::min_clock() const {
   for (auto& [w, wc] : workers_)
     lo = std::min(lo, wc.clock);
   return lo;
+}
+
+store_snapshot shard_store::snapshot() const {
+  store_snapshot out;
+  out.version = version_;
+  out.rounds = rounds_applied_;
+  bool sync = mode_.kind == consistency::kind_t::sync;
+  for (auto& [w, wc] : workers_) {
+    worker_snapshot ws{w, wc.clock, {wc.parts.begin(), wc.parts.end()}};
+    if (sync) { // cut at the rounds applied
+      ws.clock = std::min(wc.clock, rounds_applied_);
+      ws.parts.clear();
+    }
+    out.workers.push_back(std::move(ws));
+  }
+  for (auto& [id, s] : slices_) {
+    slice_snapshot x;
+    x.id = id;
+    x.floats = s.floats;
+    x.ready = s.ready;
+    if (s.ready)
+      x.values = s.values;
+    out.slices.push_back(std::move(x));
+  }
+  return out;
+}
+
+size_t
+shard_store::restore(uint64_t version, uint64_t rounds,
+                     const std::vector<worker_snapshot>& workers,
+                     const std::map<slice_id, const slice_snapshot*>& slices) {
+  version_ = std::max(version_, version);
+  if (mode_.kind == consistency::kind_t::sync) {
+    rounds_applied_ = std::max(rounds_applied_, rounds);
+    version_ = rounds_applied_;
+  }
+  for (auto& w : workers) { // a live worker that has not pushed takes it now
+    worker_clock wc;
+    wc.clock = w.clock;
+    wc.parts.insert(w.parts.begin(), w.parts.end());
+    auto i = workers_.find(w.rank);
+    if (i != workers_.end() && i->second.fresh)
+      i->second = std::move(wc);
+    else if (i == workers_.end())
+      resume_clocks_[w.rank] = std::move(wc);
+  }
+  if (mode_.kind == consistency::kind_t::sync) // no one starts below a round
+    for (auto& [w, wc] : workers_)
+      if (wc.fresh && wc.clock < rounds_applied_) {
+        wc.clock = rounds_applied_;
+        wc.parts.clear();
+      }
+  size_t n = 0;
+  for (auto& [id, s] : slices_) {
+    auto i = slices.find(id);
+    if (s.ready || i == slices.end() || !i->second->ready ||
+        i->second->floats != s.floats)
+      continue;
+    s.values = i->second->values;
+    s.ready = true;
+    ++n;
+  }
+  return n;
+}
+
+caf::error shard_store::at_version(uint64_t v, std::function<void()> fn) {
+  if (v == version_) {
+    fn();
+    return caf::none;
+  }
+  if (v < version_ || mode_.kind != consistency::kind_t::sync)
+    return caf::make_error(errc::clock_gap, "checkpoint at version", v,
+                           "but the store is at", version_);
+  at_version_[v] = std::move(fn);
+  return caf::none;
 }
 
 } // namespace troupe

@@ -27,6 +27,7 @@
 #include <caf/expected.hpp>
 
 #include "actors/consistency.hpp"
+#include "messages/checkpoint.hpp"
 #include "messages/kv.hpp"
 
 namespace troupe {
@@ -104,6 +105,32 @@ public:
 
   const consistency& mode() const { return mode_; }
 
+  /// The update hook (checkpoints reach an optimizer's state through it).
+  update_fn& hook() { return update_; }
+
+  // -- checkpoints ----------------------------------------------------------
+
+  /// The applied state: slices, worker clocks, version. A sync round that
+  /// is still open is left out (its workers push it again after a resume),
+  /// so worker clocks are cut at the rounds applied. Optimizer state is the
+  /// caller's to add (slice_snapshot's updates, step, state).
+  store_snapshot snapshot() const;
+
+  /// Takes the state of a checkpoint: `version` and `rounds`, the clock of
+  /// each worker rank (a live worker that has not pushed takes it now,
+  /// another when it joins), and the values of each owned slice found in
+  /// `slices` that is not initialised yet.
+  /// Returns how many slices it restored.
+  size_t restore(uint64_t version, uint64_t rounds,
+                 const std::vector<worker_snapshot>& workers,
+                 const std::map<slice_id, const slice_snapshot*>& slices);
+
+  /// Runs `fn` once the version is exactly `v`: now if it is, else when a
+  /// sync round brings it there (before the next round is applied). An
+  /// error if the version is past `v`, or the mode is not sync and `v` is
+  /// not the current version. A later call for the same `v` replaces it.
+  caf::error at_version(uint64_t v, std::function<void()> fn);
+
 private:
   struct slice_state {
     uint32_t floats = 0;
@@ -132,6 +159,8 @@ private:
   std::map<uint64_t, std::map<slice_id, round_sum>> rounds_; // sync only
   uint64_t rounds_applied_ = 0;
   uint64_t version_ = 0;
+  std::map<uint32_t, worker_clock> resume_clocks_; // from a checkpoint
+  std::map<uint64_t, std::function<void()>> at_version_;
 };
 
 } // namespace troupe

@@ -57,11 +57,17 @@ int run_counter_workload(caf::actor_system& sys, caf::actor scheduler,
   if (!v)
     return fail("view", v.error());
   auto [rank, view] = *v;
+  auto first = store.resume_clock(); // > 0 after a restart or --resume
+  if (!first)
+    return fail("resume clock", first.error());
+  if (*first > 0)
+    std::printf("worker %u: resuming at clock %llu\n", rank,
+                static_cast<unsigned long long>(*first));
   auto start = std::chrono::steady_clock::now();
   std::vector<named_array> ones = arrays;
   for (auto& x : ones)
     std::fill(x.values.begin(), x.values.end(), 1.0f);
-  for (uint64_t t = 0; t < w.steps; ++t) {
+  for (uint64_t t = *first; t < w.steps; ++t) {
     auto got = store.pull(t, keys);
     if (!got)
       return fail("pull", got.error());
@@ -86,12 +92,13 @@ int run_counter_workload(caf::actor_system& sys, caf::actor scheduler,
   // Every worker of the start view pushed every clock. (A view read now
   // may already lack a worker that passed the end barrier and exited.)
   auto workers = view.workers.size();
-  double mib = double(w.steps) * w.keys * w.key_floats * 4 / (1 << 20);
+  double mib = double(w.steps - *first) * w.keys * w.key_floats * 4 / (1 << 20);
   std::printf("worker %u: %u clocks x %u arrays of %u floats over %zu "
               "servers in %.2f s: pushed %.1f MiB, pulled %.1f MiB "
               "(%.0f MiB/s both ways)\n",
-              rank, w.steps, w.keys, w.key_floats, view.servers.size(), secs,
-              mib, mib, 2 * mib / secs);
+              rank, static_cast<unsigned>(w.steps - *first), w.keys,
+              w.key_floats, view.servers.size(), secs, mib, mib,
+              secs > 0 ? 2 * mib / secs : 0.0);
   auto value = uniform_value(*got);
   float expected = float(w.steps) * float(workers);
   bool exact = value && *value == expected;

@@ -5,6 +5,13 @@
 
 namespace troupe {
 
+caf::error scheduler_gone() {
+  return caf::make_error(errc::peer_down,
+                         "the scheduler is gone, so the job is over; restart"
+                         " the whole cluster, with --resume to continue from"
+                         " the last checkpoint in --checkpoint.dir");
+}
+
 std::string to_string(errc x) {
   switch (x) {
   case errc::malformed_message:

@@ -37,6 +37,10 @@ enum class errc : uint8_t {
   peer_down,
 };
 
+/// What a member gets when the scheduler dies: the job is over, and says
+/// how to continue it.
+caf::error scheduler_gone();
+
 /// Name of `x`, as it appears in rendered errors.
 std::string to_string(errc x);
 

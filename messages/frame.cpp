@@ -62,9 +62,9 @@ outbound to_outbound(std::unique_ptr<capnp::MallocMessageBuilder> msg) {
   return outbound{std::move(x)};
 }
 
-frame_reader::frame_reader(bytes_view f) {
+frame_reader::frame_reader(bytes_view f, size_t limit) {
   auto n = f.size;
-  if (n == 0 || n % sizeof(capnp::word) != 0 || n > max_frame_bytes) {
+  if (n == 0 || n % sizeof(capnp::word) != 0 || n > limit) {
     err_ = caf::make_error(errc::malformed_message, "frame size",
                            static_cast<uint64_t>(n));
     return;

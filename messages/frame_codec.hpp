@@ -23,8 +23,9 @@ outbound to_outbound(std::unique_ptr<capnp::MallocMessageBuilder> msg);
 /// bytes are not 8-byte aligned, and the reader itself.
 class frame_reader {
 public:
-  /// Checks sizes; on failure `error()` says why and `get` must not be used.
-  explicit frame_reader(bytes_view f);
+  /// Checks sizes (at most `limit` bytes); on failure `error()` says why
+  /// and `get` must not be used.
+  explicit frame_reader(bytes_view f, size_t limit = max_frame_bytes);
   const caf::error& error() const { return err_; }
   template <class T> typename T::Reader get() { return reader_->getRoot<T>(); }
 
@@ -37,7 +38,8 @@ private:
 /// Runs `fn` and turns a kj::Exception (malformed bytes) into
 /// errc::malformed_message; the one place that catches it.
 template <class F>
-caf::error decode_guarded(bytes_view f, const char* what, F fn);
+caf::error decode_guarded(bytes_view f, const char* what, F fn,
+                          size_t limit = max_frame_bytes);
 
 } // namespace troupe::detail
 
@@ -46,9 +48,9 @@ caf::error decode_guarded(bytes_view f, const char* what, F fn);
 namespace troupe::detail {
 
 template <class F>
-caf::error decode_guarded(bytes_view f, const char* what, F fn) {
+caf::error decode_guarded(bytes_view f, const char* what, F fn, size_t limit) {
   try {
-    frame_reader rd{f};
+    frame_reader rd{f, limit};
     if (rd.error())
       return rd.error();
     return fn(rd);

@@ -43,5 +43,6 @@ CAF_ADD_ATOM(troupe, troupe, events_atom, "events")
 CAF_ADD_ATOM(troupe, troupe, clock_atom, "clock")
 CAF_ADD_ATOM(troupe, troupe, replicate_atom, "replicate")
 CAF_ADD_ATOM(troupe, troupe, leave_atom, "leave")
+CAF_ADD_ATOM(troupe, troupe, checkpoint_atom, "checkpoint")
 
 CAF_END_TYPE_ID_BLOCK(troupe)

@@ -87,7 +87,8 @@ struct cluster {
     auto& sys = *server_systems.back();
     auto remote = connect_scheduler(sys, "127.0.0.1", sched_port, 5000);
     BOOST_REQUIRE(remote);
-    server_settings sv{*parse_consistency(mode)};
+    server_settings sv;
+    sv.mode = *parse_consistency(mode);
     sv.replicas = replicas;
     auto s = sys.spawn(shard_server, sv, *remote, update);
     auto p = sys.middleman().publish(s, 0, "127.0.0.1");

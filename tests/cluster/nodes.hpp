@@ -31,11 +31,13 @@ inline std::vector<std::string> node_args(std::vector<std::string> args) {
 struct scheduler_process {
   std::unique_ptr<child_process> proc;
   uint16_t port = 0;
-  scheduler_process(uint32_t servers, uint32_t workers) {
-    proc = std::make_unique<child_process>(
-        node_args({"--role=scheduler", "--scheduler-port=0",
-                   "--cluster.servers=" + std::to_string(servers),
-                   "--cluster.workers=" + std::to_string(workers)}));
+  scheduler_process(uint32_t servers, uint32_t workers,
+                    std::vector<std::string> extra = {}) {
+    extra.insert(extra.begin(),
+                 {"--role=scheduler", "--scheduler-port=0",
+                  "--cluster.servers=" + std::to_string(servers),
+                  "--cluster.workers=" + std::to_string(workers)});
+    proc = std::make_unique<child_process>(node_args(std::move(extra)));
     auto line = proc->wait_for_line("scheduler listening on", 20s);
     BOOST_REQUIRE_MESSAGE(line, "no scheduler: " << proc->output());
     port = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));

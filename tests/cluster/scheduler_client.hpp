@@ -106,6 +106,17 @@ struct scheduler_client {
     return true;
   }
 
+  /// Asks for a checkpoint now: its generation once the manifest names
+  /// it, or why it failed.
+  caf::expected<uint64_t> checkpoint() {
+    caf::scoped_actor self{*sys};
+    caf::expected<uint64_t> out = uint64_t{0};
+    self->request(sched, std::chrono::seconds{60}, checkpoint_atom_v)
+        .receive([&out](uint64_t gen) { out = gen; },
+                 [&out](caf::error& err) { out = std::move(err); });
+    return out;
+  }
+
 private:
   template <class Atom, class T> void ask(Atom atom, T& out) {
     caf::scoped_actor self{*sys};
