@@ -530,7 +530,7 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
       [self](const caf::down_msg& dm) { on_down(self, dm); });
   auto& ck = cfg.checkpoint;
   if (ck.resume) { // one clear line now rather than failing servers later
-    auto set = load_resume_set(ck);
+    auto set = load_resume_set(ck, false); // servers check their flags
     if (!set) {
       TROUPE_LOG(error, "scheduler", describe(set.error()));
       self->quit(set.error());
@@ -547,7 +547,8 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
     if (auto m = read_manifest(ck.dir)) {
       self->state.generation = m->generation;
       TROUPE_LOG(warning, "scheduler", ck.dir, " holds checkpoint ",
-                 m->generation, " of an earlier job; this job starts afresh"
+                 m->generation,
+                 " of an earlier job; this job starts afresh"
                  " (--resume continues it) and replaces it at its first"
                  " checkpoint");
     }

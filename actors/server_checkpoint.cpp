@@ -7,19 +7,12 @@
 namespace troupe {
 
 caf::expected<std::unique_ptr<resume_set>>
-load_resume_set(const checkpoint_settings& cfg) {
+load_resume_set(const checkpoint_settings& cfg, bool check_flags) {
   auto m = read_manifest(cfg.dir);
   if (!m)
     return caf::make_error(
         errc::bad_file, "no checkpoint to resume from in " + cfg.dir + " (" +
                             describe(m.error()) + "); start without --resume");
-  if (m->mode != cfg.mode || m->optimizer != cfg.optimizer)
-    return caf::make_error(
-        errc::invalid_config,
-        "the checkpoint in " + cfg.dir +
-            " was written with --server.mode=" + m->mode + " and optimizer " +
-            m->optimizer + "; this cluster runs --server.mode=" + cfg.mode +
-            " and " + cfg.optimizer + ": use the same flags to resume");
   auto out = std::make_unique<resume_set>();
   out->manifest = std::move(*m);
   out->files.reserve(out->manifest.files.size());
@@ -27,6 +20,13 @@ load_resume_set(const checkpoint_settings& cfg) {
     auto f = read_checkpoint(cfg.dir + "/" + name);
     if (!f)
       return std::move(f.error());
+    if (check_flags && (f->mode != cfg.mode || f->optimizer != cfg.optimizer))
+      return caf::make_error(
+          errc::invalid_config,
+          "the checkpoint in " + cfg.dir +
+              " was written with --server.mode=" + f->mode + " and optimizer " +
+              f->optimizer + "; this server runs --server.mode=" + cfg.mode +
+              " and " + cfg.optimizer + ": use the same flags to resume");
     if (f->generation != out->manifest.generation)
       return caf::make_error(errc::bad_file,
                              cfg.dir + "/" + name + " holds generation " +

@@ -29,10 +29,11 @@ struct resume_set {
 };
 
 /// Reads the manifest of `cfg.dir` and every file it names. An error
-/// (errc::bad_file or invalid_config) says what is missing or does not
-/// match this cluster's mode and optimizer.
+/// (errc::bad_file or invalid_config) says what is missing or, with
+/// `check_flags`, which file was written by servers with another mode or
+/// optimizer than `cfg`'s (the scheduler, which runs neither, skips that).
 caf::expected<std::unique_ptr<resume_set>>
-load_resume_set(const checkpoint_settings& cfg);
+load_resume_set(const checkpoint_settings& cfg, bool check_flags = true);
 
 /// The applied state of `s` with its optimizer's state per slice.
 store_snapshot snapshot_of(shard_store& s);

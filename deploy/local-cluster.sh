@@ -5,13 +5,15 @@
 # on exit or Ctrl-C. Exits non-zero if a worker failed.
 #
 # usage: deploy/local-cluster.sh CONFIG.ini NUM_SERVERS NUM_WORKERS [FLAG...]
-#   FLAGs go to every node, e.g. --server.mode=async --worker.steps=100
+#   FLAGs go to every node, e.g. --server.mode=async --worker.steps=100;
+#   --resume continues the job from its last checkpoint
 # env:   TROUPE_BIN  troupe-node to run (default: build/troupe-node)
 #        TROUPE_LOGS folder for the logs (default: logs/<date-time>)
+#        TROUPE_CHECKPOINTS checkpoint folder (default: checkpoints/; "" = off)
 set -euo pipefail
 
 if [ $# -lt 3 ]; then
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 conf=$1 servers=$2 workers=$3
@@ -34,9 +36,11 @@ stop_all() {
 trap stop_all EXIT
 trap 'echo "interrupted: stopping the cluster"; exit 130' INT TERM
 
+checkpoints=${TROUPE_CHECKPOINTS-$here/checkpoints}
 common=(--config-file="$conf" "--cluster.servers=$servers"
-        "--cluster.workers=$workers" "--train.metrics-file=$logs/metrics.jsonl"
-        "$@")
+        "--cluster.workers=$workers" "--train.metrics-file=$logs/metrics.jsonl")
+[ -z "$checkpoints" ] || common+=("--checkpoint.dir=$checkpoints")
+common+=("$@")
 
 # shellcheck source=deploy/scheduler.sh
 . "$here/deploy/scheduler.sh"

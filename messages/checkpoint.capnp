@@ -52,8 +52,8 @@ struct Manifest {
   # The last generation every server wrote: what --resume loads.
   generation @0 :UInt64;
   version    @1 :UInt64;   # sync: the round all stores were cut at
-  mode       @2 :Text;
-  optimizer  @3 :Text;
+  mode       @2 :Text;     # as the scheduler was started (informational:
+  optimizer  @3 :Text;     # servers check their own files' against theirs)
   files      @4 :List(Text);  # file names in the checkpoint folder
   timeMs     @5 :UInt64;   # wall clock when it was written
 }

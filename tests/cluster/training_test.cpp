@@ -3,11 +3,16 @@
 #define BOOST_TEST_MODULE training_cluster_tests
 #include <boost/test/unit_test.hpp>
 
+#include <signal.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "messages/checkpoint.hpp"
 #include "tests/cluster/nodes.hpp"
+#include "tests/cluster/scheduler_client.hpp"
 
 using namespace troupe::test;
 
@@ -26,19 +31,29 @@ std::string read_file(const std::string& path) {
   return out.str();
 }
 
+/// A server and two workers training one epoch with `extra` flags on
+/// every node (the scheduler gets them too).
+struct one_epoch {
+  scheduler_process s;
+  std::unique_ptr<child_process> srv, w0, w1;
+  explicit one_epoch(std::vector<std::string> extra) : s(1, 2, extra) {
+    extra.insert(extra.begin(),
+                 {"--optimizer.name=momentum", "--optimizer.lr=0.02"});
+    srv = start_server(s, "sync", extra);
+    extra.insert(extra.end(),
+                 {"--train.epochs=1", "--train.eval-samples=2000"});
+    w0 = start_trainer(s, extra);
+    w1 = start_trainer(s, extra);
+  }
+};
+
 /// Runs one epoch on a server and two workers with `extra` flags on every
 /// node; returns rank 0's "final test accuracy: ..." line.
-std::string train_one_epoch(const std::vector<std::string>& extra) {
-  scheduler_process s{1, 2};
-  std::vector<std::string> server_flags{"--optimizer.name=momentum",
-                                        "--optimizer.lr=0.02"};
-  server_flags.insert(server_flags.end(), extra.begin(), extra.end());
-  auto srv = start_server(s, "sync", server_flags);
-  std::vector<std::string> flags{"--train.epochs=1",
-                                 "--train.eval-samples=2000"};
-  flags.insert(flags.end(), server_flags.begin(), server_flags.end());
-  auto w0 = start_trainer(s, flags);
-  auto w1 = start_trainer(s, flags);
+std::string train_one_epoch(const std::vector<std::string>& extra,
+                            std::string* resumed = nullptr) {
+  one_epoch job{extra};
+  auto& w0 = job.w0;
+  auto& w1 = job.w1;
   std::string line;
   for (auto* w : {w0.get(), w1.get()}) {
     auto rc = w->wait_exit(150s);
@@ -47,6 +62,9 @@ std::string train_one_epoch(const std::vector<std::string>& extra) {
       line = *l;
   }
   BOOST_REQUIRE_MESSAGE(!line.empty(), w0->output() << w1->output());
+  if (resumed) // what a restarted or resumed worker says
+    if (auto l = w0->wait_for_line("resuming at clock", 1s))
+      *resumed = *l;
   return line;
 }
 
@@ -61,6 +79,52 @@ BOOST_AUTO_TEST_CASE(optimizers_on_workers_or_servers_train_the_same_model) {
   BOOST_TEST_MESSAGE("servers: " << on_servers << "; workers: " << on_workers);
   BOOST_CHECK_EQUAL(on_servers, on_workers);
   BOOST_CHECK_GT(std::stod(on_workers.substr(on_workers.rfind(' ') + 1)), 0.75);
+}
+
+BOOST_AUTO_TEST_CASE(a_resumed_job_ends_exactly_like_an_uninterrupted_one) {
+  // Sync training is deterministic: a job killed after a checkpoint and
+  // resumed from it must end with the very same accuracy line, which it
+  // can only do if weights, momentum and the lr schedule all came back.
+  char dir[] = "/tmp/troupe-resume-XXXXXX";
+  BOOST_REQUIRE(::mkdtemp(dir) != nullptr);
+  std::vector<std::string> flags{"--checkpoint.dir=" + std::string{dir},
+                                 "--checkpoint.every-ms=0"};
+  auto reference = train_one_epoch(flags);
+  uint64_t cut = 0;
+  {
+    one_epoch job{flags};
+    scheduler_client client{job.s.port};
+    BOOST_REQUIRE(client.wait_for_view(
+        [](const troupe::cluster_view& v) { return !v.placement.empty(); }));
+    // Checkpoints until one is well into the epoch (468 steps): each is
+    // answered once written, so this paces itself.
+    caf::expected<uint64_t> gen = uint64_t{0};
+    for (int i = 0; i < 1000 && cut < 100; ++i) {
+      gen = client.checkpoint();
+      BOOST_REQUIRE(gen);
+      auto m = troupe::read_manifest(dir);
+      BOOST_REQUIRE(m);
+      cut = m->version;
+    }
+    BOOST_TEST_MESSAGE("checkpoint " << *gen << " at clock " << cut);
+    job.s.proc->signal(SIGKILL);
+    for (auto* p : {job.srv.get(), job.w0.get(), job.w1.get()})
+      BOOST_REQUIRE_MESSAGE(p->wait_exit(30s), p->output());
+    BOOST_CHECK_MESSAGE(!job.w0->wait_for_line("final test accuracy", 1s),
+                        "the job ended before the kill: " << job.w0->output());
+  }
+  flags.push_back("--resume");
+  std::string said;
+  auto resumed = train_one_epoch(flags, &said);
+  // A fresh start would end alike too: the workers must have resumed.
+  BOOST_CHECK_MESSAGE(said.find("resuming at clock " + std::to_string(cut)) !=
+                          std::string::npos,
+                      "worker 0 said: " << said);
+  BOOST_TEST_MESSAGE("uninterrupted: " << reference
+                                       << "; resumed: " << resumed);
+  BOOST_CHECK_EQUAL(resumed, reference);
+  BOOST_CHECK_GE(cut, 100u);
+  std::filesystem::remove_all(dir);
 }
 
 BOOST_AUTO_TEST_CASE(two_workers_train_fashion_mnist_well_past_chance) {
