@@ -4,6 +4,8 @@
 #define BOOST_TEST_MODULE kv_modes_tests
 #include <boost/test/unit_test.hpp>
 
+#include "tests/test_support.hpp"
+
 #include <caf/actor_system.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
@@ -15,17 +17,13 @@
 
 using namespace troupe;
 using troupe::test::cluster;
+using troupe::test::why;
 using namespace std::chrono_literals;
 
 namespace {
 
 std::vector<named_array> filled(uint64_t key, size_t n, float x) {
   return {named_array{key, std::vector<float>(n, x)}};
-}
-
-/// The error of `x` as text, or "" (Boost evaluates messages eagerly).
-template <class T> std::string why(const caf::expected<T>& x) {
-  return x ? std::string{} : describe(x.error());
 }
 
 bool all_equal(const std::vector<named_array>& xs, float x) {

@@ -4,6 +4,8 @@
 #define BOOST_TEST_MODULE kv_roads_tests
 #include <boost/test/unit_test.hpp>
 
+#include "tests/test_support.hpp"
+
 #include <chrono>
 #include <deque>
 #include <sstream>
@@ -19,6 +21,7 @@
 
 using namespace troupe;
 using troupe::test::cluster;
+using troupe::test::why;
 using namespace std::chrono_literals;
 
 namespace {
@@ -70,10 +73,6 @@ std::string check_values(const named_array& x, uint64_t key, size_t n,
     }
   }
   return "";
-}
-
-template <class T> std::string why(const caf::expected<T>& x) {
-  return x ? std::string{} : describe(x.error());
 }
 
 /// Checks that worker `w`'s kv frames take `road`: shared memory maps

@@ -26,6 +26,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "tests/test_support.hpp"
+
 #include "actors/road.hpp"
 #include "messages/errors.hpp"
 #include "tests/actors/road_traces.hpp"
@@ -102,11 +104,6 @@ struct inbox {
     by_id.clear();
   }
 };
-
-/// The error of `x` as text, or "" (Boost evaluates messages eagerly).
-template <class T> std::string why(const caf::expected<T>& x) {
-  return x ? std::string{} : describe(x.error());
-}
 
 /// A listener whose handler answers each request with its own bytes.
 inline std::unique_ptr<road_listener>

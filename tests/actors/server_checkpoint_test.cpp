@@ -5,6 +5,8 @@
 #define BOOST_TEST_MODULE server_checkpoint_tests
 #include <boost/test/unit_test.hpp>
 
+#include "tests/test_support.hpp"
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -13,6 +15,8 @@
 #include "messages/errors.hpp"
 
 using namespace troupe;
+using troupe::test::temp_dir;
+using troupe::test::why;
 
 namespace {
 
@@ -52,17 +56,6 @@ std::vector<float> values(const shard_store& s, slice_id id) {
   BOOST_REQUIRE(r);
   return r->slices.front().values;
 }
-
-/// A fresh folder under /tmp, removed at the end of the test.
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    char tmpl[] = "/tmp/troupe-ckpt-XXXXXX";
-    BOOST_REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~temp_dir() { std::filesystem::remove_all(path); }
-};
 
 checkpoint_settings settings_for(const std::string& dir) {
   checkpoint_settings c;

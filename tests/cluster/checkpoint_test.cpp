@@ -8,6 +8,8 @@
 #define BOOST_TEST_MODULE checkpoint_cluster_tests
 #include <boost/test/unit_test.hpp>
 
+#include "tests/test_support.hpp"
+
 #include <signal.h>
 
 #include <algorithm>
@@ -25,26 +27,9 @@ using namespace troupe::test;
 
 namespace {
 
-/// The error of `x` for a failure message; "" if it holds a value (a
-/// message is built even when the check passes).
-template <class T> std::string why(const caf::expected<T>& x) {
-  return x ? std::string{} : describe(x.error());
-}
-
 /// Clocks each counter worker runs: long enough that the test's
 /// checkpoint and kill land mid-training even on a fast machine.
 constexpr uint32_t steps = 20000;
-
-/// A fresh folder under /tmp, removed at the end of the test.
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    char tmpl[] = "/tmp/troupe-ckpt-XXXXXX";
-    BOOST_REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~temp_dir() { std::filesystem::remove_all(path); }
-};
 
 /// Scheduler, 2 servers and 2 counter workers (small arrays, so steps are
 /// quick), all sharing `flags`.

@@ -4,6 +4,8 @@
 #define BOOST_TEST_MODULE road_faults_tests
 #include <boost/test/unit_test.hpp>
 
+#include "tests/test_support.hpp"
+
 #include <chrono>
 #include <deque>
 #include <fstream>
@@ -30,10 +32,6 @@ using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
 namespace {
-
-template <class T> std::string why(const caf::expected<T>& x) {
-  return x ? std::string{} : describe(x.error());
-}
 
 long long ms_since(steady::time_point t0) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() -

@@ -6,6 +6,8 @@
 #define BOOST_TEST_MODULE server_faults_tests
 #include <boost/test/unit_test.hpp>
 
+#include "tests/test_support.hpp"
+
 #include <signal.h>
 
 #include <algorithm>
@@ -19,11 +21,6 @@ using namespace troupe;
 using namespace troupe::test;
 
 namespace {
-
-/// The error of `x` for a failure message; "" if it holds a value.
-template <class T> std::string why(const caf::expected<T>& x) {
-  return x ? std::string{} : describe(x.error());
-}
 
 bool is(const event_record& e, const char* kind) {
   return e.kind == kind;

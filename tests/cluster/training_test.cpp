@@ -6,13 +6,13 @@
 #include <signal.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "messages/checkpoint.hpp"
 #include "tests/cluster/nodes.hpp"
 #include "tests/cluster/scheduler_client.hpp"
+#include "tests/test_support.hpp"
 
 using namespace troupe::test;
 
@@ -85,9 +85,8 @@ BOOST_AUTO_TEST_CASE(a_resumed_job_ends_exactly_like_an_uninterrupted_one) {
   // Sync training is deterministic: a job killed after a checkpoint and
   // resumed from it must end with the very same accuracy line, which it
   // can only do if weights, momentum and the lr schedule all came back.
-  char dir[] = "/tmp/troupe-resume-XXXXXX";
-  BOOST_REQUIRE(::mkdtemp(dir) != nullptr);
-  std::vector<std::string> flags{"--checkpoint.dir=" + std::string{dir},
+  temp_dir dir;
+  std::vector<std::string> flags{"--checkpoint.dir=" + dir.path,
                                  "--checkpoint.every-ms=0"};
   auto reference = train_one_epoch(flags);
   uint64_t cut = 0;
@@ -102,7 +101,7 @@ BOOST_AUTO_TEST_CASE(a_resumed_job_ends_exactly_like_an_uninterrupted_one) {
     for (int i = 0; i < 1000 && cut < 100; ++i) {
       gen = client.checkpoint();
       BOOST_REQUIRE(gen);
-      auto m = troupe::read_manifest(dir);
+      auto m = troupe::read_manifest(dir.path);
       BOOST_REQUIRE(m);
       cut = m->version;
     }
@@ -124,13 +123,11 @@ BOOST_AUTO_TEST_CASE(a_resumed_job_ends_exactly_like_an_uninterrupted_one) {
                                        << "; resumed: " << resumed);
   BOOST_CHECK_EQUAL(resumed, reference);
   BOOST_CHECK_GE(cut, 100u);
-  std::filesystem::remove_all(dir);
 }
 
 BOOST_AUTO_TEST_CASE(two_workers_train_fashion_mnist_well_past_chance) {
-  char dir[] = "/tmp/troupe-train-XXXXXX";
-  BOOST_REQUIRE(::mkdtemp(dir) != nullptr);
-  std::string metrics = std::string{dir} + "/metrics.jsonl";
+  temp_dir dir;
+  std::string metrics = dir / "metrics.jsonl";
   scheduler_process s{1, 2};
   auto srv = start_server(s, "sync",
                           {"--optimizer.name=momentum", "--optimizer.lr=0.02"});
@@ -153,8 +150,6 @@ BOOST_AUTO_TEST_CASE(two_workers_train_fashion_mnist_well_past_chance) {
   auto m = read_file(metrics);
   BOOST_CHECK_MESSAGE(m.find("\"epoch\":1,") != std::string::npos, m);
   BOOST_CHECK_MESSAGE(m.find("\"test_accuracy\":") != std::string::npos, m);
-  std::remove(metrics.c_str());
-  ::rmdir(dir);
 }
 
 BOOST_AUTO_TEST_CASE(missing_data_or_a_bad_model_gets_one_clear_line) {

@@ -3,6 +3,8 @@
 #define BOOST_TEST_MODULE checkpoint_tests
 #include <boost/test/unit_test.hpp>
 
+#include "tests/test_support.hpp"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +24,8 @@
 
 using namespace troupe;
 using troupe::test::raw;
+using troupe::test::temp_dir;
+using troupe::test::why;
 namespace fs = std::filesystem;
 
 namespace {
@@ -147,23 +151,6 @@ bool rejected(const checkpoint_manifest& x) {
 // -- files
 // ---------------------------------------------------------------------
 
-/// A fresh folder under /tmp, removed with everything in it at the end.
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    char name[] = "/tmp/troupe-checkpoint-test-XXXXXX";
-    BOOST_REQUIRE(::mkdtemp(name) != nullptr);
-    path = name;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const {
-    return path + "/" + name;
-  }
-};
-
 std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -192,11 +179,6 @@ size_t open_fds() {
 /// The error of `x`, or none if it holds a value (never UB to call).
 template <class T> caf::error error_of(const caf::expected<T>& x) {
   return x ? caf::error{} : x.error();
-}
-
-/// The text of `x`'s error, for messages.
-template <class T> std::string why(const caf::expected<T>& x) {
-  return describe(error_of(x));
 }
 
 /// True if `err` is errc::bad_file and its text holds `what`.

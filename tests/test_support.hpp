@@ -1,0 +1,44 @@
+// Small helpers every kind of test uses: an error's text for a failure
+// message, and a temporary folder that removes itself.
+#pragma once
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+#include <boost/test/unit_test.hpp>
+
+#include <caf/expected.hpp>
+
+#include "messages/errors.hpp"
+
+namespace troupe::test {
+
+/// The error of `x` for a failure message; "" if it holds a value (Boost
+/// builds a check's message even when the check passes).
+template <class T> std::string why(const caf::expected<T>& x) {
+  return x ? std::string{} : describe(x.error());
+}
+
+/// A fresh folder under /tmp, removed with everything in it at the end.
+struct temp_dir {
+  std::string path;
+  temp_dir() {
+    char name[] = "/tmp/troupe-test-XXXXXX";
+    BOOST_REQUIRE(::mkdtemp(name) != nullptr);
+    path = name;
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const {
+    return path + "/" + name;
+  }
+};
+
+} // namespace troupe::test
