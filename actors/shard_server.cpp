@@ -587,7 +587,7 @@ caf::result<uint64_t> checkpoint_version(self_ptr self) {
 }
 
 /// Writes the snapshots of `p` to our checkpoint file on the writer thread;
-/// the thread reports back with (checkpoint_atom, gen, error text).
+/// the thread reports back with (checkpoint_atom, serial, error text).
 void write_checkpoint(self_ptr self, pending_checkpoint& p) {
   auto& st = self->state;
   auto name = checkpoint_file_name(p.generation, st.rank);
@@ -601,19 +601,19 @@ void write_checkpoint(self_ptr self, pending_checkpoint& p) {
     };
   st.writer.join(); // the previous write, long done in practice
   st.writer.thread =
-      std::thread([me = caf::actor_cast<caf::actor>(self), gen = p.generation,
+      std::thread([me = caf::actor_cast<caf::actor>(self), serial = p.serial,
                    f = encode(p.data), path, midway] {
         auto err = write_checked_file(path, f, midway);
-        caf::anon_send(me, checkpoint_atom_v, gen,
+        caf::anon_send(me, checkpoint_atom_v, serial,
                        err ? describe(err) : std::string{});
       });
 }
 
-/// Snapshots hosted store `id` for the checkpoint being taken, and starts
-/// the write once every store is in.
-void snapshot_store(self_ptr self, uint64_t gen, uint64_t id) {
+/// Snapshots hosted store `id` for take `serial` if it is still the one
+/// being taken, and starts the write once every store is in.
+void snapshot_store(self_ptr self, uint64_t serial, uint64_t id) {
   auto& p = self->state.taking;
-  if (!p || p->generation != gen || p->waiting.erase(id) == 0)
+  if (!p || p->serial != serial || p->waiting.erase(id) == 0)
     return;
   for (auto& h : self->state.stores)
     if (h.id == id) {
@@ -642,6 +642,8 @@ caf::response_promise take_checkpoint(self_ptr self, uint64_t gen,
   st.taking = std::make_unique<pending_checkpoint>();
   auto& p = *st.taking;
   p.generation = gen;
+  p.serial = ++st.checkpoint_serial; // the same generation may come again
+  auto serial = p.serial;
   p.data = checkpoint_data{
       gen, st.rank, st.cfg.checkpoint.mode, st.cfg.checkpoint.optimizer, {}};
   p.rp = self->make_response_promise();
@@ -653,7 +655,7 @@ caf::response_promise take_checkpoint(self_ptr self, uint64_t gen,
   for (auto id : ids) {
     auto h = std::find_if(st.stores.begin(), st.stores.end(),
                           [id](const hosted_store& x) { return x.id == id; });
-    auto snap = [self, gen, id] { snapshot_store(self, gen, id); };
+    auto snap = [self, serial, id] { snapshot_store(self, serial, id); };
     auto err = sync ? h->store.at_version(at, snap) : (snap(), caf::error{});
     if (err) { // past the cut: the scheduler tries again higher
       st.taking.reset();
@@ -664,12 +666,14 @@ caf::response_promise take_checkpoint(self_ptr self, uint64_t gen,
   return rp;
 }
 
-/// The writer thread's report on checkpoint `gen`.
-void checkpoint_written(self_ptr self, uint64_t gen, const std::string& err) {
+/// The writer thread's report on take `serial`.
+void checkpoint_written(self_ptr self, uint64_t serial,
+                        const std::string& err) {
   auto& st = self->state;
-  if (!st.taking || st.taking->generation != gen)
-    return;
+  if (!st.taking || st.taking->serial != serial)
+    return; // superseded meanwhile: its file may be cut elsewhere
   auto p = std::move(st.taking);
+  auto gen = p->generation;
   if (!err.empty()) {
     TROUPE_LOG(error, who(self), "checkpoint ", gen, " failed: ", err);
     p->rp.deliver(caf::make_error(errc::bad_file, err));
@@ -1044,8 +1048,8 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
       [self](checkpoint_atom, uint64_t gen, uint64_t at) {
         return take_checkpoint(self, gen, at);
       },
-      [self](checkpoint_atom, uint64_t gen, const std::string& err) {
-        checkpoint_written(self, gen, err);
+      [self](checkpoint_atom, uint64_t serial, const std::string& err) {
+        checkpoint_written(self, serial, err);
       },
       [self](replicate_atom, uint32_t primary, uint64_t id, uint32_t origin,
              uint8_t op, const frame& f, const std::vector<uint64_t>& xs) {

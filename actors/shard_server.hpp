@@ -133,6 +133,7 @@ struct backup_link {
 /// reaches the version cut at, then the file.
 struct pending_checkpoint {
   uint64_t generation = 0;
+  uint64_t serial = 0;        ///< of this take: a retry of a generation is new
   std::set<uint64_t> waiting; ///< ids of stores not yet snapshotted
   checkpoint_data data;
   caf::response_promise rp;
@@ -179,6 +180,7 @@ struct shard_server_state {
   uint64_t lost_version = 0;
   // Checkpoints: the one being taken, its writer, what --resume loaded.
   std::unique_ptr<pending_checkpoint> taking;
+  uint64_t checkpoint_serial = 0;
   checkpoint_writer writer;
   std::unique_ptr<resume_set> resume;
 };

@@ -72,6 +72,14 @@ public:
     }
   }
 
+  /// Reads what the process printed so far without waiting: a test that
+  /// works a while between waits calls it, or a full pipe blocks the
+  /// process on its next log line.
+  void drain() {
+    while (read_some(std::chrono::steady_clock::now()))
+      ;
+  }
+
   /// Waits for the process to exit; its exit code (128 + signal if killed),
   /// or nothing if the deadline passed.
   std::optional<int> wait_exit(std::chrono::milliseconds limit) {

@@ -109,7 +109,10 @@ struct scheduler_client {
   /// Asks for a checkpoint now: its generation once the manifest names
   /// it, or why it failed.
   caf::expected<uint64_t> checkpoint() {
-    caf::scoped_actor self{*sys};
+    // One actor for every call: tests call this many times in a row.
+    if (!asker)
+      asker = std::make_unique<caf::scoped_actor>(*sys);
+    auto& self = *asker;
     caf::expected<uint64_t> out = uint64_t{0};
     self->request(sched, std::chrono::seconds{60}, checkpoint_atom_v)
         .receive([&out](uint64_t gen) { out = gen; },
@@ -118,6 +121,8 @@ struct scheduler_client {
   }
 
 private:
+  std::unique_ptr<caf::scoped_actor> asker; // of checkpoint()
+
   template <class Atom, class T> void ask(Atom atom, T& out) {
     caf::scoped_actor self{*sys};
     self->request(sched, std::chrono::seconds{10}, atom)
