@@ -2,6 +2,7 @@
 #include "actors/kv.hpp"
 
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include <caf/io/middleman.hpp>
@@ -56,7 +57,7 @@ struct kv::impl {
     caf::blocking_actor::accept_one_cond rc;
     self->varargs_receive(
         rc, h.id(), [&out](T& x) { out = std::move(x); },
-        [&out](caf::error& err) { out = std::move(err); },
+        [&out, this](caf::error& err) { out = explain(std::move(err)); },
         caf::after(t) >>
             [&out, t] {
               out = caf::make_error(errc::timeout, "kv client silent for",
@@ -64,6 +65,19 @@ struct kv::impl {
             });
     return out;
   }
+
+  /// A request to a kv client that has ended fails with CAF's bare
+  /// request_receiver_down; the caller wants why the client ended (the
+  /// scheduler is gone, say), which its down message carries.
+  caf::error explain(caf::error err) {
+    if (err != caf::sec::request_receiver_down)
+      return err;
+    if (!gone)
+      self->receive([this](caf::down_msg& dm) { gone = std::move(dm.reason); },
+                    caf::after(std::chrono::seconds{1}) >> [] {});
+    return gone && *gone ? *gone : err;
+  }
+  std::optional<caf::error> gone; // the kv client's exit reason, once seen
 };
 
 kv::kv(caf::actor_system& sys, caf::actor scheduler, kv_settings cfg)
@@ -72,6 +86,7 @@ kv::kv(caf::actor_system& sys, caf::actor scheduler, kv_settings cfg)
   // client, with room for a declare that waits for servers to join.
   impl_->timeout = std::chrono::milliseconds{cfg.request_timeout_ms} * 4;
   client_ = spawn_kv_client(sys, std::move(scheduler), cfg);
+  impl_->self->monitor(client_); // for explain()
 }
 
 kv::~kv() {
@@ -130,7 +145,9 @@ caf::expected<std::pair<uint32_t, cluster_view>> kv::view() {
             else
               out = std::make_pair(rank, std::move(v));
           },
-          [&out](caf::error& err) { out = std::move(err); });
+          [&out, this](caf::error& err) {
+            out = impl_->explain(std::move(err));
+          });
   return out;
 }
 

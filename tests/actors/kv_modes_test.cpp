@@ -278,6 +278,31 @@ BOOST_AUTO_TEST_CASE(a_dead_server_fails_waiting_operations_with_peer_down) {
   BOOST_CHECK_MESSAGE(err == errc::peer_down, describe(err));
 }
 
+BOOST_AUTO_TEST_CASE(calls_after_the_scheduler_died_say_it_is_gone) {
+  // The kv client ends when its scheduler dies; a call made after that
+  // must say why (not CAF's bare request_receiver_down), every time.
+  cluster c{"sync", 1, 1};
+  init_all(c, 8);
+  auto& w = *c.workers.front();
+  caf::anon_send_exit(c.sched, caf::exit_reason::kill);
+  for (int i = 0; i < 3; ++i) {
+    caf::expected<uint64_t> pushed{uint64_t{0}};
+    for (uint64_t t = 0; pushed && t < 100000; ++t) // until the client ends
+      pushed = w.push(t, filled(1, 8, 1.0f));
+    BOOST_REQUIRE(!pushed);
+    BOOST_CHECK_MESSAGE(
+        pushed.error() == errc::peer_down &&
+            describe(pushed.error()).find("the scheduler is gone") !=
+                std::string::npos,
+        describe(pushed.error()));
+  }
+  auto v = w.view();
+  BOOST_REQUIRE(!v);
+  BOOST_CHECK_MESSAGE(describe(v.error()).find("the scheduler is gone") !=
+                          std::string::npos,
+                      describe(v.error()));
+}
+
 BOOST_AUTO_TEST_CASE(a_kv_client_whose_view_overtakes_its_join_gets_ready) {
   // The newer view arrives first; the RegisterReply after it carries an
   // older view. Joining alone must then release waiting operations.
