@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <ctime>
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
@@ -20,6 +22,7 @@
 #include "actors/fault_plan.hpp"
 #include "actors/kv.hpp"
 #include "actors/log.hpp"
+#include "actors/netns.hpp"
 #include "actors/supervisor.hpp"
 #include "messages/errors.hpp"
 #include "messages/membership.hpp"
@@ -68,15 +71,38 @@ public:
     // nothing else
   }
 
-  /// Starts every child; false (with a line on stderr) if one cannot start.
+  /// Starts every child, those in `cut` (the plan cuts them off the
+  /// network) each in a network namespace of its own; false (with a line
+  /// on stderr) if one cannot start.
   bool start_children(const std::string& self_path,
-                      const std::vector<std::string>& flags) {
+                      const std::vector<std::string>& flags,
+                      const std::vector<std::string>& cut) {
+    std::vector<std::string> names;
     for (uint32_t i = 0; i < cfg_.agent.servers; ++i)
-      if (!add("server-" + std::to_string(i), "server", self_path, flags))
-        return false;
+      names.push_back("server-" + std::to_string(i));
     for (uint32_t i = 0; i < cfg_.agent.workers; ++i)
-      if (!add("worker-" + std::to_string(i), "worker", self_path, flags))
+      names.push_back("worker-" + std::to_string(i));
+    for (auto& c : cut)
+      if (std::find(names.begin(), names.end(), c) == names.end()) {
+        std::cerr << "*** agent: --fault.plan cuts " << c
+                  << ", which this agent does not run\n";
         return false;
+      }
+    if (!cut.empty()) {
+      if (auto err = netns_unavailable()) {
+        std::cerr << "*** agent: " << describe(err) << '\n';
+        return false;
+      }
+      if (auto n = remove_stale_netns())
+        TROUPE_LOG(info, "agent", "removed ", n,
+                   " network namespaces of agents that are gone");
+    }
+    for (auto& name : names) {
+      bool own_netns = std::find(cut.begin(), cut.end(), name) != cut.end();
+      if (!add(name, name.substr(0, name.rfind('-')), self_path, flags,
+               own_netns))
+        return false;
+    }
     return true;
   }
 
@@ -132,10 +158,25 @@ private:
   }
 
   bool add(const std::string& name, const std::string& role_name,
-           const std::string& self_path,
-           const std::vector<std::string>& flags) {
+           const std::string& self_path, const std::vector<std::string>& flags,
+           bool own_netns) {
     child_spec spec{name, {self_path, "--role=" + role_name}, ""};
-    spec.argv.insert(spec.argv.end(), flags.begin(), flags.end());
+    for (auto& f : flags) // in a namespace of its own, it has its own --host
+      if (!own_netns || f.rfind("--host=", 0) != 0)
+        spec.argv.push_back(f);
+    if (own_netns) {
+      auto ns = child_netns::make(name);
+      if (!ns) {
+        std::cerr << "*** agent: " << describe(ns.error()) << '\n';
+        return false;
+      }
+      spec.argv.push_back("--host=" + (*ns)->address());
+      spec.argv = (*ns)->wrap(spec.argv);
+      TROUPE_LOG(info, "agent", name, " runs in network namespace ",
+                 (*ns)->name(), " at ", (*ns)->address(), " (link ",
+                 (*ns)->link(), ")");
+      netns_[name] = std::move(*ns);
+    }
     if (!cfg_.agent.logs.empty())
       spec.log_file = cfg_.agent.logs + "/" + name + ".log";
     if (auto err = sup_.add(std::move(spec)); !err.empty()) {
@@ -161,16 +202,27 @@ private:
       auto& a = faults_[next_fault_++];
       auto pid = sup_.pid_of(a.target);
       std::string detail = std::string{to_string(a.kind)} + " " + a.target;
-      auto at = system_clock::now(); // before the signal: it comes first
-      if (pid == 0 || !sup_.signal(a.target, signal_of(a.kind))) {
+      auto at = system_clock::now(); // before the fault: it comes first
+      if (a.kind == fault_action::cut || a.kind == fault_action::heal) {
+        // The namespace outlives restarts: cut even while none runs.
+        auto& ns = netns_.at(a.target); // made at start for every cut target
+        auto err = a.kind == fault_action::cut ? ns->cut() : ns->heal();
+        if (err) {
+          TROUPE_LOG(error, "agent", "fault ", detail,
+                     " failed: ", describe(err));
+          continue;
+        }
+        detail += " (link " + ns->link() +
+                  (a.kind == fault_action::cut ? " down)" : " up)");
+      } else if (pid == 0 || !sup_.signal(a.target, signal_of(a.kind))) {
         TROUPE_LOG(warning, "agent", "fault ", detail,
                    ": no such live child, skipped");
         continue;
+      } else {
+        detail += " (signal " + std::to_string(signal_of(a.kind)) + ")";
       }
       TROUPE_LOG(warning, "agent", "injected: ", detail, " (pid ", pid, ")");
-      report("injected", a.target, pid,
-             detail + " (signal " + std::to_string(signal_of(a.kind)) + ")",
-             at);
+      report("injected", a.target, pid, detail, at);
     }
   }
 
@@ -230,6 +282,9 @@ private:
   const node_config& cfg_;
   caf::actor link_;
   std::string source_;
+  /// Namespaces of the children the plan cuts off; declared before sup_,
+  /// so they are removed after every child is gone.
+  std::map<std::string, std::unique_ptr<child_netns>> netns_;
   process_supervisor sup_;
   std::map<std::string, int> started_; // child -> latest pid
   std::set<std::string> restarting_;   // waiting for a restart
@@ -285,7 +340,7 @@ int run_agent(caf::actor_system& sys, const node_config& cfg,
                 cfg.agent.servers, cfg.agent.workers,
                 static_cast<int>(::getpid()));
     std::fflush(stdout);
-    if (!a.start_children(self_path, child_args))
+    if (!a.start_children(self_path, child_args, cut_targets(*planned)))
       rc = 1;
     else {
       a.plan_faults(std::move(*planned));

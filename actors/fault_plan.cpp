@@ -17,9 +17,9 @@ constexpr uint64_t max_plan_ms = 24ull * 3600 * 1000;
 
 caf::error bad_item(const std::string& item, const char* why) {
   return caf::make_error(errc::invalid_config, "--fault.plan item", item, why,
-                         "(expected ACTION:CHILD@MS, ACTION kill, hang, resume"
-                         " or term, e.g. kill:worker-1@3000 or"
-                         " hang:worker-0@2000+1500)");
+                         "(expected ACTION:CHILD@MS, ACTION kill, hang, resume,"
+                         " term, cut or heal, e.g. kill:worker-1@3000,"
+                         " hang:worker-0@2000+1500 or cut:worker-1@2000+3000)");
 }
 
 /// Parses a decimal number of ms in 0..max_plan_ms.
@@ -36,7 +36,7 @@ bool parse_ms(const std::string& text, std::chrono::milliseconds& out) {
 
 bool parse_kind(const std::string& text, fault_action::kind_t& out) {
   for (auto k : {fault_action::kill, fault_action::hang, fault_action::resume,
-                 fault_action::term})
+                 fault_action::term, fault_action::cut, fault_action::heal})
     if (text == to_string(k)) {
       out = k;
       return true;
@@ -59,15 +59,18 @@ caf::error parse_item(const std::string& item, std::vector<fault_action>& out) {
   std::chrono::milliseconds hold{0};
   auto plus = when.find('+');
   if (plus != std::string::npos) {
-    if (a.kind != fault_action::hang || !parse_ms(when.substr(plus + 1), hold))
-      return bad_item(item, "has a bad +MS (only hang takes one)");
+    bool holds = a.kind == fault_action::hang || a.kind == fault_action::cut;
+    if (!holds || !parse_ms(when.substr(plus + 1), hold))
+      return bad_item(item, "has a bad +MS (only hang and cut take one)");
     when = when.substr(0, plus);
   }
   if (!parse_ms(when, a.at))
     return bad_item(item, "has a bad time (ms, at most a day)");
   out.push_back(a);
+  auto undo =
+      a.kind == fault_action::hang ? fault_action::resume : fault_action::heal;
   if (plus != std::string::npos)
-    out.push_back(fault_action{fault_action::resume, a.target, a.at + hold});
+    out.push_back(fault_action{undo, a.target, a.at + hold});
   return caf::none;
 }
 
@@ -89,6 +92,10 @@ const char* to_string(fault_action::kind_t x) {
     return "resume";
   case fault_action::term:
     return "term";
+  case fault_action::cut:
+    return "cut";
+  case fault_action::heal:
+    return "heal";
   }
   return "?";
 }
@@ -103,8 +110,20 @@ int signal_of(fault_action::kind_t x) {
     return SIGCONT;
   case fault_action::term:
     return SIGTERM;
+  case fault_action::cut:
+  case fault_action::heal:
+    return 0;
   }
   return SIGKILL;
+}
+
+std::vector<std::string> cut_targets(const std::vector<fault_action>& plan) {
+  std::vector<std::string> out;
+  for (auto& a : plan)
+    if ((a.kind == fault_action::cut || a.kind == fault_action::heal) &&
+        std::find(out.begin(), out.end(), a.target) == out.end())
+      out.push_back(a.target);
+  return out;
 }
 
 caf::expected<std::vector<fault_action>>

@@ -11,6 +11,7 @@
 
 #include "actors/fault_plan.hpp"
 #include "actors/log.hpp"
+#include "actors/netns.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -130,7 +131,8 @@ node_config::node_config() {
       .add(agent.logs, "logs", "folder for one log per child, \"\" = ours");
   opt_group{custom_options_, "fault"}
       .add(fault.plan, "plan",
-           "faults to inject, e.g. kill:worker-1@3000,hang:worker-0@5000+4000")
+           "faults to inject, e.g. kill:worker-1@3000,hang:worker-0@5000+4000,"
+           "cut:worker-1@8000+2000")
       .add(fault.random_kills, "random-kills",
            "kill this many distinct children at random times")
       .add(fault.random_targets, "random-targets", "worker | server | any")
@@ -243,8 +245,25 @@ caf::error node_config::finish() {
                            "--agent.restart-window-ms and --agent.backoff-ms"
                            " must be > 0 and --agent.backoff-max-ms >="
                            " --agent.backoff-ms");
-  if (auto plan = parse_fault_plan(fault.plan); !plan)
+  auto plan = parse_fault_plan(fault.plan);
+  if (!plan)
     return std::move(plan.error());
+  if (!cut_targets(*plan).empty()) {
+    // A child cut off lives in a network namespace of its own, where
+    // 127.0.0.1 is its own loopback.
+    const char* why = " cannot be reached from a child cut off the network"
+                      " (--fault.plan cut:), which lives in a network"
+                      " namespace of its own; run the cluster on another"
+                      " address of this machine with --scheduler-host=ADDR"
+                      " and --host=ADDR";
+    if (is_loopback_host(scheduler_host))
+      return caf::make_error(errc::invalid_config,
+                             "--scheduler-host=" + scheduler_host + why);
+    if (agent.servers > 0 && is_loopback_host(host))
+      return caf::make_error(errc::invalid_config,
+                             "--host=" + host + " (this agent's servers)" +
+                                 why);
+  }
   if (!(kv.drop_pushes >= 0 && kv.drop_pushes <= 1) ||
       !(kv.duplicate_pushes >= 0 && kv.duplicate_pushes <= 1))
     return caf::make_error(errc::invalid_config,
@@ -290,6 +309,12 @@ caf::error node_config::finish() {
   ck.mode = mode_text;
   ck.optimizer = optimizer.name + "@" + optimizer.on;
   scheduler.checkpoint = ck;
+  if (workload.task == "counter" && optimizer.name != "sum")
+    return caf::make_error(errc::invalid_config,
+                           "--worker.task=counter needs --optimizer.name=sum"
+                           " (its exact sums assume servers that add pushes),"
+                           " got",
+                           optimizer.name);
   if (workload.keys == 0 || workload.key_floats == 0)
     return caf::make_error(errc::invalid_config,
                            "--worker.keys and --worker.key-floats must be"

@@ -12,7 +12,8 @@ packages=(
   prometheus-cpp-dev         # metrics
   zlib1g-dev                 # gzipped IDX files
   dataset-fashion-mnist      # training data
-  iproute2 procps            # tests: ss, kill, pgrep
+  iproute2 procps            # ip (network cuts), ss, kill, pgrep
+  util-linux                 # unshare (the demo with a network cut)
 )
 
 missing=()

@@ -7,9 +7,11 @@ namespace troupe {
 
 caf::error scheduler_gone() {
   return caf::make_error(errc::peer_down,
-                         "the scheduler is gone, so the job is over; restart"
-                         " the whole cluster, with --resume to continue from"
-                         " the last checkpoint in --checkpoint.dir");
+                         "the scheduler is gone (it died, or this node lost"
+                         " its network), so this node stops; if the scheduler"
+                         " died, restart the whole cluster, with --resume to"
+                         " continue from the last checkpoint in"
+                         " --checkpoint.dir");
 }
 
 std::string to_string(errc x) {

@@ -15,7 +15,27 @@
 #        TROUPE_SERVER_KILL the server fault as a --fault.plan item
 #                           (default: kill:server-R@T, R and T random;
 #                           "none" = no server fault)
+#        TROUPE_CUT         also cut a child off the network, as --fault.plan
+#                           items, e.g. cut:worker-0@5000+3000 (needs root:
+#                           the demo then runs in a network namespace of its
+#                           own, on 10.214.0.1, and the child in one of its
+#                           own inside it)
 set -euo pipefail
+
+# A cut child cannot reach 127.0.0.1 (its own): run the whole demo in a
+# network namespace of its own, on an address added to its loopback. The
+# machine's network stays as it was.
+host_flags=()
+if [ -n "${TROUPE_CUT:-}" ]; then
+  if [ -z "${TROUPE_IN_NETNS:-}" ]; then
+    [ "$(id -u)" = 0 ] ||
+      { echo "*** TROUPE_CUT needs root (network namespaces)" >&2; exit 2; }
+    exec env TROUPE_IN_NETNS=1 unshare -n -- "$0" "$@"
+  fi
+  ip link set lo up
+  ip addr add 10.214.0.1/32 dev lo
+  host_flags=(--scheduler-host=10.214.0.1 --host=10.214.0.1)
+fi
 
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${TROUPE_BUILD:-$here/build}
@@ -29,7 +49,7 @@ mkdir -p "$logs"
 echo "logs in $logs"
 
 common=(--config-file="$here/deploy/local.ini" --cluster.servers=2
-        --cluster.workers=2 "$@")
+        --cluster.workers=2 "${host_flags[@]}" "$@")
 sched_pid=
 stop_scheduler() {
   if [ -n "$sched_pid" ]; then
@@ -45,10 +65,18 @@ trap 'echo "interrupted"; exit 130' INT TERM
 start_scheduler "$bin" "$logs/scheduler.log" "${common[@]}" || exit 1
 
 server_kill=${TROUPE_SERVER_KILL:-kill:server-$((RANDOM % 2))@$((3000 + RANDOM % 9000))}
-plan=()
+items=()
 if [ "$server_kill" != none ]; then
-  plan=(--fault.plan="$server_kill")
+  items+=("$server_kill")
   echo "server fault: $server_kill"
+fi
+if [ -n "${TROUPE_CUT:-}" ]; then
+  items+=("$TROUPE_CUT")
+  echo "network fault: $TROUPE_CUT"
+fi
+plan=()
+if [ ${#items[@]} -gt 0 ]; then
+  plan=(--fault.plan="$(IFS=,; echo "${items[*]}")")
 fi
 
 # One agent runs the machine's 2 servers and 2 workers and injects the
@@ -65,7 +93,7 @@ agent_rc=${PIPESTATUS[0]}
 set -e
 
 echo
-"$timeline" --scheduler-port="$port" | tee "$logs/timeline.txt"
+"$timeline" --scheduler-port="$port" "${host_flags[@]}" | tee "$logs/timeline.txt"
 acc=$(sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p' "$logs/agent.log" |
       tail -n 1)
 echo

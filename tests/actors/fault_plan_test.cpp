@@ -2,6 +2,8 @@
 #define BOOST_TEST_MODULE fault_plan_tests
 #include <boost/test/unit_test.hpp>
 
+#include "tests/test_support.hpp"
+
 #include <signal.h>
 
 #include <set>
@@ -33,11 +35,31 @@ BOOST_AUTO_TEST_CASE(a_plan_parses_into_timed_signals_sorted_by_time) {
   BOOST_CHECK(empty->empty());
 }
 
+BOOST_AUTO_TEST_CASE(a_cut_heals_after_its_hold_and_names_its_targets) {
+  auto plan = parse_fault_plan("cut:worker-1@2000+3000,cut:server-0@4000,"
+                               "heal:server-0@8000,kill:worker-0@1000");
+  BOOST_REQUIRE_MESSAGE(plan, test::why(plan));
+  std::vector<fault_action> expected{{fault_action::kill, "worker-0", 1000ms},
+                                     {fault_action::cut, "worker-1", 2000ms},
+                                     {fault_action::cut, "server-0", 4000ms},
+                                     {fault_action::heal, "worker-1", 5000ms},
+                                     {fault_action::heal, "server-0", 8000ms}};
+  BOOST_CHECK(*plan == expected);
+  BOOST_CHECK_EQUAL(signal_of(fault_action::cut), 0); // not a signal
+  BOOST_CHECK_EQUAL(signal_of(fault_action::heal), 0);
+  BOOST_CHECK_EQUAL(to_string(fault_action::cut), std::string{"cut"});
+  BOOST_CHECK_EQUAL(to_string(fault_action::heal), std::string{"heal"});
+  auto targets = cut_targets(*plan); // in order of first mention, no kill
+  BOOST_CHECK((targets == std::vector<std::string>{"worker-1", "server-0"}));
+  BOOST_CHECK(cut_targets(*parse_fault_plan("kill:worker-1@5")).empty());
+}
+
 BOOST_AUTO_TEST_CASE(a_bad_plan_item_is_named_in_the_error) {
   for (std::string bad :
        {"kill", "kill:worker-1", "explode:worker-1@10", "kill:@10",
         "kill:worker-1@", "kill:worker-1@-5", "kill:worker-1@1e3",
         "kill:worker-1@100+50", "hang:worker-1@100+", "kill:w@999999999",
+        "heal:worker-1@100+50", "cut:worker-1@100+x",
         "kill:w@100,,kill:w@200"}) {
     auto plan = parse_fault_plan(bad);
     BOOST_REQUIRE_MESSAGE(!plan, bad);

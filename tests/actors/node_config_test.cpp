@@ -111,6 +111,18 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--fault.random-kills=1", "--fault.random-from-ms=500",
             "--fault.random-to-ms=500"},
            "--fault.random-to-ms");
+  rejected({"--worker.task=counter", "--optimizer.name=adam"},
+           "--optimizer.name=sum");
+  // A cut child lives in a namespace of its own: loopback is its own.
+  rejected({"--fault.plan=cut:worker-1@100+100"}, "--scheduler-host=127.0.0.1");
+  rejected({"--fault.plan=cut:worker-1@100", "--scheduler-host=10.1.2.3",
+            "--agent.servers=1"},
+           "--host=127.0.0.1");
+  {
+    node_config ok; // on another address, or no servers of its own
+    BOOST_CHECK(!parse(ok, {"--fault.plan=cut:worker-1@100+100",
+                            "--scheduler-host=10.1.2.3", "--agent.servers=0"}));
+  }
   node_config cfg;
   BOOST_REQUIRE(!parse(cfg, {"--role=chief"}));
   BOOST_CHECK(cfg.node_role().error() == errc::invalid_config);

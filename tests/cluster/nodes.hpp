@@ -71,4 +71,31 @@ start_counter(const scheduler_process& s, uint32_t steps,
   return std::make_unique<child_process>(node_args(std::move(extra)));
 }
 
+inline const std::string config_file = TROUPE_SOURCE_DIR "/deploy/local.ini";
+
+/// An agent of `servers` servers and `workers` workers (the cluster's
+/// size, too) with the main job's config; children write to the agent's
+/// own output. Returns once it starts its children.
+inline std::unique_ptr<child_process>
+start_agent(const scheduler_process& s, uint32_t servers, uint32_t workers,
+            std::vector<std::string> extra) {
+  extra.insert(extra.begin(),
+               {"--role=agent", "--config-file=" + config_file, s.flag(),
+                "--agent.servers=" + std::to_string(servers),
+                "--agent.workers=" + std::to_string(workers),
+                "--cluster.servers=" + std::to_string(servers),
+                "--cluster.workers=" + std::to_string(workers),
+                "--log-level=info"});
+  auto p = std::make_unique<child_process>(node_args(std::move(extra)));
+  BOOST_REQUIRE_MESSAGE(p->wait_for_line("agent starting", 20s), p->output());
+  return p;
+}
+
+/// The figure of the agent's (or a worker's) "final test accuracy: " line.
+inline double final_accuracy(child_process& p) {
+  auto line = p.wait_for_line("final test accuracy: ", 1s);
+  BOOST_REQUIRE_MESSAGE(line, p.output());
+  return std::stod(line->substr(line->find(": ") + 2));
+}
+
 } // namespace troupe::test

@@ -26,13 +26,14 @@ struct scheduler_client {
   std::unique_ptr<caf::actor_system> sys;
   caf::actor sched;
 
-  explicit scheduler_client(uint16_t port) {
+  explicit scheduler_client(uint16_t port,
+                            const std::string& host = "127.0.0.1") {
     using namespace std::chrono_literals;
     cfg.load<caf::io::middleman>();
     cfg.set("middleman.heartbeat-interval", caf::timespan{100ms});
     cfg.set("middleman.connection-timeout", caf::timespan{1s});
     sys = std::make_unique<caf::actor_system>(cfg);
-    auto s = connect_scheduler(*sys, "127.0.0.1", port, 10000);
+    auto s = connect_scheduler(*sys, host, port, 10000);
     BOOST_REQUIRE(s);
     sched = *s;
   }

@@ -31,25 +31,6 @@ namespace {
 
 using event_reader = scheduler_client;
 
-const std::string config_file = TROUPE_SOURCE_DIR "/deploy/local.ini";
-
-/// An agent of `servers` servers and `workers` workers; children write to
-/// the agent's own output.
-std::unique_ptr<child_process> start_agent(const scheduler_process& s,
-                                           uint32_t servers, uint32_t workers,
-                                           std::vector<std::string> extra) {
-  extra.insert(extra.begin(),
-               {"--role=agent", "--config-file=" + config_file, s.flag(),
-                "--agent.servers=" + std::to_string(servers),
-                "--agent.workers=" + std::to_string(workers),
-                "--cluster.servers=" + std::to_string(servers),
-                "--cluster.workers=" + std::to_string(workers),
-                "--log-level=info"});
-  auto p = std::make_unique<child_process>(node_args(std::move(extra)));
-  BOOST_REQUIRE_MESSAGE(p->wait_for_line("agent starting", 20s), p->output());
-  return p;
-}
-
 /// pid of the agent's child `name` from "NAME started (pid N)".
 pid_t child_pid(child_process& agent, const std::string& name) {
   auto line = agent.wait_for_line(name + " started (pid ", 20s);
@@ -64,12 +45,6 @@ pid_t worker_1_mid_training(child_process& agent) {
   BOOST_REQUIRE_MESSAGE(agent.wait_for_line("epoch 0.25/2", 60s),
                         agent.output());
   return victim;
-}
-
-double final_accuracy(child_process& agent) {
-  auto line = agent.wait_for_line("final test accuracy: ", 1s);
-  BOOST_REQUIRE_MESSAGE(line, agent.output());
-  return std::stod(line->substr(line->find(": ") + 2));
 }
 
 bool is(const event_record& e, const char* kind, role about) {
