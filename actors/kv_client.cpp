@@ -1087,7 +1087,15 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
       [self](clock_atom) {
         auto rp = self->make_response_promise();
         when_ready(
-            self, [self, rp] { do_clock(self, deliver_to<uint64_t>(rp)); },
+            self,
+            [self, rp] { // asks every holder: one may die meanwhile
+              with_resend<uint64_t>(
+                  self,
+                  [self](reply_to<uint64_t> r) {
+                    do_clock(self, std::move(r));
+                  },
+                  deliver_to<uint64_t>(rp));
+            },
             fail_to(rp));
         return rp;
       },
