@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -125,34 +126,72 @@ void dial_road(self_ptr self, const node_info& n) {
   self->state.roads[rank].conn = std::move(*conn);
 }
 
-void connect(self_ptr self, const node_info& n) {
-  ++self->state.connecting;
+void run_all_resends(self_ptr self);
+
+/// Connects to server `n`; `again` (5): a reconnection to a server of the
+/// current view, which runs the resends that wait once it succeeds.
+void connect(self_ptr self, const node_info& n, bool again = false) {
+  // A reconnection (5) does not hold up operations on the other servers.
+  if (!again)
+    ++self->state.connecting;
   TROUPE_LOG(debug, who(self), "connecting to server ", n.rank, " at ", n.host,
              ":", n.port);
   auto mm = self->home_system().middleman().actor_handle();
   auto rank = n.rank;
+  auto named = [self, n] { // the view still names this very server
+    auto& vs = self->state.view.servers;
+    return std::find(vs.begin(), vs.end(), n) != vs.end();
+  };
   self->request(mm, timeout_of(self), caf::connect_atom_v, n.host, n.port)
       .then(
-          [self, rank, n](const caf::node_id&, caf::strong_actor_ptr& ptr,
-                          const std::set<std::string>&) {
-            --self->state.connecting;
+          [self, rank, n, again, named](const caf::node_id&,
+                                        caf::strong_actor_ptr& ptr,
+                                        const std::set<std::string>&) {
+            if (!again)
+              --self->state.connecting;
             TROUPE_LOG(debug, who(self), "connected to server ", rank,
                        ptr ? "" : " (no actor)");
-            if (ptr) {
+            // A reconnection the view overtook is of no use (5).
+            if (ptr && (!again || (named() && !self->state.stopping))) {
               auto h = caf::actor_cast<caf::actor>(ptr);
               self->monitor(h);
               self->state.servers[rank] = h;
               dial_road(self, n);
+              if (again) {
+                TROUPE_LOG(info, who(self), "reconnected to server ", rank);
+                run_all_resends(self);
+              }
             }
             flush_waiting(self);
           },
-          [self, n](caf::error& err) {
-            --self->state.connecting;
+          [self, n, again, named](caf::error& err) {
+            // Unreachable while the view names it: not dead (the scheduler
+            // would have said so), maybe cut off from us alone.
+            if (!again)
+              --self->state.connecting;
             TROUPE_LOG(error, who(self), "cannot connect to server ", n.rank,
                        " at ", n.host, ":", n.port, ": ",
                        self->system().render(err));
+            if (named() && !self->state.stopping) // 5: try again
+              self->delayed_send(self, std::chrono::milliseconds{500},
+                                 reconnect_atom_v, n.rank);
             flush_waiting(self);
           });
+}
+
+/// 5: reconnects to server `rank` if the view still names it and we have
+/// no connection to it.
+void reconnect(self_ptr self, uint32_t rank) {
+  auto& st = self->state;
+  if (st.stopping || st.servers.count(rank) != 0)
+    return;
+  for (auto& n : st.view.servers)
+    if (n.rank == rank) {
+      TROUPE_LOG(warning, who(self), "reconnecting to server ", rank,
+                 ": its connection broke, but the view still names it");
+      connect(self, n, true);
+      return;
+    }
 }
 
 void fail_inflight(self_ptr self, uint32_t rank);
@@ -736,6 +775,15 @@ void run_resends(self_ptr self) {
     when_ready(self, std::move(r.run), std::move(r.fail));
 }
 
+/// Every resend, its view come or not: a server it waited for is back (5).
+/// One whose server is still gone fails again and waits anew.
+void run_all_resends(self_ptr self) {
+  auto due = std::move(self->state.resends);
+  self->state.resends.clear();
+  for (auto& r : due)
+    when_ready(self, std::move(r.run), std::move(r.fail));
+}
+
 /// The clock this worker resumes at: the smallest of its clocks over the
 /// servers that hold slices (0 on a first run). A server whose rounds lag
 /// by one when a restarted worker joins holds it a clock lower than the
@@ -957,6 +1005,10 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
       TROUPE_LOG(warning, who(self), "server ", rank, " down");
       st.servers.erase(i);
       fail_inflight(self, rank);
+      // Dead, the scheduler's next view drops it; only a broken connection
+      // leaves it in: then reconnect (5).
+      self->delayed_send(self, std::chrono::milliseconds{250}, reconnect_atom_v,
+                         rank);
       return;
     }
 }
@@ -1047,6 +1099,7 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
                   caf::make_error(errc::peer_down, "server", rank, why));
       },
       [self](tick_atom) { on_tick(self); },
+      [self](reconnect_atom, uint32_t rank) { reconnect(self, rank); },
       [self](pull_atom, uint64_t clock, std::vector<uint64_t>& keys) {
         auto rp = self->make_response_promise();
         when_ready(

@@ -28,6 +28,14 @@
 //   joining -1-> connecting    1: RegisterReply: rank and view
 //   connecting -2-> ready      2: every server of the view connected
 //   ready -3-> connecting      3: newer view with new servers
+//   ready -5-> ready           5: a server's connection broke, or could
+//                                 not be made, while the view still names
+//                                 it (cut off from us alone, a heartbeat
+//                                 missed under load): reconnect to it after
+//                                 a pause, again while it fails and the view
+//                                 names it, and run the resends waiting for
+//                                 it once it is back; other servers' work
+//                                 goes on meanwhile
 //   any -4-> stopped           4: scheduler down, or registration failed
 //   Every request gets an answer: an operation that waits for readiness
 //   fails after kv.request-timeout-ms (errc::not_connected), and stopping

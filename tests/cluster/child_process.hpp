@@ -63,10 +63,18 @@ public:
   /// nothing if the deadline passed or the process closed its output.
   std::optional<std::string> wait_for_line(const std::string& needle,
                                            std::chrono::milliseconds limit) {
+    return wait_for_any_line({needle}, limit);
+  }
+
+  /// Like wait_for_line, for the first line holding any of `needles`.
+  std::optional<std::string>
+  wait_for_any_line(const std::vector<std::string>& needles,
+                    std::chrono::milliseconds limit) {
     auto deadline = std::chrono::steady_clock::now() + limit;
     for (;;) {
-      if (auto line = find_line(needle))
-        return line;
+      for (auto& needle : needles)
+        if (auto line = find_line(needle))
+          return line;
       if (!read_some(deadline))
         return std::nullopt;
     }

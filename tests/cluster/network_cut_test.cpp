@@ -3,8 +3,9 @@
 // its own and sets its link down at T and up again D later. A cut worker
 // leaves the view through heartbeats, training goes on without it, and the
 // worker rejoins once the link is back; a cut server is replaced by its
-// backup and no acknowledged update is lost. Afterwards no namespace or
-// link is left behind.
+// backup and no acknowledged update is lost; a worker cut from its server
+// alone (the scheduler still sees both) reconnects and loses nothing.
+// Afterwards no namespace or link is left behind.
 //
 // Needs root (network namespaces): this test process moves into a network
 // namespace of its own first, so nothing on the machine changes, and runs
@@ -34,6 +35,17 @@ using namespace troupe::test;
 namespace {
 
 const std::string cluster_host = "10.214.0.1";
+/// A second address on the test's loopback, for servers a test cuts apart
+/// from one worker alone.
+const std::string server_host = "10.214.0.2";
+
+const std::string ip_bin =
+    ::access("/usr/sbin/ip", X_OK) == 0 ? "/usr/sbin/ip" : "/sbin/ip";
+
+/// Runs `ip ARGS`; true if it succeeded.
+bool ip(const std::string& args) {
+  return std::system((ip_bin + " " + args).c_str()) == 0;
+}
 
 /// Moves this process (one thread yet: no actor system or child exists)
 /// into a network namespace of its own with `cluster_host` on its
@@ -45,11 +57,9 @@ std::string enter_private_network() {
     if (::unshare(CLONE_NEWNET) != 0)
       return std::string{"unshare(CLONE_NEWNET) failed: "} +
              std::strerror(errno);
-    auto ip = std::string{::access("/usr/sbin/ip", X_OK) == 0 ? "/usr/sbin/ip"
-                                                              : "/sbin/ip"};
-    if (std::system((ip + " link set lo up").c_str()) != 0 ||
-        std::system(
-            (ip + " addr add " + cluster_host + "/32 dev lo").c_str()) != 0)
+    if (!ip("link set lo up") ||
+        !ip("addr add " + cluster_host + "/32 dev lo") ||
+        !ip("addr add " + server_host + "/32 dev lo"))
       return "cannot set up the loopback of the test's network namespace";
     return "";
   }();
@@ -190,6 +200,58 @@ BOOST_AUTO_TEST_CASE(a_cut_off_server_is_replaced_and_no_update_is_lost,
     BOOST_CHECK_MESSAGE(line->find("= 40000: sums exact") != std::string::npos,
                         *line);
   }
+}
+
+BOOST_AUTO_TEST_CASE(
+    a_worker_cut_from_its_server_alone_reconnects_and_loses_nothing,
+    *boost::unit_test::precondition(can_cut)) {
+  // Worker-1 loses its route to the server's address only: the scheduler
+  // still sees both, so no view will come to rescue it. Its connection to
+  // the server breaks (heartbeats), it reconnects once the route is back,
+  // and resends what was interrupted; sync rounds wait for it meanwhile.
+  scheduler_process s{1, 2, on_cluster_host({})};
+  scheduler_client log{s.port, cluster_host};
+  // The plan only heals: worker-1 gets a namespace, and no cut.
+  auto agent = start_agent(
+      s, 1, 2,
+      {"--worker.task=counter", "--optimizer.name=sum", "--worker.steps=8000",
+       "--worker.keys=3", "--worker.key-floats=2000", "--server.mode=sync",
+       "--fault.plan=heal:worker-1@0", "--scheduler-host=" + cluster_host,
+       "--host=" + server_host});
+  auto line = agent->wait_for_line("worker-1 runs in network namespace ", 5s);
+  BOOST_REQUIRE_MESSAGE(line, agent->output());
+  auto from = line->find("troupe-");
+  auto ns = line->substr(from, line->find(' ', from) - from);
+  BOOST_REQUIRE(log.wait_for_view([](const cluster_view& v) {
+    return !v.placement.empty() && v.workers.size() == 2;
+  }));
+  auto blackhole = "blackhole " + server_host + "/32";
+  BOOST_REQUIRE(ip("-n " + ns + " route add " + blackhole));
+  // Connected already, the connection breaks; not yet, connecting fails.
+  bool broke = agent
+                   ->wait_for_any_line({"worker 1: server 0 down",
+                                        "worker 1: cannot connect to server 0"},
+                                       20s)
+                   .has_value();
+  BOOST_CHECK(ip("-n " + ns + " route del " + blackhole));
+  BOOST_REQUIRE_MESSAGE(broke, agent->output());
+  BOOST_CHECK_MESSAGE(
+      agent->wait_for_line("worker 1: reconnected to server 0", 30s),
+      agent->output());
+  expect_clean_end(*agent);
+  for (int w = 0; w < 2; ++w) {
+    auto sums = agent->wait_for_line(
+        "worker " + std::to_string(w) + ": final value", 1s);
+    BOOST_REQUIRE_MESSAGE(sums, agent->output());
+    BOOST_CHECK_MESSAGE(sums->find("= 16000: sums exact") != std::string::npos,
+                        *sums);
+  }
+  // Nobody was declared dead: the scheduler saw no failure at all.
+  auto evs = log.events();
+  BOOST_CHECK_MESSAGE(
+      std::none_of(evs.begin(), evs.end(),
+                   [](const event_record& e) { return e.kind == "crashed"; }),
+      dump(evs));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
