@@ -107,7 +107,8 @@ enum replica_op : uint8_t {
   op_workers,
   op_init,
   op_push,
-  op_restore
+  op_restore,
+  op_copy // a whole store for a backup that came late: layout and state
 };
 
 /// Drops the link to our backup; what waited for it goes on without it.
@@ -250,11 +251,71 @@ void connect_backup(self_ptr self, backup_link* link, std::string host,
             }
             drop_backup(self,
                         ("unreachable: " + self->system().render(err)).c_str());
+            // Still in the view, it may answer later: no view may come to
+            // make us try again, so try again ourselves.
+            self->delayed_send(self, std::chrono::seconds{1}, reconnect_atom_v);
           });
 }
 
+/// Copies hosted store `id` to backup link `serial` (if both are still
+/// there) where the store holds every push it accepted: now outside sync,
+/// else once the open round completes. From then on the store's operations
+/// are forwarded to the backup like any replicated store's.
+void copy_to_backup(self_ptr self, uint64_t serial, uint64_t id) {
+  auto& st = self->state;
+  auto& b = st.backup;
+  auto h = std::find_if(st.stores.begin(), st.stores.end(),
+                        [id](const hosted_store& x) { return x.id == id; });
+  if (!b || b->serial != serial || h == st.stores.end() ||
+      b->mirrored.count(id) != 0)
+    return;
+  if (!h->store.between_rounds()) { // pushes wait in a round: after it
+    if (!b->copying.insert(id).second)
+      return; // armed already
+    auto next = h->store.version() + 1;
+    auto err = h->store.at_version(next, [self, serial, id] {
+      auto& b = self->state.backup;
+      if (b && b->serial == serial)
+        b->copying.erase(id);
+      copy_to_backup(self, serial, id);
+    });
+    if (err) {
+      b->copying.erase(id);
+      TROUPE_LOG(error, who(self), "cannot copy store ", id,
+                 " to the backup: ", describe(err));
+    }
+    return;
+  }
+  auto snap = snapshot_of(h->store);
+  snap.id = h->id;
+  snap.origin = h->origin;
+  auto version = h->store.version();
+  checkpoint_data x;
+  x.stores.push_back(std::move(snap));
+  b->mirrored.insert(id);
+  // Replicated once the backup has applied the copy (a link dropped first
+  // runs this too: then it was not).
+  auto applied = [self, serial, origin = h->origin, version] {
+    auto& b = self->state.backup;
+    if (!b || b->serial != serial)
+      return;
+    TROUPE_LOG(info, who(self), "store of server ", origin,
+               " copied to new backup ", b->rank, " at version ", version);
+    self->send(self->state.scheduler, event_atom_v,
+               encode(event_record{
+                   now_ms(), "replicated", role::server, self->state.rank,
+                   static_cast<uint32_t>(::getpid()),
+                   str("store of server ", origin, " copied to server ",
+                       b->rank, " at version ", version),
+                   who(self)}));
+  };
+  forward(self, *h, op_copy, encode(x), owned_triples(h->store), applied);
+  forward(self, *h, op_workers, frame{}, worker_ranks(st.view), [] {});
+}
+
 /// Connects to our backup per view `v`: a new backup replicates the stores
-/// that are still pristine; the others stay unreplicated.
+/// that are still pristine from their first operation, and gets a copy of
+/// the others (copy_to_backup).
 void update_backup(self_ptr self) {
   auto& st = self->state;
   std::vector<uint32_t> ranks;
@@ -268,41 +329,57 @@ void update_backup(self_ptr self) {
       drop_backup(self, "left the view");
     return;
   }
-  if (st.backup && st.backup->node == *node)
-    return; // the same backup
+  if (st.backup && st.backup->node == *node) { // the same backup
+    std::vector<uint64_t> copies; // stores we serve since (promoted ones)
+    for (auto& h : st.stores)
+      if (st.backup->mirrored.count(h.id) == 0)
+        copies.push_back(h.id);
+    for (auto id : copies)
+      copy_to_backup(self, st.backup->serial, id);
+    return;
+  }
   if (st.backup)
     drop_backup(self, "left the view");
   st.backup = std::make_unique<backup_link>();
   st.backup->rank = b;
   st.backup->node = *node;
+  st.backup->serial = ++st.backup_serial;
   auto link = st.backup.get();
+  std::vector<uint64_t> copies;
   for (auto& h : st.stores) {
-    if (h.store.pristine()) {
+    if (h.store.pristine())
       st.backup->mirrored.insert(h.id);
-    } else {
-      TROUPE_LOG(warning, who(self), "store of server ", h.origin,
-                 " not replicated on new backup ", b,
-                 ": copying a store's state is not implemented");
-      self->send(st.scheduler, event_atom_v,
-                 encode(event_record{now_ms(), "unreplicated", role::server,
-                                     st.rank, static_cast<uint32_t>(::getpid()),
-                                     str("store of server ", h.origin,
-                                         " has no replica on server ", b),
-                                     who(self)}));
-    }
+    else
+      copies.push_back(h.id);
   }
   connect_backup(self, link, node->host, node->port, backup_connect_tries);
+  for (auto id : copies) // queued behind the connection, in order
+    copy_to_backup(self, link->serial, id);
 }
 
 // -- replication: the backup side ---------------------------------------------
+
+/// Owned slices from (key, index, floats) triples, as owned_triples makes.
+caf::expected<std::map<slice_id, uint32_t>>
+owned_of(const std::vector<uint64_t>& xs) {
+  if (xs.size() % 3 != 0)
+    return caf::make_error(errc::malformed_message, "owned slices");
+  std::map<slice_id, uint32_t> owned;
+  for (size_t k = 0; k < xs.size(); k += 3)
+    owned[slice_id{xs[k], static_cast<uint32_t>(xs[k + 1])}] =
+        static_cast<uint32_t>(xs[k + 2]);
+  return owned;
+}
 
 caf::result<uint64_t> on_replicate(self_ptr self, uint32_t primary, uint64_t id,
                                    uint32_t origin, uint8_t op, const frame& f,
                                    const std::vector<uint64_t>& xs) {
   auto& st = self->state;
+  if (op == op_copy) // a whole store: whatever we held of it goes
+    st.mirrors.erase(id);
   auto i = st.mirrors.find(id);
   if (i == st.mirrors.end()) {
-    if (op != op_owned) // a replica starts with its layout
+    if (op != op_owned && op != op_copy) // a replica starts with its layout
       return caf::make_error(errc::malformed_message,
                              "replica operation before its layout");
     i = st.mirrors
@@ -315,13 +392,10 @@ caf::result<uint64_t> on_replicate(self_ptr self, uint32_t primary, uint64_t id,
   auto& m = i->second.store;
   switch (op) {
   case op_owned: {
-    if (xs.size() % 3 != 0)
-      return caf::make_error(errc::malformed_message, "owned slices");
-    std::map<slice_id, uint32_t> owned;
-    for (size_t k = 0; k < xs.size(); k += 3)
-      owned[slice_id{xs[k], static_cast<uint32_t>(xs[k + 1])}] =
-          static_cast<uint32_t>(xs[k + 2]);
-    m.set_owned(owned);
+    auto owned = owned_of(xs);
+    if (!owned)
+      return std::move(owned.error());
+    m.set_owned(*owned);
     return m.version();
   }
   case op_workers: {
@@ -358,6 +432,13 @@ caf::result<uint64_t> on_replicate(self_ptr self, uint32_t primary, uint64_t id,
     if (!r)
       return std::move(r.error());
     return r->version;
+  }
+  case op_copy: {
+    auto owned = owned_of(xs);
+    if (!owned)
+      return std::move(owned.error());
+    m.set_owned(*owned);
+    [[fallthrough]]; // then its state, as a restore
   }
   case op_restore: {
     checkpoint_data x;
@@ -1019,6 +1100,12 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
   return {
       [self](start_atom, const std::string& host, uint16_t port) {
         start(self, host, port);
+      },
+      [self](reconnect_atom) { // our backup was unreachable: try again
+        if (self->state.backup)
+          return;
+        update_backup(self);
+        forward_layout(self, frame{});
       },
       [self](view_atom, const frame& f) {
         cluster_view v;

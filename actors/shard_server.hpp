@@ -33,10 +33,13 @@
 // request carries no store: the server routes each slice to the store that
 // holds it, and every store sees every part of a push, so (worker, clock,
 // part) duplicates are dropped per store and workers may resend whole
-// clocks. Only a store that is still pristine (nothing initialised or
-// pushed) gets a replica: a backup that arrives later (a restarted server)
-// would need a copy of the state, which is not implemented; such a store
-// is unreplicated and its loss loses its slices.
+// clocks. A store that is still pristine (nothing initialised or pushed)
+// is replicated from its first operation. A backup that arrives later (a
+// restarted server) gets a copy of each other store first (op_copy: its
+// state with optimizer state and clocks, as a checkpoint holds it), taken
+// where it holds every push accepted: at once outside sync, at the end of
+// the open round in sync; operations after it are forwarded as usual
+// (event "replicated"). Until the copy is taken the store is unreplicated.
 //
 // States and transitions (numbers cited in the code):
 //   joining -1-> running      1: RegisterReply with our rank and a view
@@ -126,6 +129,8 @@ struct backup_link {
   /// it answers, or when the link goes (a dead backup holds no one up).
   std::map<uint64_t, std::function<void()>> waiting;
   uint64_t next = 0;
+  uint64_t serial = 0;        ///< tells this link from a later one
+  std::set<uint64_t> copying; ///< our stores whose copy waits for a round
   ~backup_link();
 };
 
@@ -159,6 +164,7 @@ struct shard_server_state {
   std::vector<hosted_store> stores; // [0] is our own
   std::map<uint64_t, mirror_store> mirrors;
   std::unique_ptr<backup_link> backup; // null: no backup
+  uint64_t backup_serial = 0;          // of the last link made
   update_fn fresh_fn; // never called: copied for each new store
   caf::actor scheduler;
   uint32_t rank = 0;

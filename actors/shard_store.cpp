@@ -147,9 +147,10 @@ void shard_store::complete_rounds() {
     version_ = ++rounds_applied_;
     auto due = at_version_.find(version_);
     if (due != at_version_.end()) {
-      auto fn = std::move(due->second);
+      auto fns = std::move(due->second);
       at_version_.erase(due);
-      fn();
+      for (auto& fn : fns)
+        fn();
     }
   }
 }
@@ -305,6 +306,10 @@ shard_store::restore(uint64_t version, uint64_t rounds,
   return n;
 }
 
+bool shard_store::between_rounds() const {
+  return rounds_.empty();
+}
+
 caf::error shard_store::at_version(uint64_t v, std::function<void()> fn) {
   if (v == version_) {
     fn();
@@ -313,7 +318,7 @@ caf::error shard_store::at_version(uint64_t v, std::function<void()> fn) {
   if (v < version_ || mode_.kind != consistency::kind_t::sync)
     return caf::make_error(errc::clock_gap, "checkpoint at version", v,
                            "but the store is at", version_);
-  at_version_[v] = std::move(fn);
+  at_version_[v].push_back(std::move(fn));
   return caf::none;
 }
 

@@ -128,8 +128,12 @@ public:
   /// Runs `fn` once the version is exactly `v`: now if it is, else when a
   /// sync round brings it there (before the next round is applied). An
   /// error if the version is past `v`, or the mode is not sync and `v` is
-  /// not the current version. A later call for the same `v` replaces it.
+  /// not the current version. Calls for the same `v` all run, in order.
   caf::error at_version(uint64_t v, std::function<void()> fn);
+
+  /// True if no push waits in an open sync round (always outside sync):
+  /// then snapshot() holds every push accepted.
+  bool between_rounds() const;
 
 private:
   struct slice_state {
@@ -160,7 +164,7 @@ private:
   uint64_t rounds_applied_ = 0;
   uint64_t version_ = 0;
   std::map<uint32_t, worker_clock> resume_clocks_; // from a checkpoint
-  std::map<uint64_t, std::function<void()>> at_version_;
+  std::map<uint64_t, std::vector<std::function<void()>>> at_version_;
 };
 
 } // namespace troupe

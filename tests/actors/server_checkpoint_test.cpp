@@ -148,6 +148,23 @@ BOOST_AUTO_TEST_CASE(a_sync_cut_leaves_out_the_open_round) {
   BOOST_CHECK(err == errc::clock_gap);
 }
 
+BOOST_AUTO_TEST_CASE(every_call_at_a_version_runs_and_rounds_show_when_open) {
+  // A checkpoint and a backup's copy may wait for the same round.
+  auto s = make_store("sync", "sgd");
+  BOOST_CHECK(s.between_rounds());
+  BOOST_REQUIRE(s.push(push_of(0, 0)));
+  BOOST_CHECK(!s.between_rounds()); // worker 0's push waits in round 0
+  std::vector<int> ran;
+  BOOST_REQUIRE(!s.at_version(1, [&] { ran.push_back(1); }));
+  BOOST_REQUIRE(!s.at_version(1, [&] { ran.push_back(2); }));
+  BOOST_REQUIRE(s.push(push_of(1, 0)));
+  BOOST_CHECK((ran == std::vector<int>{1, 2}));
+  BOOST_CHECK(s.between_rounds());
+  auto t = make_store("async", "sgd");
+  BOOST_REQUIRE(t.push(push_of(0, 0)));
+  BOOST_CHECK(t.between_rounds()); // applied at once
+}
+
 BOOST_AUTO_TEST_CASE(async_clocks_come_back_and_duplicates_stay_dropped) {
   auto s = make_store("async", "sgd");
   for (uint64_t c = 0; c < 5; ++c)

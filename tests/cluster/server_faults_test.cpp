@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "actors/kv.hpp"
+#include "messages/checkpoint.hpp"
 #include "tests/cluster/nodes.hpp"
 #include "tests/cluster/scheduler_client.hpp"
 
@@ -78,6 +79,73 @@ BOOST_AUTO_TEST_CASE(a_server_killed_mid_push_loses_no_acknowledged_update) {
                       [](const event_record& e) { return is(e, "promoted"); }),
           dump(evs));
     }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(
+    a_restarted_server_gets_copies_and_survives_a_second_kill) {
+  // Server 1 dies: server 0 serves its slices alone. A new server joins
+  // mid-training and gets a copy of both of server 0's stores; then server
+  // 0 dies too, and the new one serves everything. Every acknowledged push
+  // survives both deaths: the sums are exact.
+  for (std::string mode : {"sync", "async"}) {
+    BOOST_TEST_MESSAGE("mode " << mode);
+    // Checkpoints only tell when training is well under way (every store
+    // replicated from its start): a kill before any push proves little.
+    temp_dir d;
+    std::vector<std::string> flags{"--checkpoint.dir=" + d.path,
+                                   "--checkpoint.every-ms=0"};
+    scheduler_process s{2, 2, flags};
+    scheduler_client sched{s.port};
+    auto s0 = start_server(s, mode, flags);
+    auto s1 = start_server(s, mode, flags);
+    auto w = flags;
+    w.push_back("--worker.key-floats=2000");
+    auto w0 = start_counter(s, 20000, w);
+    auto w1 = start_counter(s, 20000, w);
+    BOOST_REQUIRE(sched.wait_for_view([](const cluster_view& v) {
+      return !v.placement.empty() && v.workers.size() == 2;
+    }));
+    for (uint64_t version = 0; version < 500;) {
+      auto gen = sched.checkpoint();
+      s.proc->drain();
+      BOOST_REQUIRE_MESSAGE(gen, why(gen));
+      auto m = read_manifest(d.path);
+      BOOST_REQUIRE_MESSAGE(m, why(m));
+      version = m->version;
+    }
+    s1->signal(SIGKILL);
+    auto is_promoted = [](const event_record& e) { return is(e, "promoted"); };
+    BOOST_REQUIRE_MESSAGE(sched.wait_for_event(is_promoted),
+                          dump(sched.events()));
+    auto s2 = start_server(s, mode, flags);
+    // Both stores of server 0 (its own, and server 1's it serves) copied.
+    int copies = 0;
+    BOOST_REQUIRE_MESSAGE(
+        sched.wait_for_event([&copies](const event_record& e) {
+          return is(e, "replicated") && ++copies == 2;
+        }),
+        dump(sched.events()) << s0->output());
+    s0->signal(SIGKILL);
+    for (auto* p : {w0.get(), w1.get()}) {
+      auto rc = p->wait_exit(120s);
+      BOOST_REQUIRE_MESSAGE(rc, "worker did not finish: " << p->output());
+      s2->drain();
+      BOOST_CHECK_MESSAGE(*rc == 0, mode << ": " << p->output()
+                                         << "\nnew server: " << s2->output());
+      auto line = p->wait_for_line("final value", 1s);
+      BOOST_REQUIRE_MESSAGE(line, p->output());
+      BOOST_CHECK_MESSAGE(line->find("= 40000: sums exact") !=
+                              std::string::npos,
+                          mode << ": " << *line);
+    }
+    auto evs = sched.events();
+    BOOST_CHECK_MESSAGE(std::count_if(evs.begin(), evs.end(), is_promoted) >= 2,
+                        dump(evs));
+    BOOST_CHECK_MESSAGE(
+        std::none_of(evs.begin(), evs.end(),
+                     [](const event_record& e) { return is(e, "lost"); }),
+        dump(evs));
   }
 }
 
