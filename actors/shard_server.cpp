@@ -124,9 +124,17 @@ void drop_backup(self_ptr self, const char* why) {
     q(); // finds no link: runs its `then`
 }
 
+/// A backup that failed us but stays in the view: try a new link in a
+/// while (it gets a copy of every store that moved on meanwhile).
+void retry_backup_later(self_ptr self) {
+  self->delayed_send(self, std::chrono::seconds{1}, reconnect_atom_v);
+}
+
 /// Sends one operation on store `h` to our backup, then runs `then` (at
-/// once if the store has no replica). No timeout: a dead or hung backup
-/// leaves the view, and dropping the link runs what waited.
+/// once if the store has no replica). A backup silent for a quarter of the
+/// request timeout is dropped, so that workers' requests are answered in
+/// time (a dead or hung one also leaves the view), and dropping the link
+/// runs what waited; a new link is tried a second later.
 void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
              std::vector<uint64_t> xs, std::function<void()> then) {
   auto& b = self->state.backup;
@@ -154,15 +162,17 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
       b->waiting.erase(i);
       fn();
     };
-    self->request(b->handle, caf::infinite, replicate_atom_v, self->state.rank,
-                  id, origin, static_cast<uint8_t>(op), std::move(f),
-                  std::move(xs))
+    auto limit = std::chrono::milliseconds{self->state.request_timeout_ms / 4};
+    self->request(b->handle, limit, replicate_atom_v, self->state.rank, id,
+                  origin, static_cast<uint8_t>(op), std::move(f), std::move(xs))
         .then([done](uint64_t) { done(); },
               [self, link, done](caf::error& err) {
                 done();
-                if (self->state.backup.get() == link)
+                if (self->state.backup.get() == link) {
                   drop_backup(
                       self, ("failed: " + self->system().render(err)).c_str());
+                  retry_backup_later(self);
+                }
               });
   };
   if (b->handle)
@@ -213,7 +223,7 @@ void forward_layout(self_ptr self, frame restored) {
 /// that are each other's backup connect to each other at once, and CAF
 /// 0.17 can leave one of the two handshakes unanswered; the next attempt
 /// finds the connection the other side made.
-constexpr int backup_connect_tries = 8;
+constexpr int backup_connect_tries = 3;
 
 /// Connects `link` to its backup at host:port; queued forwards go once
 /// connected. A backup that cannot be reached is dropped.
@@ -253,7 +263,7 @@ void connect_backup(self_ptr self, backup_link* link, std::string host,
                         ("unreachable: " + self->system().render(err)).c_str());
             // Still in the view, it may answer later: no view may come to
             // make us try again, so try again ourselves.
-            self->delayed_send(self, std::chrono::seconds{1}, reconnect_atom_v);
+            retry_backup_later(self);
           });
 }
 
