@@ -131,7 +131,7 @@ void retry_backup_later(self_ptr self) {
 }
 
 /// Sends one operation on store `h` to our backup, then runs `then` (at
-/// once if the store has no replica). A backup silent for a quarter of the
+/// once if the store has no replica). A backup silent for half the
 /// request timeout is dropped, so that workers' requests are answered in
 /// time (a dead or hung one also leaves the view), and dropping the link
 /// runs what waited; a new link is tried a second later.
@@ -162,7 +162,7 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
       b->waiting.erase(i);
       fn();
     };
-    auto limit = std::chrono::milliseconds{self->state.request_timeout_ms / 4};
+    auto limit = std::chrono::milliseconds{self->state.request_timeout_ms / 2};
     self->request(b->handle, limit, replicate_atom_v, self->state.rank, id,
                   origin, static_cast<uint8_t>(op), std::move(f), std::move(xs))
         .then([done](uint64_t) { done(); },

@@ -40,8 +40,8 @@
 // where it holds every push accepted: at once outside sync, at the end of
 // the open round in sync; operations after it are forwarded as usual
 // (event "replicated"). Until the copy is taken the store is unreplicated.
-// A backup that cannot be reached, or leaves an operation unanswered for a
-// quarter of the request timeout, is dropped (workers are answered in
+// A backup that cannot be reached, or leaves an operation unanswered for
+// half the request timeout, is dropped (workers are answered in
 // time) and a new link to it tried a second later, copies included.
 //
 // States and transitions (numbers cited in the code):
