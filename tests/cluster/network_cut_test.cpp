@@ -118,6 +118,18 @@ void expect_clean_end(child_process& agent) {
                       "left behind:" << leftovers(agent.pid()));
 }
 
+/// Both counter workers of `agent` ended with exactly `total` everywhere.
+void expect_exact_sums(child_process& agent, int total) {
+  for (int w = 0; w < 2; ++w) {
+    auto line = agent.wait_for_line(
+        "worker " + std::to_string(w) + ": final value", 1s);
+    BOOST_REQUIRE_MESSAGE(line, agent.output());
+    BOOST_CHECK_MESSAGE(line->find("= " + std::to_string(total) +
+                                   ": sums exact") != std::string::npos,
+                        *line);
+  }
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(network_cut_tests)
@@ -193,13 +205,7 @@ BOOST_AUTO_TEST_CASE(a_cut_off_server_is_replaced_and_no_update_is_lost,
   });
   BOOST_CHECK_MESSAGE(rejoined, dump(log.events()));
   expect_clean_end(*agent);
-  for (int w = 0; w < 2; ++w) {
-    auto line = agent->wait_for_line(
-        "worker " + std::to_string(w) + ": final value", 1s);
-    BOOST_REQUIRE_MESSAGE(line, agent->output());
-    BOOST_CHECK_MESSAGE(line->find("= 40000: sums exact") != std::string::npos,
-                        *line);
-  }
+  expect_exact_sums(*agent, 40000);
 }
 
 BOOST_AUTO_TEST_CASE(
@@ -239,13 +245,7 @@ BOOST_AUTO_TEST_CASE(
       agent->wait_for_line("worker 1: reconnected to server 0", 30s),
       agent->output());
   expect_clean_end(*agent);
-  for (int w = 0; w < 2; ++w) {
-    auto sums = agent->wait_for_line(
-        "worker " + std::to_string(w) + ": final value", 1s);
-    BOOST_REQUIRE_MESSAGE(sums, agent->output());
-    BOOST_CHECK_MESSAGE(sums->find("= 16000: sums exact") != std::string::npos,
-                        *sums);
-  }
+  expect_exact_sums(*agent, 16000);
   // Nobody was declared dead: the scheduler saw no failure at all.
   auto evs = log.events();
   BOOST_CHECK_MESSAGE(
