@@ -126,7 +126,7 @@ void dial_road(self_ptr self, const node_info& n) {
   self->state.roads[rank].conn = std::move(*conn);
 }
 
-void run_all_resends(self_ptr self);
+void run_resends(self_ptr self, bool all = false);
 
 /// Connects to server `n`; `again` (5): a reconnection to a server of the
 /// current view, which runs the resends that wait once it succeeds.
@@ -159,7 +159,7 @@ void connect(self_ptr self, const node_info& n, bool again = false) {
               dial_road(self, n);
               if (again) {
                 TROUPE_LOG(info, who(self), "reconnected to server ", rank);
-                run_all_resends(self);
+                run_resends(self, true);
               }
             }
             flush_waiting(self);
@@ -195,7 +195,6 @@ void reconnect(self_ptr self, uint32_t rank) {
 }
 
 void fail_inflight(self_ptr self, uint32_t rank);
-void run_resends(self_ptr self);
 
 void apply_view(self_ptr self, cluster_view v) { // 3
   auto& st = self->state;
@@ -760,26 +759,19 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
   });
 }
 
-/// Resends whose view has come.
-void run_resends(self_ptr self) {
+/// Resends whose view has come; with `all`, every one, its view come or
+/// not: a server it waited for is back (5), and one whose server is still
+/// gone fails again and waits anew.
+void run_resends(self_ptr self, bool all) {
   auto& st = self->state;
   std::vector<kv_client_state::resend> due;
   for (auto i = st.resends.begin(); i != st.resends.end();)
-    if (st.view.epoch > i->after_epoch) {
+    if (all || st.view.epoch > i->after_epoch) {
       due.push_back(std::move(*i));
       i = st.resends.erase(i);
     } else {
       ++i;
     }
-  for (auto& r : due)
-    when_ready(self, std::move(r.run), std::move(r.fail));
-}
-
-/// Every resend, its view come or not: a server it waited for is back (5).
-/// One whose server is still gone fails again and waits anew.
-void run_all_resends(self_ptr self) {
-  auto due = std::move(self->state.resends);
-  self->state.resends.clear();
   for (auto& r : due)
     when_ready(self, std::move(r.run), std::move(r.fail));
 }

@@ -323,6 +323,17 @@ void copy_to_backup(self_ptr self, uint64_t serial, uint64_t id) {
   forward(self, *h, op_workers, frame{}, worker_ranks(st.view), [] {});
 }
 
+/// Copies every store our backup does not replicate yet to it.
+void copy_unmirrored(self_ptr self) {
+  auto& b = *self->state.backup;
+  std::vector<uint64_t> ids; // copying sends; collect first, then copy
+  for (auto& h : self->state.stores)
+    if (b.mirrored.count(h.id) == 0)
+      ids.push_back(h.id);
+  for (auto id : ids)
+    copy_to_backup(self, b.serial, id);
+}
+
 /// Connects to our backup per view `v`: a new backup replicates the stores
 /// that are still pristine from their first operation, and gets a copy of
 /// the others (copy_to_backup).
@@ -340,12 +351,7 @@ void update_backup(self_ptr self) {
     return;
   }
   if (st.backup && st.backup->node == *node) { // the same backup
-    std::vector<uint64_t> copies; // stores we serve since (promoted ones)
-    for (auto& h : st.stores)
-      if (st.backup->mirrored.count(h.id) == 0)
-        copies.push_back(h.id);
-    for (auto id : copies)
-      copy_to_backup(self, st.backup->serial, id);
+    copy_unmirrored(self); // stores we serve since (promoted ones)
     return;
   }
   if (st.backup)
@@ -354,17 +360,12 @@ void update_backup(self_ptr self) {
   st.backup->rank = b;
   st.backup->node = *node;
   st.backup->serial = ++st.backup_serial;
-  auto link = st.backup.get();
-  std::vector<uint64_t> copies;
-  for (auto& h : st.stores) {
+  for (auto& h : st.stores)
     if (h.store.pristine())
       st.backup->mirrored.insert(h.id);
-    else
-      copies.push_back(h.id);
-  }
-  connect_backup(self, link, node->host, node->port, backup_connect_tries);
-  for (auto id : copies) // queued behind the connection, in order
-    copy_to_backup(self, link->serial, id);
+  connect_backup(self, st.backup.get(), node->host, node->port,
+                 backup_connect_tries);
+  copy_unmirrored(self); // queued behind the connection, in order
 }
 
 // -- replication: the backup side ---------------------------------------------
