@@ -1,6 +1,7 @@
 // Optimizers as shard-server update hooks, with per-slice state.
 #include "actors/server_optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -25,29 +26,24 @@ slice_optimizer::slice_optimizer(optimizer_settings x) : x_(std::move(x)) {
 
 void slice_optimizer::operator()(slice_id id, std::vector<float>& values,
                                  const float* sum, uint32_t contributors) {
-  const float* g = sum;
+  // The mean of the sum is taken inside the update's own pass.
+  auto d = float(std::max<uint32_t>(contributors, 1));
   auto n = values.size();
-  if (contributors > 1) {
-    mean_.resize(n);
-    for (size_t i = 0; i < n; ++i)
-      mean_[i] = sum[i] / float(contributors);
-    g = mean_.data();
-  }
   auto& st = states_[id];
   auto lr = scheduled_lr(x_, st.updates++);
   auto* w = values.data();
   if (x_.name == "sgd")
-    sgd_update_cpu(w, g, n, sgd_params{lr, x_.weight_decay});
+    sgd_update_cpu(w, sum, n, sgd_params{lr, x_.weight_decay, d});
   else if (x_.name == "momentum")
-    momentum_update_cpu(w, g, n, st.momentum,
-                        momentum_params{lr, x_.momentum, x_.weight_decay});
+    momentum_update_cpu(w, sum, n, st.momentum,
+                        momentum_params{lr, x_.momentum, x_.weight_decay, d});
   else if (x_.name == "nesterov")
-    nesterov_update_cpu(w, g, n, st.momentum,
-                        momentum_params{lr, x_.momentum, x_.weight_decay});
+    nesterov_update_cpu(w, sum, n, st.momentum,
+                        momentum_params{lr, x_.momentum, x_.weight_decay, d});
   else
     adam_update_cpu(
-        w, g, n, st.adam,
-        adam_params{lr, x_.beta1, x_.beta2, x_.eps, x_.weight_decay});
+        w, sum, n, st.adam,
+        adam_params{lr, x_.beta1, x_.beta2, x_.eps, x_.weight_decay, d});
 }
 
 void slice_optimizer::save(slice_snapshot& s) const {

@@ -63,7 +63,6 @@ private:
   };
   optimizer_settings x_;
   std::map<slice_id, slice_state> states_;
-  std::vector<float> mean_;
 };
 
 /// The slice_optimizer inside `fn` (made by make_optimizer_fn), or null if

@@ -93,21 +93,34 @@ public:
   }
 
   caf::expected<arrays> step(uint64_t clock, const arrays& weights) override {
+    if (!fits(weights))
+      return caf::make_error(errc::bad_shape, "pulled arrays do not match",
+                             cfg_.model);
     take_pulled(clock, weights);
-    if (rank_ == 0 && is_eval_point(clock))
-      report(clock);
-    gather_batch(clock);
-    float loss = 0;
-    auto st = net_.compute_gradients(xs_.data(), ys_.data(), cfg_.batch, &loss);
-    if (st != kernel_status::ok)
-      return caf::make_error(errc::bad_shape, "gradients", to_string(st));
-    loss_sum_ += loss;
-    ++part_steps_;
+    if (auto err = compute(clock))
+      return err;
     return to_arrays(net_.gradients());
+  }
+
+  /// With the optimizer on the servers, the pulled arrays become the
+  /// model's weights and come back holding the gradients: no copy of the
+  /// model in either direction.
+  caf::expected<arrays> step_taking(uint64_t clock, arrays& weights) override {
+    if (local_opt_ || !swap_in(weights, &model::swap_parameter))
+      return step(clock, weights);
+    if (auto err = compute(clock))
+      return err;
+    if (!swap_in(weights, &model::swap_gradient)) // sizes checked above
+      return caf::make_error(errc::bad_shape, "gradients swap");
+    return std::move(weights);
   }
 
   void finish(const arrays& weights) override {
     auto clock = uint64_t{cfg_.epochs} * steps_per_epoch_;
+    if (!fits(weights)) {
+      std::cerr << "*** the final weights do not match " << cfg_.model << '\n';
+      return;
+    }
     take_pulled(clock, weights);
     if (rank_ != 0) { // rank 0 speaks for the job on stdout
       TROUPE_LOG(info, "worker " + std::to_string(rank_), cfg_.epochs,
@@ -120,6 +133,42 @@ public:
   }
 
 private:
+  /// True if `xs` holds one array per parameter array, of its size.
+  bool fits(const arrays& xs) {
+    auto ps = net_.parameters();
+    if (xs.size() != ps.size())
+      return false;
+    for (size_t i = 0; i < ps.size(); ++i)
+      if (xs[i].values.size() != ps[i].size)
+        return false;
+    return true;
+  }
+
+  /// Swaps each array of `xs` with the model's array of the same index
+  /// (`which`: parameters or gradients); false, with nothing swapped, if
+  /// the count or a size differs.
+  bool swap_in(arrays& xs, bool (model::*which)(size_t, std::vector<float>&)) {
+    if (!fits(xs))
+      return false;
+    for (size_t i = 0; i < xs.size(); ++i)
+      (net_.*which)(i, xs[i].values);
+    return true;
+  }
+
+  /// The forward and backward pass of step `clock` on the model's weights.
+  caf::error compute(uint64_t clock) {
+    if (rank_ == 0 && is_eval_point(clock))
+      report(clock);
+    gather_batch(clock);
+    float loss = 0;
+    auto st = net_.compute_gradients(xs_.data(), ys_.data(), cfg_.batch, &loss);
+    if (st != kernel_status::ok)
+      return caf::make_error(errc::bad_shape, "gradients", to_string(st));
+    loss_sum_ += loss;
+    ++part_steps_;
+    return caf::none;
+  }
+
   /// A pull at `clock` returned the weights, or (optimizer on the workers)
   /// the mean gradient of round clock - 1, which is applied once.
   void take_pulled(uint64_t clock, const arrays& xs) {
@@ -231,9 +280,15 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
     return fail(e);
   if (auto e = load_fashion_mnist(cfg.train.data_dir, "t10k", test); !e.empty())
     return fail(e);
-  auto logic = std::make_shared<trainer>(cfg, std::move(*net), std::move(train),
-                                         std::move(test));
+  auto logic =
+      make_trainer(cfg, std::move(*net), std::move(train), std::move(test));
   return run_worker(sys, std::move(scheduler), cfg.kv, logic);
+}
+
+std::shared_ptr<worker_logic> make_trainer(const node_config& cfg, model net,
+                                           dataset train, dataset test) {
+  return std::make_shared<trainer>(cfg, std::move(net), std::move(train),
+                                   std::move(test));
 }
 
 } // namespace troupe

@@ -5,7 +5,12 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include <memory>
+
 #include "actors/node_config.hpp"
+#include "actors/worker.hpp"
+#include "kernels/idx.hpp"
+#include "kernels/model.hpp"
 
 namespace troupe {
 
@@ -14,5 +19,10 @@ namespace troupe {
 /// exit code.
 int run_training(caf::actor_system& sys, caf::actor scheduler,
                  const node_config& cfg);
+
+/// The trainer's worker_logic on `net` and the given data (run_training
+/// loads Fashion-MNIST; tests pass their own). `cfg` must outlive it.
+std::shared_ptr<worker_logic> make_trainer(const node_config& cfg, model net,
+                                           dataset train, dataset test);
 
 } // namespace troupe

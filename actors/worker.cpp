@@ -62,9 +62,9 @@ void finish_up(worker_ptr self) { // 7
           [self](caf::error& err) { stop(self, err); });
 }
 
-void on_weights(worker_ptr self, const arrays& weights) { // 4, 5
+void on_weights(worker_ptr self, arrays& weights) { // 4, 5
   auto& st = self->state;
-  auto out = st.logic->step(st.clock, weights);
+  auto out = st.logic->step_taking(st.clock, weights);
   if (!out) {
     stop(self, std::move(out.error()));
     return;
@@ -74,7 +74,7 @@ void on_weights(worker_ptr self, const arrays& weights) { // 4, 5
     self->request(st.kv, kv_grace, push_atom_v, st.clock, std::move(*out),
                   st.keys)
         .then(
-            [self](const arrays& w) { // 6
+            [self](arrays& w) { // 6 (ours alone: the step may take it)
               ++self->state.clock;
               on_weights(self, w);
             },
@@ -97,7 +97,7 @@ void start_step(worker_ptr self) {
     return;
   }
   self->request(st.kv, kv_grace, pull_atom_v, st.clock, st.keys)
-      .then([self](const arrays& w) { on_weights(self, w); },
+      .then([self](arrays& w) { on_weights(self, w); },
             [self](caf::error& err) { stop(self, err); });
 }
 

@@ -44,6 +44,14 @@ public:
   /// parameters()): returns what to push, e.g. the gradients.
   virtual caf::expected<std::vector<named_array>>
   step(uint64_t clock, const std::vector<named_array>& weights) = 0;
+  /// As step(), given weights the worker no longer needs: an implementation
+  /// may take their storage (swap it into its model, hand the gradients
+  /// back in it) and save two copies of the model per step. The default
+  /// calls step().
+  virtual caf::expected<std::vector<named_array>>
+  step_taking(uint64_t clock, std::vector<named_array>& weights) {
+    return step(clock, weights);
+  }
 
   /// Called with the final weights once every worker finished.
   virtual void finish(const std::vector<named_array>& weights) = 0;

@@ -186,4 +186,18 @@ std::vector<param_ref> model::gradients() {
   return refs;
 }
 
+bool model::swap_parameter(size_t i, std::vector<float>& xs) {
+  if (i / 2 >= layers_.size())
+    return false;
+  auto& L = layers_[i / 2];
+  return (i % 2 == 0 ? L.w : L.b).swap_values(xs);
+}
+
+bool model::swap_gradient(size_t i, std::vector<float>& xs) {
+  if (i / 2 >= layers_.size())
+    return false;
+  auto& L = layers_[i / 2];
+  return (i % 2 == 0 ? L.dw : L.db).swap_values(xs);
+}
+
 } // namespace troupe

@@ -68,6 +68,14 @@ public:
 
   /// The gradient arrays, same names, order and sizes as parameters().
   std::vector<param_ref> gradients();
+  /// Exchanges the storage of parameter array `i` (parameters() order) with
+  /// `xs`, which must hold as many floats: pulled weights become the
+  /// model's without a copy. False, and nothing changes, otherwise.
+  /// Earlier param_refs are invalid afterwards.
+  bool swap_parameter(size_t i, std::vector<float>& xs);
+  /// The same for gradient array `i`; the next backward overwrites the
+  /// storage swapped in, whatever it holds.
+  bool swap_gradient(size_t i, std::vector<float>& xs);
 
 private:
   struct layer {

@@ -12,8 +12,9 @@ bool in_unit(float x) {
 }
 
 bool valid_slice(const float* w, const float* g, size_t n, float lr,
-                 float weight_decay) {
-  return (n == 0 || (w && g)) && lr >= 0.0f && weight_decay >= 0.0f;
+                 float weight_decay, float grad_divisor) {
+  return (n == 0 || (w && g)) && lr >= 0.0f && weight_decay >= 0.0f &&
+         grad_divisor > 0.0f;
 }
 
 /// Sizes an empty state vector to n zeros; false if it holds another size.
@@ -24,30 +25,43 @@ bool fit_state(std::vector<float>& xs, size_t n) {
 }
 
 /// Shared by momentum and Nesterov; they differ only in the final step.
-kernel_status momentum_step(float* w, const float* g, size_t n,
-                            momentum_state& st, const momentum_params& p,
-                            bool nesterov) {
-  if (!valid_slice(w, g, n, p.lr, p.weight_decay) || !in_unit(p.momentum))
+/// The loops take restrict pointers and no branch so that they vectorise
+/// (this file builds with -O3): a shard server runs them over every slice
+/// each round while the workers wait.
+kernel_status momentum_step(float* __restrict w, const float* __restrict g,
+                            size_t n, momentum_state& st,
+                            const momentum_params& p, bool nesterov) {
+  if (!valid_slice(w, g, n, p.lr, p.weight_decay, p.grad_divisor) ||
+      !in_unit(p.momentum))
     return kernel_status::bad_input;
   if (!fit_state(st.velocity, n))
     return kernel_status::shape_mismatch;
-  float* v = st.velocity.data();
-  for (size_t i = 0; i < n; ++i) {
-    float gi = g[i] + p.weight_decay * w[i];
-    v[i] = p.momentum * v[i] + gi;
-    w[i] -= p.lr * (nesterov ? gi + p.momentum * v[i] : v[i]);
-  }
+  float* __restrict v = st.velocity.data();
+  const float lr = p.lr, mu = p.momentum, wd = p.weight_decay,
+              d = p.grad_divisor;
+  if (nesterov)
+    for (size_t i = 0; i < n; ++i) {
+      float gi = g[i] / d + wd * w[i];
+      v[i] = mu * v[i] + gi;
+      w[i] -= lr * (gi + mu * v[i]);
+    }
+  else
+    for (size_t i = 0; i < n; ++i) {
+      v[i] = mu * v[i] + (g[i] / d + wd * w[i]);
+      w[i] -= lr * v[i];
+    }
   return kernel_status::ok;
 }
 
 } // namespace
 
-kernel_status sgd_update_cpu(float* w, const float* g, size_t n,
-                             const sgd_params& p) {
-  if (!valid_slice(w, g, n, p.lr, p.weight_decay))
+kernel_status sgd_update_cpu(float* __restrict w, const float* __restrict g,
+                             size_t n, const sgd_params& p) {
+  if (!valid_slice(w, g, n, p.lr, p.weight_decay, p.grad_divisor))
     return kernel_status::bad_input;
+  const float lr = p.lr, wd = p.weight_decay, d = p.grad_divisor;
   for (size_t i = 0; i < n; ++i)
-    w[i] -= p.lr * (g[i] + p.weight_decay * w[i]);
+    w[i] -= lr * (g[i] / d + wd * w[i]);
   return kernel_status::ok;
 }
 
@@ -63,23 +77,26 @@ kernel_status nesterov_update_cpu(float* w, const float* g, size_t n,
   return momentum_step(w, g, n, st, p, true);
 }
 
-kernel_status adam_update_cpu(float* w, const float* g, size_t n,
-                              adam_state& st, const adam_params& p) {
-  if (!valid_slice(w, g, n, p.lr, p.weight_decay) || !in_unit(p.beta1) ||
-      !in_unit(p.beta2) || !(p.eps > 0.0f))
+kernel_status adam_update_cpu(float* __restrict w, const float* __restrict g,
+                              size_t n, adam_state& st, const adam_params& p) {
+  if (!valid_slice(w, g, n, p.lr, p.weight_decay, p.grad_divisor) ||
+      !in_unit(p.beta1) || !in_unit(p.beta2) || !(p.eps > 0.0f))
     return kernel_status::bad_input;
   if (!fit_state(st.m, n) || !fit_state(st.v, n))
     return kernel_status::shape_mismatch;
   auto t = double(++st.step);
   auto c1 = float(1.0 / (1.0 - std::pow(double(p.beta1), t)));
   auto c2 = float(1.0 / (1.0 - std::pow(double(p.beta2), t)));
-  float* m = st.m.data();
-  float* v = st.v.data();
+  float* __restrict m = st.m.data();
+  float* __restrict v = st.v.data();
+  const float b1 = p.beta1, b2 = p.beta2, eps = p.eps, lr = p.lr,
+              wd = p.weight_decay, d = p.grad_divisor;
   for (size_t i = 0; i < n; ++i) {
-    m[i] = p.beta1 * m[i] + (1.0f - p.beta1) * g[i];
-    v[i] = p.beta2 * v[i] + (1.0f - p.beta2) * g[i] * g[i];
-    float step = m[i] * c1 / (std::sqrt(v[i] * c2) + p.eps);
-    w[i] -= p.lr * (step + p.weight_decay * w[i]);
+    float gi = g[i] / d;
+    m[i] = b1 * m[i] + (1.0f - b1) * gi;
+    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+    float step = m[i] * c1 / (std::sqrt(v[i] * c2) + eps);
+    w[i] -= lr * (step + wd * w[i]);
   }
   return kernel_status::ok;
 }

@@ -20,6 +20,8 @@ namespace troupe {
 struct sgd_params {
   float lr = 0.01f;          ///< step size, >= 0
   float weight_decay = 0.0f; ///< L2 coefficient, >= 0; 0 = off
+  float grad_divisor = 1.0f; ///< g is divided by it first (k: the mean of a
+                             ///< sum of k gradients), > 0
 };
 
 /// Hyper-parameters of SGD with (heavy-ball or Nesterov) momentum.
@@ -27,6 +29,7 @@ struct momentum_params {
   float lr = 0.01f;          ///< step size, >= 0
   float momentum = 0.9f;     ///< velocity decay mu, in [0, 1)
   float weight_decay = 0.0f; ///< L2 coefficient, >= 0; 0 = off
+  float grad_divisor = 1.0f; ///< as sgd_params::grad_divisor
 };
 
 /// Hyper-parameters of Adam with decoupled weight decay (AdamW).
@@ -36,6 +39,7 @@ struct adam_params {
   float beta2 = 0.999f;      ///< second-moment decay, in [0, 1)
   float eps = 1e-8f;         ///< added to sqrt(v_hat), > 0
   float weight_decay = 0.0f; ///< decoupled coefficient, >= 0; 0 = off
+  float grad_divisor = 1.0f; ///< as sgd_params::grad_divisor
 };
 
 /// State of one slice under momentum or Nesterov.

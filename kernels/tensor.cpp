@@ -32,6 +32,13 @@ void tensor::resize(std::vector<size_t> shape) {
   values_.resize(shape_size(shape_), 0.0f);
 }
 
+bool tensor::swap_values(std::vector<float>& other) {
+  if (other.size() != values_.size())
+    return false;
+  values_.swap(other);
+  return true;
+}
+
 size_t tensor::rows() const {
   return shape_.empty() ? 1 : shape_[0];
 }

@@ -53,6 +53,10 @@ public:
 
   /// The values as a vector, row-major.
   const std::vector<float>& values() const { return values_; }
+  /// Exchanges the values with `other` if it holds size() floats (true);
+  /// otherwise false and nothing changes. Hands storage in and out without
+  /// a copy.
+  bool swap_values(std::vector<float>& other);
 
 private:
   std::vector<size_t> shape_;

@@ -16,6 +16,7 @@
 
 using namespace troupe;
 using troupe::test::random_values;
+namespace tt = boost::test_tools;
 
 namespace {
 
@@ -206,6 +207,48 @@ BOOST_AUTO_TEST_CASE(misuse_is_reported_not_crashed_on) {
   float loss = 0.0f;
   BOOST_CHECK(m.compute_gradients(x.data(), bad_labels.data(), 2, &loss) ==
               kernel_status::bad_input);
+}
+
+BOOST_AUTO_TEST_CASE(swapped_storage_becomes_the_parameters_and_gradients) {
+  auto m = make("mlp:4-3-2");
+  m.init_parameters(3);
+  std::vector<float> x(8, 0.5f);
+  std::vector<uint8_t> labels{0, 1};
+  float loss = 0.0f;
+  BOOST_REQUIRE(m.compute_gradients(x.data(), labels.data(), 2, &loss) ==
+                kernel_status::ok);
+  auto before = m.parameters()[0];
+  std::vector<float> old(before.data, before.data + before.size);
+  std::vector<float> w(12, 0.25f);
+  auto* storage = w.data();
+  BOOST_REQUIRE(m.swap_parameter(0, w));
+  BOOST_CHECK(m.parameters()[0].data == storage); // no copy: the same memory
+  BOOST_TEST(w == old, tt::per_element());        // the old values came back
+  // Gradients: swapped in storage is overwritten by the next backward.
+  auto g = m.gradients()[0];
+  std::vector<float> grads(g.data, g.data + g.size), junk(12, 1e30f);
+  BOOST_REQUIRE(m.swap_gradient(0, junk));
+  BOOST_TEST(junk == grads, tt::per_element());
+  std::vector<float> junk2(12, -7.0f);
+  auto* slot = junk2.data();
+  BOOST_REQUIRE(m.swap_gradient(0, junk2));
+  BOOST_REQUIRE(m.compute_gradients(x.data(), labels.data(), 2, &loss) ==
+                kernel_status::ok);
+  BOOST_CHECK(m.gradients()[0].data == slot);
+  BOOST_CHECK(
+      std::none_of(slot, slot + 12, [](float v) { return v == -7.0f; }));
+}
+
+BOOST_AUTO_TEST_CASE(a_swap_of_the_wrong_size_or_index_changes_nothing) {
+  auto m = make("mlp:4-3-2");
+  m.init_parameters(3);
+  auto p = m.parameters()[1]; // dense0.b: 3 floats
+  std::vector<float> wrong(4, 9.0f);
+  BOOST_CHECK(!m.swap_parameter(1, wrong));
+  BOOST_CHECK(!m.swap_gradient(1, wrong));
+  BOOST_CHECK(!m.swap_parameter(4, wrong)); // mlp:4-3-2 has arrays 0..3
+  BOOST_CHECK(m.parameters()[1].data == p.data);
+  BOOST_TEST(wrong == std::vector<float>(4, 9.0f), tt::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -145,4 +145,57 @@ BOOST_AUTO_TEST_CASE(bad_hyper_parameters_are_bad_input_and_change_nothing) {
   BOOST_TEST(ms.velocity.empty());
 }
 
+BOOST_AUTO_TEST_CASE(a_grad_divisor_of_k_steps_along_the_mean_of_a_sum) {
+  // A sum of 3 gradients with divisor 3 must step exactly as the mean
+  // (computed the same way: each element divided by 3) with divisor 1.
+  std::vector<float> sum(37), mean(37);
+  for (size_t i = 0; i < sum.size(); ++i) {
+    sum[i] = 0.37f * float(i) - 5.0f;
+    mean[i] = sum[i] / 3.0f;
+  }
+  auto w0 = std::vector<float>(37, 0.5f);
+  auto a = w0, b = w0;
+  sgd_update_cpu(a.data(), sum.data(), a.size(), sgd_params{0.1f, 0.01f, 3});
+  sgd_update_cpu(b.data(), mean.data(), b.size(), sgd_params{0.1f, 0.01f});
+  BOOST_TEST(a == b, tt::per_element());
+  for (bool nesterov : {false, true}) {
+    a = b = w0;
+    momentum_state sa, sb;
+    auto step = nesterov ? nesterov_update_cpu : momentum_update_cpu;
+    for (int k = 0; k < 3; ++k) { // the velocity carries across steps
+      step(a.data(), sum.data(), a.size(), sa,
+           momentum_params{0.1f, 0.9f, 0.01f, 3});
+      step(b.data(), mean.data(), b.size(), sb,
+           momentum_params{0.1f, 0.9f, 0.01f});
+    }
+    BOOST_TEST(a == b, tt::per_element());
+    BOOST_TEST(sa.velocity == sb.velocity, tt::per_element());
+  }
+  a = b = w0;
+  adam_state ta, tb;
+  adam_params pa, pb;
+  pa.grad_divisor = 3;
+  adam_update_cpu(a.data(), sum.data(), a.size(), ta, pa);
+  adam_update_cpu(b.data(), mean.data(), b.size(), tb, pb);
+  BOOST_TEST(a == b, tt::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_grad_divisor_not_above_zero_is_bad_input) {
+  std::vector<float> w{1.0f}, g{0.5f};
+  momentum_state ms;
+  adam_state as;
+  adam_params ap;
+  ap.grad_divisor = -1.0f;
+  BOOST_CHECK(
+      sgd_update_cpu(w.data(), g.data(), 1, sgd_params{0.1f, 0.0f, 0.0f}) ==
+      kernel_status::bad_input);
+  BOOST_CHECK(momentum_update_cpu(w.data(), g.data(), 1, ms,
+                                  momentum_params{0.1f, 0.9f, 0.0f, 0.0f}) ==
+              kernel_status::bad_input);
+  BOOST_CHECK(adam_update_cpu(w.data(), g.data(), 1, as, ap) ==
+              kernel_status::bad_input);
+  BOOST_TEST(w[0] == 1.0f);
+  BOOST_TEST(ms.velocity.empty());
+}
+
 BOOST_AUTO_TEST_SUITE_END()

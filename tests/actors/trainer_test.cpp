@@ -1,0 +1,111 @@
+// The built-in trainer's steps: taking the pulled arrays' storage
+// (step_taking) computes exactly what copying them (step) does.
+#define BOOST_TEST_MODULE trainer_tests
+#include <boost/test/unit_test.hpp>
+
+#include "actors/trainer.hpp"
+#include "kernels/blas.hpp"
+#include "messages/errors.hpp"
+
+using namespace troupe;
+namespace tt = boost::test_tools;
+
+namespace {
+
+using arrays = std::vector<named_array>;
+
+/// 32 samples of 2x2 "images" in 3 classes.
+dataset tiny_data() {
+  dataset d;
+  d.images = tensor({32, 2, 2});
+  for (size_t i = 0; i < d.images.size(); ++i)
+    d.images[i] = float((i * 7) % 11) / 11.0f;
+  for (size_t i = 0; i < 32; ++i)
+    d.labels.push_back(uint8_t(i % 3));
+  return d;
+}
+
+std::shared_ptr<worker_logic> tiny_trainer(const node_config& cfg) {
+  auto m = model::from_spec(cfg.train.model, nullptr);
+  BOOST_REQUIRE(m);
+  auto t = make_trainer(cfg, std::move(*m), tiny_data(), tiny_data());
+  t->start(1, 2); // rank 1: no progress lines
+  return t;
+}
+
+node_config tiny_config(const std::string& placement) {
+  node_config cfg;
+  cfg.train.model = "mlp:4-5-3";
+  cfg.train.batch = 4;
+  cfg.train.epochs = 2;
+  cfg.optimizer.name = "momentum";
+  cfg.optimizer.on = placement;
+  return cfg;
+}
+
+/// Weights for `clock`: the declared values, moved a little per clock.
+arrays weights_at(const arrays& first, uint64_t clock) {
+  auto w = first;
+  for (auto& a : w)
+    for (size_t i = 0; i < a.values.size(); ++i)
+      a.values[i] += 0.01f * float((i + clock) % 5) - 0.02f;
+  return w;
+}
+
+void expect_same(const arrays& a, const arrays& b) {
+  BOOST_REQUIRE_EQUAL(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    BOOST_TEST(a[i].key == b[i].key);
+    BOOST_TEST(a[i].values == b[i].values, tt::per_element());
+  }
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(trainer_tests)
+
+BOOST_AUTO_TEST_CASE(taking_the_weights_gives_the_gradients_of_copying_them) {
+  set_blas_threads(1);
+  for (const char* placement : {"server", "worker"}) {
+    BOOST_TEST_CONTEXT("optimizer on the " << placement) {
+      auto cfg = tiny_config(placement);
+      auto copying = tiny_trainer(cfg), taking = tiny_trainer(cfg);
+      auto first = copying->parameters();
+      expect_same(first, taking->parameters());
+      for (uint64_t clock = 0; clock < 4; ++clock) {
+        auto w = weights_at(first, clock);
+        auto mine = w; // step_taking may take its storage
+        auto a = copying->step(clock, w);
+        auto b = taking->step_taking(clock, mine);
+        BOOST_REQUIRE(a);
+        BOOST_REQUIRE(b);
+        expect_same(*a, *b);
+        // Gradients, not weights: every array changed.
+        for (size_t i = 0; i < b->size(); ++i)
+          BOOST_CHECK((*b)[i].values != w[i].values);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(arrays_of_the_wrong_shape_are_an_error_not_a_crash) {
+  auto cfg = tiny_config("server");
+  auto t = tiny_trainer(cfg);
+  auto w = t->parameters();
+  auto short_one = w;
+  short_one[1].values.pop_back();
+  auto missing = w;
+  missing.pop_back();
+  for (auto* bad : {&short_one, &missing}) {
+    auto copy = *bad;
+    auto a = t->step(0, *bad);
+    auto b = t->step_taking(0, copy);
+    BOOST_REQUIRE(!a);
+    BOOST_REQUIRE(!b);
+    BOOST_CHECK(a.error() == errc::bad_shape);
+    BOOST_CHECK(b.error() == errc::bad_shape);
+  }
+  BOOST_TEST(bool(t->step(0, w))); // and it still trains
+}
+
+BOOST_AUTO_TEST_SUITE_END()
