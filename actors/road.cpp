@@ -475,8 +475,13 @@ caf::error road_conn::write_pieces(road_op op, uint64_t id,
   h.op = static_cast<uint8_t>(op);
   h.id = id;
   h.bytes = bytes;
-  std::vector<iovec> iov{{&h, sizeof(h)}};
   std::lock_guard<std::mutex> guard{write_mtx_};
+  // Releases waiting to go out ride along, in the same write.
+  auto rel = release_headers();
+  std::vector<iovec> iov;
+  for (auto& r : rel)
+    iov.push_back(iovec{&r, sizeof(r)});
+  iov.push_back(iovec{&h, sizeof(h)});
   auto off = SIZE_MAX;
   if (out_space_ && bytes >= min_ring_frame)
     off = out_space_->take(bytes);
@@ -507,14 +512,30 @@ caf::error road_conn::write_pieces(road_op op, uint64_t id,
 void road_conn::release(uint64_t offset, uint64_t bytes) {
   if (closed_)
     return;
-  wire_header h;
-  h.op = static_cast<uint8_t>(road_op::release);
-  h.offset = offset;
-  h.bytes = bytes;
-  std::vector<iovec> iov{{&h, sizeof(h)}};
   std::lock_guard<std::mutex> guard{write_mtx_};
+  pending_releases_.emplace_back(offset, bytes);
+  if (pending_releases_.size() < max_pending_releases)
+    return; // the next message we send carries it: no wake-up of its own
+  auto rel = release_headers();
+  std::vector<iovec> iov;
+  for (auto& r : rel)
+    iov.push_back(iovec{&r, sizeof(r)});
   if (auto err = send_all(fd_, iov))
     fail(err);
+}
+
+std::vector<road_conn::release_header> road_conn::release_headers() {
+  std::vector<release_header> out(pending_releases_.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    wire_header h;
+    h.op = static_cast<uint8_t>(road_op::release);
+    h.offset = pending_releases_[i].first;
+    h.bytes = pending_releases_[i].second;
+    static_assert(sizeof(h) == sizeof(release_header));
+    std::memcpy(out[i].bytes, &h, sizeof(h));
+  }
+  pending_releases_.clear();
+  return out;
 }
 
 /// Receive buffers kept per connection, and the smallest worth keeping.

@@ -19,7 +19,9 @@
 // Wire: a 40-byte header, then `bytes` bytes of frame unless the frame is
 // in the ring. The worker opens with hello and waits for the server's
 // hello. Requests and replies pair by id; a reader done with a ring region
-// sends release so the writer may reuse it.
+// sends release so the writer may reuse it. Releases wait for the next
+// message the reader sends (a reply, the next request) and go in the same
+// write, up to 16 of them: each would otherwise wake the peer's reader.
 //
 // Faults: a dead peer ends the connection (EOF, reset); a silent one makes
 // writes fail after the send timeout. Either way the owner's `on_down`
@@ -166,11 +168,22 @@ private:
   void read_loop();
   void read_messages();
   void fail(caf::error err);
+  /// A release message on the wire (a 40-byte header).
+  struct release_header {
+    alignas(8) uint8_t bytes[40];
+  };
+  /// The pending releases as wire headers; empties the list. Needs
+  /// write_mtx_.
+  std::vector<release_header> release_headers();
+  /// Releases wait for our next message (so that they cost the peer no
+  /// wake-up of their own), but no more than this many.
+  static constexpr size_t max_pending_releases = 16;
 
   int fd_;
   road_kind kind_;
   uint64_t serial_;
   std::mutex write_mtx_;
+  std::vector<std::pair<uint64_t, uint64_t>> pending_releases_; // write_mtx_
   std::atomic<bool> closed_{false};
   std::atomic<bool> down_told_{false};
   ring out_;
