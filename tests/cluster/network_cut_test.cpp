@@ -138,11 +138,14 @@ BOOST_AUTO_TEST_CASE(a_cut_off_worker_leaves_the_view_and_rejoins_when_healed,
                      *boost::unit_test::precondition(can_cut)) {
   scheduler_process s{1, 2, on_cluster_host({})};
   scheduler_client log{s.port, cluster_host};
+  // The job must outlast the cut, the heal and the rejoin (about 4.5 s
+  // after the start): 3 epochs once took 5.5 s, and worker 0 finished
+  // before worker 1 came back. 6 epochs take about 10 s.
   auto agent = start_agent(
       s, 1, 2,
-      on_cluster_host({"--train.epochs=3", "--train.evals-per-epoch=4",
+      on_cluster_host({"--train.epochs=6", "--train.evals-per-epoch=2",
                        "--train.eval-samples=2000",
-                       "--fault.plan=cut:worker-1@2500+2500"}));
+                       "--fault.plan=cut:worker-1@1500+1500"}));
   BOOST_CHECK_MESSAGE(agent->wait_for_line("worker-1 runs in network"
                                            " namespace troupe-",
                                            5s),
