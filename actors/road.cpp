@@ -477,10 +477,9 @@ caf::error road_conn::write_pieces(road_op op, uint64_t id,
   h.bytes = bytes;
   std::lock_guard<std::mutex> guard{write_mtx_};
   // Releases waiting to go out ride along, in the same write.
-  auto rel = release_headers();
+  std::vector<release_header> rel;
   std::vector<iovec> iov;
-  for (auto& r : rel)
-    iov.push_back(iovec{&r, sizeof(r)});
+  take_releases(rel, iov);
   iov.push_back(iovec{&h, sizeof(h)});
   auto off = SIZE_MAX;
   if (out_space_ && bytes >= min_ring_frame)
@@ -516,26 +515,26 @@ void road_conn::release(uint64_t offset, uint64_t bytes) {
   pending_releases_.emplace_back(offset, bytes);
   if (pending_releases_.size() < max_pending_releases)
     return; // the next message we send carries it: no wake-up of its own
-  auto rel = release_headers();
+  std::vector<release_header> rel;
   std::vector<iovec> iov;
-  for (auto& r : rel)
-    iov.push_back(iovec{&r, sizeof(r)});
+  take_releases(rel, iov);
   if (auto err = send_all(fd_, iov))
     fail(err);
 }
 
-std::vector<road_conn::release_header> road_conn::release_headers() {
-  std::vector<release_header> out(pending_releases_.size());
-  for (size_t i = 0; i < out.size(); ++i) {
+void road_conn::take_releases(std::vector<release_header>& headers,
+                              std::vector<iovec>& iov) {
+  headers.resize(pending_releases_.size());
+  for (size_t i = 0; i < headers.size(); ++i) {
     wire_header h;
     h.op = static_cast<uint8_t>(road_op::release);
     h.offset = pending_releases_[i].first;
     h.bytes = pending_releases_[i].second;
     static_assert(sizeof(h) == sizeof(release_header));
-    std::memcpy(out[i].bytes, &h, sizeof(h));
+    std::memcpy(headers[i].bytes, &h, sizeof(h));
+    iov.push_back(iovec{headers[i].bytes, sizeof(h)});
   }
   pending_releases_.clear();
-  return out;
 }
 
 /// Receive buffers kept per connection, and the smallest worth keeping.

@@ -31,6 +31,8 @@
 // last message from the ring is gone.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -172,9 +174,10 @@ private:
   struct release_header {
     alignas(8) uint8_t bytes[40];
   };
-  /// The pending releases as wire headers; empties the list. Needs
-  /// write_mtx_.
-  std::vector<release_header> release_headers();
+  /// Writes the pending releases as wire headers into `headers` and points
+  /// `iov` at them; empties the list. Needs write_mtx_.
+  void take_releases(std::vector<release_header>& headers,
+                     std::vector<iovec>& iov);
   /// Releases wait for our next message (so that they cost the peer no
   /// wake-up of their own), but no more than this many.
   static constexpr size_t max_pending_releases = 16;

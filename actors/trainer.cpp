@@ -62,6 +62,8 @@ public:
         test_(std::move(test)), local_opt_(cfg.optimizer.on == "worker"),
         optimizer_(make_optimizer_fn(cfg.optimizer)) {
     net_.init_parameters(cfg_.seed); // every replica starts alike
+    for (auto& p : net_.parameters())
+      sizes_.push_back(p.size);
   }
 
   arrays parameters() override {
@@ -134,12 +136,11 @@ public:
 
 private:
   /// True if `xs` holds one array per parameter array, of its size.
-  bool fits(const arrays& xs) {
-    auto ps = net_.parameters();
-    if (xs.size() != ps.size())
+  bool fits(const arrays& xs) const {
+    if (xs.size() != sizes_.size())
       return false;
-    for (size_t i = 0; i < ps.size(); ++i)
-      if (xs[i].values.size() != ps[i].size)
+    for (size_t i = 0; i < sizes_.size(); ++i)
+      if (xs[i].values.size() != sizes_[i])
         return false;
     return true;
   }
@@ -255,6 +256,7 @@ private:
   uint64_t rounds_applied_ = 0;
   uint32_t rank_ = 0, workers_ = 1;
   uint64_t steps_per_epoch_ = 1;
+  std::vector<size_t> sizes_; // of the parameter arrays, fixed by the model
   std::vector<size_t> idx_;
   uint64_t idx_epoch_ = 0;
   std::vector<float> xs_, scratch_;
