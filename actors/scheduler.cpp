@@ -56,11 +56,20 @@ void publish(self_ptr self) {
              self->state.keys.size(), " keys");
 }
 
+/// The rank a node of `kind` registering now gets: the lowest one not in
+/// use. For workers of a job of known size, the lowest such rank of the job
+/// whose worker did not finish comes first: a worker restarted after another
+/// finished resumes the dead one's partition, not the finished one's.
 uint32_t lowest_free_rank(self_ptr self, role kind) {
+  auto& st = self->state;
   std::set<uint32_t> used;
-  for (auto& m : self->state.members)
+  for (auto& m : st.members)
     if (m.info.kind == kind)
       used.insert(m.info.rank);
+  if (kind == role::worker)
+    for (uint32_t r = 0; r < st.cfg.workers; ++r)
+      if (used.count(r) == 0 && st.finished_workers.count(r) == 0)
+        return r;
   uint32_t r = 0;
   while (used.count(r) != 0)
     ++r;
@@ -482,6 +491,8 @@ uint64_t on_leave(self_ptr self) {
   TROUPE_LOG(info, "scheduler", to_string(i->info.kind), " ", i->info.rank,
              " (pid ", i->info.pid, ") is done and leaves the cluster");
   self->demonitor(i->handle);
+  if (i->info.kind == role::worker)
+    self->state.finished_workers.insert(i->info.rank);
   remove_member(self, i, "left", "done");
   if (nodes_of(self, role::worker).empty()) // the job's final state
     start_checkpoint(self, caf::response_promise{});

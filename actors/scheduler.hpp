@@ -103,6 +103,10 @@ struct scheduler_state {
   uint64_t events_dropped = 0;              // oldest ones no longer kept
   std::vector<std::pair<uint64_t, caf::response_promise>> event_polls;
   std::map<caf::actor_addr, std::string> reporters; // non-members reporting
+  /// Ranks of workers that finished their share and left: a worker that
+  /// registers later takes a dead worker's rank (its data partition and its
+  /// clock) before one of these.
+  std::set<uint32_t> finished_workers;
   uint64_t generation = 0; // last checkpoint generation started
   bool checkpointing = false;
   std::function<void(caf::error)> abort_checkpoint; // fails the attempt

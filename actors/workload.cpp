@@ -89,9 +89,11 @@ int run_counter_workload(caf::actor_system& sys, caf::actor scheduler,
   auto got = store.pull(w.steps, keys);
   if (!got)
     return fail("final pull", got.error());
-  // Every worker of the start view pushed every clock. (A view read now
-  // may already lack a worker that passed the end barrier and exited.)
-  auto workers = view.workers.size();
+  // Every worker of the job pushed every clock: the job's size, or the
+  // start view's if larger. (A view read now may already lack a worker that
+  // passed the end barrier and exited; a restarted worker's start view may
+  // lack one that finished before it came back.)
+  size_t workers = std::max<size_t>(view.expected_workers, view.workers.size());
   double mib = double(w.steps - *first) * w.keys * w.key_floats * 4 / (1 << 20);
   std::printf("worker %u: %u clocks x %u arrays of %u floats over %zu "
               "servers in %.2f s: pushed %.1f MiB, pulled %.1f MiB "

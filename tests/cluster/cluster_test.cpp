@@ -147,6 +147,53 @@ BOOST_AUTO_TEST_CASE(
   w0->signal(SIGCONT);
 }
 
+BOOST_AUTO_TEST_CASE(a_worker_restarted_after_another_finished_takes_its_rank) {
+  // async: the survivor runs on alone and finishes before the dead worker
+  // is replaced. The replacement must take the dead worker's rank (its
+  // clock, its share) and not the finished one's: with the finished one's
+  // it would be done at once and the dead worker's clocks never pushed.
+  constexpr uint32_t steps = 400;
+  scheduler_process s{1, 2};
+  auto s0 = start_server(s, "async");
+  std::vector<std::string> small{"--worker.key-floats=2000"};
+  watcher obs{s.port};
+  // Worker 0 declares the keys first and so initialises them: the victim
+  // must not be the one the others' init waits for.
+  auto w0 = start_counter(s, steps, small);
+  BOOST_REQUIRE(obs.wait_for([](const cluster_view& v) {
+    return v.workers.size() == 1 && !v.placement.empty();
+  }));
+  auto w1 = start_counter(s, steps, small);
+  BOOST_REQUIRE(obs.wait_for(
+      [](const cluster_view& v) { return v.workers.size() == 2; }));
+  uint32_t dead_rank = UINT32_MAX;
+  for (auto& n : obs.view.workers)
+    if (n.pid == static_cast<uint32_t>(w1->pid()))
+      dead_rank = n.rank;
+  BOOST_REQUIRE_EQUAL(dead_rank, 1u);
+  auto victim = w1->pid();
+  w1->signal(SIGKILL);
+  BOOST_REQUIRE(obs.wait_for([victim](const cluster_view& v) {
+    return v.workers.size() == 1 && !has_pid(v.workers, victim);
+  }));
+  // The survivor ends alone: its own sum lacks the dead worker's clocks.
+  auto rc = w0->wait_exit(60s);
+  BOOST_REQUIRE_MESSAGE(rc, "survivor did not finish: " << w0->output());
+  BOOST_REQUIRE(
+      obs.wait_for([](const cluster_view& v) { return v.workers.empty(); }));
+  auto w2 = start_counter(s, steps, small);
+  rc = w2->wait_exit(60s);
+  BOOST_REQUIRE_MESSAGE(rc, "replacement did not finish: " << w2->output());
+  BOOST_CHECK_MESSAGE(*rc == 0, w2->output());
+  auto line = w2->wait_for_line("final value", 1s);
+  BOOST_REQUIRE_MESSAGE(line, w2->output());
+  BOOST_CHECK_MESSAGE(
+      line->rfind("worker " + std::to_string(dead_rank) + ":", 0) == 0, *line);
+  BOOST_CHECK_MESSAGE(line->find("= " + std::to_string(2 * steps) +
+                                 ": sums exact") != std::string::npos,
+                      *line);
+}
+
 BOOST_AUTO_TEST_CASE(bad_flags_get_one_clear_line_and_a_nonzero_exit) {
   struct bad_case {
     std::vector<std::string> args;
