@@ -27,6 +27,7 @@
 
 #include "actors/kv.hpp"
 #include "actors/node_config.hpp"
+#include "bench/cpu_share.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -471,14 +472,18 @@ void print_target(const char* what, double got, double want, const char* unit) {
 
 /// Prints the table, the targets, then one line of JSON with every figure.
 void print_report(const options& opt, double tcp, double mem,
-                  const std::vector<road_result>& rs, size_t small_floats) {
+                  const std::vector<road_result>& rs, size_t small_floats,
+                  const bench::cpu_share& cpu) {
+  auto steal = cpu.known() ? std::to_string(int(100 * cpu.steal + 0.5)) + "%"
+                           : std::string{"unknown"};
   std::printf("troupe kv: 1 worker (this process), %u server(s), %s mode;"
               " each road on a fresh cluster\n"
               "limits measured in this run: plain TCP on loopback %.2f GB/s,"
-              " memcpy %.2f GB/s\n\n"
+              " memcpy %.2f GB/s\n"
+              "CPU time stolen by the host during the run: %s\n\n"
               "push+pull of one key, GB/s both ways (ratio to plain TCP)\n"
               "%12s",
-              opt.servers, opt.mode.c_str(), tcp, mem, "");
+              opt.servers, opt.mode.c_str(), tcp, mem, steal.c_str(), "");
   for (auto& r : rs)
     std::printf(" %20s", r.road.c_str());
   std::printf("\n");
@@ -557,8 +562,11 @@ void print_report(const options& opt, double tcp, double mem,
     json += line.data();
   }
   std::printf("{\"tcp_loopback_gbps\":%.4f,\"memcpy_gbps\":%.4f,"
-              "\"roads\":{%s},\"servers\":%u,\"mode\":\"%s\"}\n",
-              tcp, mem, json.c_str(), opt.servers, opt.mode.c_str());
+              "\"cpu_steal\":%s,\"roads\":{%s},\"servers\":%u,\"mode\":"
+              "\"%s\"}\n",
+              tcp, mem,
+              cpu.known() ? std::to_string(cpu.steal).c_str() : "null",
+              json.c_str(), opt.servers, opt.mode.c_str());
 }
 
 // Keys 1-4: 4 KiB, 256 KiB, 4 MiB, 16 MiB; key 5: the small key.
@@ -642,6 +650,7 @@ int main(int argc, char** argv) {
   if (!node)
     return fail("finding troupe-node", node.error());
   opt.node = *node;
+  auto cpu0 = bench::read_cpu_times();
   auto tcp = tcp_loopback_gbps(opt.seconds);
   if (!tcp)
     return fail("measuring loopback TCP", tcp.error());
@@ -654,6 +663,7 @@ int main(int argc, char** argv) {
       return fail(("the " + road + " road").c_str(), r.error());
     results.push_back(std::move(*r));
   }
-  print_report(opt, *tcp, mem, results, key_floats.back());
+  print_report(opt, *tcp, mem, results, key_floats.back(),
+               bench::share_between(cpu0, bench::read_cpu_times()));
   return 0;
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "actors/consistency.hpp"
+#include "bench/cpu_share.hpp"
 #include "kernels/blas.hpp"
 #include "kernels/idx.hpp"
 #include "kernels/model.hpp"
@@ -132,6 +133,7 @@ struct floor_result {
   double samples_per_s = 0;
   uint64_t steps = 0;
   double first_loss = 0, last_loss = 0; // means of the first and last 50
+  bench::cpu_share cpu;                 // the machine's, while it ran
 };
 
 /// What a floor step keeps between steps: optimizer state, batch buffers.
@@ -302,6 +304,7 @@ struct row_result {
   std::string error; // "" = ok
   double samples_per_s = 0, train_s = 0, wall_s = 0, final_accuracy = 0;
   std::vector<double> s_to; // train_s per threshold, or missing
+  bench::cpu_share cpu;     // the machine's, while the cluster ran
 };
 
 /// Starts the scheduler, the server of `mode`, then `workers` trainers
@@ -408,13 +411,14 @@ std::string read_metrics(const std::string& path, uint32_t epochs,
 /// Trains on a fresh cluster of `mode` with `workers` workers.
 row_result run_config(const options& opt, const std::string& mode,
                       uint32_t workers) {
-  row_result r{mode, workers, "", 0, 0, 0, 0, {}};
+  row_result r{mode, workers, "", 0, 0, 0, 0, {}, {}};
   char path[] = "/tmp/time_to_accuracy-XXXXXX";
   int fd = ::mkstemp(path); // empty: the trainer appends
   if (fd < 0)
     return r.error = std::string{"mkstemp: "} + std::strerror(errno), r;
   ::close(fd);
   auto t0 = steady::now();
+  auto cpu0 = bench::read_cpu_times();
   {
     node_group nodes; // stopped at the end of this block
     r.error = start_cluster(nodes, opt, mode, workers, path);
@@ -422,6 +426,7 @@ row_result run_config(const options& opt, const std::string& mode,
       r.error = wait_workers(nodes, 60.0 + 30.0 * opt.epochs);
     r.wall_s = since(t0);
   }
+  r.cpu = bench::share_between(cpu0, bench::read_cpu_times());
   if (r.error.empty())
     r.error = read_metrics(path, opt.epochs, r);
   ::unlink(path);
@@ -445,6 +450,18 @@ std::string json_str(const std::string& s) {
   return out + '"';
 }
 
+/// A share as a whole percentage, or "-" if unknown.
+std::string percent(double share) {
+  return share >= 0 ? strf("%.0f%%", 100 * share) : "-";
+}
+
+/// "cpu_steal":x,"cpu_idle":y (null if unknown).
+std::string cpu_json(const bench::cpu_share& c) {
+  return c.known()
+             ? strf("\"cpu_steal\":%.4f,\"cpu_idle\":%.4f", c.steal, c.idle)
+             : "\"cpu_steal\":null,\"cpu_idle\":null";
+}
+
 /// The part of each worker's step that is not the floor's step.
 double overhead(const row_result& r, double floor) {
   return r.error.empty() ? 1.0 - r.samples_per_s / (r.workers * floor)
@@ -466,12 +483,14 @@ std::string print_row(const row_result& r, double floor) {
     to += strf("%s\"%.2f\":%s", i ? "," : "", thresholds[i],
                num(r.s_to[i], 2).c_str());
   }
-  std::printf(" %10.4f %9.1f%%\n", r.final_accuracy, 100 * overhead(r, floor));
+  std::printf(" %10.4f %9.1f%% %6s %5s\n", r.final_accuracy,
+              100 * overhead(r, floor), percent(r.cpu.steal).c_str(),
+              percent(r.cpu.idle).c_str());
   return json + strf(",\"samples_per_s\":%.1f,\"train_s_to_accuracy\":{%s},"
                      "\"final_accuracy\":%.4f,\"train_s\":%.2f,\"wall_s\":"
-                     "%.2f,\"overhead_vs_floor\":%.4f}",
+                     "%.2f,\"overhead_vs_floor\":%.4f,%s}",
                      r.samples_per_s, to.c_str(), r.final_accuracy, r.train_s,
-                     r.wall_s, overhead(r, floor));
+                     r.wall_s, overhead(r, floor), cpu_json(r.cpu).c_str());
 }
 
 /// Prints one target line; adds `"what":met` (null: not run) to `json`.
@@ -510,25 +529,29 @@ std::string print_targets(const std::vector<row_result>& rows, double floor) {
 /// Prints the table and the targets, then one line of JSON with everything.
 void print_report(const options& opt, const floor_result& fl,
                   const std::vector<row_result>& rows) {
-  std::printf("troupe time to accuracy: %s on Fashion-MNIST, batch %u per "
-              "worker, momentum lr %g, halved every %u updates (async, ssp: "
-              "lr / workers, every updates x workers), mu %g, 1 server, %u "
-              "epoch(s)\n"
-              "compute-only floor (this process, no cluster): %.0f samples/s "
-              "(%llu steps, loss %.3f -> %.3f)\n\n",
-              model_spec.c_str(), batch, double{lr}, lr_decay_steps, double{mu},
-              opt.epochs, fl.samples_per_s, (unsigned long long)fl.steps,
-              fl.first_loss, fl.last_loss);
+  std::printf(
+      "troupe time to accuracy: %s on Fashion-MNIST, batch %u per "
+      "worker, momentum lr %g, halved every %u updates (async, ssp: "
+      "lr / workers, every updates x workers), mu %g, 1 server, %u "
+      "epoch(s)\n"
+      "compute-only floor (this process, no cluster): %.0f samples/s "
+      "(%llu steps, loss %.3f -> %.3f; CPU stolen by the host meanwhile:"
+      " %s)\n\n",
+      model_spec.c_str(), batch, double{lr}, lr_decay_steps, double{mu},
+      opt.epochs, fl.samples_per_s, (unsigned long long)fl.steps, fl.first_loss,
+      fl.last_loss, percent(fl.cpu.steal).c_str());
   std::printf("mode    workers  samples/s  s to 0.85  s to 0.88  s to 0.89 "
-              " final acc  overhead vs floor\n");
+              " final acc  overhead vs floor  steal  idle\n");
   std::string json;
   for (auto& r : rows)
     json += (json.empty() ? "" : ",") + print_row(r, fl.samples_per_s);
+  std::printf("(steal: the machine's CPU time its host gave to others; idle:"
+              " CPU time no process used, i.e. waiting that no core filled)\n");
   auto targets = print_targets(rows, fl.samples_per_s);
   std::printf("\n{\"model\":%s,\"batch\":%u,\"epochs\":%u,\"floor_samples_per_s"
-              "\":%.1f,\"rows\":[%s],\"targets\":%s}\n",
+              "\":%.1f,\"floor_cpu\":{%s},\"rows\":[%s],\"targets\":%s}\n",
               json_str(model_spec).c_str(), batch, opt.epochs, fl.samples_per_s,
-              json.c_str(), targets.c_str());
+              cpu_json(fl.cpu).c_str(), json.c_str(), targets.c_str());
 }
 
 int fail(const char* what, const std::string& why) {
@@ -556,8 +579,10 @@ int main(int argc, char** argv) {
     if (err = load_fashion_mnist(fashion_mnist_dir, "train", train);
         !err.empty())
       return fail("loading the data", err);
+    auto cpu0 = bench::read_cpu_times();
     if (err = measure_floor(train, fl); !err.empty())
       return fail("check of the compute-only floor", err);
+    fl.cpu = bench::share_between(cpu0, bench::read_cpu_times());
   }
   std::vector<row_result> rows;
   bool all_ok = true;
