@@ -196,6 +196,8 @@ void reconnect(self_ptr self, uint32_t rank) {
 
 void fail_inflight(self_ptr self, uint32_t rank);
 
+void init_in_place_of_the_gone(self_ptr self);
+
 void apply_view(self_ptr self, cluster_view v) { // 3
   auto& st = self->state;
   if (v.epoch <= st.view.epoch)
@@ -222,9 +224,16 @@ void apply_view(self_ptr self, cluster_view v) { // 3
     if (kept.count(rank) == 0)
       fail_inflight(self, rank);
   st.servers = std::move(kept);
+  bool worker_left = std::any_of(
+      st.view.workers.begin(), st.view.workers.end(), [&v](const node_info& o) {
+        return std::find(v.workers.begin(), v.workers.end(), o) ==
+               v.workers.end();
+      });
   st.view = std::move(v);
   flush_waiting(self);
   run_resends(self);
+  if (worker_left && st.awaiting_init)
+    init_in_place_of_the_gone(self);
 }
 
 // -- scatter/gather -----------------------------------------------------------
@@ -841,6 +850,27 @@ void send_inits(self_ptr self, const arrays& xs,
       std::move(then));
 }
 
+/// Sends our Init for every key again while the pull after it waits: a
+/// worker left, and it may have been the keys' initialiser, gone before its
+/// Init arrived. Servers keep the first Init of a slice, so where the
+/// initialiser's came first, ours changes nothing.
+void init_in_place_of_the_gone(self_ptr self) {
+  auto xs = self->state.awaiting_init;
+  std::vector<uint64_t> keys;
+  for (auto& x : *xs)
+    keys.push_back(x.key);
+  TROUPE_LOG(info, who(self),
+             "a worker left while our first pull waits: sending our Init"
+             " in case it was the keys' initialiser");
+  auto g = std::make_shared<gather>();
+  g->on_error = [self](caf::error err) {
+    TROUPE_LOG(warning, who(self),
+               "Init in place of a departed worker failed: ", describe(err));
+  };
+  send_inits(
+      self, *xs, keys, [] {}, g);
+}
+
 /// Push, then pull at the next clock, sent together: one round trip per
 /// server for a training step. Replies with the pulled arrays once both
 /// finished; the first error wins.
@@ -908,7 +938,14 @@ void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
                 [self, xs, keys, g, reply, mine = dr.initialiser] {
                   send_inits(
                       self, *xs, mine,
-                      [self, keys, reply] { do_pull(self, 0, keys, reply); },
+                      [self, xs, keys, reply] {
+                        self->state.awaiting_init = xs;
+                        do_pull(self, 0, keys,
+                                [self, reply](caf::expected<arrays> r) {
+                                  self->state.awaiting_init = nullptr;
+                                  reply(std::move(r));
+                                });
+                      },
                       g);
                 },
                 [g](caf::error err) { g->fail(std::move(err)); });

@@ -72,6 +72,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include "actors/node_config.hpp"
+#include "actors/named_array.hpp"
 #include "actors/road.hpp"
 #include "messages/kv.hpp"
 #include "messages/membership.hpp"
@@ -134,6 +135,8 @@ struct kv_client_state {
   uint64_t next_call = 1;
   bool ticking = false;   // a timeout sweep is scheduled
   std::mt19937_64 faults; // draws of --fault.drop-pushes / duplicate-pushes
+  /// Our Init's arrays while the pull after it waits for the keys' values.
+  std::shared_ptr<const std::vector<named_array>> awaiting_init;
   ~kv_client_state();
 };
 

@@ -252,6 +252,14 @@ caf::error add_keys(self_ptr self, const declare_request& req) {
   return caf::none;
 }
 
+bool is_live_worker(self_ptr self, uint32_t rank) {
+  return std::any_of(self->state.members.begin(), self->state.members.end(),
+                     [rank](const scheduler_state::member& m) {
+                       return m.info.kind == role::worker &&
+                              m.info.rank == rank;
+                     });
+}
+
 void answer_declare(self_ptr self, const declare_request& req,
                     caf::response_promise& rp) {
   if (auto err = add_keys(self, req)) {
@@ -259,9 +267,15 @@ void answer_declare(self_ptr self, const declare_request& req,
     return;
   }
   declare_reply reply{current_view(self), {}};
-  for (auto& k : req.keys)
-    if (self->state.initialiser[k.key] == req.worker)
+  for (auto& k : req.keys) {
+    // The first declarer initialises; if it is gone (maybe before its Init
+    // arrived), this one does. Servers keep the first Init of a slice.
+    auto& first = self->state.initialiser[k.key];
+    if (first != req.worker && !is_live_worker(self, first))
+      first = req.worker;
+    if (first == req.worker)
       reply.initialiser.push_back(k.key);
+  }
   rp.deliver(encode(reply));
 }
 

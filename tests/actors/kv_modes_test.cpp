@@ -4,6 +4,8 @@
 #define BOOST_TEST_MODULE kv_modes_tests
 #include <boost/test/unit_test.hpp>
 
+#include <future>
+
 #include "tests/test_support.hpp"
 
 #include <caf/actor_system.hpp>
@@ -260,6 +262,97 @@ BOOST_AUTO_TEST_CASE(a_barrier_waits_for_workers_that_have_not_joined_yet) {
     BOOST_CHECK(got);
   }
   caf::anon_send_exit(sched, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+/// A worker that registers and declares key 1 (n floats) first, so that it
+/// is the key's initialiser, but never sends its Init: it dies before.
+struct silent_initialiser {
+  std::unique_ptr<caf::scoped_actor> self;
+  uint32_t rank = 0;
+
+  silent_initialiser(cluster& c, size_t n)
+      : self(std::make_unique<caf::scoped_actor>(c.b)) {
+    auto sched = c.remote_sched;
+    register_reply reg;
+    (*self)
+        ->request(sched, 10s, register_atom_v,
+                  encode(register_request{role::worker, "", 0, 1, {}}))
+        .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, reg)); },
+                 [](const caf::error& err) { BOOST_FAIL(describe(err)); });
+    rank = reg.rank;
+    declare_reply dr;
+    (*self)
+        ->request(sched, 10s, declare_atom_v,
+                  encode(declare_request{rank, {key_info{1, n}}}))
+        .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, dr)); },
+                 [](const caf::error& err) { BOOST_FAIL(describe(err)); });
+    BOOST_REQUIRE_EQUAL(dr.initialiser.size(), 1u); // it declared first
+  }
+
+  /// Returns once the scheduler's view satisfies `pred` (10 s at most).
+  template <class Pred> static void wait_for_view(cluster& c, Pred pred) {
+    for (int i = 0; i < 200; ++i) { // each try a round trip
+      cluster_view v;
+      c.self->request(c.remote_sched, 10s, view_atom_v)
+          .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, v)); },
+                   [](const caf::error& err) { BOOST_FAIL(describe(err)); });
+      if (pred(v))
+        return;
+      c.self->receive(caf::after(std::chrono::milliseconds{50}) >> [] {});
+    }
+    BOOST_FAIL("the view never came");
+  }
+
+  /// Dies, and returns once the scheduler's view no longer has it.
+  void die(cluster& c) {
+    self.reset();
+    wait_for_view(c, [&c](const cluster_view& v) {
+      return v.workers.size() == c.workers.size();
+    });
+  }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(keys_whose_initialiser_died_before_its_init_are_set) {
+  // Dead before the other worker declares: the scheduler makes that one
+  // the initialiser.
+  {
+    cluster c{"async", 1, 1};
+    auto joined = c.workers.front()->view(); // takes rank 0 first
+    BOOST_REQUIRE_MESSAGE(joined, why(joined));
+    silent_initialiser first{c, 8};
+    BOOST_REQUIRE_NE(first.rank, joined->first); // no rank to inherit
+    first.die(c);
+    auto got = c.workers.front()->init(filled(1, 8, 2.5f));
+    BOOST_REQUIRE_MESSAGE(got, why(got));
+    BOOST_CHECK(all_equal(*got, 2.5f));
+  }
+  // Dead while the other worker's first pull waits for the values: that
+  // worker sends its own Init when the view loses a worker.
+  {
+    cluster c{"async", 1, 1};
+    auto joined = c.workers.front()->view(); // takes rank 0 first
+    BOOST_REQUIRE_MESSAGE(joined, why(joined));
+    silent_initialiser first{c, 8};
+    BOOST_REQUIRE_NE(first.rank, joined->first); // no rank to inherit
+    // Key 2 is new, so its declaration changes the view: once the view
+    // has it, the scheduler has answered this worker's declaration (key 1:
+    // not the initialiser, the silent one is alive) and its pull waits.
+    auto xs = filled(1, 8, 2.5f);
+    xs.push_back(filled(2, 8, 2.5f).front());
+    auto* w = c.workers.front().get();
+    auto pending =
+        std::async(std::launch::async, [w, xs] { return w->init(xs); });
+    first.wait_for_view(
+        c, [](const cluster_view& v) { return v.keys.size() == 2; });
+    first.die(c);
+    auto got = pending.get();
+    BOOST_REQUIRE_MESSAGE(got, why(got));
+    BOOST_CHECK(all_equal(*got, 2.5f));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_dead_server_fails_waiting_operations_with_peer_down) {

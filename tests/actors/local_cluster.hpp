@@ -44,6 +44,7 @@ struct cluster {
   std::vector<std::unique_ptr<caf::actor_system>> server_systems;
   caf::scoped_actor self{b};
   caf::actor sched;
+  caf::actor remote_sched; // the scheduler as system b reaches it
   std::vector<caf::actor> servers;
   std::vector<uint16_t> server_ports;
   std::vector<std::unique_ptr<kv>> workers;
@@ -69,6 +70,7 @@ struct cluster {
       start_server(mode, *port);
     auto remote = connect_scheduler(b, "127.0.0.1", *port, 5000);
     BOOST_REQUIRE(remote);
+    remote_sched = *remote;
     kv_settings ks;
     ks.request_timeout_ms = 10000;
     ks.max_message_bytes = max_message_bytes;
