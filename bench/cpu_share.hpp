@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 namespace troupe::bench {
 
@@ -53,6 +54,15 @@ inline cpu_share share_between(const cpu_times& a, const cpu_times& b) {
   s.idle = idle / all;
   s.steal = steal / all;
   return s;
+}
+
+/// A share as a whole percentage ("17%"), or `none` if unknown.
+inline std::string percent(double share, const char* none = "-") {
+  if (share < 0)
+    return none;
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", 100 * share);
+  return buf;
 }
 
 } // namespace troupe::bench

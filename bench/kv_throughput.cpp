@@ -474,8 +474,7 @@ void print_target(const char* what, double got, double want, const char* unit) {
 void print_report(const options& opt, double tcp, double mem,
                   const std::vector<road_result>& rs, size_t small_floats,
                   const bench::cpu_share& cpu) {
-  auto steal = cpu.known() ? std::to_string(int(100 * cpu.steal + 0.5)) + "%"
-                           : std::string{"unknown"};
+  auto steal = bench::percent(cpu.steal, "unknown");
   std::printf("troupe kv: 1 worker (this process), %u server(s), %s mode;"
               " each road on a fresh cluster\n"
               "limits measured in this run, the higher of a measurement before"

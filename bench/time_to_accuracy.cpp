@@ -450,11 +450,6 @@ std::string json_str(const std::string& s) {
   return out + '"';
 }
 
-/// A share as a whole percentage, or "-" if unknown.
-std::string percent(double share) {
-  return share >= 0 ? strf("%.0f%%", 100 * share) : "-";
-}
-
 /// "cpu_steal":x,"cpu_idle":y (null if unknown).
 std::string cpu_json(const bench::cpu_share& c) {
   return c.known()
@@ -484,8 +479,8 @@ std::string print_row(const row_result& r, double floor) {
                num(r.s_to[i], 2).c_str());
   }
   std::printf(" %10.4f %9.1f%% %6s %5s\n", r.final_accuracy,
-              100 * overhead(r, floor), percent(r.cpu.steal).c_str(),
-              percent(r.cpu.idle).c_str());
+              100 * overhead(r, floor), bench::percent(r.cpu.steal).c_str(),
+              bench::percent(r.cpu.idle).c_str());
   return json + strf(",\"samples_per_s\":%.1f,\"train_s_to_accuracy\":{%s},"
                      "\"final_accuracy\":%.4f,\"train_s\":%.2f,\"wall_s\":"
                      "%.2f,\"overhead_vs_floor\":%.4f,%s}",
@@ -539,7 +534,7 @@ void print_report(const options& opt, const floor_result& fl,
       " %s)\n\n",
       model_spec.c_str(), batch, double{lr}, lr_decay_steps, double{mu},
       opt.epochs, fl.samples_per_s, (unsigned long long)fl.steps, fl.first_loss,
-      fl.last_loss, percent(fl.cpu.steal).c_str());
+      fl.last_loss, bench::percent(fl.cpu.steal).c_str());
   std::printf("mode    workers  samples/s  s to 0.85  s to 0.88  s to 0.89 "
               " final acc  overhead vs floor  steal  idle\n");
   std::string json;

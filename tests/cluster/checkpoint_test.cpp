@@ -176,10 +176,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_torn_by_a_kill_leaves_the_previous_whole) {
     counter_cluster c{flags, {"--checkpoint.fault-tear=2"}};
     c.wait_for_training();
     // Its rank names its file: ranks follow registration, not start order.
-    std::optional<uint32_t> tearing;
-    for (auto& n : c.client->view().servers)
-      if (n.pid == static_cast<uint32_t>(c.servers[0]->pid()))
-        tearing = n.rank;
+    auto tearing = rank_of(c.client->view().servers, c.servers[0]->pid());
     BOOST_REQUIRE_MESSAGE(tearing, "server 0 is not in the view");
     auto first = c.client->checkpoint();
     BOOST_REQUIRE_MESSAGE(first, why(first));

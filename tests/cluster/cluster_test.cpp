@@ -68,10 +68,7 @@ struct watcher {
 };
 
 bool has_pid(const std::vector<node_info>& nodes, pid_t pid) {
-  for (auto& n : nodes)
-    if (n.pid == static_cast<uint32_t>(pid))
-      return true;
-  return false;
+  return rank_of(nodes, pid).has_value();
 }
 
 } // namespace
@@ -166,11 +163,9 @@ BOOST_AUTO_TEST_CASE(a_worker_restarted_after_another_finished_takes_its_rank) {
   auto w1 = start_counter(s, steps, small);
   BOOST_REQUIRE(obs.wait_for(
       [](const cluster_view& v) { return v.workers.size() == 2; }));
-  uint32_t dead_rank = UINT32_MAX;
-  for (auto& n : obs.view.workers)
-    if (n.pid == static_cast<uint32_t>(w1->pid()))
-      dead_rank = n.rank;
-  BOOST_REQUIRE_EQUAL(dead_rank, 1u);
+  auto dead_rank = rank_of(obs.view.workers, w1->pid());
+  BOOST_REQUIRE(dead_rank);
+  BOOST_REQUIRE_EQUAL(*dead_rank, 1u);
   auto victim = w1->pid();
   w1->signal(SIGKILL);
   BOOST_REQUIRE(obs.wait_for([victim](const cluster_view& v) {
@@ -188,7 +183,7 @@ BOOST_AUTO_TEST_CASE(a_worker_restarted_after_another_finished_takes_its_rank) {
   auto line = w2->wait_for_line("final value", 1s);
   BOOST_REQUIRE_MESSAGE(line, w2->output());
   BOOST_CHECK_MESSAGE(
-      line->rfind("worker " + std::to_string(dead_rank) + ":", 0) == 0, *line);
+      line->rfind("worker " + std::to_string(*dead_rank) + ":", 0) == 0, *line);
   BOOST_CHECK_MESSAGE(line->find("= " + std::to_string(2 * steps) +
                                  ": sums exact") != std::string::npos,
                       *line);

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
 
+#include "messages/membership.hpp"
 #include "tests/cluster/child_process.hpp"
 
 namespace troupe::test {
@@ -15,6 +17,16 @@ namespace troupe::test {
 using namespace std::chrono_literals;
 
 inline const std::string node_bin = TROUPE_NODE_BIN;
+
+/// The rank of the process `pid` among `nodes` (a view's servers or
+/// workers), if it is there: ranks follow registration, not start order.
+inline std::optional<uint32_t> rank_of(const std::vector<node_info>& nodes,
+                                       pid_t pid) {
+  for (auto& n : nodes)
+    if (n.pid == static_cast<uint32_t>(pid))
+      return n.rank;
+  return std::nullopt;
+}
 
 // Fast failure detection for the tests: heartbeats every 100 ms.
 inline const std::vector<std::string> fast_heartbeats{
