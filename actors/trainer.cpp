@@ -95,6 +95,7 @@ public:
   }
 
   caf::expected<arrays> step(uint64_t clock, const arrays& weights) override {
+    step_timer timer{*this};
     if (!fits(weights))
       return caf::make_error(errc::bad_shape, "pulled arrays do not match",
                              cfg_.model);
@@ -110,6 +111,7 @@ public:
   caf::expected<arrays> step_taking(uint64_t clock, arrays& weights) override {
     if (local_opt_ || !swap_in(weights, &model::swap_parameter))
       return step(clock, weights);
+    step_timer timer{*this};
     if (auto err = compute(clock))
       return err;
     if (!swap_in(weights, &model::swap_gradient)) // sizes checked above
@@ -135,6 +137,29 @@ public:
   }
 
 private:
+  /// Splits the time of a step from the one before: from handing the
+  /// previous step's arrays back to entering this one is waiting (push,
+  /// the round, pull: the system's part), the rest is this worker's own
+  /// work less any evaluation. Lives for one step call.
+  struct step_timer {
+    trainer& t;
+    clock_type::time_point in = clock_type::now();
+    explicit step_timer(trainer& owner) : t(owner) {
+      if (t.stepped_)
+        t.wait_s_ += seconds(in - t.last_out_);
+      t.eval_s_ = 0;
+    }
+    ~step_timer() {
+      t.last_out_ = clock_type::now();
+      t.stepped_ = true;
+      t.compute_s_ += seconds(t.last_out_ - in) - t.eval_s_;
+    }
+  };
+
+  static double seconds(clock_type::duration d) {
+    return std::chrono::duration<double>(d).count();
+  }
+
   /// True if `xs` holds one array per parameter array, of its size.
   bool fits(const arrays& xs) const {
     if (xs.size() != sizes_.size())
@@ -223,8 +248,8 @@ private:
 
   /// Rank 0: evaluates the current weights; one progress and metrics line.
   void report(uint64_t clock) {
-    auto secs =
-        std::chrono::duration<double>(clock_type::now() - part_begin_).count();
+    auto began = clock_type::now();
+    auto secs = seconds(began - part_begin_);
     train_secs_ += secs;
     auto acc = evaluate(net_, test_, cfg_.eval_samples);
     double epoch = double(clock) / double(steps_per_epoch_);
@@ -232,20 +257,27 @@ private:
     double rate = double(part_steps_ * cfg_.batch) * workers_ / secs;
     auto elapsed =
         std::chrono::duration<double>(clock_type::now() - started_).count();
+    // This rank's steps since the last report: its own work and its wait
+    // for the rounds (the part's first wait is in the part before).
+    auto busy = compute_s_ + wait_s_;
+    double wait_share = busy > 0 ? wait_s_ / busy : 0.0;
     std::printf("epoch %.*f/%u  train loss %.4f  test accuracy %.4f  "
-                "samples/s %.0f  elapsed %.1f s\n",
+                "samples/s %.0f  waiting %.0f%%  elapsed %.1f s\n",
                 cfg_.evals_per_epoch > 1 ? 2 : 0, epoch, cfg_.epochs, loss, acc,
-                rate, elapsed);
+                rate, 100 * wait_share, elapsed);
     std::fflush(stdout);
     if (metrics_)
       metrics_ << "{\"epoch\":" << epoch << ",\"train_loss\":" << loss
                << ",\"test_accuracy\":" << acc << ",\"samples_per_s\":" << rate
                << ",\"train_s\":" << train_secs_ << ",\"elapsed_s\":" << elapsed
+               << ",\"compute_s\":" << compute_s_ << ",\"wait_s\":" << wait_s_
                << "}\n"
                << std::flush;
     loss_sum_ = 0;
     part_steps_ = 0;
+    compute_s_ = wait_s_ = 0;
     part_begin_ = clock_type::now(); // evaluation is not training time
+    eval_s_ += seconds(part_begin_ - began);
   }
 
   const train_settings& cfg_;
@@ -262,6 +294,10 @@ private:
   std::vector<float> xs_, scratch_;
   std::vector<uint8_t> ys_;
   double loss_sum_ = 0, train_secs_ = 0;
+  // Per part of an epoch, rank 0's split of its steps (step_timer).
+  double compute_s_ = 0, wait_s_ = 0, eval_s_ = 0;
+  bool stepped_ = false;
+  clock_type::time_point last_out_;
   uint64_t part_steps_ = 0;
   std::ofstream metrics_;
   clock_type::time_point started_, part_begin_;

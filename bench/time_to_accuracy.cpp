@@ -303,6 +303,7 @@ struct row_result {
   uint32_t workers = 0;
   std::string error; // "" = ok
   double samples_per_s = 0, train_s = 0, wall_s = 0, final_accuracy = 0;
+  double wait_share = 0;    // of rank 0's steps: waiting for the rounds
   std::vector<double> s_to; // train_s per threshold, or missing
   bench::cpu_share cpu;     // the machine's, while the cluster ran
 };
@@ -385,15 +386,20 @@ std::string read_metrics(const std::string& path, uint32_t epochs,
                          row_result& r) {
   std::ifstream in{path};
   std::string line;
-  double epoch = 0, acc = 0, rate = 0, secs = 0, samples = 0;
+  double epoch = 0, acc = 0, rate = 0, secs = 0, samples = 0, compute = 0,
+         wait = 0, busy = 0, waited = 0;
   size_t n = 0;
   r.s_to.assign(thresholds.size(), missing);
   for (double prev = 0; std::getline(in, line); prev = secs, ++n) {
     if (!field(line, "epoch", epoch) || !field(line, "test_accuracy", acc) ||
-        !field(line, "samples_per_s", rate) || !field(line, "train_s", secs))
+        !field(line, "samples_per_s", rate) || !field(line, "train_s", secs) ||
+        !field(line, "compute_s", compute) || !field(line, "wait_s", wait))
       return "metrics line does not parse: " + line;
-    if (!(acc >= 0 && acc <= 1 && rate > 0 && secs > prev))
+    if (!(acc >= 0 && acc <= 1 && rate > 0 && secs > prev && compute > 0 &&
+          wait >= 0))
       return "metrics line out of range: " + line;
+    busy += compute + wait;
+    waited += wait;
     samples += rate * (secs - prev); // each line's rate is over its interval
     for (size_t i = 0; i < thresholds.size(); ++i)
       if (std::isnan(r.s_to[i]) && acc >= thresholds[i])
@@ -405,13 +411,14 @@ std::string read_metrics(const std::string& path, uint32_t epochs,
   r.train_s = secs;
   r.samples_per_s = samples / secs;
   r.final_accuracy = acc;
+  r.wait_share = waited / busy;
   return "";
 }
 
 /// Trains on a fresh cluster of `mode` with `workers` workers.
 row_result run_config(const options& opt, const std::string& mode,
                       uint32_t workers) {
-  row_result r{mode, workers, "", 0, 0, 0, 0, {}, {}};
+  row_result r{mode, workers, "", 0, 0, 0, 0, 0, {}, {}};
   char path[] = "/tmp/time_to_accuracy-XXXXXX";
   int fd = ::mkstemp(path); // empty: the trainer appends
   if (fd < 0)
@@ -478,14 +485,16 @@ std::string print_row(const row_result& r, double floor) {
     to += strf("%s\"%.2f\":%s", i ? "," : "", thresholds[i],
                num(r.s_to[i], 2).c_str());
   }
-  std::printf(" %10.4f %9.1f%% %6s %5s\n", r.final_accuracy,
-              100 * overhead(r, floor), bench::percent(r.cpu.steal).c_str(),
+  std::printf(" %10.4f %9.1f%% %7.1f%% %6s %5s\n", r.final_accuracy,
+              100 * overhead(r, floor), 100 * r.wait_share,
+              bench::percent(r.cpu.steal).c_str(),
               bench::percent(r.cpu.idle).c_str());
   return json + strf(",\"samples_per_s\":%.1f,\"train_s_to_accuracy\":{%s},"
                      "\"final_accuracy\":%.4f,\"train_s\":%.2f,\"wall_s\":"
-                     "%.2f,\"overhead_vs_floor\":%.4f,%s}",
+                     "%.2f,\"overhead_vs_floor\":%.4f,\"wait_share\":%.4f,%s}",
                      r.samples_per_s, to.c_str(), r.final_accuracy, r.train_s,
-                     r.wall_s, overhead(r, floor), cpu_json(r.cpu).c_str());
+                     r.wall_s, overhead(r, floor), r.wait_share,
+                     cpu_json(r.cpu).c_str());
 }
 
 /// Prints one target line; adds `"what":met` (null: not run) to `json`.
@@ -536,12 +545,15 @@ void print_report(const options& opt, const floor_result& fl,
       opt.epochs, fl.samples_per_s, (unsigned long long)fl.steps, fl.first_loss,
       fl.last_loss, bench::percent(fl.cpu.steal).c_str());
   std::printf("mode    workers  samples/s  s to 0.85  s to 0.88  s to 0.89 "
-              " final acc  overhead vs floor  steal  idle\n");
+              " final acc  overhead vs floor  waiting  steal  idle\n");
   std::string json;
   for (auto& r : rows)
     json += (json.empty() ? "" : ",") + print_row(r, fl.samples_per_s);
-  std::printf("(steal: the machine's CPU time its host gave to others; idle:"
-              " CPU time no process used, i.e. waiting that no core filled)\n");
+  std::printf("(waiting: the share of rank 0's step time spent between"
+              " handing its gradients over and getting the next weights,"
+              " measured by the worker;\n steal: the machine's CPU time its"
+              " host gave to others; idle: CPU time no process used, i.e."
+              " waiting that no core filled)\n");
   auto targets = print_targets(rows, fl.samples_per_s);
   std::printf("\n{\"model\":%s,\"batch\":%u,\"epochs\":%u,\"floor_samples_per_s"
               "\":%.1f,\"floor_cpu\":{%s},\"rows\":[%s],\"targets\":%s}\n",

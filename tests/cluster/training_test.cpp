@@ -5,6 +5,7 @@
 
 #include <signal.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -29,6 +30,14 @@ std::string read_file(const std::string& path) {
   std::stringstream out;
   out << in.rdbuf();
   return out.str();
+}
+
+/// The number after `"key":` in a JSON line; NaN if absent.
+double json_number(const std::string& line, const std::string& key) {
+  auto at = line.find('"' + key + "\":");
+  if (at == std::string::npos)
+    return std::nan("");
+  return std::strtod(line.c_str() + at + key.size() + 3, nullptr);
 }
 
 /// A server and two workers training one epoch with `extra` flags on
@@ -151,6 +160,29 @@ BOOST_AUTO_TEST_CASE(two_workers_train_fashion_mnist_well_past_chance) {
   auto m = read_file(metrics);
   BOOST_CHECK_MESSAGE(m.find("\"epoch\":1,") != std::string::npos, m);
   BOOST_CHECK_MESSAGE(m.find("\"test_accuracy\":") != std::string::npos, m);
+  // Each line splits rank 0's steps of its part into its own work and its
+  // wait for the rounds; together they are the part's training time (the
+  // steps follow each other), and in sync mode with two workers rank 0
+  // always waits for something.
+  std::istringstream lines{m};
+  double before = 0;
+  size_t n = 0;
+  for (std::string line; std::getline(lines, line); ++n) {
+    auto train = json_number(line, "train_s");
+    auto compute = json_number(line, "compute_s");
+    auto wait = json_number(line, "wait_s");
+    auto part = train - before;
+    before = train;
+    BOOST_TEST_MESSAGE("part " << part << " s: compute " << compute
+                               << " s, wait " << wait << " s");
+    BOOST_CHECK_MESSAGE(compute > 0 && wait > 0, line);
+    BOOST_CHECK_MESSAGE(std::fabs(compute + wait - part) <= 0.1 * part + 0.02,
+                        line << " (part " << part << " s)");
+  }
+  BOOST_CHECK_EQUAL(n, 1u);
+  BOOST_CHECK_MESSAGE(w0->output().find("waiting ") != std::string::npos ||
+                          w1->output().find("waiting ") != std::string::npos,
+                      "no progress line shows the waiting share");
 }
 
 BOOST_AUTO_TEST_CASE(missing_data_or_a_bad_model_gets_one_clear_line) {
