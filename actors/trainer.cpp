@@ -255,8 +255,7 @@ private:
     double epoch = double(clock) / double(steps_per_epoch_);
     double loss = part_steps_ > 0 ? loss_sum_ / part_steps_ : 0.0;
     double rate = double(part_steps_ * cfg_.batch) * workers_ / secs;
-    auto elapsed =
-        std::chrono::duration<double>(clock_type::now() - started_).count();
+    auto elapsed = seconds(clock_type::now() - started_);
     // This rank's steps since the last report: its own work and its wait
     // for the rounds (the part's first wait is in the part before).
     auto busy = compute_s_ + wait_s_;
