@@ -41,11 +41,15 @@ void flush_denormals_to_zero() {
 
 } // namespace
 
+void apply_process_settings() {
+  keep_large_blocks_in_the_heap();
+  flush_denormals_to_zero();
+}
+
 node_config::node_config() {
   // Every troupe process builds one node_config first: the place for
   // process-wide settings.
-  keep_large_blocks_in_the_heap();
-  flush_denormals_to_zero();
+  apply_process_settings();
   add_message_types<caf::id_block::troupe>();
   add_error_category(caf::atom("troupe"),
                      [](uint8_t code, caf::atom_value, const caf::message& m) {

@@ -161,6 +161,12 @@ struct fault_settings {
   uint64_t seed = 0;
 };
 
+/// The process-wide settings every troupe process runs under: large
+/// blocks stay in the heap, denormal floats are flushed to zero. node_config
+/// applies them; a program that computes without one (a benchmark's
+/// compute-only floor) calls this first, so that it computes alike.
+void apply_process_settings();
+
 /// Base of every node's configuration: registers troupe's message types and
 /// error category, turns CAF heartbeats on, and reads every option.
 struct node_config : caf::actor_system_config {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "actors/consistency.hpp"
+#include "actors/node_config.hpp"
 #include "bench/cpu_share.hpp"
 #include "kernels/blas.hpp"
 #include "kernels/idx.hpp"
@@ -579,7 +580,8 @@ int main(int argc, char** argv) {
   std::string err;
   if (opt.node.empty() && (opt.node = default_node_path(err)).empty())
     return fail("finding troupe-node", err);
-  set_blas_threads(1); // as in each trainer
+  set_blas_threads(1);      // as in each trainer
+  apply_process_settings(); // as in each troupe process (denormals flushed)
   floor_result fl;
   {
     dataset train; // freed before the clusters run
