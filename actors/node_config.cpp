@@ -84,7 +84,9 @@ node_config::node_config() {
       .add(server.road_send_timeout_ms, "road-send-timeout-ms",
            "drop a worker that reads no reply for this long (ms, > 0)")
       .add(server.replicas, "replicas",
-           "backups per store: 1 = on the next server (ack after it), 0");
+           "backups per store: 1 = on the next server (ack after it), 0")
+      .add(server.helper_threads, "helper-threads",
+           "threads beside the actor's for rounds and replies, 0..16");
   opt_group{custom_options_, "kv"}
       .add(kv.request_timeout_ms, "request-timeout-ms",
            "give up on a reply after this long (ms, > 0)")
@@ -218,6 +220,9 @@ caf::error node_config::finish() {
   if (server.road_send_timeout_ms == 0)
     return caf::make_error(errc::invalid_config,
                            "--server.road-send-timeout-ms must be > 0");
+  if (server.helper_threads > 16)
+    return caf::make_error(errc::invalid_config,
+                           "--server.helper-threads must be 0..16");
   auto road = parse_road(kv.road_text);
   if (!road)
     return std::move(road.error());

@@ -63,6 +63,11 @@ struct server_settings {
   /// replication: Init and Push are acknowledged once the backup has them),
   /// 0 = none. Default 1.
   uint32_t replicas = 1;
+  /// Helper threads that share a round's updates, a push's additions and
+  /// the replies of a round with the actor thread (actors/helper_pool.hpp),
+  /// 0..16; 0 = the actor thread alone. Default 1 (a core idles while
+  /// every worker waits for the round).
+  uint32_t helper_threads = 1;
   checkpoint_settings checkpoint;
 };
 

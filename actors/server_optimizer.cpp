@@ -24,12 +24,22 @@ slice_optimizer::slice_optimizer(optimizer_settings x) : x_(std::move(x)) {
   // empty
 }
 
+slice_optimizer::slice_optimizer(const slice_optimizer& other)
+    : x_(other.x_), states_(other.states_) {
+  // a mutex of its own
+}
+
+slice_optimizer::slice_state& slice_optimizer::state_of(slice_id id) {
+  std::lock_guard<std::mutex> guard{*states_mtx_};
+  return states_[id]; // map nodes stay put: the reference outlives the lock
+}
+
 void slice_optimizer::operator()(slice_id id, std::vector<float>& values,
                                  const float* sum, uint32_t contributors) {
   // The mean of the sum is taken inside the update's own pass.
   auto d = float(std::max<uint32_t>(contributors, 1));
   auto n = values.size();
-  auto& st = states_[id];
+  auto& st = state_of(id);
   auto lr = scheduled_lr(x_, st.updates++);
   auto* w = values.data();
   if (x_.name == "sgd")

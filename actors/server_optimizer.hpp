@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -40,10 +42,13 @@ struct optimizer_settings {
 
 /// An optimizer with per-slice state, callable as an update_fn: averages
 /// the pushes summed in an update, then applies the optimizer. Copies own
-/// their state. Checkpoints save and restore the state per slice.
+/// their state. Checkpoints save and restore the state per slice. Calls
+/// for distinct slices may run at the same time (a store's helper_pool);
+/// save and load must not run beside them.
 class slice_optimizer {
 public:
   explicit slice_optimizer(optimizer_settings x);
+  slice_optimizer(const slice_optimizer& other);
 
   void operator()(slice_id id, std::vector<float>& values, const float* sum,
                   uint32_t contributors);
@@ -61,8 +66,12 @@ private:
     momentum_state momentum;
     adam_state adam;
   };
+  /// The state of `id`, made on first use under states_mtx_.
+  slice_state& state_of(slice_id id);
+
   optimizer_settings x_;
   std::map<slice_id, slice_state> states_;
+  std::unique_ptr<std::mutex> states_mtx_ = std::make_unique<std::mutex>();
 };
 
 /// The slice_optimizer inside `fn` (made by make_optimizer_fn), or null if

@@ -397,6 +397,7 @@ caf::result<uint64_t> on_replicate(self_ptr self, uint32_t primary, uint64_t id,
             .emplace(id, mirror_store{primary, origin,
                                       shard_store{st.cfg.mode, st.fresh_fn}})
             .first;
+    i->second.store.set_loop(st.loop);
     TROUPE_LOG(debug, who(self), "replicating the store of server ", origin,
                " for server ", primary);
   }
@@ -512,17 +513,23 @@ void answer_pull(self_ptr self, const pull_request& req, replier& to) {
   to.deliver(encode_pull_reply(version, views, clock));
 }
 
-/// Answers every waiting pull the stores can serve now.
+/// Answers every waiting pull the stores can serve now. Replies on roads
+/// are written side by side (st.loop); the stores do not change meanwhile.
 void serve_pulls(self_ptr self) {
   auto& st = self->state;
-  std::vector<shard_server_state::waiting_pull> still;
+  std::vector<shard_server_state::waiting_pull> still, on_roads;
   for (auto& p : st.pulls) {
-    if (servable(self, p.req))
-      answer_pull(self, p.req, p.to);
-    else
+    if (!servable(self, p.req))
       still.push_back(std::move(p));
+    else if (p.to.road)
+      on_roads.push_back(std::move(p));
+    else
+      answer_pull(self, p.req, p.to);
   }
   st.pulls = std::move(still);
+  st.loop(on_roads.size(), [&](size_t i) {
+    answer_pull(self, on_roads[i].req, on_roads[i].to);
+  });
   report_resumed(self);
 }
 
@@ -1096,8 +1103,15 @@ void accept_road(self_ptr self, road_message_ptr m) {
 caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
                            caf::actor scheduler, update_fn fn) {
   self->state.fresh_fn = fn;
+  if (cfg.helper_threads > 0) {
+    auto pool = std::make_shared<helper_pool>(cfg.helper_threads);
+    self->state.loop = [pool](size_t n, const loop_body& body) {
+      pool->run(n, body);
+    };
+  }
   self->state.stores.push_back(
       hosted_store{new_store_id(), 0, shard_store{cfg.mode, std::move(fn)}});
+  self->state.stores.back().store.set_loop(self->state.loop);
   self->state.cfg = cfg;
   self->state.scheduler = scheduler;
   self->monitor(scheduler);

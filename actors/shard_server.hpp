@@ -169,6 +169,9 @@ struct shard_server_state {
   std::unique_ptr<backup_link> backup; // null: no backup
   uint64_t backup_serial = 0;          // of the last link made
   update_fn fresh_fn; // never called: copied for each new store
+  /// How every store's per-slice loops and a round's road replies run:
+  /// on a helper_pool of cfg.helper_threads beside the actor thread.
+  loop_fn loop = run_serially;
   caf::actor scheduler;
   uint32_t rank = 0;
   bool joined = false;

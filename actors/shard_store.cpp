@@ -29,6 +29,19 @@ shard_store::shard_store(consistency mode, update_fn fn)
   // empty
 }
 
+void shard_store::set_loop(loop_fn fn) {
+  loop_ = fn ? std::move(fn) : loop_fn{run_serially};
+}
+
+void shard_store::for_slices(const std::vector<const void*>& targets,
+                             const loop_body& body) {
+  auto sorted = targets;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    return run_serially(targets.size(), body);
+  loop_(targets.size(), body);
+}
+
 void shard_store::set_owned(const std::map<slice_id, uint32_t>& owned) {
   for (auto i = slices_.begin(); i != slices_.end();)
     i = owned.count(i->first) == 0 ? slices_.erase(i) : std::next(i);
@@ -122,22 +135,32 @@ shard_store::push(const push_request& req,
 }
 
 void shard_store::apply_now(const std::vector<slice_view>& xs) {
-  for (auto& x : xs) // straight from the received frame
-    update_(x.id, slices_[x.id].values, x.data, 1);
+  std::vector<std::vector<float>*> dst;
+  dst.reserve(xs.size());
+  for (auto& x : xs)
+    dst.push_back(&slices_[x.id].values);
+  for_slices({dst.begin(), dst.end()}, [&](size_t k) {
+    update_(xs[k].id, *dst[k], xs[k].data, 1); // straight from the frame
+  });
   ++version_;
 }
 
 void shard_store::add_to_round(uint64_t clock,
                                const std::vector<slice_view>& xs) {
   auto& round = rounds_[clock];
-  for (auto& x : xs) {
-    auto& r = round[x.id];
+  std::vector<round_sum*> sums;
+  sums.reserve(xs.size());
+  for (auto& x : xs)
+    sums.push_back(&round[x.id]);
+  for_slices({sums.begin(), sums.end()}, [&](size_t k) {
+    auto& r = *sums[k];
+    auto& x = xs[k];
     if (r.contributors == 0)
       r.sum.assign(x.data, x.data + x.size); // the first push of a round
     else
       add_into(r.sum.data(), x.data, r.sum.size());
     ++r.contributors;
-  }
+  });
 }
 
 void shard_store::complete_rounds() {
@@ -146,11 +169,24 @@ void shard_store::complete_rounds() {
   while (min_clock() > rounds_applied_) {
     auto i = rounds_.find(rounds_applied_);
     if (i != rounds_.end()) {
+      struct todo {
+        const slice_id* id;
+        std::vector<float>* values;
+        const round_sum* r;
+      };
+      std::vector<todo> todos;
+      std::vector<const void*> targets;
       for (auto& [id, r] : i->second) {
         auto s = slices_.find(id);
-        if (s != slices_.end()) // may have moved away meanwhile
-          update_(id, s->second.values, r.sum.data(), r.contributors);
+        if (s != slices_.end()) { // may have moved away meanwhile
+          todos.push_back(todo{&id, &s->second.values, &r});
+          targets.push_back(todos.back().values);
+        }
       }
+      for_slices(targets, [&](size_t k) {
+        auto& t = todos[k];
+        update_(*t.id, *t.values, t.r->sum.data(), t.r->contributors);
+      });
       rounds_.erase(i);
     }
     version_ = ++rounds_applied_;

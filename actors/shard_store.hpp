@@ -27,6 +27,7 @@
 #include <caf/expected.hpp>
 
 #include "actors/consistency.hpp"
+#include "actors/helper_pool.hpp"
 #include "messages/checkpoint.hpp"
 #include "messages/kv.hpp"
 
@@ -108,6 +109,12 @@ public:
   /// The update hook (checkpoints reach an optimizer's state through it).
   update_fn& hook() { return update_; }
 
+  /// How loops over the slices of one push or one round run (adding a
+  /// push, applying a round): `fn` may run the slices at the same time on
+  /// several threads (a helper_pool), so the update hook must then be safe
+  /// to call at once for distinct slices. Default: serially.
+  void set_loop(loop_fn fn);
+
   // -- checkpoints ----------------------------------------------------------
 
   /// The applied state: slices, worker clocks, version. A sync round that
@@ -156,8 +163,14 @@ private:
   void add_to_round(uint64_t clock, const std::vector<slice_view>& xs);
   void complete_rounds();
 
+  /// Runs body(0 .. n - 1) through loop_, serially if two items would
+  /// touch the same slice (a push naming a slice twice).
+  void for_slices(const std::vector<const void*>& targets,
+                  const loop_body& body);
+
   consistency mode_;
   update_fn update_;
+  loop_fn loop_ = run_serially;
   std::map<slice_id, slice_state> slices_;
   std::map<uint32_t, worker_clock> workers_;
   std::map<uint64_t, std::map<slice_id, round_sum>> rounds_; // sync only

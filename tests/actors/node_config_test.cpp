@@ -51,7 +51,9 @@ BOOST_AUTO_TEST_CASE(flags_set_options) {
   node_config cfg;
   BOOST_REQUIRE(!parse(cfg, {"--role=server", "--server.mode=ssp:2",
                              "--cluster.servers=4", "--port=4411",
+                             "--server.helper-threads=3",
                              "--middleman.heartbeat-interval=50ms"}));
+  BOOST_CHECK_EQUAL(cfg.server.helper_threads, 3u);
   BOOST_CHECK(*cfg.node_role() == role::server);
   BOOST_CHECK(cfg.server.mode.kind == consistency::kind_t::ssp);
   BOOST_CHECK_EQUAL(cfg.server.mode.staleness, 2u);
@@ -104,6 +106,7 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
            "--server.road-send-timeout-ms");
   rejected({"--agent.backoff-ms=0"}, "--agent.backoff-ms");
   rejected({"--server.replicas=2"}, "--server.replicas");
+  rejected({"--server.helper-threads=17"}, "--server.helper-threads");
   rejected({"--agent.backoff-ms=500", "--agent.backoff-max-ms=100"},
            "--agent.backoff-max-ms");
   rejected({"--fault.plan=kill:worker-1"}, "--fault.plan");
