@@ -50,8 +50,8 @@ void helper_pool::run(size_t n, const loop_body& body) {
   idle_.wait(guard, [this] { return inside_ == 0; });
 }
 
-loop_fn helper_pool::as_loop() {
-  return [this](size_t n, const loop_body& body) { run(n, body); };
+loop_fn loop_on(std::shared_ptr<helper_pool> pool) {
+  return [pool](size_t n, const loop_body& body) { pool->run(n, body); };
 }
 
 void helper_pool::help() {

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -46,11 +47,6 @@ public:
   /// may run at the same time; `body` must not throw. One run at a time.
   void run(size_t n, const loop_body& body);
 
-  /// run() as a loop_fn; the pool must outlive it.
-  loop_fn as_loop();
-
-  size_t threads() const { return threads_.size(); }
-
   /// Items the helpers ran, over the pool's life (to see that they help).
   uint64_t helped() const { return helped_.load(); }
 
@@ -72,5 +68,9 @@ private:
   std::atomic<uint64_t> helped_{0};
   std::vector<std::thread> threads_;
 };
+
+/// A loop_fn that runs loops on `pool`, keeping it alive while the loop_fn
+/// (or a copy) lives.
+loop_fn loop_on(std::shared_ptr<helper_pool> pool);
 
 } // namespace troupe

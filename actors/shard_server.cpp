@@ -1103,12 +1103,9 @@ void accept_road(self_ptr self, road_message_ptr m) {
 caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
                            caf::actor scheduler, update_fn fn) {
   self->state.fresh_fn = fn;
-  if (cfg.helper_threads > 0) {
-    auto pool = std::make_shared<helper_pool>(cfg.helper_threads);
-    self->state.loop = [pool](size_t n, const loop_body& body) {
-      pool->run(n, body);
-    };
-  }
+  if (cfg.helper_threads > 0)
+    self->state.loop =
+        loop_on(std::make_shared<helper_pool>(cfg.helper_threads));
   self->state.stores.push_back(
       hosted_store{new_store_id(), 0, shard_store{cfg.mode, std::move(fn)}});
   self->state.stores.back().store.set_loop(self->state.loop);

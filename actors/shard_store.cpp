@@ -175,15 +175,13 @@ void shard_store::complete_rounds() {
         const round_sum* r;
       };
       std::vector<todo> todos;
-      std::vector<const void*> targets;
       for (auto& [id, r] : i->second) {
         auto s = slices_.find(id);
-        if (s != slices_.end()) { // may have moved away meanwhile
+        if (s != slices_.end()) // may have moved away meanwhile
           todos.push_back(todo{&id, &s->second.values, &r});
-          targets.push_back(todos.back().values);
-        }
       }
-      for_slices(targets, [&](size_t k) {
+      // One sum per slice in a round: no two items touch one slice.
+      loop_(todos.size(), [&](size_t k) {
         auto& t = todos[k];
         update_(*t.id, *t.values, t.r->sum.data(), t.r->contributors);
       });

@@ -292,10 +292,10 @@ std::vector<std::vector<float>> train_slices(const std::string& mode,
 } // namespace
 
 BOOST_AUTO_TEST_CASE(slices_updated_side_by_side_end_as_updated_one_by_one) {
-  helper_pool pool{2};
+  auto pool = loop_on(std::make_shared<helper_pool>(2));
   for (auto mode : {"sync", "async", "ssp:1"}) {
     auto serial = train_slices(mode, run_serially);
-    auto shared = train_slices(mode, pool.as_loop());
+    auto shared = train_slices(mode, pool);
     BOOST_REQUIRE_EQUAL(serial.size(), 12u);
     for (size_t k = 0; k < serial.size(); ++k)
       BOOST_CHECK_MESSAGE(serial[k] == shared[k], mode << ": slice " << k);
@@ -308,10 +308,10 @@ BOOST_AUTO_TEST_CASE(slices_updated_side_by_side_end_as_updated_one_by_one) {
 BOOST_AUTO_TEST_CASE(a_push_naming_a_slice_twice_is_added_one_by_one) {
   // Two items on one slice must not run at once: the store runs such a
   // loop serially, so both additions land.
-  helper_pool pool{2};
+  auto pool = loop_on(std::make_shared<helper_pool>(2));
   for (auto mode : {"sync", "async"}) {
     shard_store s{*parse_consistency(mode)};
-    s.set_loop(pool.as_loop());
+    s.set_loop(pool);
     s.set_owned({{a, 4096}});
     s.set_workers({0});
     BOOST_REQUIRE(!s.init(init_request{0, 1, {{a, std::vector<float>(4096)}}}));
