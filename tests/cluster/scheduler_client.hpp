@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -134,11 +135,27 @@ private:
   }
 };
 
-/// The log, one JSON line per event, for failure messages.
+/// The log, one JSON line per event, for failure messages. A run of more
+/// than 6 events of one kind (say, hundreds of checkpoints) keeps its first
+/// and last 2, with a count between: a failure message stays short enough
+/// that CTest does not cut off its end.
 inline std::string dump(const std::vector<event_record>& xs) {
   std::string out;
-  for (auto& e : xs)
-    out += to_json(e) + "\n";
+  for (size_t i = 0; i < xs.size();) {
+    auto j = i;
+    while (j < xs.size() && xs[j].kind == xs[i].kind)
+      ++j;
+    for (auto k = i; k < j; ++k) {
+      if (j - i > 6 && k == i + 2) {
+        out += "... " + std::to_string(j - i - 4) + " more \"" + xs[i].kind +
+               "\" events ...\n";
+        k = j - 3;
+        continue;
+      }
+      out += to_json(xs[k]) + "\n";
+    }
+    i = j;
+  }
   return out;
 }
 
