@@ -55,12 +55,14 @@ struct scheduler_client {
 
   /// Waits (bounded) for an event that satisfies `pred`: long polls of
   /// the scheduler's log, which answers as soon as a new event is in.
+  /// Events before the first `after` ever recorded are not looked at.
   template <class Pred>
   std::optional<event_record>
   wait_for_event(Pred pred,
-                 std::chrono::seconds limit = std::chrono::seconds{30}) {
+                 std::chrono::seconds limit = std::chrono::seconds{30},
+                 uint64_t after = 0) {
     auto deadline = std::chrono::steady_clock::now() + limit;
-    uint64_t seen = 0;
+    uint64_t seen = after;
     caf::scoped_actor self{*sys};
     for (;;) {
       auto left = deadline - std::chrono::steady_clock::now();

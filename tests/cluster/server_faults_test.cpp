@@ -127,17 +127,22 @@ BOOST_AUTO_TEST_CASE(
     auto is_promoted = [](const event_record& e) { return is(e, "promoted"); };
     BOOST_REQUIRE_MESSAGE(sched.wait_for_event(is_promoted),
                           dump(sched.events()));
+    // Copies made before (a backup link dropped at start and made anew
+    // copies the stores too) do not count.
+    auto before = sched.events().size();
     auto s2 = start_server(s, mode, flags);
-    // Both stores of server 0 (its own, and server 1's it serves) copied:
-    // two distinct stores, since a copy is taken again when a slow backup's
-    // link is dropped and made anew.
+    // Both stores of server 0 (its own, and server 1's it serves) copied
+    // to the new server: two distinct stores, as a copy is taken again
+    // when a slow backup's link is dropped and made anew.
     std::set<std::string> copied;
     BOOST_REQUIRE_MESSAGE(
-        sched.wait_for_event([&copied](const event_record& e) {
-          if (is(e, "replicated")) // "store of server N copied to ..."
-            copied.insert(e.detail.substr(0, e.detail.find(" copied")));
-          return copied.size() == 2;
-        }),
+        sched.wait_for_event(
+            [&copied](const event_record& e) {
+              if (is(e, "replicated")) // "store of server N copied to ..."
+                copied.insert(e.detail.substr(0, e.detail.find(" copied")));
+              return copied.size() == 2;
+            },
+            30s, before),
         mode << ": copies of " << copied.size() << " stores\n"
              << dump(sched.events()) << s0->output());
     s0->signal(SIGKILL);
