@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include <caf/sec.hpp>
 
@@ -27,6 +28,27 @@ constexpr size_t max_failure_chars = 4096;
 
 caf::error bad(const char* what) {
   return caf::make_error(errc::malformed_message, what);
+}
+
+/// A request naming one slice twice is malformed: a push would add it twice,
+/// an init would keep one of two values, a pull would get it back twice.
+/// `List` holds elements with getKey() and getIndex().
+template <class List>
+caf::error check_distinct(const List& in, const char* what) {
+  if (in.size() > max_slices_per_message)
+    return bad("too many slices");
+  std::vector<slice_id> ids;
+  ids.reserve(in.size());
+  for (auto s : in)
+    ids.push_back(slice_id{s.getKey(), s.getIndex()});
+  std::sort(ids.begin(), ids.end());
+  auto twice = std::adjacent_find(ids.begin(), ids.end());
+  if (twice != ids.end())
+    return caf::make_error(errc::malformed_message,
+                           "slice (key " + std::to_string(twice->key) +
+                               ", index " + std::to_string(twice->index) +
+                               ") named twice in one " + what);
+  return caf::none;
 }
 
 /// Slices at least this large are referenced, not copied, when they can be.
@@ -220,6 +242,8 @@ caf::error decode(bytes_view f, init_request& x) {
     auto r = rd.get<schema::Init>();
     x.worker = r.getWorker();
     x.epoch = r.getEpoch();
+    if (auto err = check_distinct(r.getSlices(), "init"))
+      return err;
     return read_slices(r.getSlices(), x.slices);
   });
 }
@@ -248,8 +272,8 @@ caf::error decode(bytes_view f, pull_request& x) {
     x.clock = r.getClock();
     x.epoch = r.getEpoch();
     auto refs = r.getSlices();
-    if (refs.size() > max_slices_per_message)
-      return bad("too many slices");
+    if (auto err = check_distinct(refs, "pull"))
+      return err;
     x.slices.resize(refs.size());
     for (size_t i = 0; i < refs.size(); ++i)
       x.slices[i] = slice_id{refs[i].getKey(), refs[i].getIndex()};
@@ -291,6 +315,8 @@ caf::error visit_push(
     x.parts = r.getParts();
     if (x.parts == 0 || x.part >= x.parts)
       return bad("push part out of range");
+    if (auto err = check_distinct(r.getSlices(), "push"))
+      return err;
     return visit_slices(r.getSlices(), fn);
   });
 }

@@ -201,6 +201,15 @@ BOOST_AUTO_TEST_CASE(a_server_drops_duplicates_and_survives_malformed_bytes) {
   BOOST_CHECK(ask(pull_atom_v, encode(ahead)).error() == errc::clock_gap);
   pull_request stranger{7, 0, v->second.epoch, {{1, 0}}};
   BOOST_CHECK(ask(pull_atom_v, encode(stranger)).error() == errc::not_a_member);
+  // A slice named twice: the push would add it twice (making 3 below).
+  auto doubled = p;
+  doubled.clock = 1;
+  doubled.slices.push_back(doubled.slices.front());
+  BOOST_CHECK(ask(push_atom_v, encode(doubled)).error() ==
+              errc::malformed_message);
+  pull_request pull_doubled{0, 1, v->second.epoch, {{1, 0}, {1, 0}}};
+  BOOST_CHECK(ask(pull_atom_v, encode(pull_doubled)).error() ==
+              errc::malformed_message);
   auto got = c.worker(0).pull(1, {1}); // still serving, applied once
   BOOST_REQUIRE(got);
   BOOST_CHECK(all_equal(*got, 1.0f));

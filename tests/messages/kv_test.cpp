@@ -132,6 +132,28 @@ BOOST_AUTO_TEST_CASE(bad_parts_are_malformed) {
               errc::malformed_message);
 }
 
+BOOST_AUTO_TEST_CASE(a_slice_named_twice_in_a_request_is_malformed) {
+  std::vector<float> v(8, 1.0f);
+  push_request p{0, 0, 1, 0, 1, {{{3, 2}, v}, {{3, 1}, v}, {{3, 2}, v}}};
+  push_request q;
+  auto err = decode(encode(p), q);
+  BOOST_CHECK(err == errc::malformed_message);
+  BOOST_CHECK_MESSAGE(describe(err).find("key 3, index 2") !=
+                              std::string::npos &&
+                          describe(err).find("push") != std::string::npos,
+                      describe(err));
+  init_request i{0, 1, {{{3, 2}, v}, {{3, 2}, v}}};
+  init_request j;
+  BOOST_CHECK(decode(encode(i), j) == errc::malformed_message);
+  pull_request r{0, 0, 1, {{3, 1}, {3, 2}, {3, 1}}};
+  pull_request s;
+  BOOST_CHECK(decode(encode(r), s) == errc::malformed_message);
+  // The same key with distinct indices is fine.
+  p.slices.pop_back();
+  BOOST_CHECK(!decode(encode(p), q));
+  BOOST_CHECK_EQUAL(q.slices.size(), 2u);
+}
+
 BOOST_AUTO_TEST_CASE(values_not_a_multiple_of_four_bytes_are_malformed) {
   capnp::MallocMessageBuilder msg;
   auto p = msg.initRoot<schema::Push>();
