@@ -304,9 +304,7 @@ void road_send(self_ptr self, std::shared_ptr<kv_request> req, road_op op,
   }
   auto bytes = req->window_bytes();
   auto& l = link->second;
-  if (!now &&
-      (!l.queued.empty() ||
-       (l.in_flight > 0 && l.in_flight + bytes > st.cfg.window_bytes))) {
+  if (!now && !l.admits(bytes, st.cfg.window_bytes)) {
     // Behind the window, and behind what waits already: in order.
     l.queued.emplace_back(bytes, [self, req, op, keep, g, on_reply] {
       road_send(self, req, op, keep, g, on_reply, true);
@@ -348,15 +346,85 @@ void road_send(self_ptr self, std::shared_ptr<kv_request> req, road_op op,
     g->fail(err);
 }
 
-/// Lets queued requests of `link` go while the window allows.
-void drain(self_ptr self, road_link& l) {
-  while (!l.queued.empty() &&
-         (l.in_flight == 0 || l.in_flight + l.queued.front().first <=
-                                  self->state.cfg.window_bytes)) {
-    auto next = std::move(l.queued.front().second);
-    l.queued.pop_front();
+/// Lets queued requests of `w` go while `limit` allows.
+void drain(send_window& w, size_t limit) {
+  while (!w.queued.empty() &&
+         (w.in_flight == 0 || w.in_flight + w.queued.front().first <= limit)) {
+    auto next = std::move(w.queued.front().second);
+    w.queued.pop_front();
     next();
   }
+}
+
+/// The most bytes in flight to one server over CAF.
+size_t caf_window_limit(const kv_settings& cfg) {
+  return std::min<size_t>(cfg.window_bytes, size_t{4} * cfg.max_message_bytes);
+}
+
+/// Forgets what was in flight to server `rank` over CAF (it went down:
+/// those requests fail or never complete) and lets what waited go, to fail
+/// or to reach a successor.
+void reset_caf_window(self_ptr self, uint32_t rank) {
+  auto i = self->state.caf_windows.find(rank);
+  if (i == self->state.caf_windows.end())
+    return;
+  auto queued = std::move(i->second.queued);
+  i->second.queued.clear();
+  i->second.in_flight = 0;
+  i->second.generation = ++self->state.window_generations;
+  for (auto& q : queued)
+    q.second();
+}
+
+/// Sends `req` over CAF to its server, or queues it behind the window.
+template <class Atom>
+void caf_send(self_ptr self, std::shared_ptr<kv_request> req, Atom atom,
+              keepalive keep, gather_ptr g,
+              std::function<void(bytes_view)> on_reply, bool now = false) {
+  auto& st = self->state;
+  auto r = req->rank;
+  auto bytes = req->window_bytes();
+  auto limit = caf_window_limit(st.cfg);
+  auto [it, fresh] = st.caf_windows.try_emplace(r);
+  auto& w = it->second;
+  if (fresh)
+    w.generation = ++st.window_generations;
+  if (!now)
+    track(self, r, g); // waits on server r, queued or sent
+  if (!now && !w.admits(bytes, limit)) {
+    w.queued.emplace_back(bytes, [self, req, atom, keep, g, on_reply] {
+      caf_send(self, req, atom, keep, g, on_reply, true);
+    });
+    return;
+  }
+  if (g->failed)
+    return; // another part failed while this one waited
+  auto h = st.servers.find(r);
+  if (h == st.servers.end()) {
+    g->fail(caf::make_error(errc::not_connected, "server", r));
+    return;
+  }
+  w.in_flight += bytes;
+  auto done = [self, r, bytes, gen = w.generation, limit] {
+    auto i = self->state.caf_windows.find(r);
+    if (i == self->state.caf_windows.end() || i->second.generation != gen)
+      return; // sent before the window was reset
+    i->second.in_flight -= bytes;
+    drain(i->second, limit);
+  };
+  self->request(h->second, timeout_of(self), atom, req->flat())
+      .then(
+          [on_reply, done](const frame& reply) {
+            on_reply(reply);
+            done();
+          },
+          [g, r, done](caf::error& err) {
+            if (err == caf::sec::request_timeout)
+              g->fail(caf::make_error(errc::timeout, "server", r));
+            else
+              g->fail(std::move(err));
+            done();
+          });
 }
 
 /// A reply (or failure) from a road.
@@ -378,7 +446,7 @@ void on_road_message(self_ptr self, uint32_t rank, const road_message& m) {
   }
   link = st.roads.find(rank);
   if (link != st.roads.end())
-    drain(self, link->second);
+    drain(link->second, st.cfg.window_bytes);
 }
 
 /// Closes the road to `rank` and fails what waited on it.
@@ -424,7 +492,7 @@ void on_tick(self_ptr self) {
       auto link = st.roads.find(i->second.rank);
       if (link != st.roads.end()) {
         link->second.in_flight -= i->second.bytes;
-        drain(self, link->second);
+        drain(link->second, st.cfg.window_bytes);
       }
       i = st.calls.erase(i);
     } else {
@@ -480,20 +548,12 @@ void scatter(self_ptr self, Atom atom, road_op op, gather_ptr g,
                 part);
       continue;
     }
-    auto h = self->state.servers.find(r);
-    if (h == self->state.servers.end()) {
+    if (self->state.servers.count(r) == 0) {
       g->fail(caf::make_error(errc::not_connected, "server", r));
       return;
     }
-    track(self, r, g);
-    self->request(h->second, timeout_of(self), atom, m.flat())
-        .then([part](const frame& reply) { part(reply); },
-              [g, r](caf::error& err) {
-                if (err == caf::sec::request_timeout)
-                  g->fail(caf::make_error(errc::timeout, "server", r));
-                else
-                  g->fail(std::move(err));
-              });
+    caf_send(self, std::make_shared<kv_request>(std::move(m)), atom, keep, g,
+             part);
   }
 }
 
@@ -980,6 +1040,7 @@ void stop(self_ptr self, caf::error err) {
     ranks.push_back(rank);
   for (auto rank : ranks) // also fails what waits behind a window
     drop_road(self, rank, err);
+  st.caf_windows.clear(); // what waited there is in st.inflight: failed
   self->quit(std::move(err));
 }
 
@@ -1018,6 +1079,7 @@ void fail_inflight(self_ptr self, uint32_t rank) {
   for (auto& [r, weak] : self->state.inflight)
     if (auto g = weak.lock(); g && r == rank)
       g->fail(err);
+  reset_caf_window(self, rank); // what waited there has failed just now
 }
 
 void on_down(self_ptr self, const caf::down_msg& dm) {

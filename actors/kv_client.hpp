@@ -51,7 +51,8 @@
 // (actors/road.hpp) when --kv.road allows and the connection is up, else
 // CAF. A lost road fails what waited on it (errc::peer_down) and later
 // operations use CAF. At most kv.window-bytes of frames are in flight per
-// road; more wait in order. With kv.resend-ms > 0, a road request without
+// road, and over CAF at most 4 x kv.max-message-bytes (within the window);
+// more wait in order. With kv.resend-ms > 0, a road request without
 // a reply after that long is sent again (a lost frame; servers drop
 // duplicates). --fault.drop-pushes / --fault.duplicate-pushes lose or
 // double push frames on purpose, to test exactly that.
@@ -71,8 +72,8 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/node_config.hpp"
 #include "actors/named_array.hpp"
+#include "actors/node_config.hpp"
 #include "actors/road.hpp"
 #include "messages/kv.hpp"
 #include "messages/membership.hpp"
@@ -96,11 +97,24 @@ struct road_call {
   std::chrono::steady_clock::time_point resend_at;
 };
 
-/// The road to one server and its window.
-struct road_link {
-  road_conn_ptr conn;
-  size_t in_flight = 0; // bytes sent, not yet answered
+/// Bytes sent to one server and not yet answered, and the requests that
+/// wait behind them, in order.
+struct send_window {
+  size_t in_flight = 0;
   std::deque<std::pair<size_t, std::function<void()>>> queued;
+  /// New (client-wide) at each creation and reset: a reply to a request
+  /// sent before holds no bytes of this window.
+  uint64_t generation = 0;
+  /// True if a request of `bytes` may go now under `limit`: nothing waits
+  /// before it, and it fits (one always goes when none is in flight).
+  bool admits(size_t bytes, size_t limit) const {
+    return queued.empty() && (in_flight == 0 || in_flight + bytes <= limit);
+  }
+};
+
+/// The road to one server and its window.
+struct road_link : send_window {
+  road_conn_ptr conn;
 };
 
 struct kv_client_state {
@@ -131,6 +145,11 @@ struct kv_client_state {
   // Operations waiting on a server, failed at once if it goes down.
   std::vector<std::pair<uint32_t, std::weak_ptr<kv_gather>>> inflight;
   std::map<uint32_t, road_link> roads; // server rank -> its fast road
+  /// Requests to each server over CAF: a burst of large messages would
+  /// hold the middleman's one thread for seconds, long enough for peers to
+  /// take this node for dead (no heartbeat gets through meanwhile).
+  std::map<uint32_t, send_window> caf_windows;
+  uint64_t window_generations = 0;     // the last generation given out
   std::map<uint64_t, road_call> calls; // by request id
   uint64_t next_call = 1;
   bool ticking = false;   // a timeout sweep is scheduled
