@@ -59,8 +59,14 @@ node_config::node_config() {
   using namespace std::chrono_literals;
   set("middleman.heartbeat-interval", caf::timespan{250ms});
   set("middleman.connection-timeout", caf::timespan{2s});
-  // Fewer scheduler threads are faster on small machines.
-  set("scheduler.max-threads", size_t{2});
+  // One scheduler thread: a message from one actor of the process to
+  // another (worker -> kv client -> worker) then runs on the thread that
+  // sent it instead of waking a second one, a wake-up costing tens of
+  // microseconds on a VM. Each role's heavy work has threads of its own
+  // (roads' readers, the server's helper pool, BLAS). On 2 cores it trains
+  // 6-16% faster than 2 threads (bench/time_to_accuracy); a machine with
+  // many actors per process can raise it (--scheduler.max-threads=N).
+  set("scheduler.max-threads", size_t{1});
   set("scheduler.policy", caf::atom("sharing"));
   opt_group{custom_options_, "global"}
       .add(role_name, "role", "scheduler | server | worker | agent")
