@@ -222,8 +222,9 @@ void pipeline_on(const std::string& road, size_t n) {
   BOOST_CHECK_MESSAGE(bad.empty(), road << ", " << n << " floats: " << bad);
 }
 
-/// 16 MiB + 4 bytes: two parts, and four pushes of it fill the road's
-/// window (--kv.window-bytes, 64 MiB) so that requests wait.
+/// 16 MiB + 4 bytes: two parts, and four pushes of it fill the window
+/// (64 MiB: --kv.window-bytes on a road, 4 x max-message-bytes over CAF) so
+/// that requests wait.
 constexpr size_t window_filling_floats = (16u << 20) / 4 + 1;
 
 } // namespace
