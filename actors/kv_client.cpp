@@ -348,8 +348,7 @@ void road_send(self_ptr self, std::shared_ptr<kv_request> req, road_op op,
 
 /// Lets queued requests of `w` go while `limit` allows.
 void drain(send_window& w, size_t limit) {
-  while (!w.queued.empty() &&
-         (w.in_flight == 0 || w.in_flight + w.queued.front().first <= limit)) {
+  while (!w.queued.empty() && w.fits(w.queued.front().first, limit)) {
     auto next = std::move(w.queued.front().second);
     w.queued.pop_front();
     next();

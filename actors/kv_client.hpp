@@ -108,7 +108,11 @@ struct send_window {
   /// True if a request of `bytes` may go now under `limit`: nothing waits
   /// before it, and it fits (one always goes when none is in flight).
   bool admits(size_t bytes, size_t limit) const {
-    return queued.empty() && (in_flight == 0 || in_flight + bytes <= limit);
+    return queued.empty() && fits(bytes, limit);
+  }
+  /// True if `bytes` more stay within `limit`, or none are in flight.
+  bool fits(size_t bytes, size_t limit) const {
+    return in_flight == 0 || in_flight + bytes <= limit;
   }
 };
 
@@ -146,8 +150,8 @@ struct kv_client_state {
   std::vector<std::pair<uint32_t, std::weak_ptr<kv_gather>>> inflight;
   std::map<uint32_t, road_link> roads; // server rank -> its fast road
   /// Requests to each server over CAF: a burst of large messages would
-  /// hold the middleman's one thread for seconds, long enough for peers to
-  /// take this node for dead (no heartbeat gets through meanwhile).
+  /// hold the middleman's one thread for seconds, and peers took this node
+  /// for dead (most likely no heartbeat got through meanwhile).
   std::map<uint32_t, send_window> caf_windows;
   uint64_t window_generations = 0;     // the last generation given out
   std::map<uint64_t, road_call> calls; // by request id
