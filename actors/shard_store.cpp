@@ -131,6 +131,8 @@ shard_store::push(const push_request& req,
     ++wc.clock;
     complete_rounds();
   }
+  if (mode_.kind == consistency::kind_t::sync)
+    keep_borrowed(req.clock, slices);
   return push_reply{version_, false};
 }
 
@@ -149,17 +151,41 @@ void shard_store::add_to_round(uint64_t clock,
                                const std::vector<slice_view>& xs) {
   auto& round = rounds_[clock];
   std::vector<round_sum*> sums;
-  sums.reserve(xs.size());
-  for (auto& x : xs)
-    sums.push_back(&round[x.id]);
+  std::vector<const float*> adds;
+  for (auto& x : xs) {
+    auto& r = round[x.id];
+    if (r.contributors++ == 0) { // the first push of a round: no copy yet
+      r.borrowed = x.data;
+      r.size = x.size;
+    } else {
+      if (r.borrowed) { // the slice twice in one push
+        r.sum.assign(r.borrowed, r.borrowed + r.size);
+        r.borrowed = nullptr;
+      }
+      sums.push_back(&r);
+      adds.push_back(x.data);
+    }
+  }
+  for_slices({sums.begin(), sums.end()}, [&](size_t k) {
+    add_into(sums[k]->sum.data(), adds[k], sums[k]->size);
+  });
+}
+
+void shard_store::keep_borrowed(uint64_t clock,
+                                const std::vector<slice_view>& xs) {
+  auto i = rounds_.find(clock);
+  if (i == rounds_.end()) // the push completed its round
+    return;
+  std::vector<round_sum*> sums;
+  for (auto& x : xs) {
+    auto r = i->second.find(x.id);
+    if (r != i->second.end() && r->second.borrowed)
+      sums.push_back(&r->second);
+  }
   for_slices({sums.begin(), sums.end()}, [&](size_t k) {
     auto& r = *sums[k];
-    auto& x = xs[k];
-    if (r.contributors == 0)
-      r.sum.assign(x.data, x.data + x.size); // the first push of a round
-    else
-      add_into(r.sum.data(), x.data, r.sum.size());
-    ++r.contributors;
+    r.sum.assign(r.borrowed, r.borrowed + r.size);
+    r.borrowed = nullptr;
   });
 }
 
@@ -183,7 +209,7 @@ void shard_store::complete_rounds() {
       // One sum per slice in a round: no two items touch one slice.
       loop_(todos.size(), [&](size_t k) {
         auto& t = todos[k];
-        update_(*t.id, *t.values, t.r->sum.data(), t.r->contributors);
+        update_(*t.id, *t.values, t.r->data(), t.r->contributors);
       });
       rounds_.erase(i);
     }

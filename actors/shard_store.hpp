@@ -150,7 +150,12 @@ private:
   };
   struct round_sum { // sync: one slice's sum for one clock
     std::vector<float> sum;
+    /// The first push's data, read in place while push() runs (a round
+    /// it completes needs no copy); copied into `sum` before it returns.
+    const float* borrowed = nullptr;
+    size_t size = 0;
     uint32_t contributors = 0;
+    const float* data() const { return borrowed ? borrowed : sum.data(); }
   };
   struct worker_clock {
     uint64_t clock = 0;
@@ -161,6 +166,8 @@ private:
   caf::error check_slices(const std::vector<slice_view>& xs) const;
   void apply_now(const std::vector<slice_view>& xs);
   void add_to_round(uint64_t clock, const std::vector<slice_view>& xs);
+  /// Copies the sums of round `clock` that still borrow a push's data.
+  void keep_borrowed(uint64_t clock, const std::vector<slice_view>& xs);
   void complete_rounds();
 
   /// Runs body(0 .. n - 1) through loop_, serially if two items would

@@ -57,6 +57,22 @@ BOOST_AUTO_TEST_CASE(
   BOOST_CHECK_EQUAL(f.value_of(b), 7.0f);
 }
 
+BOOST_AUTO_TEST_CASE(a_waiting_sync_round_keeps_its_own_copy_of_a_push) {
+  // push() reads the values in place during the call only: a round that
+  // does not complete must not keep pointing at them.
+  fixture f{"sync"};
+  std::vector<float> xs{1, 1, 1}, ys{1, 1};
+  push_request header{0, 0, 1, 0, 1, {}};
+  BOOST_REQUIRE(f.store.push(header, {slice_view{a, xs.data(), xs.size()},
+                                      slice_view{b, ys.data(), ys.size()}}));
+  std::fill(xs.begin(), xs.end(), 100.0f); // the caller reuses its buffer
+  std::fill(ys.begin(), ys.end(), 100.0f);
+  BOOST_REQUIRE(f.push(1, 0, 2.0f));
+  BOOST_REQUIRE(f.push(2, 0, 4.0f));
+  BOOST_CHECK_EQUAL(f.value_of(a), 7.0f);
+  BOOST_CHECK_EQUAL(f.value_of(b), 7.0f);
+}
+
 BOOST_AUTO_TEST_CASE(sync_keeps_an_early_push_for_the_next_round) {
   fixture f{"sync"};
   BOOST_REQUIRE(f.push(0, 0, 1.0f));
