@@ -458,8 +458,46 @@ void road_conn::start_accepted(uint32_t timeout_ms, road_handler on_msg,
   }};
 }
 
-caf::error road_conn::send(road_op op, uint64_t id, const outbound& out) {
-  return write_pieces(op, id, out.pieces(), out.bytes());
+namespace {
+
+/// Frames from this size on are copied into the ring in chunks of
+/// split_copy_chunk bytes by the sender's loop, if it gave one.
+constexpr size_t min_split_copy = 256 * 1024;
+constexpr size_t split_copy_chunk = 64 * 1024;
+
+/// Copies `pieces` one after another to `dst`: in chunks that `loop` runs,
+/// or (no loop) in place.
+void copy_pieces(const std::vector<outbound::piece>& pieces, uint8_t* dst,
+                 const loop_fn* loop) {
+  if (!loop) {
+    for (auto& p : pieces) {
+      std::memcpy(dst, p.data, p.size);
+      dst += p.size;
+    }
+    return;
+  }
+  struct chunk {
+    uint8_t* to;
+    const uint8_t* from;
+    size_t n;
+  };
+  std::vector<chunk> chunks;
+  for (auto& p : pieces)
+    for (size_t at = 0; at < p.size; at += split_copy_chunk) {
+      auto n = std::min(split_copy_chunk, p.size - at);
+      chunks.push_back(chunk{dst, p.data + at, n});
+      dst += n;
+    }
+  (*loop)(chunks.size(), [&](size_t k) {
+    std::memcpy(chunks[k].to, chunks[k].from, chunks[k].n);
+  });
+}
+
+} // namespace
+
+caf::error road_conn::send(road_op op, uint64_t id, const outbound& out,
+                           const loop_fn* copy) {
+  return write_pieces(op, id, out.pieces(), out.bytes(), copy);
 }
 
 caf::error road_conn::send(road_op op, uint64_t id, bytes_view f) {
@@ -468,7 +506,7 @@ caf::error road_conn::send(road_op op, uint64_t id, bytes_view f) {
 
 caf::error road_conn::write_pieces(road_op op, uint64_t id,
                                    const std::vector<outbound::piece>& pieces,
-                                   size_t bytes) {
+                                   size_t bytes, const loop_fn* copy) {
   if (closed_)
     return caf::make_error(errc::peer_down, "road closed");
   wire_header h;
@@ -485,11 +523,8 @@ caf::error road_conn::write_pieces(road_op op, uint64_t id,
   if (out_space_ && bytes >= min_ring_frame)
     off = out_space_->take(bytes);
   if (off != SIZE_MAX) { // the one copy: into the ring
-    auto* dst = out_.base + off;
-    for (auto& p : pieces) {
-      std::memcpy(dst, p.data, p.size);
-      dst += p.size;
-    }
+    copy_pieces(pieces, out_.base + off,
+                copy && bytes >= min_split_copy ? copy : nullptr);
     h.in_ring = 1;
     h.offset = off;
     ring_bytes_sent_ += bytes;

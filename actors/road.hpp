@@ -46,6 +46,7 @@
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
 
+#include "actors/helper_pool.hpp"
 #include "messages/frame.hpp"
 #include "messages/membership.hpp"
 
@@ -126,8 +127,10 @@ public:
   road_conn& operator=(const road_conn&) = delete;
 
   /// Sends `out` (or `f`) as message `op` with `id`; an error closes the
-  /// connection.
-  caf::error send(road_op op, uint64_t id, const outbound& out);
+  /// connection. With `copy`, a large frame's copy into the ring is split
+  /// over that loop (a thread pool's: see helper_pool.hpp).
+  caf::error send(road_op op, uint64_t id, const outbound& out,
+                  const loop_fn* copy = nullptr);
   caf::error send(road_op op, uint64_t id, bytes_view f);
 
   /// Ends the connection: the reader stops, on_down runs (if not yet),
@@ -166,7 +169,7 @@ public:
 private:
   caf::error write_pieces(road_op op, uint64_t id,
                           const std::vector<outbound::piece>& pieces,
-                          size_t bytes);
+                          size_t bytes, const loop_fn* copy = nullptr);
   void read_loop();
   void read_messages();
   void fail(caf::error err);

@@ -21,9 +21,9 @@
 
 namespace troupe {
 
-void replier::deliver(const outbound& out) {
+void replier::deliver(const outbound& out, const loop_fn* copy) {
   if (road)
-    road->conn->send(road_op::reply, road->id, out);
+    road->conn->send(road_op::reply, road->id, out, copy);
   else
     rp.deliver(out.flatten());
 }
@@ -485,8 +485,10 @@ bool servable(self_ptr self, const pull_request& req) {
   return true;
 }
 
-/// The reply to a servable pull: slices from their stores, in order.
-void answer_pull(self_ptr self, const pull_request& req, replier& to) {
+/// The reply to a servable pull: slices from their stores, in order;
+/// `copy` (if given) copies it out on a road.
+void answer_pull(self_ptr self, const pull_request& req, replier& to,
+                 const loop_fn* copy = nullptr) {
   auto& st = self->state;
   std::vector<slice_view> views;
   views.reserve(req.slices.size());
@@ -510,11 +512,12 @@ void answer_pull(self_ptr self, const pull_request& req, replier& to) {
   if (version == UINT64_MAX)
     version = own_store(self).version();
   // On the fast road, written straight from the stores.
-  to.deliver(encode_pull_reply(version, views, clock));
+  to.deliver(encode_pull_reply(version, views, clock), copy);
 }
 
 /// Answers every waiting pull the stores can serve now. Replies on roads
-/// are written side by side (st.loop); the stores do not change meanwhile.
+/// are written side by side (st.loop), or a lone one split over st.loop;
+/// the stores do not change meanwhile.
 void serve_pulls(self_ptr self) {
   auto& st = self->state;
   std::vector<shard_server_state::waiting_pull> still, on_roads;
@@ -527,9 +530,12 @@ void serve_pulls(self_ptr self) {
       answer_pull(self, p.req, p.to);
   }
   st.pulls = std::move(still);
-  st.loop(on_roads.size(), [&](size_t i) {
-    answer_pull(self, on_roads[i].req, on_roads[i].to);
-  });
+  if (on_roads.size() == 1)
+    answer_pull(self, on_roads[0].req, on_roads[0].to, &st.loop);
+  else
+    st.loop(on_roads.size(), [&](size_t i) {
+      answer_pull(self, on_roads[i].req, on_roads[i].to);
+    });
   report_resumed(self);
 }
 

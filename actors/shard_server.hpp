@@ -97,7 +97,8 @@ namespace troupe {
 struct replier {
   caf::response_promise rp;
   road_message_ptr road;
-  void deliver(const outbound& out);
+  /// With `copy`, a large reply on a road is copied out by that loop.
+  void deliver(const outbound& out, const loop_fn* copy = nullptr);
   void deliver(const frame& f);
   void deliver(const caf::error& err);
   /// Who sent the request, for logs.

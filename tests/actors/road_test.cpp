@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -13,6 +14,7 @@
 
 #include "actors/log.hpp"
 #include "actors/road.hpp"
+#include "messages/kv.hpp"
 #include "tests/actors/road_peers.hpp"
 
 using namespace troupe;
@@ -173,6 +175,36 @@ BOOST_AUTO_TEST_CASE(frames_of_every_size_come_back_byte_exact_over_tcp) {
 
 BOOST_AUTO_TEST_CASE(frames_of_every_size_come_back_byte_exact_over_shm) {
   BOOST_CHECK_GT(sweep_over(road_kind::shm), 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_frame_copied_into_the_ring_by_helpers_comes_back_exact) {
+  // A server splits the copy of a large reply over its helper threads:
+  // pieces of sizes that are no multiple of the chunk, nor of 8 bytes.
+  auto pool = loop_on(std::make_shared<helper_pool>(2));
+  std::vector<std::vector<float>> values;
+  std::vector<slice_view> views;
+  uint64_t k = 0;
+  for (size_t floats :
+       {size_t{100003}, size_t{16384}, size_t{7}, size_t{0}, size_t{65537}}) {
+    values.emplace_back(floats);
+    for (auto& x : values.back())
+      x = float(++k);
+  }
+  for (size_t i = 0; i < values.size(); ++i)
+    views.push_back(
+        slice_view{slice_id{i + 1, 0}, values[i].data(), values[i].size()});
+  auto out = encode_pull_reply(7, views, 3);
+  auto flat = out.flatten();
+  BOOST_REQUIRE_GT(out.pieces().size(), 2u);
+  auto l = start_echo_listener();
+  road_client c{*l, road_kind::shm, sweep_ring_bytes};
+  BOOST_REQUIRE(!c.conn->send(road_op::push, 1, out, &pool));
+  BOOST_CHECK_EQUAL(c.conn->ring_bytes_sent(), out.bytes());
+  auto m = c.box->take(1);
+  BOOST_REQUIRE_MESSAGE(m, "no echo: " << c.box->reason());
+  BOOST_REQUIRE_EQUAL(m->bytes.size, flat.bytes.size());
+  BOOST_CHECK(std::memcmp(m->bytes.data, flat.bytes.data(), m->bytes.size) ==
+              0);
 }
 
 BOOST_AUTO_TEST_CASE(a_frame_above_the_limit_is_refused_by_the_receiver) {
