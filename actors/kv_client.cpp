@@ -328,7 +328,7 @@ void road_send(self_ptr self, std::shared_ptr<kv_request> req, road_op op,
     for (int i = 0; i < copies && !err; ++i)
       err = req->body.index() == 0
                 ? conn->send(op, id, bytes_view{std::get<0>(req->body)})
-                : conn->send(op, id, std::get<1>(req->body));
+                : conn->send(op, id, std::get<1>(req->body), &self->state.loop);
     return err;
   };
   auto t = std::chrono::steady_clock::now();
@@ -1109,6 +1109,9 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
                         caf::actor scheduler) {
   self->state.cfg = cfg;
   self->state.scheduler = scheduler;
+  if (cfg.helper_threads > 0)
+    self->state.loop =
+        loop_on(std::make_shared<helper_pool>(cfg.helper_threads));
   self->state.faults.seed(cfg.fault_seed != 0 ? cfg.fault_seed
                                               : std::random_device{}());
   self->monitor(scheduler);

@@ -160,6 +160,8 @@ struct kv_client_state {
   std::mt19937_64 faults; // draws of --fault.drop-pushes / duplicate-pushes
   /// Our Init's arrays while the pull after it waits for the keys' values.
   std::shared_ptr<const std::vector<named_array>> awaiting_init;
+  /// Runs the copies of large frames (kv.helper-threads).
+  loop_fn loop = run_serially;
   ~kv_client_state();
 };
 

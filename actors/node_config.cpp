@@ -105,7 +105,9 @@ node_config::node_config() {
       .add(kv.ring_bytes, "ring-bytes",
            "bytes of each shared-memory ring (per server and direction)")
       .add(kv.resend_ms, "resend-ms",
-           "send a road request again after this long unanswered, 0 = never");
+           "send a road request again after this long unanswered, 0 = never")
+      .add(kv.helper_threads, "helper-threads",
+           "threads (0..16) sharing the copies of large frames, 0 = none");
   opt_group{custom_options_, "optimizer"}
       .add(optimizer.name, "name", "sum | sgd | momentum | nesterov | adam")
       .add(optimizer.on, "on", "server | worker (sync mode only)")
@@ -229,6 +231,9 @@ caf::error node_config::finish() {
   if (server.helper_threads > 16)
     return caf::make_error(errc::invalid_config,
                            "--server.helper-threads must be 0..16");
+  if (kv.helper_threads > 16)
+    return caf::make_error(errc::invalid_config,
+                           "--kv.helper-threads must be 0..16");
   auto road = parse_road(kv.road_text);
   if (!road)
     return std::move(road.error());

@@ -49,11 +49,12 @@ BOOST_AUTO_TEST_CASE(defaults_turn_heartbeats_on) {
 
 BOOST_AUTO_TEST_CASE(flags_set_options) {
   node_config cfg;
-  BOOST_REQUIRE(!parse(cfg, {"--role=server", "--server.mode=ssp:2",
-                             "--cluster.servers=4", "--port=4411",
-                             "--server.helper-threads=3",
-                             "--middleman.heartbeat-interval=50ms"}));
+  BOOST_REQUIRE(!parse(
+      cfg, {"--role=server", "--server.mode=ssp:2", "--cluster.servers=4",
+            "--port=4411", "--server.helper-threads=3", "--kv.helper-threads=0",
+            "--middleman.heartbeat-interval=50ms"}));
   BOOST_CHECK_EQUAL(cfg.server.helper_threads, 3u);
+  BOOST_CHECK_EQUAL(cfg.kv.helper_threads, 0u);
   BOOST_CHECK(*cfg.node_role() == role::server);
   BOOST_CHECK(cfg.server.mode.kind == consistency::kind_t::ssp);
   BOOST_CHECK_EQUAL(cfg.server.mode.staleness, 2u);
@@ -107,6 +108,7 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--agent.backoff-ms=0"}, "--agent.backoff-ms");
   rejected({"--server.replicas=2"}, "--server.replicas");
   rejected({"--server.helper-threads=17"}, "--server.helper-threads");
+  rejected({"--kv.helper-threads=17"}, "--kv.helper-threads");
   rejected({"--agent.backoff-ms=500", "--agent.backoff-max-ms=100"},
            "--agent.backoff-max-ms");
   rejected({"--fault.plan=kill:worker-1"}, "--fault.plan");
