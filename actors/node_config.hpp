@@ -92,8 +92,8 @@ struct kv_settings {
   /// 0 = never (a lost connection fails it instead). Default 0.
   uint32_t resend_ms = 0;
   /// Threads (0..16) that share with the kv client's thread the copy of a
-  /// large frame into a shared-memory ring and of a large pull reply into
-  /// the caller's arrays; 0 = the client's thread alone. Default 1.
+  /// large frame (256 KiB or more) into a shared-memory ring; 0 = the
+  /// client's thread alone. Default 1.
   uint32_t helper_threads = 1;
   /// Fault injection (set from --fault.*): probability that a push frame
   /// is not sent, or sent twice; seed of the draws (0 = from the clock).

@@ -16,6 +16,7 @@
 
 #include "actors/log.hpp"
 #include "actors/placement.hpp"
+#include "actors/run_here.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -977,9 +978,12 @@ void handle_pull(self_ptr self, pull_request req, replier rp) {
 /// Opens the fast road; without it, workers use CAF.
 road_info open_road(self_ptr self, const std::string& host) {
   auto addr = self->address();
+  // The reader runs the server itself when it is idle: one thread hop
+  // less per request (a client's reader only reads, so the server's
+  // writes from here always drain).
   auto on_msg = [addr](road_message_ptr m) {
     if (auto h = caf::actor_cast<caf::actor>(addr))
-      caf::anon_send(h, road_atom_v, std::move(m));
+      send_and_run_here(h, caf::make_message(road_atom_v, std::move(m)));
   };
   auto& cfg = self->state.cfg;
   auto road = road_listener::start(host, cfg.road_port,

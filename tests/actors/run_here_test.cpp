@@ -1,0 +1,156 @@
+// A road reader hands messages to an idle actor and runs it on its own
+// thread; a busy actor gets the message in its mailbox as usual.
+#define BOOST_TEST_MODULE run_here_tests
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include "actors/run_here.hpp"
+
+using namespace troupe;
+
+namespace {
+
+/// What the actors saw: for each value, the thread that handled it.
+struct seen_log {
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::map<int, std::thread::id> by;
+  bool gate_open = false;
+  bool in_gate = false;
+
+  void saw(int x) {
+    std::lock_guard<std::mutex> guard{mtx};
+    by[x] = std::this_thread::get_id();
+    cv.notify_all();
+  }
+  bool has(int x) {
+    std::lock_guard<std::mutex> guard{mtx};
+    return by.count(x) != 0;
+  }
+  /// Waits (at most 10 s) until `x` was handled; its thread.
+  std::thread::id await(int x) {
+    std::unique_lock<std::mutex> guard{mtx};
+    BOOST_REQUIRE_MESSAGE(cv.wait_for(guard, std::chrono::seconds{10},
+                                      [&] { return by.count(x) != 0; }),
+                          "value " << x << " was never handled");
+    return by[x];
+  }
+};
+
+/// Logs each int; forwards it (+100) to `next` if set; -1 holds the actor
+/// until the gate opens; 0 quits.
+caf::behavior logger(caf::event_based_actor* self, seen_log* log,
+                     caf::actor next) {
+  return {[self, log, next](int x) {
+    if (x == -1) {
+      std::unique_lock<std::mutex> guard{log->mtx};
+      log->in_gate = true;
+      log->cv.notify_all();
+      log->cv.wait_for(guard, std::chrono::seconds{10},
+                       [log] { return log->gate_open; });
+      return;
+    }
+    log->saw(x);
+    if (x == 0)
+      self->quit();
+    else if (next)
+      self->send(next, x + 100);
+  }};
+}
+
+/// Runs `fn` on a thread of its own (not CAF's); its id.
+template <class F> std::thread::id on_own_thread(F fn) {
+  std::thread::id id;
+  std::thread t{[&] {
+    id = std::this_thread::get_id();
+    fn();
+  }};
+  t.join();
+  return id;
+}
+
+/// Actors are spawned lazily: idle (waiting for a message) from the start,
+/// so that the first message finds them so.
+struct fixture {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  seen_log log;
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(run_here_tests, fixture)
+
+BOOST_AUTO_TEST_CASE(an_idle_actor_runs_on_the_sending_thread) {
+  auto a = sys.spawn<caf::lazy_init>(logger, &log, caf::actor{});
+  for (int x = 1; x <= 50; ++x) {
+    bool done_on_return = false;
+    auto sender = on_own_thread([&] {
+      send_and_run_here(a, caf::make_message(x));
+      done_on_return = log.has(x); // ran before the call returned
+    });
+    BOOST_REQUIRE_MESSAGE(done_on_return, "value " << x << " not run here");
+    BOOST_CHECK(log.await(x) == sender);
+  }
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(a_busy_actor_gets_the_message_in_its_mailbox) {
+  auto a = sys.spawn<caf::lazy_init>(logger, &log, caf::actor{});
+  caf::anon_send(a, -1); // holds the actor on a scheduler thread
+  {
+    std::unique_lock<std::mutex> guard{log.mtx};
+    BOOST_REQUIRE(log.cv.wait_for(guard, std::chrono::seconds{10},
+                                  [&] { return log.in_gate; }));
+  }
+  auto sender = on_own_thread(
+      [&] { send_and_run_here(a, caf::make_message(7)); }); // returns
+  BOOST_CHECK(!log.has(7));
+  {
+    std::lock_guard<std::mutex> guard{log.mtx};
+    log.gate_open = true;
+    log.cv.notify_all();
+  }
+  BOOST_CHECK(log.await(7) != sender); // handled later, by the scheduler
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(what_the_actor_sends_meanwhile_runs_on_the_scheduler) {
+  auto b = sys.spawn<caf::lazy_init>(logger, &log, caf::actor{});
+  auto a = sys.spawn<caf::lazy_init>(logger, &log, b);
+  auto sender =
+      on_own_thread([&] { send_and_run_here(a, caf::make_message(5)); });
+  BOOST_CHECK(log.await(5) == sender);
+  BOOST_CHECK(log.await(105) != sender); // not nested inside a's run
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(b, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(an_actor_that_quits_here_ends_cleanly) {
+  auto a = sys.spawn<caf::lazy_init>(logger, &log, caf::actor{});
+  caf::scoped_actor self{sys};
+  self->monitor(a);
+  auto sender =
+      on_own_thread([&] { send_and_run_here(a, caf::make_message(0)); });
+  BOOST_CHECK(log.await(0) == sender);
+  bool down = false;
+  self->receive([&](const caf::down_msg& dm) { down = dm.source == a; },
+                caf::after(std::chrono::seconds{10}) >> [] {});
+  BOOST_CHECK(down);
+  // A message to the gone actor is dropped, not run.
+  on_own_thread([&] { send_and_run_here(a, caf::make_message(9)); });
+  BOOST_CHECK(!log.has(9));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
