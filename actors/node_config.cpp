@@ -172,7 +172,9 @@ node_config::node_config() {
       .add(workload.task, "task", "train | counter")
       .add(workload.steps, "steps", "clocks the built-in workload runs")
       .add(workload.keys, "keys", "arrays the built-in workload uses")
-      .add(workload.key_floats, "key-floats", "floats per array");
+      .add(workload.key_floats, "key-floats", "floats per array")
+      .add(workload.pipeline, "pipeline",
+           "compute step t+1 while step t's push is in flight (async, ssp)");
 }
 
 caf::expected<role> node_config::node_role() const {
@@ -251,6 +253,11 @@ caf::error node_config::finish() {
     return caf::make_error(errc::invalid_config,
                            "--optimizer.on=worker needs --server.mode=sync:"
                            " workers apply each sync round's mean gradient");
+  if (workload.pipeline && server.mode.kind == consistency::kind_t::sync)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.pipeline needs --server.mode=async or"
+                           " ssp:S: a sync round needs each step's fresh"
+                           " weights");
   if (workload.task != "train" && workload.task != "counter")
     return caf::make_error(errc::invalid_config,
                            "--worker.task must be train or counter, got",

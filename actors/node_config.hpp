@@ -132,6 +132,9 @@ struct workload_settings {
   uint32_t keys = 4;
   /// Floats per array. Default 65536 (256 KiB).
   uint32_t key_floats = 65536;
+  /// Pipelined steps (async and ssp only; worker_options::pipeline).
+  /// Default off.
+  bool pipeline = false;
 };
 
 /// Settings of a node agent (INI group "agent"): the processes it starts on

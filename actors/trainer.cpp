@@ -319,7 +319,9 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
     return fail(e);
   auto logic =
       make_trainer(cfg, std::move(*net), std::move(train), std::move(test));
-  return run_worker(sys, std::move(scheduler), cfg.kv, logic);
+  worker_options opts;
+  opts.pipeline = cfg.workload.pipeline;
+  return run_worker(sys, std::move(scheduler), cfg.kv, logic, opts);
 }
 
 std::shared_ptr<worker_logic> make_trainer(const node_config& cfg, model net,

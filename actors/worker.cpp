@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <optional>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
@@ -26,6 +27,10 @@ struct worker_state {
   std::vector<uint64_t> keys;
   uint64_t clock = 0;
   std::chrono::milliseconds barrier_timeout{60000};
+  bool pipeline = false;
+  /// Pipelined: a computed step waiting for the push before it to be
+  /// answered (its clock and what to push).
+  std::optional<std::pair<uint64_t, std::vector<named_array>>> pending;
 };
 
 using worker_ptr = caf::stateful_actor<worker_state>*;
@@ -90,6 +95,67 @@ void on_weights(worker_ptr self, arrays& weights) { // 4, 5
           [self](caf::error& err) { stop(self, err); });
 }
 
+// -- pipelined steps: push(t) is in flight while step(t + 1) runs ----------
+
+void push_piped(worker_ptr self, uint64_t clock, arrays out);
+
+/// Runs step `clock` on `weights` (the step may take them) and keeps what
+/// it pushes until the push before it is answered.
+void compute_piped(worker_ptr self, uint64_t clock, arrays& weights) {
+  auto out = self->state.logic->step_taking(clock, weights);
+  if (!out) {
+    stop(self, std::move(out.error()));
+    return;
+  }
+  self->state.pending.emplace(clock, std::move(*out));
+}
+
+/// Push `clock` was answered, with the weights for step clock + 2 if there
+/// is one: the step computed meanwhile goes out, then that step runs.
+void on_piped_reply(worker_ptr self, uint64_t clock, arrays* weights) {
+  auto& st = self->state;
+  st.clock = clock + 1;
+  if (!st.pending) { // that push was the last
+    finish_up(self);
+    return;
+  }
+  auto [next, out] = std::move(*st.pending);
+  st.pending.reset();
+  push_piped(self, next, std::move(out));
+  if (weights)
+    compute_piped(self, next + 1, *weights);
+}
+
+/// Pushes step `clock` and, if step clock + 2 will run, reads its weights
+/// (at clock + 1) in the same round trip.
+void push_piped(worker_ptr self, uint64_t clock, arrays out) {
+  auto& st = self->state;
+  if (!st.logic->done(clock + 2)) {
+    self->request(st.kv, kv_grace, push_atom_v, clock, std::move(out), st.keys)
+        .then([self, clock](arrays& w) { on_piped_reply(self, clock, &w); },
+              [self](caf::error& err) { stop(self, err); });
+    return;
+  }
+  self->request(st.kv, kv_grace, push_atom_v, clock, std::move(out))
+      .then([self, clock](uint64_t) { on_piped_reply(self, clock, nullptr); },
+            [self](caf::error& err) { stop(self, err); });
+}
+
+/// The first weights serve two steps: step() leaves them to us, the push
+/// of its result goes out, and step_taking() runs the next step on them.
+void start_piped(worker_ptr self, arrays& weights) {
+  auto& st = self->state;
+  auto clock = st.clock;
+  auto out = st.logic->step(clock, weights);
+  if (!out) {
+    stop(self, std::move(out.error()));
+    return;
+  }
+  push_piped(self, clock, std::move(*out));
+  if (!st.logic->done(clock + 1))
+    compute_piped(self, clock + 1, weights);
+}
+
 void start_step(worker_ptr self) {
   auto& st = self->state;
   if (st.logic->done(st.clock)) {
@@ -97,8 +163,14 @@ void start_step(worker_ptr self) {
     return;
   }
   self->request(st.kv, kv_grace, pull_atom_v, st.clock, st.keys)
-      .then([self](arrays& w) { on_weights(self, w); },
-            [self](caf::error& err) { stop(self, err); });
+      .then(
+          [self](arrays& w) {
+            if (self->state.pipeline)
+              start_piped(self, w);
+            else
+              on_weights(self, w);
+          },
+          [self](caf::error& err) { stop(self, err); });
 }
 
 void on_started(worker_ptr self) { // 3
@@ -138,12 +210,12 @@ void on_initialised(worker_ptr self) { // 2
 }
 
 caf::behavior worker(worker_ptr self, caf::actor kv,
-                     std::shared_ptr<worker_logic> logic,
-                     uint32_t barrier_timeout_ms) {
+                     std::shared_ptr<worker_logic> logic, worker_options opts) {
   auto& st = self->state;
   st.kv = kv;
   st.logic = std::move(logic);
-  st.barrier_timeout = std::chrono::milliseconds{barrier_timeout_ms};
+  st.barrier_timeout = std::chrono::milliseconds{opts.barrier_timeout_ms};
+  st.pipeline = opts.pipeline;
   auto params = st.logic->parameters();
   for (auto& p : params)
     st.keys.push_back(p.key);
@@ -163,15 +235,18 @@ caf::behavior worker(worker_ptr self, caf::actor kv,
 
 caf::actor spawn_worker(caf::actor_system& sys, caf::actor kv_client,
                         std::shared_ptr<worker_logic> logic,
-                        uint32_t barrier_timeout_ms) {
-  return sys.spawn(worker, std::move(kv_client), std::move(logic),
-                   barrier_timeout_ms);
+                        worker_options opts) {
+  if (opts.pipeline) // a step runs while the kv client sends
+    return sys.spawn<caf::detached>(worker, std::move(kv_client),
+                                    std::move(logic), opts);
+  return sys.spawn(worker, std::move(kv_client), std::move(logic), opts);
 }
 
 int run_worker(caf::actor_system& sys, caf::actor scheduler,
-               const kv_settings& cfg, std::shared_ptr<worker_logic> logic) {
+               const kv_settings& cfg, std::shared_ptr<worker_logic> logic,
+               worker_options opts) {
   auto kv = spawn_kv_client(sys, std::move(scheduler), cfg);
-  auto w = spawn_worker(sys, kv, std::move(logic));
+  auto w = spawn_worker(sys, kv, std::move(logic), opts);
   caf::scoped_actor self{sys};
   self->monitor(w);
   int rc = 0;

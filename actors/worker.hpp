@@ -4,6 +4,9 @@
 //
 //   start -1-> initialising -2-> waiting at "start" -3-> stepping
 //   stepping: pull(t) -4-> step(t) -5-> push(t) -6-> t + 1 (or done -7->)
+//   pipelined stepping (worker_options::pipeline): push(t) goes out, then
+//   step(t + 1) runs on the weights of step t; push(t)'s reply brings the
+//   weights for step t + 2
 //   done: barrier "end", pull the final weights -8-> finish() -> stopped
 //   any error (a kv call, a step) stops the actor with that error.
 #pragma once
@@ -57,15 +60,30 @@ public:
   virtual void finish(const std::vector<named_array>& weights) = 0;
 };
 
+/// How the worker actor drives its logic.
+struct worker_options {
+  /// Gives up on a barrier after this long, ms.
+  uint32_t barrier_timeout_ms = 60000;
+  /// Pipelined steps (async and ssp modes only): the worker computes step
+  /// t + 1 on the weights of step t while step t's push is in flight, so
+  /// that the push, the servers' update and the pull overlap its own work.
+  /// Each gradient then misses the worker's own last one (one more step of
+  /// staleness); step(), not step_taking(), runs on the first weights,
+  /// which serve two steps. A sync round needs every step's fresh weights.
+  bool pipeline = false;
+};
+
 /// Spawns a worker actor driving `logic` through the kv client `kv_client`
-/// (see actors/kv.hpp: spawn_kv_client).
+/// (see actors/kv.hpp: spawn_kv_client). A pipelined worker gets a thread
+/// of its own: its steps must not hold up the kv client's sends.
 caf::actor spawn_worker(caf::actor_system& sys, caf::actor kv_client,
                         std::shared_ptr<worker_logic> logic,
-                        uint32_t barrier_timeout_ms = 60000);
+                        worker_options opts = {});
 
 /// Joins the cluster of `scheduler` as a worker, runs `logic` to the end
 /// and returns a process exit code (one line on stderr if it failed).
 int run_worker(caf::actor_system& sys, caf::actor scheduler,
-               const kv_settings& cfg, std::shared_ptr<worker_logic> logic);
+               const kv_settings& cfg, std::shared_ptr<worker_logic> logic,
+               worker_options opts = {});
 
 } // namespace troupe

@@ -109,6 +109,14 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--server.replicas=2"}, "--server.replicas");
   rejected({"--server.helper-threads=17"}, "--server.helper-threads");
   rejected({"--kv.helper-threads=17"}, "--kv.helper-threads");
+  rejected({"--worker.pipeline"}, "--worker.pipeline"); // sync by default
+  {
+    node_config ok; // pipelined steps where the mode allows stale weights
+    BOOST_CHECK(!parse(ok, {"--worker.pipeline", "--server.mode=async"}));
+    BOOST_CHECK(ok.workload.pipeline);
+    node_config ssp;
+    BOOST_CHECK(!parse(ssp, {"--worker.pipeline", "--server.mode=ssp:2"}));
+  }
   rejected({"--agent.backoff-ms=500", "--agent.backoff-max-ms=100"},
            "--agent.backoff-max-ms");
   rejected({"--fault.plan=kill:worker-1"}, "--fault.plan");

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "messages/checkpoint.hpp"
@@ -183,6 +184,31 @@ BOOST_AUTO_TEST_CASE(two_workers_train_fashion_mnist_well_past_chance) {
   BOOST_CHECK_MESSAGE(w0->output().find("waiting ") != std::string::npos ||
                           w1->output().find("waiting ") != std::string::npos,
                       "no progress line shows the waiting share");
+}
+
+BOOST_AUTO_TEST_CASE(pipelined_async_workers_train_past_chance) {
+  // Each worker computes step t + 1 while push t is in flight: its
+  // gradients are one step older, and training still gets far past chance.
+  scheduler_process s{1, 2};
+  auto srv = start_server(s, "async",
+                          {"--optimizer.name=momentum", "--optimizer.lr=0.025",
+                           "--optimizer.momentum=0.7"});
+  std::vector<std::string> flags{"--server.mode=async", "--worker.pipeline",
+                                 "--train.epochs=1",
+                                 "--train.eval-samples=2000"};
+  auto w0 = start_trainer(s, flags);
+  auto w1 = start_trainer(s, flags);
+  std::optional<std::string> line;
+  for (auto* w : {w0.get(), w1.get()}) {
+    auto rc = w->wait_exit(150s);
+    BOOST_REQUIRE_MESSAGE(rc, "worker did not finish: " << w->output());
+    BOOST_CHECK_MESSAGE(*rc == 0, w->output());
+    if (!line)
+      line = w->wait_for_line("final test accuracy: ", 1s);
+  }
+  BOOST_REQUIRE_MESSAGE(line, w0->output() << w1->output());
+  BOOST_TEST_MESSAGE("pipelined, after one epoch: " << *line);
+  BOOST_CHECK_GT(std::stod(line->substr(line->rfind(' ') + 1)), 0.75);
 }
 
 BOOST_AUTO_TEST_CASE(missing_data_or_a_bad_model_gets_one_clear_line) {
