@@ -533,7 +533,7 @@ void print_target(std::string& json, const std::string& what,
   static const char* verdict[] = {"not run", "met", "NOT met"};
   static const char* json_verdict[] = {"null", "true", "false"};
   int v = !ran ? 0 : met ? 1 : 2;
-  std::printf("  %-46s %10s  %s\n", what.c_str(), shown.c_str(), verdict[v]);
+  std::printf("  %-50s %10s  %s\n", what.c_str(), shown.c_str(), verdict[v]);
   json += strf("%s%s:%s", json.empty() ? "" : ",", json_str(what).c_str(),
                json_verdict[v]);
 }
