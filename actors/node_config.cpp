@@ -92,7 +92,10 @@ node_config::node_config() {
       .add(server.replicas, "replicas",
            "backups per store: 1 = on the next server (ack after it), 0")
       .add(server.helper_threads, "helper-threads",
-           "threads beside the actor's for rounds and replies, 0..16");
+           "threads beside the actor's for rounds and replies, 0..16")
+      .add(server.replica_road_text, "replica-road",
+           "replicas travel by: auto (the backup's fast road) | tcp |"
+           " middleman (CAF)");
   opt_group{custom_options_, "kv"}
       .add(kv.request_timeout_ms, "request-timeout-ms",
            "give up on a reply after this long (ms, > 0)")
@@ -240,6 +243,13 @@ caf::error node_config::finish() {
   if (!road)
     return std::move(road.error());
   kv.road = *road;
+  auto replica_road = parse_road(server.replica_road_text);
+  if (!replica_road)
+    return caf::make_error(errc::invalid_config,
+                           "--server.replica-road must be auto, tcp or"
+                           " middleman, got",
+                           server.replica_road_text);
+  server.replica_road = *replica_road;
   if (kv.window_bytes < kv.max_message_bytes)
     return caf::make_error(
         errc::invalid_config,

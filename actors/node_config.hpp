@@ -68,6 +68,11 @@ struct server_settings {
   /// 0..16; 0 = the actor thread alone. Default 1 (a core idles while
   /// every worker waits for the round).
   uint32_t helper_threads = 1;
+  /// How replica operations travel to the backup (--server.replica-road):
+  /// auto = the backup's fast road (shared memory on one machine, else
+  /// TCP), middleman = CAF. Default auto.
+  std::string replica_road_text = "auto";
+  road_kind replica_road = road_kind::shm;
   checkpoint_settings checkpoint;
 };
 

@@ -70,6 +70,7 @@ enum class road_op : uint8_t {
   reply,
   failure,
   release,
+  replicate, // server -> its backup: a replica operation
 };
 
 class road_conn;

@@ -152,6 +152,18 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
     }
     auto n = b->next++;
     b->waiting.emplace(n, std::move(then));
+    if (b->road) { // the link's order is the road's
+      replicate_request r{self->state.rank, id,
+                          origin,           static_cast<uint8_t>(op),
+                          std::move(xs),    f};
+      if (auto err = b->road->send(road_op::replicate, n, encode(r))) {
+        drop_backup(self, ("road failed: " + describe(err)).c_str());
+        retry_backup_later(self);
+        return;
+      }
+      b->sent.emplace(n, std::chrono::steady_clock::now());
+      return;
+    }
     auto done = [self, link, n] {
       auto& b = self->state.backup;
       if (b.get() != link)
@@ -180,6 +192,83 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
     send();
   else
     b->queued.emplace_back(std::move(send));
+}
+
+/// Each shared-memory ring of a road to a backup (one per direction).
+constexpr size_t replica_ring_bytes = size_t{64} << 20;
+
+/// The backup answered forward `m->id` of link `serial` on the road: its
+/// acknowledgement runs; a failure drops the link as over CAF.
+void on_backup_reply(self_ptr self, uint64_t serial, road_message_ptr m) {
+  auto& b = self->state.backup;
+  if (!b || b->serial != serial)
+    return; // an old link's: dropping it ran what waited
+  auto i = b->waiting.find(m->id);
+  if (i == b->waiting.end())
+    return;
+  auto fn = std::move(i->second);
+  b->waiting.erase(i);
+  b->sent.erase(m->id);
+  caf::error err;
+  if (m->op == road_op::failure)
+    err = decode_failure(m->bytes);
+  else if (m->op != road_op::reply)
+    err = caf::make_error(errc::malformed_message, "backup answered with op",
+                          static_cast<uint32_t>(m->op));
+  fn();
+  auto& cur = self->state.backup;
+  if (err && cur && cur->serial == serial) {
+    drop_backup(self, ("failed: " + describe(err)).c_str());
+    retry_backup_later(self);
+  }
+}
+
+/// A backup silent on the road for half the request timeout is dropped,
+/// as over CAF (a hung one would hold every acknowledgement); checked
+/// every half of that while the link lives.
+void check_backup_road(self_ptr self, uint64_t serial) {
+  auto& b = self->state.backup;
+  if (!b || b->serial != serial || !b->road)
+    return;
+  auto limit = std::chrono::milliseconds{self->state.request_timeout_ms / 2};
+  if (!b->sent.empty() &&
+      std::chrono::steady_clock::now() - b->sent.begin()->second > limit) {
+    drop_backup(self, "silent on the road");
+    retry_backup_later(self);
+    return;
+  }
+  self->delayed_send(self, limit / 2, replicate_atom_v, tick_atom_v, serial);
+}
+
+/// Opens the road to our backup (CAF just connected): every replica
+/// operation of this link takes it. Without one, they all take CAF.
+void dial_backup_road(self_ptr self, backup_link& link) {
+  auto& cfg = self->state.cfg;
+  if (cfg.replica_road == road_kind::middleman || link.node.road.port == 0)
+    return;
+  auto addr = self->address();
+  auto serial = link.serial;
+  auto on_msg = [addr, serial](road_message_ptr m) {
+    if (auto h = caf::actor_cast<caf::actor>(addr))
+      caf::anon_send(h, replicate_atom_v, serial, std::move(m));
+  };
+  auto on_down = [addr, serial](uint64_t, const caf::error& err) {
+    if (auto h = caf::actor_cast<caf::actor>(addr))
+      caf::anon_send(h, replicate_atom_v, road_down_atom_v, serial,
+                     describe(err));
+  };
+  auto limit = std::min<uint32_t>(self->state.request_timeout_ms, 2000);
+  auto conn = road_dial(link.node.host, link.node.road, cfg.replica_road,
+                        replica_ring_bytes, limit, on_msg, on_down);
+  if (!conn) {
+    TROUPE_LOG(warning, who(self), "no road to backup ", link.rank, " (",
+               describe(conn.error()), "): replicating over CAF");
+    return;
+  }
+  TROUPE_LOG(debug, who(self), "road to backup ", link.rank, ": ",
+             to_string((*conn)->kind()));
+  link.road = std::move(*conn);
+  check_backup_road(self, serial);
 }
 
 /// Runs `then` once `n` forwards finished.
@@ -246,6 +335,7 @@ void connect_backup(self_ptr self, backup_link* link, std::string host,
             }
             cur->handle = caf::actor_cast<caf::actor>(ptr);
             TROUPE_LOG(debug, who(self), "backup ", cur->rank, " connected");
+            dial_backup_road(self, *cur);
             auto queued = std::move(cur->queued);
             cur->queued.clear();
             for (auto& q : queued)
@@ -383,9 +473,11 @@ owned_of(const std::vector<uint64_t>& xs) {
   return owned;
 }
 
-caf::result<uint64_t> on_replicate(self_ptr self, uint32_t primary, uint64_t id,
-                                   uint32_t origin, uint8_t op, const frame& f,
-                                   const std::vector<uint64_t>& xs) {
+/// Applies one replica operation from our primary (over CAF or the road).
+caf::expected<uint64_t> apply_replica(self_ptr self, uint32_t primary,
+                                      uint64_t id, uint32_t origin, uint8_t op,
+                                      bytes_view f,
+                                      const std::vector<uint64_t>& xs) {
   auto& st = self->state;
   if (op == op_copy) // a whole store: whatever we held of it goes
     st.mirrors.erase(id);
@@ -982,7 +1074,15 @@ road_info open_road(self_ptr self, const std::string& host) {
   // less per request (a client's reader only reads, so the server's
   // writes from here always drain).
   auto on_msg = [addr](road_message_ptr m) {
-    if (auto h = caf::actor_cast<caf::actor>(addr))
+    auto h = caf::actor_cast<caf::actor>(addr);
+    if (!h)
+      return;
+    // Two servers back each other up: each running here while writing
+    // to the other could block both, so replica operations are handed
+    // over (a worker's reader only reads: its requests may run here).
+    if (m->op == road_op::replicate)
+      caf::anon_send(h, road_atom_v, std::move(m));
+    else
       send_and_run_here(h, caf::make_message(road_atom_v, std::move(m)));
   };
   auto& cfg = self->state.cfg;
@@ -1101,6 +1201,20 @@ void accept_road(self_ptr self, road_message_ptr m) {
     return accept_push(self, f, std::move(to), nullptr);
   case road_op::pull:
     return accept<pull_request>(self, f, std::move(to), handle_pull);
+  case road_op::replicate: {
+    replicate_request r;
+    auto err = decode(f, r);
+    auto v = err ? caf::expected<uint64_t>{std::move(err)}
+                 : apply_replica(self, r.primary, r.store, r.origin, r.op,
+                                 r.payload, r.numbers);
+    if (!v) {
+      TROUPE_LOG(warning, who(self),
+                 "replica operation refused: ", describe(v.error()));
+      return to.deliver(v.error());
+    }
+    m->conn->send(road_op::reply, m->id, encode(push_reply{*v, false}));
+    return;
+  }
   default:
     TROUPE_LOG(warning, who(self), "dropped a road message of kind ",
                static_cast<int>(m->op), " from ", to.source());
@@ -1171,8 +1285,26 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
         checkpoint_written(self, serial, err);
       },
       [self](replicate_atom, uint32_t primary, uint64_t id, uint32_t origin,
-             uint8_t op, const frame& f, const std::vector<uint64_t>& xs) {
-        return on_replicate(self, primary, id, origin, op, f, xs);
+             uint8_t op, const frame& f,
+             const std::vector<uint64_t>& xs) -> caf::result<uint64_t> {
+        auto r = apply_replica(self, primary, id, origin, op, f, xs);
+        if (!r)
+          return std::move(r.error());
+        return *r;
+      },
+      [self](replicate_atom, uint64_t serial, road_message_ptr& m) {
+        on_backup_reply(self, serial, std::move(m));
+      },
+      [self](replicate_atom, road_down_atom, uint64_t serial,
+             const std::string& why) {
+        auto& b = self->state.backup;
+        if (!b || b->serial != serial)
+          return;
+        drop_backup(self, ("road lost: " + why).c_str());
+        retry_backup_later(self);
+      },
+      [self](replicate_atom, tick_atom, uint64_t serial) {
+        check_backup_road(self, serial);
       },
   };
 }

@@ -43,6 +43,13 @@
 // A backup that cannot be reached, or leaves an operation unanswered for
 // half the request timeout, is dropped (workers are answered in
 // time) and a new link to it tried a second later, copies included.
+// Replica operations travel on the backup's fast road (a Replicate frame,
+// road_op::replicate, answered with a PushReply or a Failure) when the
+// primary could dial it once CAF connected, else all over CAF: one link
+// uses one of the two, so their order holds. A lost road drops the link.
+// The backup's reader hands replica operations to the actor rather than
+// running it (two servers that back each other up could otherwise each
+// wait, on the other's reader, for the other to read).
 //
 // States and transitions (numbers cited in the code):
 //   joining -1-> running      1: RegisterReply with our rank and a view
@@ -68,6 +75,7 @@
 // reported to the scheduler as a "resumed" event.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -135,6 +143,13 @@ struct backup_link {
   uint64_t next = 0;
   uint64_t serial = 0;        ///< tells this link from a later one
   std::set<uint64_t> copying; ///< our stores whose copy waits for a round
+  /// The backup's fast road, opened once CAF connected and before any
+  /// forward: then every replica operation of the link takes it, in order;
+  /// null: they all take CAF (--server.replica-road=middleman, no road).
+  road_conn_ptr road;
+  /// When each forward on the road went out, by number (a silent backup
+  /// is dropped after half the request timeout, as over CAF).
+  std::map<uint64_t, std::chrono::steady_clock::time_point> sent;
   ~backup_link();
 };
 

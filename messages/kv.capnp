@@ -72,3 +72,16 @@ struct Failure {
   code    @0 :UInt8;   # troupe::errc value; 0 = not a troupe error
   context @1 :Text;    # the error rendered for people, at most 4096 bytes
 }
+
+struct Replicate {
+  # Primary server -> its backup on the fast road: one replica operation,
+  # as the CAF replicate message carries it (actors/shard_server.cpp).
+  # Answered with a PushReply (the replica's version) or a Failure.
+  primary @0 :UInt32;        # rank of the sending server
+  store   @1 :UInt64;        # id of the replicated store
+  origin  @2 :UInt32;        # rank of the server that created the store
+  op      @3 :UInt8;         # which operation (replica_op)
+  numbers @4 :List(UInt64);  # its numbers: owned (key, index, floats)
+                             # triples, or live worker ranks
+  payload @5 :Data;          # its frame (init, push, restore), or empty
+}

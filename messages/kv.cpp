@@ -179,6 +179,30 @@ frame encode(const push_reply& x) {
   return to_frame(msg);
 }
 
+outbound encode(const replicate_request& x) {
+  auto& p = x.payload;
+  bool ref = p.size >= min_external_bytes &&
+             p.size % sizeof(capnp::word) == 0 &&
+             reinterpret_cast<uintptr_t>(p.data) % sizeof(capnp::word) == 0;
+  size_t words = 64 + x.numbers.size() + (ref ? 0 : (p.size + 7) / 8);
+  auto msg = std::make_unique<capnp::MallocMessageBuilder>(
+      static_cast<uint32_t>(std::min<size_t>(words, 1u << 29)));
+  auto b = msg->initRoot<schema::Replicate>();
+  b.setPrimary(x.primary);
+  b.setStore(x.store);
+  b.setOrigin(x.origin);
+  b.setOp(x.op);
+  auto numbers = b.initNumbers(x.numbers.size());
+  for (size_t i = 0; i < x.numbers.size(); ++i)
+    numbers.set(i, x.numbers[i]);
+  if (ref)
+    b.adoptPayload(msg->getOrphanage().referenceExternalData(
+        capnp::Data::Reader{p.data, p.size}));
+  else if (p.size > 0)
+    std::memcpy(b.initPayload(p.size).begin(), p.data, p.size);
+  return to_outbound(std::move(msg));
+}
+
 frame encode(const pull_request& x) {
   capnp::MallocMessageBuilder msg;
   auto b = msg.initRoot<schema::Pull>();
@@ -261,6 +285,27 @@ caf::error decode(bytes_view f, push_reply& x) {
     auto r = rd.get<schema::PushReply>();
     x.version = r.getVersion();
     x.duplicate = r.getDuplicate();
+    return caf::error{};
+  });
+}
+
+caf::error decode(bytes_view f, replicate_request& x) {
+  return decode_guarded(f, "Replicate", [&x](frame_reader& rd) {
+    auto r = rd.get<schema::Replicate>();
+    x.primary = r.getPrimary();
+    x.store = r.getStore();
+    x.origin = r.getOrigin();
+    x.op = r.getOp();
+    auto numbers = r.getNumbers();
+    x.numbers.clear();
+    x.numbers.reserve(numbers.size());
+    for (auto n : numbers)
+      x.numbers.push_back(n);
+    auto payload = r.getPayload(); // a frame: read as one, in place
+    if (payload.size() % sizeof(capnp::word) != 0 ||
+        reinterpret_cast<uintptr_t>(payload.begin()) % sizeof(capnp::word) != 0)
+      return bad("replica payload not whole aligned words");
+    x.payload = bytes_view{payload.begin(), payload.size()};
     return caf::error{};
   });
 }

@@ -66,6 +66,17 @@ struct push_reply {
   bool duplicate = false;
 };
 
+/// Primary -> backup on the fast road: one replica operation. Decoded,
+/// `payload` points into the frame it came in.
+struct replicate_request {
+  uint32_t primary = 0;
+  uint64_t store = 0;
+  uint32_t origin = 0;
+  uint8_t op = 0;
+  std::vector<uint64_t> numbers;
+  bytes_view payload;
+};
+
 /// Worker -> server: read slices as a worker at `clock`.
 struct pull_request {
   uint32_t worker = 0;
@@ -90,6 +101,9 @@ constexpr size_t max_slices_per_message = size_t{1} << 20;
 frame encode(const init_request& x);
 frame encode(const push_request& x);
 frame encode(const push_reply& x);
+/// A payload of 4 KiB or more (word-aligned) is referenced, not copied: it
+/// must live until the outbound is sent.
+outbound encode(const replicate_request& x);
 frame encode(const pull_request& x);
 frame encode(const pull_reply& x);
 
@@ -118,6 +132,7 @@ caf::error visit_pull_reply(
 caf::error decode(bytes_view f, init_request& x);
 caf::error decode(bytes_view f, push_request& x);
 caf::error decode(bytes_view f, push_reply& x);
+caf::error decode(bytes_view f, replicate_request& x);
 caf::error decode(bytes_view f, pull_request& x);
 caf::error decode(bytes_view f, pull_reply& x);
 

@@ -4,7 +4,10 @@
 #define BOOST_TEST_MODULE kv_modes_tests
 #include <boost/test/unit_test.hpp>
 
+#include <condition_variable>
 #include <future>
+#include <map>
+#include <mutex>
 
 #include "tests/test_support.hpp"
 
@@ -12,6 +15,7 @@
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "actors/road.hpp"
 #include "messages/errors.hpp"
 #include "messages/kv.hpp"
 #include "messages/type_ids.hpp"
@@ -213,6 +217,65 @@ BOOST_AUTO_TEST_CASE(a_server_drops_duplicates_and_survives_malformed_bytes) {
   auto got = c.worker(0).pull(1, {1}); // still serving, applied once
   BOOST_REQUIRE(got);
   BOOST_CHECK(all_equal(*got, 1.0f));
+}
+
+BOOST_AUTO_TEST_CASE(
+    a_server_refuses_malformed_replica_operations_on_its_road) {
+  cluster c{"async", 1, 1};
+  init_all(c, 1000);
+  auto v = c.worker(0).view();
+  BOOST_REQUIRE(v);
+  auto& node = v->second.servers.front();
+  BOOST_REQUIRE_NE(node.road.port, 0);
+  // A peer that dials the server's road as a primary would.
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::map<uint64_t, road_message_ptr> got;
+  auto on_msg = [&](road_message_ptr m) {
+    std::lock_guard<std::mutex> guard{mtx};
+    got[m->id] = std::move(m);
+    cv.notify_all();
+  };
+  auto conn = road_dial(node.host, node.road, road_kind::tcp, 0, 5000, on_msg,
+                        [](uint64_t, const caf::error&) {});
+  BOOST_REQUIRE_MESSAGE(conn, troupe::test::why(conn));
+  auto answer = [&](uint64_t id) {
+    std::unique_lock<std::mutex> guard{mtx};
+    BOOST_REQUIRE_MESSAGE(
+        cv.wait_for(guard, 10s, [&] { return got.count(id); }),
+        "no answer to " << id);
+    return got[id];
+  };
+  auto refused = [&](uint64_t id) {
+    auto m = answer(id);
+    BOOST_REQUIRE(m->op == road_op::failure);
+    return decode_failure(m->bytes);
+  };
+  frame garbage{std::vector<uint8_t>(40, 0x5A)};
+  BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 1, bytes_view{garbage}));
+  BOOST_CHECK(refused(1) == errc::malformed_message);
+  // Well formed, but a push to a replica that has no layout yet.
+  push_request p{0, 0, v->second.epoch,
+                 0, 1, {{{1, 0}, std::vector<float>(1000, 1.0f)}}};
+  auto push = encode(p);
+  replicate_request r{0, 42, 0, 4 /* push */, {}, bytes_view{push}};
+  BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 2, encode(r)));
+  auto err = refused(2);
+  BOOST_CHECK(err == errc::malformed_message);
+  BOOST_CHECK_MESSAGE(describe(err).find("before its layout") !=
+                          std::string::npos,
+                      describe(err));
+  // A payload that is no frame at all, after a valid layout.
+  replicate_request layout{0, 42, 0, 1 /* owned */, {1, 0, 1000}, {}};
+  BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 3, encode(layout)));
+  BOOST_CHECK(answer(3)->op == road_op::reply);
+  replicate_request junk{0, 42, 0, 4, {}, bytes_view{garbage}};
+  BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 4, encode(junk)));
+  BOOST_CHECK(refused(4) == errc::malformed_message);
+  (*conn)->close();
+  auto still = c.worker(0).pull(0, {1}); // the server goes on
+  BOOST_REQUIRE(still);
+  BOOST_CHECK(all_equal(*still, 0.0f));
 }
 
 BOOST_AUTO_TEST_CASE(a_barrier_waits_for_every_worker) {

@@ -101,6 +101,7 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--train.evals-per-epoch=0"}, "--train.evals-per-epoch");
   rejected({"--port=99999"}, "");
   rejected({"--kv.road=fast"}, "--kv.road");
+  rejected({"--server.replica-road=fast"}, "--server.replica-road");
   rejected({"--kv.window-bytes=65536"}, "--kv.window-bytes");
   rejected({"--kv.ring-bytes=2147483648"}, "--kv.ring-bytes");
   rejected({"--server.road-send-timeout-ms=0"},

@@ -239,11 +239,17 @@ BOOST_AUTO_TEST_CASE(a_killed_worker_leaves_no_ring_mapped_in_the_server) {
   BOOST_CHECK_MESSAGE(gone, "the server still maps the dead worker's rings");
 }
 
-BOOST_AUTO_TEST_CASE(the_middleman_road_sums_exactly_with_the_fast_road_off) {
+namespace {
+
+/// Two async servers (with `server_flags`) and two counter workers on
+/// the middleman road; samples the servers' ring mappings and the TCP
+/// connections on their road ports while the workers run, checks the sums
+/// are exact and returns the ring mappings seen.
+size_t run_workers_on_the_middleman(std::vector<std::string> server_flags) {
   scheduler_process s{2, 2};
   std::vector<std::unique_ptr<child_process>> servers;
-  servers.push_back(start_server(s, "async"));
-  servers.push_back(start_server(s, "async"));
+  servers.push_back(start_server(s, "async", server_flags));
+  servers.push_back(start_server(s, "async", server_flags));
   std::vector<std::unique_ptr<child_process>> workers;
   for (int i = 0; i < 2; ++i)
     workers.push_back(std::make_unique<child_process>(
@@ -253,7 +259,6 @@ BOOST_AUTO_TEST_CASE(the_middleman_road_sums_exactly_with_the_fast_road_off) {
   test_node node{s.port, "middleman"};
   auto view = node.view_when(
       [](const cluster_view& v) { return v.servers.size() == 2; });
-  // Watch the servers while the workers run: no ring, no road connection.
   size_t samples = 0;
   size_t rings = 0;
   size_t conns = 0;
@@ -265,13 +270,12 @@ BOOST_AUTO_TEST_CASE(the_middleman_road_sums_exactly_with_the_fast_road_off) {
       for (auto& srv : servers)
         rings += ring_mappings(std::to_string(srv->pid()));
       for (auto& n : view.servers) {
-        BOOST_REQUIRE_NE(n.road.port, 0); // the listener is there, unused
+        BOOST_REQUIRE_NE(n.road.port, 0); // the listener is there
         conns += tcp_connections_on(n.road.port);
       }
     }
   BOOST_TEST_MESSAGE(samples << " samples of the servers while running");
-  BOOST_CHECK_EQUAL(rings, 0u);
-  BOOST_CHECK_EQUAL(conns, 0u);
+  BOOST_CHECK_EQUAL(conns, 0u); // no worker on a road; replicas use shm
   for (auto& w : workers) {
     auto rc = w->wait_exit(1s);
     BOOST_REQUIRE(rc);
@@ -283,6 +287,21 @@ BOOST_AUTO_TEST_CASE(the_middleman_road_sums_exactly_with_the_fast_road_off) {
   }
   for (auto& srv : servers)
     BOOST_CHECK(alive(*srv));
+  return rings;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(the_middleman_road_sums_exactly_with_the_fast_road_off) {
+  // Workers and replicas both on CAF: no ring anywhere.
+  BOOST_CHECK_EQUAL(
+      run_workers_on_the_middleman({"--server.replica-road=middleman"}), 0u);
+}
+
+BOOST_AUTO_TEST_CASE(replicas_take_the_fast_road_while_workers_use_caf) {
+  // The servers back each other up over shared memory: each maps the
+  // rings of the link it opened and of the one it accepted.
+  BOOST_CHECK_GT(run_workers_on_the_middleman({}), 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

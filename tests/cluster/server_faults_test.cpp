@@ -39,7 +39,9 @@ BOOST_AUTO_TEST_CASE(a_server_killed_mid_push_loses_no_acknowledged_update) {
       BOOST_TEST_MESSAGE("mode " << mode << ", road " << road);
       scheduler_process s{2, 2};
       scheduler_client sched{s.port};
-      std::vector<std::string> flags{"--kv.road=" + road};
+      // The road (or CAF) carries the workers' frames and the replicas.
+      std::vector<std::string> flags{"--kv.road=" + road,
+                                     "--server.replica-road=" + road};
       // Over CAF, parts of 64 KiB and a window of 4 of them: each step's
       // 512 KiB per server waits in part behind the window, so the kill
       // also meets requests not yet sent.
