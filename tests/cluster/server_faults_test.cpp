@@ -92,6 +92,51 @@ BOOST_AUTO_TEST_CASE(a_server_killed_mid_push_loses_no_acknowledged_update) {
 }
 
 BOOST_AUTO_TEST_CASE(
+    a_hung_server_is_dropped_and_loses_no_acknowledged_update) {
+  // A stopped (SIGSTOP) server is the other's backup too: the primary's
+  // replica operations go unanswered, on the road they fill the ring and
+  // then the socket. The scheduler declares it dead, its slices move to
+  // the survivor, and the sums stay exact.
+  for (std::string road : {"auto", "middleman"}) {
+    BOOST_TEST_MESSAGE("road " << road);
+    scheduler_process s{2, 2};
+    scheduler_client sched{s.port};
+    std::vector<std::string> flags{"--kv.road=" + road,
+                                   "--server.replica-road=" + road};
+    auto s0 = start_server(s, "async", flags);
+    auto s1 = start_server(s, "async", flags);
+    auto w0 = start_counter(s, 1500, flags);
+    auto w1 = start_counter(s, 1500, flags);
+    BOOST_REQUIRE(sched.wait_for_view(
+        [](const cluster_view& v) { return !v.placement.empty(); }));
+    auto& victim = s0;
+    ::kill(victim->pid(), SIGSTOP);
+    auto dead = sched.wait_for_event(
+        [&victim](const event_record& e) {
+          return is(e, "crashed") && e.pid == uint32_t(victim->pid());
+        },
+        std::chrono::seconds{60});
+    BOOST_CHECK_MESSAGE(dead, dump(sched.events()));
+    victim->signal(SIGKILL); // stopped processes take SIGKILL too
+    for (auto* w : {w0.get(), w1.get()}) {
+      auto rc = w->wait_exit(120s);
+      BOOST_REQUIRE_MESSAGE(rc, "worker did not finish: " << w->output());
+      BOOST_CHECK_MESSAGE(*rc == 0, road << ": " << w->output());
+      auto line = w->wait_for_line("final value", 1s);
+      BOOST_REQUIRE_MESSAGE(line, w->output());
+      BOOST_CHECK_MESSAGE(line->find("= 3000: sums exact") != std::string::npos,
+                          road << ": " << *line);
+    }
+    BOOST_CHECK_MESSAGE(!s1->wait_exit(0ms), "the survivor exited");
+    auto evs = sched.events();
+    BOOST_CHECK_MESSAGE(
+        std::any_of(evs.begin(), evs.end(),
+                    [](const event_record& e) { return is(e, "promoted"); }),
+        dump(evs));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(
     a_restarted_server_gets_copies_and_survives_a_second_kill) {
   // Server 1 dies: server 0 serves its slices alone. A new server joins
   // mid-training and gets a copy of both of server 0's stores; then server
