@@ -29,6 +29,22 @@ bool is(const event_record& e, const char* kind) {
   return e.kind == kind;
 }
 
+/// Waits (bounded) for each counter worker to end well and say its final
+/// value is `sum` everywhere, exact.
+void expect_exact_sums(std::initializer_list<child_process*> workers, int sum,
+                       const std::string& what) {
+  for (auto* w : workers) {
+    auto rc = w->wait_exit(120s);
+    BOOST_REQUIRE_MESSAGE(rc, "worker did not finish: " << w->output());
+    BOOST_CHECK_MESSAGE(*rc == 0, what << ": " << w->output());
+    auto line = w->wait_for_line("final value", 1s);
+    BOOST_REQUIRE_MESSAGE(line, w->output());
+    BOOST_CHECK_MESSAGE(line->find("= " + std::to_string(sum) +
+                                   ": sums exact") != std::string::npos,
+                        what << ": " << *line);
+  }
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(server_faults_tests)
@@ -65,17 +81,8 @@ BOOST_AUTO_TEST_CASE(a_server_killed_mid_push_loses_no_acknowledged_update) {
       BOOST_REQUIRE(victim != view.servers.end());
       auto& proc = victim->pid == uint32_t(s0->pid()) ? s0 : s1;
       proc->signal(SIGKILL);
-      for (auto* w : {w0.get(), w1.get()}) {
-        auto rc = w->wait_exit(120s);
-        BOOST_REQUIRE_MESSAGE(rc, "worker did not finish: " << w->output());
-        BOOST_CHECK_MESSAGE(*rc == 0, mode << ": " << w->output());
-        // Every element: 1500 clocks x 2 workers, each added exactly once.
-        auto line = w->wait_for_line("final value", 1s);
-        BOOST_REQUIRE_MESSAGE(line, w->output());
-        BOOST_CHECK_MESSAGE(line->find("= 3000: sums exact") !=
-                                std::string::npos,
-                            mode << " " << road << ": " << *line);
-      }
+      // Every element: 1500 clocks x 2 workers, each added exactly once.
+      expect_exact_sums({w0.get(), w1.get()}, 3000, mode + " " + road);
       auto evs = sched.events();
       BOOST_CHECK_MESSAGE(std::any_of(evs.begin(), evs.end(),
                                       [&victim](const event_record& e) {
@@ -118,15 +125,7 @@ BOOST_AUTO_TEST_CASE(
         std::chrono::seconds{60});
     BOOST_CHECK_MESSAGE(dead, dump(sched.events()));
     victim->signal(SIGKILL); // stopped processes take SIGKILL too
-    for (auto* w : {w0.get(), w1.get()}) {
-      auto rc = w->wait_exit(120s);
-      BOOST_REQUIRE_MESSAGE(rc, "worker did not finish: " << w->output());
-      BOOST_CHECK_MESSAGE(*rc == 0, road << ": " << w->output());
-      auto line = w->wait_for_line("final value", 1s);
-      BOOST_REQUIRE_MESSAGE(line, w->output());
-      BOOST_CHECK_MESSAGE(line->find("= 3000: sums exact") != std::string::npos,
-                          road << ": " << *line);
-    }
+    expect_exact_sums({w0.get(), w1.get()}, 3000, road);
     BOOST_CHECK_MESSAGE(!s1->wait_exit(0ms), "the survivor exited");
     auto evs = sched.events();
     BOOST_CHECK_MESSAGE(
