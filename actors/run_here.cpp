@@ -2,6 +2,7 @@
 #include "actors/run_here.hpp"
 
 #include <caf/actor_control_block.hpp>
+#include <caf/actor_registry.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/message_id.hpp>
 #include <caf/resumable.hpp>
@@ -42,12 +43,24 @@ private:
 
 } // namespace
 
-void send_and_run_here(const caf::actor& to, caf::message msg) {
+void send_and_run_here(caf::actor to, caf::message msg) {
   if (!to)
     return;
   auto* ctrl = caf::actor_cast<caf::actor_control_block*>(to);
-  run_here_unit unit{ctrl->home_system};
-  ctrl->enqueue(nullptr, caf::make_message_id(), std::move(msg), &unit);
+  auto& sys = *ctrl->home_system;
+  // The system counts this thread as a running actor meanwhile. An actor
+  // that ends here leaves the count while it still cleans up (and uses
+  // the system's clock); a system destroyed then, as the count reached
+  // zero, would pull the clock from under it. Scheduler threads are safe:
+  // the system joins them first.
+  auto& registry = sys.registry();
+  registry.inc_running();
+  {
+    run_here_unit unit{&sys};
+    ctrl->enqueue(nullptr, caf::make_message_id(), std::move(msg), &unit);
+    to = nullptr; // our reference goes while the system surely lives
+  }
+  registry.dec_running();
 }
 
 } // namespace troupe

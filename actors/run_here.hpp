@@ -15,6 +15,7 @@ namespace troupe {
 /// CAF's scheduler only, and only where running the actor here cannot
 /// wait on this thread's own work (a road reader: peers always drain what
 /// the actor writes to them).
-void send_and_run_here(const caf::actor& to, caf::message msg);
+/// The actor's system is kept from shutting down until this returns.
+void send_and_run_here(caf::actor to, caf::message msg);
 
 } // namespace troupe

@@ -1083,7 +1083,8 @@ road_info open_road(self_ptr self, const std::string& host) {
     if (m->op == road_op::replicate)
       caf::anon_send(h, road_atom_v, std::move(m));
     else
-      send_and_run_here(h, caf::make_message(road_atom_v, std::move(m)));
+      send_and_run_here(std::move(h),
+                        caf::make_message(road_atom_v, std::move(m)));
   };
   auto& cfg = self->state.cfg;
   auto road = road_listener::start(host, cfg.road_port,

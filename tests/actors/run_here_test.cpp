@@ -3,8 +3,10 @@
 #define BOOST_TEST_MODULE run_here_tests
 #include <boost/test/unit_test.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -151,6 +153,34 @@ BOOST_AUTO_TEST_CASE(an_actor_that_quits_here_ends_cleanly) {
   // A message to the gone actor is dropped, not run.
   on_own_thread([&] { send_and_run_here(a, caf::make_message(9)); });
   BOOST_CHECK(!log.has(9));
+}
+
+BOOST_AUTO_TEST_CASE(the_system_outlives_an_actor_that_ends_here) {
+  // An actor that quits here leaves the system's count of running actors
+  // before its cleanup is done (its attached functors run after, then it
+  // uses the system's clock). A system destroyed in that window must wait
+  // for this thread, as it waits for its scheduler's.
+  std::promise<void> unregistered;
+  std::atomic<bool> cleaned_up{false};
+  std::thread sender;
+  {
+    caf::actor_system_config cfg;
+    caf::actor_system sys{cfg};
+    auto a = sys.spawn<caf::lazy_init>(
+        [](caf::event_based_actor* self) -> caf::behavior {
+          return {[self](int) { self->quit(); }};
+        });
+    a->attach_functor([&] {
+      unregistered.set_value();
+      std::this_thread::sleep_for(std::chrono::milliseconds{300});
+      cleaned_up = true;
+    });
+    sender = std::thread{[a] { send_and_run_here(a, caf::make_message(1)); }};
+    unregistered.get_future().wait();
+    a = nullptr;
+  } // ~actor_system
+  BOOST_CHECK_MESSAGE(cleaned_up, "the system ended before the actor did");
+  sender.join();
 }
 
 BOOST_AUTO_TEST_SUITE_END()
