@@ -159,9 +159,13 @@ BOOST_AUTO_TEST_CASE(the_system_outlives_an_actor_that_ends_here) {
   // An actor that quits here leaves the system's count of running actors
   // before its cleanup is done (its attached functors run after, then it
   // uses the system's clock). A system destroyed in that window must wait
-  // for this thread, as it waits for its scheduler's.
+  // for this thread, as it waits for its scheduler's: the functor waits
+  // (bounded) to hear that the system is gone, and must not hear it.
   std::promise<void> unregistered;
-  std::atomic<bool> cleaned_up{false};
+  std::mutex mtx;
+  std::condition_variable cv;
+  bool system_gone = false;
+  bool heard_gone = false;
   std::thread sender;
   {
     caf::actor_system_config cfg;
@@ -172,15 +176,21 @@ BOOST_AUTO_TEST_CASE(the_system_outlives_an_actor_that_ends_here) {
         });
     a->attach_functor([&] {
       unregistered.set_value();
-      std::this_thread::sleep_for(std::chrono::milliseconds{300});
-      cleaned_up = true;
+      std::unique_lock<std::mutex> guard{mtx};
+      heard_gone = cv.wait_for(guard, std::chrono::milliseconds{300},
+                               [&] { return system_gone; });
     });
     sender = std::thread{[a] { send_and_run_here(a, caf::make_message(1)); }};
     unregistered.get_future().wait();
     a = nullptr;
   } // ~actor_system
-  BOOST_CHECK_MESSAGE(cleaned_up, "the system ended before the actor did");
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    system_gone = true;
+    cv.notify_all();
+  }
   sender.join();
+  BOOST_CHECK_MESSAGE(!heard_gone, "the system ended before the actor did");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
