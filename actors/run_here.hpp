@@ -1,21 +1,37 @@
 // Delivers a message to a local actor and, if that actor was idle, runs it
 // on the calling thread instead of waking a scheduler thread for it: a
-// road reader hands a request to its shard server without a thread hop.
+// road reader hands a request to its shard server (or a reply to its kv
+// client) without a thread hop, and a blocking caller runs the kv client
+// that carries its request.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
 #include <caf/actor.hpp>
+#include <caf/fwd.hpp>
 #include <caf/message.hpp>
 
 namespace troupe {
 
 /// Enqueues `msg` (anonymous) to `to`; if `to` was waiting for messages, it
-/// runs here, on this thread, until its mailbox is empty (CAF still runs an
-/// actor on one thread at a time). Messages the actor sends meanwhile to
-/// other idle actors go to the scheduler as usual. For threads outside
+/// runs here, on this thread, for up to `max_messages` messages or until
+/// its mailbox is empty (CAF still runs an actor on one thread at a time;
+/// what is left goes to the scheduler). Messages the actor sends meanwhile
+/// to other idle actors go to the scheduler as usual. For threads outside
 /// CAF's scheduler only, and only where running the actor here cannot
 /// wait on this thread's own work (a road reader: peers always drain what
-/// the actor writes to them).
+/// the actor writes to them; a kv client defers its writes while on one).
 /// The actor's system is kept from shutting down until this returns.
-void send_and_run_here(caf::actor to, caf::message msg);
+void send_and_run_here(caf::actor to, caf::message msg,
+                       size_t max_messages = SIZE_MAX);
+
+/// Runs `send`, in which the blocking actor `self` (a scoped_actor on a
+/// thread outside CAF's scheduler) sends messages: each idle actor such a
+/// message wakes runs here, on this thread, as send_and_run_here runs it,
+/// instead of waking a scheduler thread while this thread only waits for
+/// the reply. The system is kept from shutting down until this returns.
+void run_here_while(caf::local_actor* self, const std::function<void()>& send);
 
 } // namespace troupe

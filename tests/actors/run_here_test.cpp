@@ -9,6 +9,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <caf/actor_system.hpp>
@@ -68,6 +69,17 @@ caf::behavior logger(caf::event_based_actor* self, seen_log* log,
       self->quit();
     else if (next)
       self->send(next, x + 100);
+  }};
+}
+
+/// Logs each int below 100 and sends itself the int + 100, which it logs
+/// too; answers with the int.
+caf::behavior echo(caf::event_based_actor* self, seen_log* log) {
+  return {[self, log](int x) {
+    log->saw(x);
+    if (x < 100) // anonymous: a reply to it would come back to us
+      caf::anon_send(self, x + 100);
+    return x;
   }};
 }
 
@@ -137,6 +149,45 @@ BOOST_AUTO_TEST_CASE(what_the_actor_sends_meanwhile_runs_on_the_scheduler) {
   BOOST_CHECK(log.await(105) != sender); // not nested inside a's run
   caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(b, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(a_limited_run_leaves_the_rest_to_the_scheduler) {
+  auto a = sys.spawn<caf::lazy_init>(echo, &log);
+  // Unlimited: what the actor sends itself meanwhile runs here too.
+  auto sender =
+      on_own_thread([&] { send_and_run_here(a, caf::make_message(1)); });
+  BOOST_CHECK(log.await(1) == sender);
+  BOOST_CHECK(log.await(101) == sender);
+  // One message: the rest of its mailbox goes to the scheduler.
+  sender =
+      on_own_thread([&] { send_and_run_here(a, caf::make_message(2), 1); });
+  BOOST_CHECK(log.await(2) == sender);
+  BOOST_CHECK(log.await(102) != sender);
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(a_waiting_caller_runs_the_receiver_of_its_request) {
+  auto a = sys.spawn<caf::lazy_init>(echo, &log);
+  int got = 0;
+  int got_later = 0;
+  auto sender = on_own_thread([&] {
+    caf::scoped_actor self{sys};
+    auto ask = [&self, &a](int x) {
+      return self->request(a, caf::infinite, x);
+    };
+    std::optional<decltype(ask(0))> h;
+    run_here_while(self.ptr(), [&h, &ask] { h.emplace(ask(3)); });
+    h->receive([&got](int x) { got = x; }, [](caf::error&) {});
+    // Outside run_here_while, requests go to the scheduler again (the
+    // actor ran 103 here as well, and is idle).
+    ask(4).receive([&got_later](int x) { got_later = x; }, [](caf::error&) {});
+  });
+  BOOST_CHECK_EQUAL(got, 3);
+  BOOST_CHECK(log.await(3) == sender);
+  BOOST_CHECK(log.await(103) == sender);
+  BOOST_CHECK_EQUAL(got_later, 4);
+  BOOST_CHECK(log.await(4) != sender);
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
 BOOST_AUTO_TEST_CASE(an_actor_that_quits_here_ends_cleanly) {
