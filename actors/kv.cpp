@@ -10,6 +10,7 @@
 #include <caf/sec.hpp>
 
 #include "actors/kv_client.hpp"
+#include "actors/run_here.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -45,6 +46,7 @@ struct kv::impl {
   explicit impl(caf::actor_system& sys) : self(sys) {}
   caf::scoped_actor self;
   std::chrono::milliseconds timeout{0};
+  bool scheduler_only = false; // kv.scheduler-only
 
   template <class T, class... Ts>
   caf::expected<T> call(const caf::actor& to, std::chrono::milliseconds t,
@@ -53,10 +55,19 @@ struct kv::impl {
     // The kv client answers every request within its own timeouts; `t`
     // only guards against a bug. A request timeout would cost a wake-up
     // of CAF's clock thread per call, so wait with after() instead.
-    auto h = self->request(to, caf::infinite, std::forward<Ts>(xs)...);
+    // The kv client runs on this thread (which only waits meanwhile)
+    // rather than waking a scheduler thread: one thread hop less a call.
+    std::optional<decltype(self->request(to, caf::infinite, xs...))> h;
+    auto send = [&h, &to, this, &xs...] {
+      h.emplace(self->request(to, caf::infinite, std::forward<Ts>(xs)...));
+    };
+    if (scheduler_only)
+      send();
+    else
+      run_here_while(self.ptr(), send);
     caf::blocking_actor::accept_one_cond rc;
     self->varargs_receive(
-        rc, h.id(), [&out](T& x) { out = std::move(x); },
+        rc, h->id(), [&out](T& x) { out = std::move(x); },
         [&out, this](caf::error& err) { out = explain(std::move(err)); },
         caf::after(t) >>
             [&out, t] {
@@ -85,6 +96,7 @@ kv::kv(caf::actor_system& sys, caf::actor scheduler, kv_settings cfg)
   // The client's own timeouts fire first; ours only guards against a lost
   // client, with room for a declare that waits for servers to join.
   impl_->timeout = std::chrono::milliseconds{cfg.request_timeout_ms} * 4;
+  impl_->scheduler_only = cfg.scheduler_only;
   client_ = spawn_kv_client(sys, std::move(scheduler), cfg);
   impl_->self->monitor(client_); // for explain()
 }

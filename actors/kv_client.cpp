@@ -19,6 +19,7 @@
 #include "actors/log.hpp"
 #include "actors/named_array.hpp"
 #include "actors/placement.hpp"
+#include "actors/run_here.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -95,6 +96,9 @@ void when_ready(self_ptr self, F fn, std::function<void(caf::error)> fail) {
 
 void drop_road(self_ptr self, uint32_t rank, const caf::error& why);
 
+/// Replies up to this size run the kv client on the road's reader.
+constexpr size_t run_here_max_bytes = 64 * 1024;
+
 /// Opens the fast road to server `n` if allowed; CAF carries its frames
 /// otherwise. Blocks for at most the request timeout (a local connect).
 void dial_road(self_ptr self, const node_info& n) {
@@ -103,8 +107,18 @@ void dial_road(self_ptr self, const node_info& n) {
     return;
   auto addr = self->address();
   auto rank = n.rank;
-  auto on_msg = [addr, rank](road_message_ptr m) {
-    if (auto h = caf::actor_cast<caf::actor>(addr))
+  // The reader runs the kv client itself when it is idle, for this one
+  // reply: one thread hop less per reply (and none for a caller blocked
+  // on it). Writes the reply leads to wait for a scheduler thread. A large
+  // reply is handed over: its copy out then overlaps the next read.
+  auto on_msg = [addr, rank, here = !cfg.scheduler_only](road_message_ptr m) {
+    auto h = caf::actor_cast<caf::actor>(addr);
+    if (!h)
+      return;
+    if (here && m->bytes.size < run_here_max_bytes)
+      send_and_run_here(std::move(h),
+                        caf::make_message(road_atom_v, rank, std::move(m)), 1);
+    else
       caf::anon_send(h, road_atom_v, rank, std::move(m));
   };
   auto on_down = [addr, rank](uint64_t serial, const caf::error& err) {
@@ -342,8 +356,35 @@ void road_send(self_ptr self, std::shared_ptr<kv_request> req, road_op op,
   l.in_flight += bytes;
   track(self, req->rank, g);
   start_tick(self);
+  // Never block a reader on a write; what follows a deferred write waits
+  // behind it, so that a server sees our requests in order.
+  if (on_road_reader() || !st.deferred_calls.empty()) {
+    st.deferred_calls.push_back(id);
+    if (st.deferred_calls.size() == 1)
+      self->send(self, road_atom_v);
+    return;
+  }
   if (auto err = send()) // the connection is closed; road_down fails the rest
     g->fail(err);
+}
+
+/// Sends the calls deferred on a road reader's thread, in order.
+void send_deferred(self_ptr self) {
+  if (on_road_reader()) { // not here either: a scheduler thread sends them
+    self->send(self, road_atom_v);
+    return;
+  }
+  auto ids = std::move(self->state.deferred_calls);
+  self->state.deferred_calls.clear();
+  for (auto id : ids) {
+    auto i = self->state.calls.find(id);
+    if (i == self->state.calls.end())
+      continue; // failed or timed out meanwhile
+    auto g = i->second.g;
+    if (auto err = i->second.send())
+      if (auto gp = g.lock())
+        gp->fail(err);
+  }
 }
 
 /// Lets queued requests of `w` go while `limit` allows.
@@ -473,8 +514,10 @@ void drop_road(self_ptr self, uint32_t rank, const caf::error& why) {
 void on_tick(self_ptr self) {
   auto& st = self->state;
   st.ticking = false;
+  if (!on_road_reader() && !st.deferred_calls.empty())
+    send_deferred(self); // first writes before any resend
   auto now = std::chrono::steady_clock::now();
-  if (st.cfg.resend_ms > 0) // unanswered: the frame may be lost
+  if (st.cfg.resend_ms > 0 && !on_road_reader()) // the frame may be lost
     for (auto& [id, call] : st.calls)
       if (call.resend_at <= now && call.deadline > now) {
         call.resend_at = now + std::chrono::milliseconds{st.cfg.resend_ms};
@@ -1181,6 +1224,7 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
       [self](road_atom, uint32_t rank, const road_message_ptr& m) {
         on_road_message(self, rank, *m);
       },
+      [self](road_atom) { send_deferred(self); },
       [self](road_down_atom, uint32_t rank, uint64_t serial,
              const std::string& why) {
         auto i = self->state.roads.find(rank);

@@ -156,6 +156,10 @@ struct kv_client_state {
   uint64_t window_generations = 0;     // the last generation given out
   std::map<uint64_t, road_call> calls; // by request id
   uint64_t next_call = 1;
+  /// Calls whose first write waits for this actor to leave a road reader's
+  /// thread (a write there could block on the very peer that waits for
+  /// that thread to read): sent on (road_atom).
+  std::vector<uint64_t> deferred_calls;
   bool ticking = false;   // a timeout sweep is scheduled
   std::mt19937_64 faults; // draws of --fault.drop-pushes / duplicate-pushes
   /// Our Init's arrays while the pull after it waits for the keys' values.

@@ -110,7 +110,9 @@ node_config::node_config() {
       .add(kv.resend_ms, "resend-ms",
            "send a road request again after this long unanswered, 0 = never")
       .add(kv.helper_threads, "helper-threads",
-           "threads (0..16) sharing the copies of large frames, 0 = none");
+           "threads (0..16) sharing the copies of large frames, 0 = none")
+      .add(kv.scheduler_only, "scheduler-only",
+           "run the kv client on CAF's scheduler threads only (off)");
   opt_group{custom_options_, "optimizer"}
       .add(optimizer.name, "name", "sum | sgd | momentum | nesterov | adam")
       .add(optimizer.on, "on", "server | worker (sync mode only)")

@@ -100,6 +100,11 @@ struct kv_settings {
   /// large frame (256 KiB or more) into a shared-memory ring; 0 = the
   /// client's thread alone. Default 1.
   uint32_t helper_threads = 1;
+  /// Run the kv client on CAF's scheduler threads only: a road reader then
+  /// hands each reply over, and a blocking caller waits while a scheduler
+  /// thread sends its request (one more thread wake-up each way). Off by
+  /// default: the kv client runs where the work arrives (run_here.hpp).
+  bool scheduler_only = false;
   /// Fault injection (set from --fault.*): probability that a push frame
   /// is not sent, or sent twice; seed of the draws (0 = from the clock).
   double drop_pushes = 0;

@@ -548,8 +548,11 @@ void road_conn::release(uint64_t offset, uint64_t bytes) {
     return;
   std::lock_guard<std::mutex> guard{write_mtx_};
   pending_releases_.emplace_back(offset, bytes);
-  if (pending_releases_.size() < max_pending_releases)
-    return; // the next message we send carries it: no wake-up of its own
+  // The next message we send carries it: no wake-up of its own. A reader
+  // never writes by itself (its peer may wait for it to read): there
+  // releases always wait for the next message.
+  if (pending_releases_.size() < max_pending_releases || on_road_reader())
+    return;
   std::vector<release_header> rel;
   std::vector<iovec> iov;
   take_releases(rel, iov);
@@ -628,7 +631,17 @@ void road_conn::fail(caf::error err) {
     on_down_(serial_, err);
 }
 
+namespace {
+/// Set on the threads that read roads (on_road_reader).
+thread_local bool reading_a_road = false;
+} // namespace
+
+bool on_road_reader() {
+  return reading_a_road;
+}
+
 void road_conn::read_loop() {
+  reading_a_road = true;
   try {
     read_messages();
   } catch (const std::exception& e) { // e.g. no memory for a huge frame

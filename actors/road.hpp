@@ -22,6 +22,10 @@
 // sends release so the writer may reuse it. Releases wait for the next
 // message the reader sends (a reply, the next request) and go in the same
 // write, up to 16 of them: each would otherwise wake the peer's reader.
+// A reader thread never writes on its own account (releases made there
+// always wait), and a worker's reader, which runs the kv client for a
+// reply, leaves the writes that reply leads to to a scheduler thread: so
+// whatever a server writes to a worker is always read.
 //
 // Faults: a dead peer ends the connection (EOF, reset); a silent one makes
 // writes fail after the send timeout. Either way the owner's `on_down`
@@ -241,6 +245,11 @@ private:
   std::vector<road_conn_ptr> conns_;
   std::thread acceptor_;
 };
+
+/// True on a thread that reads a road (its handlers run there): code that
+/// may run on one must not block on a road write, since the peer may wait
+/// for this very thread to read.
+bool on_road_reader();
 
 /// This machine's identity for road_info::machine: boot id and network
 /// namespace (abstract unix sockets are per namespace).

@@ -52,8 +52,10 @@ BOOST_AUTO_TEST_CASE(flags_set_options) {
   BOOST_REQUIRE(!parse(
       cfg, {"--role=server", "--server.mode=ssp:2", "--cluster.servers=4",
             "--port=4411", "--server.helper-threads=3", "--kv.helper-threads=0",
-            "--middleman.heartbeat-interval=50ms"}));
+            "--middleman.heartbeat-interval=50ms", "--kv.scheduler-only"}));
   BOOST_CHECK_EQUAL(cfg.server.helper_threads, 3u);
+  BOOST_CHECK(cfg.kv.scheduler_only);
+  BOOST_CHECK(!node_config{}.kv.scheduler_only); // off by default
   BOOST_CHECK_EQUAL(cfg.kv.helper_threads, 0u);
   BOOST_CHECK(*cfg.node_role() == role::server);
   BOOST_CHECK(cfg.server.mode.kind == consistency::kind_t::ssp);
