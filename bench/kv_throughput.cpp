@@ -27,6 +27,7 @@
 
 #include "actors/kv.hpp"
 #include "actors/node_config.hpp"
+#include "actors/run_here.hpp"
 #include "bench/cpu_share.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -39,13 +40,15 @@ using steady = std::chrono::steady_clock;
 
 const char* usage =
     "usage: kv_throughput [--servers=N] [--mode=async|sync] [--seconds=S]"
-    " [--road=all|middleman|tcp|shm] [--node=PATH]\n"
+    " [--road=all|middleman|tcp|shm] [--scheduler-only] [--node=PATH]\n"
     "  --road     roads to measure, each on a fresh cluster (default all)\n"
     "  --max-message-bytes  the kv client's part size (default: the kv"
     " default, 1 MiB)\n"
     "  --servers  troupe-node servers to start, 1..64 (default 1)\n"
     "  --mode     consistency mode of the servers (default async)\n"
     "  --seconds  timed transfer per row, 0 < S <= 60 (default 0.5)\n"
+    "  --scheduler-only  our kv client runs on CAF's scheduler threads only"
+    " (--kv.scheduler-only), for comparison\n"
     "  --node     troupe-node binary (default: beside this program, then in"
     " its parent dir)\n";
 
@@ -56,6 +59,7 @@ struct options {
   std::string node;
   std::vector<std::string> roads{"middleman", "tcp", "shm"};
   uint32_t max_message_bytes = kv_settings{}.max_message_bytes;
+  bool scheduler_only = false;
 };
 
 double since(steady::time_point t0) {
@@ -102,6 +106,8 @@ std::string parse_flags(const std::vector<std::string>& args, options& opt) {
         return "--road must be all, middleman, tcp or shm, got '" + value + "'";
       if (value != "all")
         opt.roads = {value};
+    } else if (a == "--scheduler-only") {
+      opt.scheduler_only = true;
     } else if (name == "--node") {
       if (::access(value.c_str(), X_OK) != 0)
         return "--node: no executable at '" + value + "'";
@@ -280,9 +286,10 @@ caf::expected<uint16_t> start_cluster(node_group& nodes, const options& opt) {
 struct session {
   caf::actor_system& sys;
   kv& store;
-  std::chrono::milliseconds timeout; // per pipelined request
+  std::chrono::milliseconds timeout; // guards each pipelined request
   uint64_t next_clock = 0;
   std::map<uint64_t, float> pushed = {};
+  bool scheduler_only = false; // kv.scheduler-only
 };
 
 /// `{key, values}` as the one array of a push, with a single copy of values.
@@ -378,44 +385,56 @@ caf::expected<row_result> run_row(session& s, uint64_t key, size_t floats,
 /// A request in flight: a push (expect < 0) or a pull whose values must
 /// all be `expect`.
 struct pending {
-  caf::response_handle<caf::blocking_actor, caf::message, true> reply;
+  caf::message_id id;
   float expect;
 };
 
 /// Sends the next push or pull of `key` without waiting. A pull asks at the
 /// clock after the last push and reaches each server after it (sends are
-/// ordered), so it reads exactly the pushes sent so far.
+/// ordered), so it reads exactly the pushes sent so far. As kv's blocking
+/// calls do, the request has no timeout of its own (that would cost a
+/// wake-up of CAF's clock thread per request): await_reply guards it.
 pending send_next(caf::scoped_actor& self, session& s, uint64_t key,
                   const std::vector<float>& ones, bool push, bool batched) {
   if (batched) { // push_pull: its reply sees its own push and all before
     s.pushed[key] += 1;
-    return {self->request(s.store.handle(), s.timeout, push_atom_v,
+    return {self->request(s.store.handle(), caf::infinite, push_atom_v,
                           s.next_clock++, one_array(key, ones),
-                          std::vector<uint64_t>{key}),
+                          std::vector<uint64_t>{key})
+                .id(),
             s.pushed[key]};
   }
   if (!push)
-    return {self->request(s.store.handle(), s.timeout, pull_atom_v,
-                          s.next_clock, std::vector<uint64_t>{key}),
+    return {self->request(s.store.handle(), caf::infinite, pull_atom_v,
+                          s.next_clock, std::vector<uint64_t>{key})
+                .id(),
             s.pushed[key]};
   s.pushed[key] += 1;
-  return {self->request(s.store.handle(), s.timeout, push_atom_v,
-                        s.next_clock++, one_array(key, ones)),
+  return {self->request(s.store.handle(), caf::infinite, push_atom_v,
+                        s.next_clock++, one_array(key, ones))
+              .id(),
           -1.0f};
 }
 
-/// Waits for the reply to `p` and checks it.
-caf::error await_reply(pending& p, uint64_t key, size_t floats) {
+/// Waits (at most s.timeout) for the reply to `p` and checks it.
+caf::error await_reply(caf::scoped_actor& self, const session& s,
+                       const pending& p, uint64_t key, size_t floats) {
   caf::error err;
   auto on_error = [&err](caf::error& x) { err = std::move(x); };
+  auto silent = caf::after(s.timeout) >> [&err] {
+    err = caf::make_error(errc::timeout, "kv client silent");
+  };
+  caf::blocking_actor::accept_one_cond rc;
   if (p.expect < 0)
-    p.reply.receive([](uint64_t) {}, on_error);
+    self->varargs_receive(
+        rc, p.id, [](uint64_t) {}, on_error, silent);
   else
-    p.reply.receive(
+    self->varargs_receive(
+        rc, p.id,
         [&err, &p, key, floats](std::vector<named_array>& got) {
           err = check_values(got, key, floats, p.expect);
         },
-        on_error);
+        on_error, silent);
   return err;
 }
 
@@ -432,11 +451,20 @@ caf::expected<double> pipelined_ops(session& s, uint64_t key, size_t floats,
   auto t0 = steady::now();
   for (;;) {
     bool more = since(t0) < seconds || pairs < 3;
-    for (; more && in_flight.size() < depth; push = !push)
-      in_flight.push_back(send_next(self, s, key, ones, push, batched));
+    auto send = [&in_flight, &push, &self, &s, &ones, more, depth, key,
+                 batched] {
+      for (; more && in_flight.size() < depth; push = !push)
+        in_flight.push_back(send_next(self, s, key, ones, push, batched));
+    };
+    // As kv's blocking calls do: the kv client runs on this thread, which
+    // only waits meanwhile, instead of waking a scheduler thread.
+    if (s.scheduler_only)
+      send();
+    else
+      run_here_while(self.ptr(), send);
     if (in_flight.empty())
       break;
-    if (auto err = await_reply(in_flight.front(), key, floats))
+    if (auto err = await_reply(self, s, in_flight.front(), key, floats))
       return err;
     pairs += in_flight.front().expect >= 0 ? 1 : 0;
     in_flight.pop_front();
@@ -563,10 +591,11 @@ void print_report(const options& opt, double tcp, double mem,
   }
   std::printf("{\"tcp_loopback_gbps\":%.4f,\"memcpy_gbps\":%.4f,"
               "\"cpu_steal\":%s,\"roads\":{%s},\"servers\":%u,\"mode\":"
-              "\"%s\"}\n",
+              "\"%s\",\"scheduler_only\":%s}\n",
               tcp, mem,
               cpu.known() ? std::to_string(cpu.steal).c_str() : "null",
-              json.c_str(), opt.servers, opt.mode.c_str());
+              json.c_str(), opt.servers, opt.mode.c_str(),
+              opt.scheduler_only ? "true" : "false");
 }
 
 // Keys 1-4: 4 KiB, 256 KiB, 4 MiB, 16 MiB; key 5: the small key.
@@ -586,6 +615,7 @@ caf::expected<road_result> run_road(caf::actor_system& sys,
   kv store{sys, *sched, cfg};
   // Our timeout only guards against a lost client, as in kv.cpp.
   session s{sys, store, std::chrono::milliseconds{cfg.request_timeout_ms} * 4};
+  s.scheduler_only = cfg.scheduler_only;
   if (auto err = init_keys(s, floats))
     return err;
   road_result out{road, {}, 0, 0, 0, 0};
@@ -627,6 +657,7 @@ caf::expected<road_result> measure_road(const options& opt,
   cfg.log_level = "warning";
   cfg.kv.road_text = road;
   cfg.kv.max_message_bytes = opt.max_message_bytes;
+  cfg.kv.scheduler_only = opt.scheduler_only;
   if (auto err = cfg.finish())
     return err;
   caf::actor_system sys{cfg};
