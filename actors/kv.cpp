@@ -42,26 +42,42 @@ caf::expected<caf::actor> connect_scheduler(caf::actor_system& sys,
                                                   sys.render(last) + ")");
 }
 
+namespace {
+
+/// Whether a push of `xs` is small enough for the kv client to run on
+/// the caller's thread (see kv::impl::call).
+bool small(const std::vector<named_array>& xs) {
+  size_t floats = 0;
+  for (auto& x : xs)
+    floats += x.values.size();
+  return floats * sizeof(float) < 64 * 1024;
+}
+
+} // namespace
+
 struct kv::impl {
   explicit impl(caf::actor_system& sys) : self(sys) {}
   caf::scoped_actor self;
   std::chrono::milliseconds timeout{0};
   bool scheduler_only = false; // kv.scheduler-only
 
+  /// Sends xs to `to` and waits for its T. With `here`, the kv client
+  /// runs on this thread (which only waits meanwhile) rather than waking a
+  /// scheduler thread: one thread hop less a call. A large push is left
+  /// to the scheduler: its write is long, and runs there beside the copies
+  /// of earlier replies.
   template <class T, class... Ts>
-  caf::expected<T> call(const caf::actor& to, std::chrono::milliseconds t,
-                        Ts&&... xs) {
+  caf::expected<T> call(bool here, const caf::actor& to,
+                        std::chrono::milliseconds t, Ts&&... xs) {
     caf::expected<T> out{caf::make_error(caf::sec::unexpected_response)};
     // The kv client answers every request within its own timeouts; `t`
     // only guards against a bug. A request timeout would cost a wake-up
     // of CAF's clock thread per call, so wait with after() instead.
-    // The kv client runs on this thread (which only waits meanwhile)
-    // rather than waking a scheduler thread: one thread hop less a call.
     std::optional<decltype(self->request(to, caf::infinite, xs...))> h;
     auto send = [&h, &to, this, &xs...] {
       h.emplace(self->request(to, caf::infinite, std::forward<Ts>(xs)...));
     };
-    if (scheduler_only)
+    if (scheduler_only || !here)
       send();
     else
       run_here_while(self.ptr(), send);
@@ -106,19 +122,21 @@ kv::~kv() {
 }
 
 caf::expected<std::vector<named_array>> kv::init(std::vector<named_array> xs) {
-  return impl_->call<std::vector<named_array>>(client_, impl_->timeout,
+  return impl_->call<std::vector<named_array>>(false, client_, impl_->timeout,
                                                init_atom_v, std::move(xs));
 }
 
 caf::expected<uint64_t> kv::push(uint64_t clock, std::vector<named_array> xs) {
-  return impl_->call<uint64_t>(client_, impl_->timeout, push_atom_v, clock,
-                               std::move(xs));
+  auto here = small(xs);
+  return impl_->call<uint64_t>(here, client_, impl_->timeout, push_atom_v,
+                               clock, std::move(xs));
 }
 
 caf::expected<std::vector<named_array>>
 kv::push_pull(uint64_t clock, std::vector<named_array> xs,
               std::vector<uint64_t> keys) {
-  return impl_->call<std::vector<named_array>>(client_, impl_->timeout,
+  auto here = small(xs);
+  return impl_->call<std::vector<named_array>>(here, client_, impl_->timeout,
                                                push_atom_v, clock,
                                                std::move(xs), std::move(keys));
 }
@@ -126,23 +144,23 @@ kv::push_pull(uint64_t clock, std::vector<named_array> xs,
 caf::expected<std::vector<named_array>> kv::pull(uint64_t clock,
                                                  std::vector<uint64_t> keys) {
   return impl_->call<std::vector<named_array>>(
-      client_, impl_->timeout, pull_atom_v, clock, std::move(keys));
+      true, client_, impl_->timeout, pull_atom_v, clock, std::move(keys));
 }
 
 caf::expected<uint64_t> kv::barrier(const std::string& name,
                                     uint32_t timeout_ms) {
   return impl_->call<uint64_t>(
-      client_, std::chrono::milliseconds{timeout_ms} + impl_->timeout,
+      true, client_, std::chrono::milliseconds{timeout_ms} + impl_->timeout,
       barrier_atom_v, name, timeout_ms);
 }
 
 caf::error kv::leave() {
-  auto r = impl_->call<uint64_t>(client_, impl_->timeout, leave_atom_v);
+  auto r = impl_->call<uint64_t>(true, client_, impl_->timeout, leave_atom_v);
   return r ? caf::error{} : std::move(r.error());
 }
 
 caf::expected<uint64_t> kv::resume_clock() {
-  return impl_->call<uint64_t>(client_, impl_->timeout, clock_atom_v);
+  return impl_->call<uint64_t>(true, client_, impl_->timeout, clock_atom_v);
 }
 
 caf::expected<std::pair<uint32_t, cluster_view>> kv::view() {
