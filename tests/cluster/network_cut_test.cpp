@@ -138,20 +138,32 @@ BOOST_AUTO_TEST_CASE(a_cut_off_worker_leaves_the_view_and_rejoins_when_healed,
                      *boost::unit_test::precondition(can_cut)) {
   scheduler_process s{1, 2, on_cluster_host({})};
   scheduler_client log{s.port, cluster_host};
-  // The job must outlast the cut, the heal and the rejoin (about 4.5 s
-  // after the start): 3 epochs once took 5.5 s, and worker 0 finished
-  // before worker 1 came back. 6 epochs take about 10 s.
+  // The cut must come after worker 1 joined: a worker loads the data set
+  // first, which took 1.2 s on a 2-core machine (a cut at 1.5 s found
+  // worker 1, started 0.2 s after the agent, not yet joined). The job must
+  // outlast the cut, the heal and the rejoin (about 6.5 s after the
+  // start): 3 epochs once took 5.5 s, and worker 0 finished before worker
+  // 1 came back. 8 epochs take about 13 s.
   auto agent = start_agent(
       s, 1, 2,
-      on_cluster_host({"--train.epochs=6", "--train.evals-per-epoch=2",
+      on_cluster_host({"--train.epochs=8", "--train.evals-per-epoch=2",
                        "--train.eval-samples=2000",
-                       "--fault.plan=cut:worker-1@1500+1500"}));
+                       "--fault.plan=cut:worker-1@3000+1500"}));
   BOOST_CHECK_MESSAGE(agent->wait_for_line("worker-1 runs in network"
                                            " namespace troupe-",
                                            5s),
                       agent->output());
   auto cut = log.wait_for_event(injected("cut", "worker-1"));
   BOOST_REQUIRE_MESSAGE(cut, dump(log.events()));
+  auto seen = log.events();
+  BOOST_REQUIRE_MESSAGE(
+      std::any_of(seen.begin(), seen.end(),
+                  [&cut](const event_record& e) {
+                    return is(e, "joined", role::worker) && e.pid == cut->pid;
+                  }),
+      "the plan cut worker 1 before it joined (this machine loads the data "
+      "set slower than the plan allows): "
+          << dump(seen));
   // Alive but silent: heartbeats tell the scheduler, and the server
   // completes rounds with the live worker.
   auto crashed = log.wait_for_event([&cut](const event_record& e) {
