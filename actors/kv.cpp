@@ -50,7 +50,7 @@ bool small(const std::vector<named_array>& xs) {
   size_t floats = 0;
   for (auto& x : xs)
     floats += x.values.size();
-  return floats * sizeof(float) < 64 * 1024;
+  return floats * sizeof(float) < run_here_max_bytes;
 }
 
 } // namespace

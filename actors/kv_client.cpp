@@ -96,9 +96,6 @@ void when_ready(self_ptr self, F fn, std::function<void(caf::error)> fail) {
 
 void drop_road(self_ptr self, uint32_t rank, const caf::error& why);
 
-/// Replies up to this size run the kv client on the road's reader.
-constexpr size_t run_here_max_bytes = 64 * 1024;
-
 /// Opens the fast road to server `n` if allowed; CAF carries its frames
 /// otherwise. Blocks for at most the request timeout (a local connect).
 void dial_road(self_ptr self, const node_info& n) {
@@ -380,10 +377,9 @@ void send_deferred(self_ptr self) {
     auto i = self->state.calls.find(id);
     if (i == self->state.calls.end())
       continue; // failed or timed out meanwhile
-    auto g = i->second.g;
     if (auto err = i->second.send())
-      if (auto gp = g.lock())
-        gp->fail(err);
+      if (auto g = i->second.g.lock())
+        g->fail(err);
   }
 }
 
@@ -514,7 +510,7 @@ void drop_road(self_ptr self, uint32_t rank, const caf::error& why) {
 void on_tick(self_ptr self) {
   auto& st = self->state;
   st.ticking = false;
-  if (!on_road_reader() && !st.deferred_calls.empty())
+  if (!st.deferred_calls.empty())
     send_deferred(self); // first writes before any resend
   auto now = std::chrono::steady_clock::now();
   if (st.cfg.resend_ms > 0 && !on_road_reader()) // the frame may be lost

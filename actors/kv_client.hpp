@@ -171,6 +171,12 @@ struct kv_client_state {
 
 using kv_client_actor = caf::stateful_actor<kv_client_state>;
 
+/// The kv client runs on the thread its work arrives on (a road reader, a
+/// blocking caller: run_here.hpp) for replies and pushes below this size;
+/// larger ones go to the scheduler, where their copies overlap the next
+/// read or write.
+constexpr size_t run_here_max_bytes = 64 * 1024;
+
 /// Spawnable behavior of a kv client.
 caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
                         caf::actor scheduler);

@@ -67,21 +67,6 @@ private:
   caf::actor_registry& registry_;
 };
 
-} // namespace
-
-void send_and_run_here(caf::actor to, caf::message msg, size_t max_messages) {
-  if (!to)
-    return;
-  auto* ctrl = caf::actor_cast<caf::actor_control_block*>(to);
-  auto& sys = *ctrl->home_system;
-  running_guard running{sys};
-  run_here_unit unit{&sys, max_messages};
-  ctrl->enqueue(nullptr, caf::make_message_id(), std::move(msg), &unit);
-  to = nullptr; // our reference goes while the system surely lives
-}
-
-namespace {
-
 /// Gives `self` the execution unit `unit` while it lives.
 class context_swap {
 public:
@@ -103,6 +88,17 @@ private:
 constexpr size_t caller_budget = 64;
 
 } // namespace
+
+void send_and_run_here(caf::actor to, caf::message msg, size_t max_messages) {
+  if (!to)
+    return;
+  auto* ctrl = caf::actor_cast<caf::actor_control_block*>(to);
+  auto& sys = *ctrl->home_system;
+  running_guard running{sys};
+  run_here_unit unit{&sys, max_messages};
+  ctrl->enqueue(nullptr, caf::make_message_id(), std::move(msg), &unit);
+  to = nullptr; // our reference goes while the system surely lives
+}
 
 void run_here_while(caf::local_actor* self, const std::function<void()>& send) {
   auto& sys = self->home_system();
