@@ -61,8 +61,8 @@ private:
   std::condition_variable idle_;    // the last helper left a loop
   const loop_body* body_ = nullptr; // the open loop; null: none
   size_t n_ = 0;
-  uint64_t loop_ = 0; // count of loops begun
-  size_t inside_ = 0; // helpers inside the open loop
+  uint64_t loop_ = 0;             // count of loops begun
+  std::atomic<size_t> inside_{0}; // helpers inside the open loop
   bool stop_ = false;
   std::atomic<size_t> next_{0}; // next unclaimed index
   std::atomic<uint64_t> helped_{0};

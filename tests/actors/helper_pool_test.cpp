@@ -65,6 +65,39 @@ BOOST_AUTO_TEST_CASE(a_helper_runs_items_beside_the_caller) {
   BOOST_CHECK_EQUAL(pool.helped(), 1u);
 }
 
+BOOST_AUTO_TEST_CASE(run_waits_for_a_helper_that_outlasts_the_spin) {
+  // The helper's item takes far longer than run() spins (50 us), so the
+  // caller must go to sleep and be woken when the helper leaves; the
+  // item's plain write must be visible after run() returns.
+  helper_pool pool{1};
+  auto caller = std::this_thread::get_id();
+  std::mutex mtx;
+  std::condition_variable cv;
+  int running = 0;
+  bool together = true, slow_done = false;
+  for (int round = 0; round < 5; ++round) {
+    running = 0;
+    slow_done = false;
+    pool.run(2, [&](size_t) {
+      {
+        std::unique_lock<std::mutex> guard{mtx};
+        ++running;
+        cv.notify_all();
+        together &= cv.wait_for(guard, std::chrono::seconds{30},
+                                [&] { return running >= 2; });
+      }
+      if (std::this_thread::get_id() != caller) {
+        std::this_thread::sleep_for(std::chrono::milliseconds{20});
+        slow_done = true;
+      }
+    });
+    BOOST_REQUIRE(together);
+    BOOST_REQUIRE_MESSAGE(slow_done, "run() returned before the helper's item"
+                                     " (round "
+                                         << round << ")");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(without_helpers_the_caller_runs_every_item) {
   helper_pool pool{0};
   auto me = std::this_thread::get_id();
