@@ -56,7 +56,7 @@ const double missing = std::nan(""); // a figure not reached or not run
 
 const char* usage =
     "usage: time_to_accuracy [--epochs=E] [--modes=M,...] [--workers=W,...]"
-    " [--node=PATH]\n"
+    " [--node=PATH] [--node-arg=FLAG ...]\n"
     "  --epochs   passes over the training set per run, 1..100 (default 10)\n"
     "  --modes    server modes: sync, async, ssp:S; async+pipe and ssp:S+pipe\n"
     "             add pipelined workers (--worker.pipeline: step t+1 runs\n"
@@ -64,6 +64,8 @@ const char* usage =
     "             sync,async,ssp:2,async+pipe)\n"
     "  --workers  worker counts, each 1..16 (default 1,2)\n"
     "  --node     troupe-node binary (default: beside this program)\n"
+    "  --node-arg a flag for every server and worker, e.g.\n"
+    "             --node-arg=--server.helper-threads=0 (repeatable)\n"
     "A run not done in 60 s + 30 s per epoch is killed; its row fails.\n";
 
 /// A --modes item: the servers' mode and whether workers pipeline.
@@ -80,6 +82,7 @@ struct options {
   std::vector<std::string> modes{"sync", "async", "ssp:2", "async+pipe"};
   std::vector<uint32_t> workers{1, 2};
   std::string node;
+  std::vector<std::string> node_args; // for every server and worker
 };
 
 double since(steady::time_point t0) {
@@ -132,8 +135,15 @@ std::string parse_flag(const std::string& a, options& opt) {
   }
   if (name == "--node" && ::access((opt.node = value).c_str(), X_OK) != 0)
     return "--node: no executable at '" + value + "'";
+  if (name == "--node-arg") {
+    if (value.size() < 3 || value.compare(0, 2, "--") != 0)
+      return "--node-arg must be a troupe-node flag such as "
+             "--node-arg=--server.helper-threads=0, got '" +
+             value + "'";
+    opt.node_args.push_back(value);
+  }
   if (name != "--epochs" && name != "--modes" && name != "--workers" &&
-      name != "--node")
+      name != "--node" && name != "--node-arg")
     return "unknown flag '" + a + "' (see --help)";
   return "";
 }
@@ -349,14 +359,19 @@ std::string start_cluster(node_group& nodes, const options& opt,
   // lr / W, and the schedule counts W times the updates.
   auto [server_mode, pipeline] = split_mode(mode);
   auto per_push = server_mode == "sync" ? 1u : workers;
-  err = nodes.start(
-      opt.node,
-      {"--role=server", sched, "--log-level=warning",
-       "--server.mode=" + server_mode, "--optimizer.name=momentum",
-       strf("--optimizer.lr=%g", double{lr} / per_push),
-       strf("--optimizer.momentum=%g", double{pipeline ? mu_pipelined : mu}),
-       strf("--optimizer.lr-decay-steps=%u", lr_decay_steps * per_push),
-       "--optimizer.lr-decay=0.5"});
+  std::vector<std::string> server_args{
+      "--role=server",
+      sched,
+      "--log-level=warning",
+      "--server.mode=" + server_mode,
+      "--optimizer.name=momentum",
+      strf("--optimizer.lr=%g", double{lr} / per_push),
+      strf("--optimizer.momentum=%g", double{pipeline ? mu_pipelined : mu}),
+      strf("--optimizer.lr-decay-steps=%u", lr_decay_steps * per_push),
+      "--optimizer.lr-decay=0.5"};
+  server_args.insert(server_args.end(), opt.node_args.begin(),
+                     opt.node_args.end());
+  err = nodes.start(opt.node, server_args);
   if (!err.empty() || !(err = await_port(nodes.kids.back(), port)).empty())
     return "server: " + err;
   std::vector<std::string> worker_args{
@@ -372,6 +387,8 @@ std::string start_cluster(node_group& nodes, const options& opt,
       strf("--train.data-dir=%s", fashion_mnist_dir)};
   if (pipeline)
     worker_args.push_back("--worker.pipeline");
+  worker_args.insert(worker_args.end(), opt.node_args.begin(),
+                     opt.node_args.end());
   for (uint32_t i = 0; err.empty() && i < workers; ++i)
     err = nodes.start(opt.node, worker_args);
   return err.empty() ? "" : "worker: " + err;
@@ -577,6 +594,15 @@ void print_report(const options& opt, const floor_result& before,
       double{mu_pipelined}, opt.epochs, fl.samples_per_s, before.samples_per_s,
       after.samples_per_s, (unsigned long long)fl.steps, fl.first_loss,
       fl.last_loss, bench::percent(fl.cpu.steal).c_str());
+  std::string node_args;
+  for (auto& a : opt.node_args)
+    node_args += (node_args.empty() ? "" : ",") + json_str(a);
+  if (!opt.node_args.empty()) {
+    std::printf("servers and workers also ran with:");
+    for (auto& a : opt.node_args)
+      std::printf(" %s", a.c_str());
+    std::printf("\n\n");
+  }
   std::printf("mode       workers  samples/s  s to 0.85  s to 0.88  s to 0.89 "
               " final acc  overhead vs floor  waiting  steal  idle\n");
   std::string json;
@@ -592,10 +618,12 @@ void print_report(const options& opt, const floor_result& before,
   auto targets = print_targets(rows, fl.samples_per_s);
   std::printf("\n{\"model\":%s,\"batch\":%u,\"epochs\":%u,\"floor_samples_per_s"
               "\":%.1f,\"floor_before\":%.1f,\"floor_after\":%.1f,"
-              "\"floor_cpu\":{%s},\"rows\":[%s],\"targets\":%s}\n",
+              "\"floor_cpu\":{%s},\"node_args\":[%s],\"rows\":[%s],"
+              "\"targets\":%s}\n",
               json_str(model_spec).c_str(), batch, opt.epochs, fl.samples_per_s,
               before.samples_per_s, after.samples_per_s,
-              cpu_json(fl.cpu).c_str(), json.c_str(), targets.c_str());
+              cpu_json(fl.cpu).c_str(), node_args.c_str(), json.c_str(),
+              targets.c_str());
 }
 
 /// Loads the training set and measures the floor on it (with the CPU

@@ -210,6 +210,29 @@ BOOST_AUTO_TEST_CASE(bad_flags_get_one_clear_line_and_a_nonzero_exit) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(the_benchmarks_refuse_bad_flags_with_one_clear_line) {
+  struct bad_case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::string tta = std::string{TROUPE_BUILD_DIR} + "/time_to_accuracy",
+                    kvt = std::string{TROUPE_BUILD_DIR} + "/kv_throughput";
+  for (auto& c : std::vector<bad_case>{
+           {{tta, "--node-arg=helper-threads=0"},
+            "--node-arg must be a troupe-node flag"},
+           {{tta, "--epochs=0"}, "--epochs must be 1..100"},
+           {{tta, "--workers=1,x"}, "--workers must list counts"},
+           {{tta, "--no-such-flag"}, "unknown flag '--no-such-flag'"},
+           {{kvt, "--road=bogus"}, "--road must be"}}) {
+    child_process p{c.args};
+    auto rc = p.wait_exit(20s);
+    BOOST_REQUIRE(rc);
+    BOOST_CHECK_NE(*rc, 0);
+    BOOST_CHECK_MESSAGE(p.output().find(c.says) != std::string::npos,
+                        p.output());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_worker_without_a_scheduler_gives_up_clearly) {
   // A port nobody listens on: a scheduler that just exited frees one.
   uint16_t port;
