@@ -71,6 +71,23 @@ bool has_pid(const std::vector<node_info>& nodes, pid_t pid) {
   return rank_of(nodes, pid).has_value();
 }
 
+/// A command line that must be refused: a nonzero exit, saying `says`.
+struct bad_case {
+  std::vector<std::string> args; // the program first
+  std::string says;
+};
+
+void check_refused(const std::vector<bad_case>& cases) {
+  for (auto& c : cases) {
+    child_process p{c.args};
+    auto rc = p.wait_exit(20s);
+    BOOST_REQUIRE(rc);
+    BOOST_CHECK_NE(*rc, 0);
+    BOOST_CHECK_MESSAGE(p.output().find(c.says) != std::string::npos,
+                        p.output());
+  }
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(cluster_tests)
@@ -190,47 +207,23 @@ BOOST_AUTO_TEST_CASE(a_worker_restarted_after_another_finished_takes_its_rank) {
 }
 
 BOOST_AUTO_TEST_CASE(bad_flags_get_one_clear_line_and_a_nonzero_exit) {
-  struct bad_case {
-    std::vector<std::string> args;
-    std::string says;
-  };
-  for (auto& c : std::vector<bad_case>{
-           {{"--role=chief"}, "--role must be"},
-           {{"--role=server", "--server.mode=ssp:x"}, "mode must be"},
-           {{"--role=worker", "--kv.request-timeout-ms=0"},
-            "--kv.request-timeout-ms"},
-           {{"--role=server", "--no-such-flag=1"}, "***"}}) {
-    c.args.insert(c.args.begin(), node_bin);
-    child_process p{c.args};
-    auto rc = p.wait_exit(20s);
-    BOOST_REQUIRE(rc);
-    BOOST_CHECK_NE(*rc, 0);
-    BOOST_CHECK_MESSAGE(p.output().find(c.says) != std::string::npos,
-                        p.output());
-  }
+  check_refused(
+      {{{node_bin, "--role=chief"}, "--role must be"},
+       {{node_bin, "--role=server", "--server.mode=ssp:x"}, "mode must be"},
+       {{node_bin, "--role=worker", "--kv.request-timeout-ms=0"},
+        "--kv.request-timeout-ms"},
+       {{node_bin, "--role=server", "--no-such-flag=1"}, "***"}});
 }
 
 BOOST_AUTO_TEST_CASE(the_benchmarks_refuse_bad_flags_with_one_clear_line) {
-  struct bad_case {
-    std::vector<std::string> args;
-    std::string says;
-  };
   const std::string tta = std::string{TROUPE_BUILD_DIR} + "/time_to_accuracy",
                     kvt = std::string{TROUPE_BUILD_DIR} + "/kv_throughput";
-  for (auto& c : std::vector<bad_case>{
-           {{tta, "--node-arg=helper-threads=0"},
-            "--node-arg must be a troupe-node flag"},
-           {{tta, "--epochs=0"}, "--epochs must be 1..100"},
-           {{tta, "--workers=1,x"}, "--workers must list counts"},
-           {{tta, "--no-such-flag"}, "unknown flag '--no-such-flag'"},
-           {{kvt, "--road=bogus"}, "--road must be"}}) {
-    child_process p{c.args};
-    auto rc = p.wait_exit(20s);
-    BOOST_REQUIRE(rc);
-    BOOST_CHECK_NE(*rc, 0);
-    BOOST_CHECK_MESSAGE(p.output().find(c.says) != std::string::npos,
-                        p.output());
-  }
+  check_refused({{{tta, "--node-arg=helper-threads=0"},
+                  "--node-arg must be a troupe-node flag"},
+                 {{tta, "--epochs=0"}, "--epochs must be 1..100"},
+                 {{tta, "--workers=1,x"}, "--workers must list counts"},
+                 {{tta, "--no-such-flag"}, "unknown flag '--no-such-flag'"},
+                 {{kvt, "--road=bogus"}, "--road must be"}});
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_without_a_scheduler_gives_up_clearly) {
