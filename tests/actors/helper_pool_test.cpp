@@ -5,9 +5,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "actors/helper_pool.hpp"
 
@@ -65,19 +70,31 @@ BOOST_AUTO_TEST_CASE(a_helper_runs_items_beside_the_caller) {
   BOOST_CHECK_EQUAL(pool.helped(), 1u);
 }
 
+/// The scheduler state of thread `tid` of this process ('R' running, 'S'
+/// sleeping, ...), from /proc; '?' if it cannot be read.
+char thread_state(pid_t tid) {
+  std::ifstream in{"/proc/self/task/" + std::to_string(tid) + "/stat"};
+  std::string line;
+  std::getline(in, line);
+  auto end = line.rfind(')'); // the name may hold spaces and parentheses
+  return end == std::string::npos || end + 2 >= line.size() ? '?'
+                                                            : line[end + 2];
+}
+
 BOOST_AUTO_TEST_CASE(run_waits_for_a_helper_that_outlasts_the_spin) {
-  // The helper's item takes far longer than run() spins (50 us), so the
-  // caller must go to sleep and be woken when the helper leaves; the
-  // item's plain write must be visible after run() returns.
+  // The helper's item ends only once the caller, its own item done, has
+  // given up spinning and gone to sleep in run(): the caller must then be
+  // woken when the helper leaves, and see the item's plain write. The
+  // helper polls the caller's state, bounded, instead of sleeping a while.
   helper_pool pool{1};
   auto caller = std::this_thread::get_id();
+  auto caller_tid = static_cast<pid_t>(::syscall(SYS_gettid));
   std::mutex mtx;
   std::condition_variable cv;
-  int running = 0;
-  bool together = true, slow_done = false;
   for (int round = 0; round < 5; ++round) {
-    running = 0;
-    slow_done = false;
+    int running = 0;
+    bool together = true, slow_done = false;
+    std::atomic<bool> caller_done{false}, saw_sleep{false};
     pool.run(2, [&](size_t) {
       {
         std::unique_lock<std::mutex> guard{mtx};
@@ -86,15 +103,23 @@ BOOST_AUTO_TEST_CASE(run_waits_for_a_helper_that_outlasts_the_spin) {
         together &= cv.wait_for(guard, std::chrono::seconds{30},
                                 [&] { return running >= 2; });
       }
-      if (std::this_thread::get_id() != caller) {
-        std::this_thread::sleep_for(std::chrono::milliseconds{20});
-        slow_done = true;
+      if (std::this_thread::get_id() == caller) {
+        caller_done = true;
+        return;
       }
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+      while (!saw_sleep && std::chrono::steady_clock::now() < until) {
+        saw_sleep = caller_done && thread_state(caller_tid) == 'S';
+        std::this_thread::yield();
+      }
+      slow_done = true;
     });
     BOOST_REQUIRE(together);
     BOOST_REQUIRE_MESSAGE(slow_done, "run() returned before the helper's item"
                                      " (round "
                                          << round << ")");
+    BOOST_CHECK_MESSAGE(saw_sleep, "the caller never slept in run() (round "
+                                       << round << ")");
   }
 }
 
