@@ -594,15 +594,13 @@ void print_report(const options& opt, const floor_result& before,
       double{mu_pipelined}, opt.epochs, fl.samples_per_s, before.samples_per_s,
       after.samples_per_s, (unsigned long long)fl.steps, fl.first_loss,
       fl.last_loss, bench::percent(fl.cpu.steal).c_str());
-  std::string node_args;
-  for (auto& a : opt.node_args)
+  std::string node_args, shown; // as JSON, and as given
+  for (auto& a : opt.node_args) {
     node_args += (node_args.empty() ? "" : ",") + json_str(a);
-  if (!opt.node_args.empty()) {
-    std::printf("servers and workers also ran with:");
-    for (auto& a : opt.node_args)
-      std::printf(" %s", a.c_str());
-    std::printf("\n\n");
+    shown += " " + a;
   }
+  if (!shown.empty())
+    std::printf("servers and workers also ran with:%s\n\n", shown.c_str());
   std::printf("mode       workers  samples/s  s to 0.85  s to 0.88  s to 0.89 "
               " final acc  overhead vs floor  waiting  steal  idle\n");
   std::string json;
