@@ -57,25 +57,30 @@ caf::error sys_error(const char* what) {
   return caf::make_error(errc::peer_down, what, std::string{strerror(errno)});
 }
 
-/// Writes every byte of `iov` (advancing it on partial writes).
-caf::error send_all(int fd, std::vector<iovec>& iov, int fd_a = -1,
-                    int fd_b = -1) {
+/// Most descriptors a message carries: the hello on the shm road carries
+/// the two rings and the reply socket.
+constexpr size_t max_passed_fds = 3;
+
+/// Writes every byte of `iov` (advancing it on partial writes), with the
+/// descriptors `fds` (at most max_passed_fds) on the first byte.
+caf::error send_all(int fd, std::vector<iovec>& iov,
+                    const std::vector<int>& fds = {}) {
   size_t first = 0;
-  bool fds_sent = fd_a < 0;
+  bool fds_sent = fds.empty();
   while (first < iov.size()) {
     msghdr msg{};
     msg.msg_iov = iov.data() + first;
     msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(2 * sizeof(int))];
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(max_passed_fds * sizeof(int))];
     if (!fds_sent) {
+      auto n = std::min(fds.size(), max_passed_fds);
       msg.msg_control = ctrl;
-      msg.msg_controllen = sizeof(ctrl);
+      msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
       auto* c = CMSG_FIRSTHDR(&msg);
       c->cmsg_level = SOL_SOCKET;
       c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(2 * sizeof(int));
-      int fds[2] = {fd_a, fd_b};
-      std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
+      c->cmsg_len = CMSG_LEN(n * sizeof(int));
+      std::memcpy(CMSG_DATA(c), fds.data(), n * sizeof(int));
     }
     auto n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
@@ -167,13 +172,14 @@ private:
   size_t end_ = 0;
 };
 
-/// Reads a header that may carry two file descriptors (hello on unix).
-bool recv_header(int fd, wire_header& h, int fds[2]) {
+/// Reads a header that may carry up to max_passed_fds file descriptors
+/// (hello on unix) into `fds` (-1 where none came); closes any beyond.
+bool recv_header(int fd, wire_header& h, int (&fds)[max_passed_fds]) {
   iovec iov{&h, sizeof(h)};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(2 * sizeof(int))];
+  alignas(cmsghdr) char ctrl[CMSG_SPACE((max_passed_fds + 1) * sizeof(int))];
   msg.msg_control = ctrl;
   msg.msg_controllen = sizeof(ctrl);
   ssize_t got;
@@ -188,13 +194,13 @@ bool recv_header(int fd, wire_header& h, int fds[2]) {
   for (auto* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c))
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
       auto n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      int got_fds[2] = {-1, -1};
-      std::memcpy(got_fds, CMSG_DATA(c), std::min<size_t>(n, 2) * sizeof(int));
-      for (size_t i = 0; i < 2; ++i)
-        fds[i] = got_fds[i];
-      auto* extra = reinterpret_cast<int*>(CMSG_DATA(c));
-      for (size_t i = 2; i < n; ++i)
-        ::close(extra[i]);
+      std::vector<int> got(n);
+      std::memcpy(got.data(), CMSG_DATA(c), n * sizeof(int));
+      for (size_t i = 0; i < n; ++i)
+        if (i < max_passed_fds)
+          fds[i] = got[i];
+        else
+          ::close(got[i]);
     }
   auto rest = sizeof(h) - static_cast<size_t>(got);
   return rest == 0 || recv_all(fd, reinterpret_cast<char*>(&h) + got, rest);
@@ -407,7 +413,8 @@ road_message::~road_message() {
 // ----------------------------------------------------------------------
 
 road_conn::road_conn(int fd, road_kind kind, uint32_t send_timeout_ms)
-    : fd_(fd), kind_(kind), serial_(next_serial++) {
+    : fd_(fd), read_fd_(fd), write_fd_(fd), send_timeout_ms_(send_timeout_ms),
+      kind_(kind), serial_(next_serial++) {
   set_timeout(fd_, SO_SNDTIMEO, send_timeout_ms);
   if (kind_ == road_kind::tcp)
     no_delay(fd_);
@@ -426,6 +433,18 @@ road_conn::~road_conn() {
   if (in_.base)
     ::munmap(in_.base, in_.bytes);
   ::close(fd_);
+  if (side_fd_ >= 0)
+    ::close(side_fd_);
+}
+
+void road_conn::use_reply_socket(int fd, bool we_read) {
+  side_fd_ = fd;
+  if (we_read) {
+    read_fd_ = fd;
+  } else {
+    write_fd_ = fd;
+    set_timeout(fd, SO_SNDTIMEO, send_timeout_ms_);
+  }
 }
 
 caf::error road_conn::map_rings(int out_fd, int in_fd, size_t bytes) {
@@ -534,7 +553,7 @@ caf::error road_conn::write_pieces(road_op op, uint64_t id,
         iov.push_back(iovec{const_cast<uint8_t*>(p.data), p.size});
     inline_bytes_ += bytes;
   }
-  auto err = send_all(fd_, iov);
+  auto err = send_all(write_fd_, iov);
   if (err) {
     if (off != SIZE_MAX)
       out_space_->give(off, bytes);
@@ -556,7 +575,7 @@ void road_conn::release(uint64_t offset, uint64_t bytes) {
   std::vector<release_header> rel;
   std::vector<iovec> iov;
   take_releases(rel, iov);
-  if (auto err = send_all(fd_, iov))
+  if (auto err = send_all(write_fd_, iov))
     fail(err);
 }
 
@@ -619,14 +638,20 @@ void road_conn::released(uint64_t offset, uint64_t bytes) {
 void road_conn::close() {
   down_told_ = true; // the owner closes: it knows
   if (!closed_.exchange(true))
-    ::shutdown(fd_, SHUT_RDWR);
+    shut_down();
   if (reader_.joinable() && reader_.get_id() != std::this_thread::get_id())
     reader_.join();
 }
 
+void road_conn::shut_down() {
+  ::shutdown(fd_, SHUT_RDWR);
+  if (side_fd_ >= 0)
+    ::shutdown(side_fd_, SHUT_RDWR);
+}
+
 void road_conn::fail(caf::error err) {
   closed_ = true;
-  ::shutdown(fd_, SHUT_RDWR);
+  shut_down();
   if (!down_told_.exchange(true) && on_down_)
     on_down_(serial_, err);
 }
@@ -652,7 +677,7 @@ void road_conn::read_loop() {
 void road_conn::read_messages() {
   // The hello, the only message with file descriptors, is read before.
   // Descriptors a peer sends later are dropped by the kernel.
-  stream_reader in{fd_};
+  stream_reader in{read_fd_};
   for (;;) {
     wire_header h;
     if (!in.read(&h, sizeof(h))) {
@@ -705,12 +730,26 @@ void road_conn::read_messages() {
 // -- server side
 // ---------------------------------------------------------------------
 
-/// Server end of a fresh connection: reads the hello (with the rings on the
-/// shm road), maps the rings, answers hello.
+/// True if `fd` is a unix stream socket (what a reply socket must be).
+bool unix_stream_socket(int fd) {
+  struct stat st;
+  int type = 0;
+  int domain = 0;
+  socklen_t len = sizeof(int);
+  socklen_t dlen = sizeof(int);
+  return ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) &&
+         ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
+         type == SOCK_STREAM &&
+         ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dlen) == 0 &&
+         domain == AF_UNIX;
+}
+
+/// Server end of a fresh connection: reads the hello (with the rings and
+/// the reply socket on the shm road), maps the rings, answers hello.
 caf::error accept_hello(road_conn& c, uint32_t timeout_ms) {
   set_timeout(c.fd(), SO_RCVTIMEO, timeout_ms);
   wire_header h;
-  int fds[2] = {-1, -1};
+  int fds[max_passed_fds] = {-1, -1, -1};
   auto ok = recv_header(c.fd(), h, fds);
   set_timeout(c.fd(), SO_RCVTIMEO, 0);
   auto close_fds = [&fds] {
@@ -738,10 +777,19 @@ caf::error accept_hello(road_conn& c, uint32_t timeout_ms) {
              static_cast<uint64_t>(st[i].st_size) == h.offset && seals >= 0 &&
              (seals & F_SEAL_SHRINK) != 0;
     }
-    // Worker writes c2s (fds[0]) and reads s2c (fds[1]).
+    // Worker writes c2s (fds[0]) and reads s2c (fds[1]); we answer on the
+    // reply socket (fds[2]).
     auto err = sane ? c.map_rings(fds[1], fds[0], h.offset)
                     : caf::make_error(errc::malformed_message,
                                       "road: bad rings in hello");
+    if (!err && (fds[2] < 0 || !unix_stream_socket(fds[2])))
+      err = caf::make_error(errc::malformed_message,
+                            "road: hello without a unix stream socket to "
+                            "answer on");
+    if (!err) {
+      c.use_reply_socket(fds[2], false);
+      fds[2] = -1; // the connection owns it now
+    }
     close_fds();
     if (err)
       return err;
@@ -941,12 +989,24 @@ caf::expected<road_conn_ptr> road_dial(const std::string& host,
     ring_bytes = (ring_bytes + 4095) & ~size_t{4095};
     auto c2s = make_ring_fd(ring_bytes);
     auto s2c = make_ring_fd(ring_bytes);
-    if (c2s && s2c)
-      err = c->map_rings(*c2s, *s2c, ring_bytes);
-    else
+    int reply[2] = {-1, -1}; // ours, the server's
+    if (!c2s || !s2c)
       err = c2s ? s2c.error() : c2s.error();
-    hello.offset = err ? 0 : ring_bytes;
-    err = err ? send_all(c->fd(), iov) : send_all(c->fd(), iov, *c2s, *s2c);
+    else if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, reply) != 0)
+      err = sys_error("road: reply socket");
+    else if ((err = c->map_rings(*c2s, *s2c, ring_bytes)))
+      for (int fd : reply) // (rings half mapped stay unused: no out space)
+        ::close(fd);
+    if (!err) {
+      c->use_reply_socket(reply[0], true);
+      hello.offset = ring_bytes;
+      err = send_all(c->fd(), iov, {*c2s, *s2c, reply[1]});
+      ::close(reply[1]); // the server's now: its end closes with it
+    } else {
+      TROUPE_LOG(warning, "road", "no rings for the shm road to ", host, " (",
+                 describe(err), "): frames go on the socket");
+      err = send_all(c->fd(), iov); // no rings: frames go inline
+    }
     for (auto* x : {&c2s, &s2c})
       if (*x)
         ::close(**x); // the mappings keep the rings

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -210,6 +212,24 @@ struct raw_peer {
     BOOST_REQUIRE_EQUAL(::send(fd, data, n, MSG_NOSIGNAL), ssize_t(n));
   }
 
+  /// Sends `h` with the descriptors `fds` (SCM_RIGHTS), as an shm hello.
+  void write_with_fds(const raw_header& h, const std::vector<int>& fds) {
+    iovec iov{const_cast<raw_header*>(&h), sizeof(h)};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(4 * sizeof(int))];
+    BOOST_REQUIRE(fds.size() <= 4);
+    msg.msg_control = ctrl;
+    msg.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
+    auto* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+    std::memcpy(CMSG_DATA(c), fds.data(), fds.size() * sizeof(int));
+    BOOST_REQUIRE_EQUAL(::sendmsg(fd, &msg, MSG_NOSIGNAL), ssize_t(sizeof(h)));
+  }
+
   /// Sends hello and reads the listener's hello.
   void handshake() {
     raw_header h;
@@ -237,6 +257,17 @@ struct raw_peer {
     }
   }
 };
+
+/// A ring as road_dial makes one: a memfd of `bytes`, sealed against
+/// shrinking and growing. The caller closes it.
+inline int sealed_memfd(size_t bytes) {
+  int fd = ::memfd_create("test-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  BOOST_REQUIRE(fd >= 0);
+  BOOST_REQUIRE(::ftruncate(fd, off_t(bytes)) == 0);
+  BOOST_REQUIRE(
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0);
+  return fd;
+}
 
 /// Polls until the listener counts `n` live connections.
 inline bool await_connections(const road_listener& l, size_t n) {

@@ -406,6 +406,84 @@ BOOST_AUTO_TEST_CASE(a_unix_hello_that_claims_rings_without_them_is_refused) {
   echo_one(good, 1, 64u << 10);
 }
 
+// An shm hello brings the two rings and the reply socket the server answers
+// on; without a proper reply socket the server refuses the connection.
+BOOST_AUTO_TEST_CASE(an_shm_hello_without_a_reply_socket_is_refused) {
+  auto l = start_echo_listener();
+  constexpr size_t ring = 1u << 20;
+  struct bad_case {
+    const char* what;
+    bool third;  // pass a third descriptor
+    bool socket; // ... that is a socket (a datagram one) or a memfd
+  };
+  for (auto c : {bad_case{"no reply socket", false, false},
+                 bad_case{"a memfd as reply socket", true, false},
+                 bad_case{"a datagram reply socket", true, true}}) {
+    BOOST_TEST_MESSAGE(c.what);
+    raw_peer bad{*l, true};
+    raw_header h;
+    h.offset = ring;
+    std::vector<int> fds{sealed_memfd(ring), sealed_memfd(ring)};
+    int pair[2] = {-1, -1};
+    if (c.third && c.socket)
+      BOOST_REQUIRE(::socketpair(AF_UNIX, SOCK_DGRAM, 0, pair) == 0);
+    if (c.third)
+      fds.push_back(c.socket ? pair[1] : sealed_memfd(ring));
+    bad.write_with_fds(h, fds);
+    for (int fd : fds)
+      ::close(fd);
+    if (pair[0] >= 0)
+      ::close(pair[0]);
+    BOOST_CHECK_MESSAGE(bad.dropped(), c.what << ": not dropped");
+    BOOST_CHECK_MESSAGE(await_connections(*l, 0), c.what);
+  }
+  road_client good{*l, road_kind::shm, ring};
+  BOOST_CHECK(good.conn->has_reply_socket());
+  echo_one(good, 1, 64u << 10);
+}
+
+// The server answers on the reply socket, not on the connection: each
+// direction has a socket of its own (reading a message would otherwise wake
+// the peer's reader for nothing).
+BOOST_AUTO_TEST_CASE(an_shm_server_answers_on_the_reply_socket) {
+  auto l = start_echo_listener();
+  constexpr size_t ring = 1u << 20;
+  raw_peer peer{*l, true};
+  raw_header h;
+  h.offset = ring;
+  int pair[2] = {-1, -1};
+  BOOST_REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+  std::vector<int> fds{sealed_memfd(ring), sealed_memfd(ring), pair[1]};
+  peer.write_with_fds(h, fds);
+  for (int fd : fds)
+    ::close(fd);
+  raw_header ack; // the hello's answer comes on the connection
+  BOOST_REQUIRE_EQUAL(::recv(peer.fd, &ack, sizeof(ack), MSG_WAITALL),
+                      ssize_t(sizeof(ack)));
+  BOOST_REQUIRE_EQUAL(ack.op, 1);
+  auto words = pattern(64, 7); // inline: below the ring threshold
+  raw_header req;
+  req.op = uint8_t(road_op::push);
+  req.id = 7;
+  req.bytes = 64;
+  peer.write(&req, sizeof(req));
+  peer.write(words.data(), 64);
+  timeval limit{road_timeout_ms / 1000, 0}; // a reply elsewhere fails here
+  ::setsockopt(pair[0], SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  raw_header rep;
+  BOOST_REQUIRE_EQUAL(::recv(pair[0], &rep, sizeof(rep), MSG_WAITALL),
+                      ssize_t(sizeof(rep)));
+  BOOST_CHECK_EQUAL(rep.op, uint8_t(road_op::reply));
+  BOOST_CHECK_EQUAL(rep.id, 7u);
+  BOOST_REQUIRE_EQUAL(rep.bytes, 64u);
+  std::vector<uint64_t> got(8);
+  BOOST_REQUIRE_EQUAL(::recv(pair[0], got.data(), 64, MSG_WAITALL), 64);
+  BOOST_CHECK(got == words);
+  pollfd p{peer.fd, POLLIN, 0}; // nothing came on the connection
+  BOOST_CHECK_EQUAL(::poll(&p, 1, 0), 0);
+  ::close(pair[0]);
+}
+
 BOOST_AUTO_TEST_CASE(a_silent_peer_does_not_hold_up_other_connections) {
   auto l = start_echo_listener(5000);
   raw_peer silent{*l, false};
