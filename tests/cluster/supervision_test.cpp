@@ -42,7 +42,7 @@ pid_t child_pid(child_process& agent, const std::string& name) {
 /// progress line is out).
 pid_t worker_1_mid_training(child_process& agent) {
   auto victim = child_pid(agent, "worker-1");
-  BOOST_REQUIRE_MESSAGE(agent.wait_for_line("epoch 0.25/2", 60s),
+  BOOST_REQUIRE_MESSAGE(agent.wait_for_line("epoch 0.25/", 60s),
                         agent.output());
   return victim;
 }
@@ -64,7 +64,13 @@ BOOST_AUTO_TEST_CASE(a_killed_worker_is_restarted_rejoins_and_training_ends) {
     BOOST_TEST_MESSAGE("mode " << mode);
     scheduler_process s{2, 2};
     event_reader log{s.port};
+    // Three epochs, not two: the restart takes about 1.3 s (start, data),
+    // in which the survivor trains alone and the victim's steps are lost
+    // (it resumes at the others' clock). Two epochs took 3 s here, so the
+    // final accuracy hung on how fast the rest of the cluster was (ssp:2:
+    // 0.80-0.85, below 0.80 in 3 of 30 runs once training got faster).
     auto flags = short_training;
+    flags[0] = "--train.epochs=3";
     flags.push_back("--server.mode=" + mode);
     if (mode != "sync") { // each push is an update: lr / workers
       flags.push_back("--optimizer.lr=0.025");
