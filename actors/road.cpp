@@ -995,7 +995,7 @@ caf::expected<road_conn_ptr> road_dial(const std::string& host,
     else if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, reply) != 0)
       err = sys_error("road: reply socket");
     else if ((err = c->map_rings(*c2s, *s2c, ring_bytes)))
-      for (int fd : reply) // (rings half mapped stay unused: no out space)
+      for (int fd : reply) // no out space: a half-mapped ring stays unused
         ::close(fd);
     if (!err) {
       c->use_reply_socket(reply[0], true);

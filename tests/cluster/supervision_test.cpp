@@ -51,9 +51,11 @@ bool is(const event_record& e, const char* kind, role about) {
   return e.kind == kind && e.about == about;
 }
 
-const std::vector<std::string> short_training{"--train.epochs=2",
-                                              "--train.evals-per-epoch=4",
-                                              "--train.eval-samples=2000"};
+/// Flags for a short training run of `epochs` epochs.
+std::vector<std::string> short_training(uint32_t epochs = 2) {
+  return {"--train.epochs=" + std::to_string(epochs),
+          "--train.evals-per-epoch=4", "--train.eval-samples=2000"};
+}
 
 } // namespace
 
@@ -69,8 +71,7 @@ BOOST_AUTO_TEST_CASE(a_killed_worker_is_restarted_rejoins_and_training_ends) {
     // (it resumes at the others' clock). Two epochs took 3 s here, so the
     // final accuracy hung on how fast the rest of the cluster was (ssp:2:
     // 0.80-0.85, below 0.80 in 3 of 30 runs once training got faster).
-    auto flags = short_training;
-    flags[0] = "--train.epochs=3";
+    auto flags = short_training(3);
     flags.push_back("--server.mode=" + mode);
     if (mode != "sync") { // each push is an update: lr / workers
       flags.push_back("--optimizer.lr=0.025");
@@ -125,7 +126,7 @@ BOOST_AUTO_TEST_CASE(a_killed_worker_is_restarted_rejoins_and_training_ends) {
 BOOST_AUTO_TEST_CASE(a_hung_worker_leaves_the_view_and_training_goes_on) {
   scheduler_process s{1, 2};
   event_reader log{s.port};
-  auto flags = short_training;
+  auto flags = short_training();
   flags.push_back("--server.mode=sync");
   auto agent = start_agent(s, 1, 2, flags);
   auto victim = worker_1_mid_training(*agent);
