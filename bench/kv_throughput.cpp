@@ -29,6 +29,7 @@
 #include "actors/node_config.hpp"
 #include "actors/run_here.hpp"
 #include "bench/cpu_share.hpp"
+#include "bench/round_trips.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -172,6 +173,40 @@ caf::expected<double> tcp_loopback_gbps(double seconds) {
   ::close(rfd);
   ::close(wfd);
   return bytes / secs / 1e9;
+}
+
+/// The small-message limits: raw round trips per second between two
+/// processes, 1 and 8 in flight, over each kind of socket the roads use.
+struct rt_limits {
+  double unix_1 = 0, unix_8 = 0, tcp_1 = 0, tcp_8 = 0;
+
+  /// The limit for a road's small requests: shm sends its headers over
+  /// unix sockets, tcp and the middleman over TCP.
+  double for_road(const std::string& road, size_t depth) const {
+    if (road == "shm")
+      return depth == 1 ? unix_1 : unix_8;
+    return depth == 1 ? tcp_1 : tcp_8;
+  }
+  /// The higher of each figure: a limit taken in a slow moment must not
+  /// flatter the ratios.
+  rt_limits max(const rt_limits& o) const {
+    return {std::max(unix_1, o.unix_1), std::max(unix_8, o.unix_8),
+            std::max(tcp_1, o.tcp_1), std::max(tcp_8, o.tcp_8)};
+  }
+};
+
+caf::expected<rt_limits> measure_rt_limits(double seconds) {
+  rt_limits out;
+  double* slots[] = {&out.unix_1, &out.unix_8, &out.tcp_1, &out.tcp_8};
+  size_t i = 0;
+  for (auto kind : {bench::rt_socket::unix_pair, bench::rt_socket::tcp})
+    for (size_t depth : {1, 8}) {
+      auto r = bench::round_trips_per_s(kind, depth, seconds);
+      if (r.per_s < 0)
+        return caf::make_error(errc::not_connected, "raw round trips:", r.why);
+      *slots[i++] = r.per_s;
+    }
+  return out;
 }
 
 /// GB/s of memcpy between two 64 MiB buffers (bytes copied per second).
@@ -493,25 +528,45 @@ const road_result* find_road(const std::vector<road_result>& rs,
 }
 
 /// One target line: met or missed, with the figure.
-void print_target(const char* what, double got, double want, const char* unit) {
-  std::printf("  %-52s %9.2f %-5s (target %.2f) %s\n", what, got, unit, want,
+void print_target(const char* what, double got, double want, const char* unit,
+                  double limit = 0) {
+  std::printf("  %-52s %9.2f %-5s (target %.2f) %s", what, got, unit, want,
               got >= want ? "MET" : "MISSED");
+  if (limit > 0 && got < want)
+    std::printf(want > limit ? ", above the raw limit %.0f" : ", limit %.0f",
+                limit);
+  std::printf("\n");
+}
+
+/// A small-pair row: pairs/s per road, each with its ratio to the road's
+/// raw limit in pairs/s (`requests` round trips make a pair).
+void print_pairs(const char* label, const std::vector<road_result>& rs,
+                 const rt_limits& rt, size_t depth, size_t requests,
+                 double road_result::*field) {
+  std::printf("%12s", label);
+  for (auto& r : rs)
+    std::printf(" %12.0f (%5.3f)", r.*field,
+                r.*field * requests / rt.for_road(r.road, depth));
+  std::printf("\n");
 }
 
 /// Prints the table, the targets, then one line of JSON with every figure.
 void print_report(const options& opt, double tcp, double mem,
-                  const std::vector<road_result>& rs, size_t small_floats,
-                  const bench::cpu_share& cpu) {
+                  const rt_limits& rt, const std::vector<road_result>& rs,
+                  size_t small_floats, const bench::cpu_share& cpu) {
   auto steal = bench::percent(cpu.steal, "unknown");
   std::printf("troupe kv: 1 worker (this process), %u server(s), %s mode;"
               " each road on a fresh cluster\n"
               "limits measured in this run, the higher of a measurement before"
               " and one after the roads: plain TCP on loopback %.2f GB/s,"
-              " memcpy %.2f GB/s\n"
+              " memcpy %.2f GB/s;\nraw round trips/s of 64-byte messages"
+              " between two processes, 1 / 8 in flight: unix sockets"
+              " %.0f / %.0f, TCP %.0f / %.0f\n"
               "CPU time stolen by the host during the run: %s\n\n"
               "push+pull of one key, GB/s both ways (ratio to plain TCP)\n"
               "%12s",
-              opt.servers, opt.mode.c_str(), tcp, mem, steal.c_str(), "");
+              opt.servers, opt.mode.c_str(), tcp, mem, rt.unix_1, rt.unix_8,
+              rt.tcp_1, rt.tcp_8, steal.c_str(), "");
   for (auto& r : rs)
     std::printf(" %20s", r.road.c_str());
   std::printf("\n");
@@ -524,23 +579,16 @@ void print_report(const options& opt, double tcp, double mem,
       std::printf(" %12.2f (%5.3f)", r.rows[i].gbps(), r.rows[i].gbps() / tcp);
     std::printf("\n");
   }
-  std::printf("small key (%zu floats), push+pull pairs per second\n",
+  std::printf("small key (%zu floats), push+pull pairs per second (ratio to"
+              " the raw limit: a pair is two round trips)\n",
               small_floats);
-  std::printf("%12s", "1 in flight");
-  for (auto& r : rs)
-    std::printf(" %20.0f", r.ops_1);
-  std::printf("\n%12s", "8 in flight");
-  for (auto& r : rs)
-    std::printf(" %20.0f", r.ops_8);
-  std::printf("\nthe same pairs batched per step (kv push_pull: one request"
-              " per server)\n%12s",
-              "1 in flight");
-  for (auto& r : rs)
-    std::printf(" %20.0f", r.batched_1);
-  std::printf("\n%12s", "8 in flight");
-  for (auto& r : rs)
-    std::printf(" %20.0f", r.batched_8);
-  std::printf("\n\ntargets (issue 3):\n");
+  print_pairs("1 in flight", rs, rt, 1, 2, &road_result::ops_1);
+  print_pairs("8 in flight", rs, rt, 8, 2, &road_result::ops_8);
+  std::printf("the same pairs batched per step (kv push_pull: one request"
+              " per server, one round trip)\n");
+  print_pairs("1 in flight", rs, rt, 1, 1, &road_result::batched_1);
+  print_pairs("8 in flight", rs, rt, 8, 1, &road_result::batched_8);
+  std::printf("\ntargets (issue 3; where missed, the raw limit in pairs/s):\n");
   if (auto shm = find_road(rs, "shm")) {
     for (auto& row : shm->rows)
       if (row.bytes >= (4u << 20))
@@ -559,13 +607,13 @@ void print_report(const options& opt, double tcp, double mem,
   for (auto& r : rs)
     if (r.road != "middleman") {
       print_target((r.road + " small pairs/s, 1 in flight").c_str(), r.ops_1,
-                   10000, "/s");
+                   10000, "/s", rt.for_road(r.road, 1) / 2);
       print_target((r.road + " small pairs/s, 8 in flight").c_str(), r.ops_8,
-                   60000, "/s");
+                   60000, "/s", rt.for_road(r.road, 8) / 2);
       print_target((r.road + " small pairs/s batched, 1 in flight").c_str(),
-                   r.batched_1, 10000, "/s");
+                   r.batched_1, 10000, "/s", rt.for_road(r.road, 1));
       print_target((r.road + " small pairs/s batched, 8 in flight").c_str(),
-                   r.batched_8, 60000, "/s");
+                   r.batched_8, 60000, "/s", rt.for_road(r.road, 8));
     }
   std::printf("\n");
   for (auto& r : rs) {
@@ -590,9 +638,11 @@ void print_report(const options& opt, double tcp, double mem,
     json += line.data();
   }
   std::printf("{\"tcp_loopback_gbps\":%.4f,\"memcpy_gbps\":%.4f,"
+              "\"round_trips_per_s\":{\"unix_1\":%.1f,\"unix_8\":%.1f,"
+              "\"tcp_1\":%.1f,\"tcp_8\":%.1f},"
               "\"cpu_steal\":%s,\"roads\":{%s},\"servers\":%u,\"mode\":"
               "\"%s\",\"scheduler_only\":%s}\n",
-              tcp, mem,
+              tcp, mem, rt.unix_1, rt.unix_8, rt.tcp_1, rt.tcp_8,
               cpu.known() ? std::to_string(cpu.steal).c_str() : "null",
               json.c_str(), opt.servers, opt.mode.c_str(),
               opt.scheduler_only ? "true" : "false");
@@ -686,6 +736,9 @@ int main(int argc, char** argv) {
   if (!tcp)
     return fail("measuring loopback TCP", tcp.error());
   auto mem = memcpy_gbps(opt.seconds);
+  auto rt = measure_rt_limits(opt.seconds);
+  if (!rt)
+    return fail("measuring round trips", rt.error());
   std::vector<road_result> results;
   for (auto& road : opt.roads) {
     std::fprintf(stderr, "measuring the %s road...\n", road.c_str());
@@ -706,8 +759,16 @@ int main(int argc, char** argv) {
                *tcp, *tcp_after, mem);
   auto mem_after = memcpy_gbps(opt.seconds);
   std::fprintf(stderr, "%.2f GB/s\n", mem_after);
+  auto rt_after = measure_rt_limits(opt.seconds);
+  if (!rt_after)
+    return fail("measuring round trips", rt_after.error());
+  std::fprintf(stderr,
+               "round trips/s before / after, unix 1: %.0f / %.0f, unix 8:"
+               " %.0f / %.0f, tcp 1: %.0f / %.0f, tcp 8: %.0f / %.0f\n",
+               rt->unix_1, rt_after->unix_1, rt->unix_8, rt_after->unix_8,
+               rt->tcp_1, rt_after->tcp_1, rt->tcp_8, rt_after->tcp_8);
   print_report(opt, std::max(*tcp, *tcp_after), std::max(mem, mem_after),
-               results, key_floats.back(),
+               rt->max(*rt_after), results, key_floats.back(),
                bench::share_between(cpu0, bench::read_cpu_times()));
   return 0;
 }
