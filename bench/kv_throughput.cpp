@@ -138,24 +138,9 @@ caf::expected<std::string> default_node_path() {
 /// GB/s through one loopback TCP connection: a writer thread sends 4 MiB
 /// buffers for `seconds`, this thread reads until the writer shuts down.
 caf::expected<double> tcp_loopback_gbps(double seconds) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  auto sa = reinterpret_cast<sockaddr*>(&addr);
-  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int wfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int rfd = -1;
-  if (lfd >= 0 && wfd >= 0 && ::bind(lfd, sa, len) == 0 &&
-      ::listen(lfd, 1) == 0 && ::getsockname(lfd, sa, &len) == 0 &&
-      ::connect(wfd, sa, len) == 0)
-    rfd = ::accept(lfd, nullptr, nullptr);
-  auto err = rfd < 0 ? sys_error("connecting on loopback") : caf::error{};
-  ::close(lfd);
-  if (err) {
-    ::close(wfd);
-    return err;
-  }
+  int wfd, rfd;
+  if (!bench::connect_loopback_tcp(wfd, rfd))
+    return sys_error("connecting on loopback");
   auto t0 = steady::now();
   std::thread writer{[wfd, seconds, t0] {
     std::vector<char> buf(4u << 20, 'x');

@@ -31,6 +31,30 @@ struct rt_result {
   std::string why;
 };
 
+/// Connects two TCP sockets on loopback: `a` dialled, `b` accepted; false
+/// (errno set, nothing left open) if that fails.
+inline bool connect_loopback_tcp(int& a, int& b) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  auto sa = reinterpret_cast<sockaddr*>(&addr);
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  a = ::socket(AF_INET, SOCK_STREAM, 0);
+  b = -1;
+  if (lfd >= 0 && a >= 0 && ::bind(lfd, sa, len) == 0 &&
+      ::listen(lfd, 1) == 0 && ::getsockname(lfd, sa, &len) == 0 &&
+      ::connect(a, sa, len) == 0)
+    b = ::accept(lfd, nullptr, nullptr);
+  int saved = errno;
+  if (lfd >= 0)
+    ::close(lfd);
+  if (b < 0 && a >= 0)
+    ::close(a);
+  errno = saved;
+  return b >= 0;
+}
+
 namespace detail {
 
 /// Two connected descriptors each way: [0] we write, [1] the echo reads,
@@ -48,25 +72,9 @@ inline bool rt_connect(rt_socket kind, int (&fds)[4]) {
     fds[0] = a[0], fds[1] = a[1], fds[2] = b[1], fds[3] = b[0];
     return true;
   }
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  auto sa = reinterpret_cast<sockaddr*>(&addr);
-  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int cfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int afd = -1;
-  if (lfd >= 0 && cfd >= 0 && ::bind(lfd, sa, len) == 0 &&
-      ::listen(lfd, 1) == 0 && ::getsockname(lfd, sa, &len) == 0 &&
-      ::connect(cfd, sa, len) == 0)
-    afd = ::accept(lfd, nullptr, nullptr);
-  if (lfd >= 0)
-    ::close(lfd);
-  if (afd < 0) {
-    if (cfd >= 0)
-      ::close(cfd);
+  int cfd, afd;
+  if (!connect_loopback_tcp(cfd, afd))
     return false;
-  }
   int one = 1;
   ::setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   ::setsockopt(afd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
