@@ -10,6 +10,7 @@
 #include <caf/sec.hpp>
 
 #include "actors/kv_client.hpp"
+#include "actors/road.hpp"
 #include "actors/run_here.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -77,20 +78,77 @@ struct kv::impl {
     auto send = [&h, &to, this, &xs...] {
       h.emplace(self->request(to, caf::infinite, std::forward<Ts>(xs)...));
     };
-    if (scheduler_only || !here)
+    bool done = false;
+    auto on_value = [&out, &done](T& x) {
+      out = std::move(x);
+      done = true;
+    };
+    auto on_error = [&out, &done, this](caf::error& err) {
+      out = explain(std::move(err));
+      done = true;
+    };
+    auto t0 = std::chrono::steady_clock::now();
+    if (scheduler_only || !here) {
       send();
-    else
-      run_here_while(self.ptr(), send);
+    } else {
+      road_conn_ptr conn;
+      {
+        road_caller_scope scope;
+        run_here_while(self.ptr(), send);
+        conn = scope.claim_only_conn();
+      }
+      if (conn)
+        read_own_reply(*conn, h->id(), on_value, on_error, done, t0 + t);
+      if (done)
+        return out;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        t0 + t - std::chrono::steady_clock::now());
     caf::blocking_actor::accept_one_cond rc;
     self->varargs_receive(
-        rc, h->id(), [&out](T& x) { out = std::move(x); },
-        [&out, this](caf::error& err) { out = explain(std::move(err)); },
-        caf::after(t) >>
-            [&out, t] {
-              out = caf::make_error(errc::timeout, "kv client silent for",
-                                    static_cast<uint64_t>(t.count()), "ms");
-            });
+        rc, h->id(), on_value, on_error,
+        caf::after(std::max(left, std::chrono::milliseconds{0})) >> [&out, t] {
+          out = caf::make_error(errc::timeout, "kv client silent for",
+                                static_cast<uint64_t>(t.count()), "ms");
+        });
     return out;
+  }
+
+  /// Reads the road our request went on, on this thread, until its reply
+  /// is in our mailbox (the kv client runs here for each message read):
+  /// the reply then wakes this thread and no other. Gives up, for the
+  /// usual wait, when the road's reader thread still has the road (it
+  /// leaves it to us for the next call), when the road ends, or at
+  /// `deadline`.
+  template <class OnValue, class OnError>
+  void read_own_reply(road_conn& conn, caf::message_id id, OnValue& on_value,
+                      OnError& on_error, const bool& done,
+                      std::chrono::steady_clock::time_point deadline) {
+    struct done_reading { // the road is the reader thread's again if due
+      road_conn& c;
+      ~done_reading() { c.caller_done(); }
+    } guard{conn};
+    // A reply that reaches the mailbox some other way (a failure, a time
+    // out) is seen within a poll: never wait on the road for long.
+    constexpr std::chrono::milliseconds poll{2};
+    bool asked = false;
+    for (;;) {
+      // A receive that finds nothing still sleeps out the timer slack: look
+      // only when something came (the reader thread may have been quicker).
+      if (!self->mailbox().empty()) {
+        caf::blocking_actor::accept_one_cond once;
+        self->varargs_receive(
+            once, id, on_value, on_error,
+            caf::after(std::chrono::milliseconds{0}) >> [] {});
+      }
+      if (done || std::chrono::steady_clock::now() >= deadline)
+        break;
+      asked = true;
+      if (!conn.pump_once(poll))
+        break;
+    }
+    if (!asked) // the reply beat us: still ask for the road for next time
+      conn.pump_once(std::chrono::milliseconds{0});
   }
 
   /// A request to a kv client that has ended fails with CAF's bare

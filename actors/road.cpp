@@ -164,6 +164,9 @@ public:
     return true;
   }
 
+  /// Bytes read from the socket and not yet taken.
+  size_t buffered() const { return end_ - begin_; }
+
 private:
   static constexpr size_t capacity = 64 * 1024;
   int fd_;
@@ -305,6 +308,12 @@ uint8_t* map_ring(int fd, size_t bytes) {
 }
 
 } // namespace
+
+/// A connection's reading side: whoever has the turn reads through it.
+class road_stream : public stream_reader {
+public:
+  using stream_reader::stream_reader;
+};
 
 caf::error accept_hello(road_conn& c, uint32_t timeout_ms);
 
@@ -458,6 +467,7 @@ caf::error road_conn::map_rings(int out_fd, int in_fd, size_t bytes) {
 }
 
 void road_conn::start(road_handler on_msg, road_down_handler on_down) {
+  stream_ = std::make_unique<road_stream>(read_fd_);
   on_msg_ = std::move(on_msg);
   on_down_ = std::move(on_down);
   reader_ = std::thread{[self = shared_from_this()] { self->read_loop(); }};
@@ -465,6 +475,7 @@ void road_conn::start(road_handler on_msg, road_down_handler on_down) {
 
 void road_conn::start_accepted(uint32_t timeout_ms, road_handler on_msg,
                                road_down_handler on_down) {
+  stream_ = std::make_unique<road_stream>(read_fd_);
   on_msg_ = std::move(on_msg);
   on_down_ = std::move(on_down);
   reader_ = std::thread{[self = shared_from_this(), timeout_ms] {
@@ -528,6 +539,7 @@ caf::error road_conn::write_pieces(road_op op, uint64_t id,
                                    size_t bytes, const loop_fn* copy) {
   if (closed_)
     return caf::make_error(errc::peer_down, "road closed");
+  note_send(op); // before the bytes leave: the reply may come at once
   wire_header h;
   h.op = static_cast<uint8_t>(op);
   h.id = id;
@@ -639,6 +651,7 @@ void road_conn::close() {
   down_told_ = true; // the owner closes: it knows
   if (!closed_.exchange(true))
     shut_down();
+  wake_reader();
   if (reader_.joinable() && reader_.get_id() != std::this_thread::get_id())
     reader_.join();
 }
@@ -652,6 +665,7 @@ void road_conn::shut_down() {
 void road_conn::fail(caf::error err) {
   closed_ = true;
   shut_down();
+  wake_reader();
   if (!down_told_.exchange(true) && on_down_)
     on_down_(serial_, err);
 }
@@ -677,54 +691,177 @@ void road_conn::read_loop() {
 void road_conn::read_messages() {
   // The hello, the only message with file descriptors, is read before.
   // Descriptors a peer sends later are dropped by the kernel.
-  stream_reader in{read_fd_};
-  for (;;) {
-    wire_header h;
-    if (!in.read(&h, sizeof(h))) {
-      fail(caf::make_error(errc::peer_down, "road connection lost",
+  while (wait_for_turn())
+    if (!read_one(true))
+      return;
+}
+
+bool road_conn::read_one(bool on_reader) {
+  auto& in = *stream_;
+  wire_header h;
+  if (!in.read(&h, sizeof(h))) {
+    fail(caf::make_error(errc::peer_down, "road connection lost",
+                         errno ? std::string{strerror(errno)}
+                               : std::string{"closed by peer"}));
+    return false;
+  }
+  if (auto err = check_header(h)) {
+    TROUPE_LOG(warning, "road", "dropping a connection: ", describe(err));
+    fail(err);
+    return false;
+  }
+  auto op = static_cast<road_op>(h.op);
+  if (op == road_op::release) {
+    released(h.offset, h.bytes);
+    return !closed_;
+  }
+  auto m = std::make_shared<road_message>();
+  m->op = op;
+  m->id = h.id;
+  m->conn = shared_from_this();
+  if (h.in_ring) {
+    if (!in_.base || h.offset > in_.bytes || h.bytes > in_.bytes - h.offset) {
+      fail(caf::make_error(errc::malformed_message,
+                           "road: ring region out of bounds"));
+      return false;
+    }
+    m->bytes = bytes_view{in_.base + h.offset, h.bytes};
+    m->ring_offset = h.offset;
+    m->ring_bytes = h.bytes;
+  } else {
+    m->buffer = take_buffer(h.bytes / 8 + 1, m->buffer_words);
+    if (!in.read(m->buffer.get(), h.bytes)) {
+      fail(caf::make_error(errc::peer_down, "road connection lost mid-frame",
                            errno ? std::string{strerror(errno)}
                                  : std::string{"closed by peer"}));
-      return;
+      return false;
     }
-    if (auto err = check_header(h)) {
-      TROUPE_LOG(warning, "road", "dropping a connection: ", describe(err));
-      fail(err);
-      return;
-    }
-    auto op = static_cast<road_op>(h.op);
-    if (op == road_op::release) {
-      released(h.offset, h.bytes);
-      if (closed_)
-        return;
-      continue;
-    }
-    auto m = std::make_shared<road_message>();
-    m->op = op;
-    m->id = h.id;
-    m->conn = shared_from_this();
-    if (h.in_ring) {
-      if (!in_.base || h.offset > in_.bytes || h.bytes > in_.bytes - h.offset) {
-        fail(caf::make_error(errc::malformed_message,
-                             "road: ring region out of bounds"));
-        return;
-      }
-      m->bytes = bytes_view{in_.base + h.offset, h.bytes};
-      m->ring_offset = h.offset;
-      m->ring_bytes = h.bytes;
-    } else {
-      m->buffer = take_buffer(h.bytes / 8 + 1, m->buffer_words);
-      if (!in.read(m->buffer.get(), h.bytes)) {
-        fail(caf::make_error(errc::peer_down, "road connection lost mid-frame",
-                             errno ? std::string{strerror(errno)}
-                                   : std::string{"closed by peer"}));
-        return;
-      }
-      m->bytes =
-          bytes_view{reinterpret_cast<uint8_t*>(m->buffer.get()), h.bytes};
-    }
-    if (on_msg_)
-      on_msg_(std::move(m));
+    m->bytes = bytes_view{reinterpret_cast<uint8_t*>(m->buffer.get()), h.bytes};
   }
+  if (op == road_op::reply || op == road_op::failure) {
+    std::lock_guard<std::mutex> guard{turn_mtx_};
+    outstanding_ -= outstanding_ > 0 ? 1 : 0;
+    // The last reply due, and a caller asked for the road: the reader
+    // thread leaves it before handing the reply over, so that the caller,
+    // woken by it, finds the road its own for the next call.
+    if (on_reader && callers_want_ && outstanding_ == 0 &&
+        turn_ == turn::reader)
+      turn_ = turn::callers_idle;
+  }
+  if (on_msg_)
+    on_msg_(std::move(m));
+  return true;
+}
+
+// -- a blocking caller reading its own replies --------------------------------
+
+namespace {
+thread_local road_caller_scope* this_threads_scope = nullptr;
+} // namespace
+
+road_caller_scope::road_caller_scope() : outer_(this_threads_scope) {
+  this_threads_scope = this;
+}
+
+road_caller_scope::~road_caller_scope() {
+  this_threads_scope = outer_;
+  for (size_t i = claimed_ ? 1 : 0; i < conns_.size(); ++i)
+    conns_[i]->caller_done(); // nobody here reads it: replies are due
+}
+
+road_caller_scope* road_caller_scope::current() {
+  return this_threads_scope;
+}
+
+void road_caller_scope::note(road_conn_ptr c) {
+  if (std::find(conns_.begin(), conns_.end(), c) == conns_.end())
+    conns_.push_back(std::move(c));
+}
+
+road_conn_ptr road_caller_scope::claim_only_conn() {
+  claimed_ = conns_.size() == 1;
+  return claimed_ ? conns_.front() : nullptr;
+}
+bool road_conn::wait_for_turn() {
+  std::unique_lock<std::mutex> guard{turn_mtx_};
+  if (callers_want_ && outstanding_ == 0 && turn_ == turn::reader)
+    turn_ = turn::callers_idle; // nothing can arrive until a caller sends
+  turn_cv_.wait(guard, [this] { return turn_ == turn::reader || closed_; });
+  return !closed_;
+}
+
+void road_conn::note_send(road_op op) {
+  bool request = op == road_op::init || op == road_op::push ||
+                 op == road_op::pull || op == road_op::replicate;
+  auto scope = road_caller_scope::current();
+  {
+    std::lock_guard<std::mutex> guard{turn_mtx_};
+    outstanding_ += request ? 1 : 0;
+    if (!scope && turn_ == turn::callers_idle) {
+      // Not a caller that reads its own reply: the reader thread must.
+      turn_ = turn::reader;
+      callers_want_ = false;
+      turn_cv_.notify_all();
+    }
+  }
+  if (scope)
+    scope->note(shared_from_this());
+}
+
+void road_conn::wake_reader() {
+  std::lock_guard<std::mutex> guard{turn_mtx_};
+  turn_cv_.notify_all();
+}
+
+bool road_conn::pump_once(std::chrono::milliseconds wait) {
+  {
+    std::lock_guard<std::mutex> guard{turn_mtx_};
+    if (closed_ || !stream_)
+      return false;
+    if (turn_ == turn::reader) {
+      callers_want_ = true; // the reader thread leaves once it may
+      return false;
+    }
+    turn_ = turn::caller_reading;
+  }
+  if (stream_->buffered() < sizeof(wire_header)) {
+    pollfd p{read_fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0)
+      return !closed_; // nothing yet (or EINTR): the caller looks again
+  }
+  struct reader_flag { // the kv client defers writes here, as on a reader
+    bool before = reading_a_road;
+    reader_flag() { reading_a_road = true; }
+    ~reader_flag() { reading_a_road = before; }
+  } flag;
+  try {
+    // What arrived together is dispatched together (a push's ack and the
+    // reply of the pull sent with it, say).
+    bool ok = read_one(false);
+    while (ok && stream_->buffered() >= sizeof(wire_header))
+      ok = read_one(false);
+    return ok;
+  } catch (const std::exception& e) { // e.g. no memory for a huge frame
+    fail(caf::make_error(errc::peer_down, "road reader failed", e.what()));
+    return false;
+  }
+}
+
+void road_conn::caller_done() {
+  std::lock_guard<std::mutex> guard{turn_mtx_};
+  if (turn_ == turn::reader)
+    return;
+  if (outstanding_ == 0) {
+    turn_ = turn::callers_idle;
+    return;
+  }
+  turn_ = turn::reader; // replies still due: the reader thread reads them
+  turn_cv_.notify_all();
+}
+
+uint64_t road_conn::outstanding() const {
+  std::lock_guard<std::mutex> guard{turn_mtx_};
+  return outstanding_;
 }
 
 // -- server side

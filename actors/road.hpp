@@ -33,6 +33,14 @@
 // reply, leaves the writes that reply leads to to a scheduler thread: so
 // whatever a server writes to a worker is always read.
 //
+// A blocking caller may read its own replies (road_caller_scope): once no
+// reply is outstanding, the reader thread leaves the connection to callers
+// and sleeps; a caller that sent on it reads and dispatches what comes
+// (pump_once) while it waits, so its reply wakes it directly instead of
+// waking the reader, which then wakes the caller. A send by anyone else
+// gives the connection back to the reader thread, and so does a caller
+// done with replies still outstanding: whatever the peer writes is read.
+//
 // Faults: a dead peer ends the connection (EOF, reset); a silent one makes
 // writes fail after the send timeout. Either way the owner's `on_down`
 // runs once, every later send fails, and the owner fails what waited.
@@ -44,6 +52,8 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -84,6 +94,7 @@ enum class road_op : uint8_t {
 };
 
 class road_conn;
+class road_stream; // the buffered reading side of a connection (road.cpp)
 
 /// A message read off a road: `bytes` stays valid while it lives; dropping
 /// it gives its buffer or ring region back.
@@ -184,7 +195,38 @@ public:
   bool has_reply_socket() const { return side_fd_ >= 0; }
   const ring& in_ring() const { return in_; }
 
+  // -- a blocking caller reading its own replies -----------------------------
+
+  /// On a thread waiting for a reply sent in a road_caller_scope: reads and
+  /// dispatches a message here, with any others already buffered behind it
+  /// (waiting up to `wait` for one), if the
+  /// reader thread has left the connection to callers. Else asks it to
+  /// (it does once no reply is outstanding) and returns false, as it does
+  /// once the connection has ended: then wait as usual.
+  bool pump_once(std::chrono::milliseconds wait);
+  /// This caller stops reading: the connection stays with callers if no
+  /// reply is outstanding, else goes back to the reader thread.
+  void caller_done();
+  /// Requests sent and not yet answered (for tests).
+  uint64_t outstanding() const;
+
 private:
+  /// Who reads the connection: its reader thread, or callers (one at a
+  /// time: the kv client's blocking caller), idle or reading.
+  enum class turn : uint8_t { reader, callers_idle, caller_reading };
+  /// Reads one message and hands it to on_msg_; false once the connection
+  /// failed (fail() has run). `on_reader`: the reader thread reads, and
+  /// leaves the road to callers with the last reply due, if they asked.
+  bool read_one(bool on_reader);
+  /// The reader thread: leaves the connection to callers if one asked and
+  /// nothing is outstanding, then waits until it is its turn; false once
+  /// the connection is closed.
+  bool wait_for_turn();
+  /// Counts a request going out and notes the send for a caller scope; a
+  /// send outside one takes the connection back for the reader thread.
+  void note_send(road_op op);
+  /// Wakes a reader thread waiting for its turn (the connection ended).
+  void wake_reader();
   caf::error write_pieces(road_op op, uint64_t id,
                           const std::vector<outbound::piece>& pieces,
                           size_t bytes, const loop_fn* copy = nullptr);
@@ -222,6 +264,12 @@ private:
   road_handler on_msg_;
   road_down_handler on_down_;
   std::thread reader_;
+  std::unique_ptr<road_stream> stream_; // read under the turn
+  mutable std::mutex turn_mtx_;
+  std::condition_variable turn_cv_;
+  turn turn_ = turn::reader;  // turn_mtx_
+  bool callers_want_ = false; // turn_mtx_: a caller asked for the turn
+  uint64_t outstanding_ = 0;  // turn_mtx_: requests sent, not answered
   std::mutex pool_mtx_;
   std::vector<std::pair<size_t, std::unique_ptr<uint64_t[]>>> pool_;
   std::atomic<uint64_t> inline_bytes_{0};
@@ -263,6 +311,33 @@ private:
   mutable std::mutex mtx_;
   std::vector<road_conn_ptr> conns_;
   std::thread acceptor_;
+};
+
+/// While it lives, the road sends of this thread are a blocking caller's,
+/// which will read their replies itself (road_conn::pump_once): they leave
+/// a connection with callers, and the scope notes which they went on. A
+/// caller reads one connection at most (claim_only_conn); when the scope
+/// ends, the others go back to their reader threads if replies are due.
+class road_caller_scope {
+public:
+  road_caller_scope();
+  ~road_caller_scope();
+  road_caller_scope(const road_caller_scope&) = delete;
+  road_caller_scope& operator=(const road_caller_scope&) = delete;
+  /// The one connection sent on in this scope, which the caller then
+  /// reads and gives up with caller_done; null if none or several.
+  road_conn_ptr claim_only_conn();
+  /// Every connection sent on in this scope.
+  const std::vector<road_conn_ptr>& conns() const { return conns_; }
+  /// Notes a send on `c` (road_conn does, on the sending thread).
+  void note(road_conn_ptr c);
+  /// The scope of this thread, or null.
+  static road_caller_scope* current();
+
+private:
+  road_caller_scope* outer_;
+  std::vector<road_conn_ptr> conns_;
+  bool claimed_ = false;
 };
 
 /// True on a thread that reads a road (its handlers run there): code that

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -499,6 +500,187 @@ BOOST_AUTO_TEST_CASE(a_silent_peer_does_not_hold_up_other_connections) {
                                                        << ms << " ms");
   if (c)
     (*c)->close();
+}
+
+// -- a blocking caller reading its own replies
+// ---------------------------------
+
+namespace {
+
+/// A dialled connection whose handler notes the thread each message was
+/// handed over on, beside the usual inbox.
+struct traced_client {
+  std::shared_ptr<inbox> box = std::make_shared<inbox>();
+  std::shared_ptr<std::map<uint64_t, std::thread::id>> threads =
+      std::make_shared<std::map<uint64_t, std::thread::id>>();
+  road_conn_ptr conn;
+
+  traced_client(const road_listener& l, road_kind want) {
+    auto put = inbox::on_msg(box);
+    auto seen = threads;
+    auto box_ = box;
+    auto c = road_dial(
+        "127.0.0.1", l.info(), want, 8u << 20, road_timeout_ms,
+        [put, seen, box_](road_message_ptr m) {
+          {
+            std::lock_guard<std::mutex> guard{box_->mtx}; // guards `seen` too
+            (*seen)[m->id] = std::this_thread::get_id();
+          }
+          put(std::move(m));
+        },
+        inbox::on_down(box));
+    BOOST_REQUIRE_MESSAGE(c, "dial: " << why(c));
+    conn = std::move(*c);
+  }
+
+  ~traced_client() {
+    if (conn)
+      conn->close();
+  }
+
+  /// The thread message `id` was handed over on.
+  std::thread::id thread_of(uint64_t id) {
+    std::lock_guard<std::mutex> guard{box->mtx};
+    return threads->count(id) ? threads->at(id) : std::thread::id{};
+  }
+
+  /// Sends request `id` as a blocking caller, then reads the road here
+  /// until its reply came (true) or the reader thread still has the road,
+  /// in which case the reply comes from it (false).
+  bool call(uint64_t id) {
+    std::vector<uint64_t> words{id, id + 1};
+    {
+      road_caller_scope scope;
+      BOOST_REQUIRE(!conn->send(road_op::pull, id, view_of(words)));
+      BOOST_REQUIRE(scope.claim_only_conn() == conn);
+    }
+    // As kv's calls do, ask for the road at least once, even if the reader
+    // thread was quicker with this reply.
+    bool here = false;
+    for (int i = 0; i < 5000; ++i) {
+      if (!conn->pump_once(std::chrono::milliseconds{2}))
+        break;
+      here = true;
+      if (thread_of(id) != std::thread::id{})
+        break;
+    }
+    conn->caller_done();
+    auto m = box->take(id);
+    BOOST_REQUIRE_MESSAGE(m, "no reply to " << id << ": " << box->reason());
+    BOOST_CHECK(same_bytes(*m, words));
+    return here && thread_of(id) == std::this_thread::get_id();
+  }
+
+  /// Calls until a reply is read on this thread (the reader thread has
+  /// left the road); returns the next free id.
+  uint64_t until_callers_read(uint64_t id) {
+    bool here = false;
+    for (int i = 0; i < 50 && !here; ++i)
+      here = call(id++);
+    BOOST_REQUIRE_MESSAGE(here, "the reader thread never left the road");
+    return id;
+  }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(
+    a_blocking_caller_reads_its_own_replies_once_the_reader_leaves) {
+  auto l = start_echo_listener();
+  for (auto kind : {road_kind::tcp, road_kind::shm}) {
+    traced_client c{*l, kind};
+    auto id = c.until_callers_read(1);
+    // From then on every reply is read by the caller that waits for it.
+    for (int i = 0; i < 20; ++i)
+      BOOST_CHECK_MESSAGE(c.call(id++), to_string(kind) << ": call " << i
+                                                        << " read elsewhere");
+    BOOST_CHECK_EQUAL(c.conn->outstanding(), 0u);
+    c.conn->close(); // wakes and joins the resting reader thread
+    BOOST_CHECK(c.conn->closed());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_send_outside_a_caller_scope_gives_the_road_back) {
+  auto l = start_echo_listener();
+  for (auto kind : {road_kind::tcp, road_kind::shm}) {
+    traced_client c{*l, kind};
+    auto id = c.until_callers_read(1);
+    // Nobody reads on our side now; a plain send must wake the reader
+    // thread, or its reply would wait forever.
+    std::vector<uint64_t> words{7, 8, 9};
+    BOOST_REQUIRE(!c.conn->send(road_op::pull, id, view_of(words)));
+    auto m = c.box->take(id);
+    BOOST_REQUIRE_MESSAGE(m, to_string(kind) << ": the reply was never read");
+    BOOST_CHECK(same_bytes(*m, words));
+    BOOST_CHECK(c.thread_of(id) != std::this_thread::get_id());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_caller_done_with_replies_due_leaves_them_to_the_reader) {
+  auto l = start_echo_listener();
+  for (auto kind : {road_kind::tcp, road_kind::shm}) {
+    traced_client c{*l, kind};
+    auto id = c.until_callers_read(1);
+    std::vector<uint64_t> words{id};
+    {
+      road_caller_scope scope;
+      BOOST_REQUIRE(!c.conn->send(road_op::pull, id, view_of(words)));
+      BOOST_REQUIRE(scope.claim_only_conn() == c.conn);
+    }
+    c.conn->caller_done(); // gave up without reading: the reply is due
+    auto m = c.box->take(id);
+    BOOST_REQUIRE_MESSAGE(m, to_string(kind) << ": the reply was never read");
+    BOOST_CHECK(c.thread_of(id) != std::this_thread::get_id());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_caller_that_sent_on_two_roads_leaves_both_to_readers) {
+  auto l = start_echo_listener();
+  for (auto kind : {road_kind::tcp, road_kind::shm}) {
+    traced_client a{*l, kind};
+    traced_client b{*l, kind};
+    auto id = std::max(a.until_callers_read(1), b.until_callers_read(1));
+    std::vector<uint64_t> words{id};
+    {
+      road_caller_scope scope; // a request split over two servers, say
+      BOOST_REQUIRE(!a.conn->send(road_op::pull, id, view_of(words)));
+      BOOST_REQUIRE(!b.conn->send(road_op::pull, id, view_of(words)));
+      BOOST_REQUIRE(!scope.claim_only_conn());
+    }
+    for (auto* c : {&a, &b}) {
+      auto m = c->box->take(id);
+      BOOST_REQUIRE_MESSAGE(m, to_string(kind) << ": a reply was never read");
+      BOOST_CHECK(c->thread_of(id) != std::this_thread::get_id());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_peer_that_dies_while_a_caller_reads_ends_the_road) {
+  // This listener answers nothing: it drops each connection that asks.
+  auto l = road_listener::start(
+      "127.0.0.1", 0, road_timeout_ms, [](road_message_ptr m) {
+        if (m->id >= 1000)
+          m->conn->close();
+        else
+          m->conn->send(road_op::reply, m->id, m->bytes);
+      });
+  BOOST_REQUIRE_MESSAGE(l, "listener: " << why(l));
+  for (auto kind : {road_kind::tcp, road_kind::shm}) {
+    traced_client c{**l, kind};
+    c.until_callers_read(1);
+    std::vector<uint64_t> words{1000};
+    {
+      road_caller_scope scope;
+      BOOST_REQUIRE(!c.conn->send(road_op::pull, 1000, view_of(words)));
+    }
+    bool ended = false;
+    for (int i = 0; i < 5000 && !ended; ++i)
+      ended = !c.conn->pump_once(std::chrono::milliseconds{2});
+    c.conn->caller_done();
+    BOOST_CHECK_MESSAGE(ended, to_string(kind) << ": still reading");
+    BOOST_CHECK(c.box->wait_down()); // the owner heard of it
+    BOOST_CHECK(c.conn->closed());
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
