@@ -681,11 +681,7 @@ bool on_road_reader() {
 
 void road_conn::read_loop() {
   reading_a_road = true;
-  try {
-    read_messages();
-  } catch (const std::exception& e) { // e.g. no memory for a huge frame
-    fail(caf::make_error(errc::peer_down, "road reader failed", e.what()));
-  }
+  read_messages();
 }
 
 void road_conn::read_messages() {
@@ -697,6 +693,15 @@ void road_conn::read_messages() {
 }
 
 bool road_conn::read_one(bool on_reader) {
+  try {
+    return read_next(on_reader);
+  } catch (const std::exception& e) { // e.g. no memory for a huge frame
+    fail(caf::make_error(errc::peer_down, "road reader failed", e.what()));
+    return false;
+  }
+}
+
+bool road_conn::read_next(bool on_reader) {
   auto& in = *stream_;
   wire_header h;
   if (!in.read(&h, sizeof(h))) {
@@ -741,12 +746,11 @@ bool road_conn::read_one(bool on_reader) {
   if (op == road_op::reply || op == road_op::failure) {
     std::lock_guard<std::mutex> guard{turn_mtx_};
     outstanding_ -= outstanding_ > 0 ? 1 : 0;
-    // The last reply due, and a caller asked for the road: the reader
-    // thread leaves it before handing the reply over, so that the caller,
-    // woken by it, finds the road its own for the next call.
-    if (on_reader && callers_want_ && outstanding_ == 0 &&
-        turn_ == turn::reader)
-      turn_ = turn::callers_idle;
+    // The last reply due: the reader thread leaves the road (if a caller
+    // asked) before handing the reply over, so that the caller, woken by
+    // it, finds the road its own for the next call.
+    if (on_reader)
+      leave_to_callers_if_asked();
   }
   if (on_msg_)
     on_msg_(std::move(m));
@@ -782,10 +786,16 @@ road_conn_ptr road_caller_scope::claim_only_conn() {
   claimed_ = conns_.size() == 1;
   return claimed_ ? conns_.front() : nullptr;
 }
+
+void road_conn::leave_to_callers_if_asked() {
+  // With nothing outstanding, nothing arrives until a caller sends.
+  if (callers_want_ && outstanding_ == 0 && turn_ == turn::reader)
+    turn_ = turn::callers_idle;
+}
+
 bool road_conn::wait_for_turn() {
   std::unique_lock<std::mutex> guard{turn_mtx_};
-  if (callers_want_ && outstanding_ == 0 && turn_ == turn::reader)
-    turn_ = turn::callers_idle; // nothing can arrive until a caller sends
+  leave_to_callers_if_asked();
   turn_cv_.wait(guard, [this] { return turn_ == turn::reader || closed_; });
   return !closed_;
 }
@@ -816,7 +826,7 @@ void road_conn::wake_reader() {
 bool road_conn::pump_once(std::chrono::milliseconds wait) {
   {
     std::lock_guard<std::mutex> guard{turn_mtx_};
-    if (closed_ || !stream_)
+    if (closed_)
       return false;
     if (turn_ == turn::reader) {
       callers_want_ = true; // the reader thread leaves once it may
@@ -834,17 +844,12 @@ bool road_conn::pump_once(std::chrono::milliseconds wait) {
     reader_flag() { reading_a_road = true; }
     ~reader_flag() { reading_a_road = before; }
   } flag;
-  try {
-    // What arrived together is dispatched together (a push's ack and the
-    // reply of the pull sent with it, say).
-    bool ok = read_one(false);
-    while (ok && stream_->buffered() >= sizeof(wire_header))
-      ok = read_one(false);
-    return ok;
-  } catch (const std::exception& e) { // e.g. no memory for a huge frame
-    fail(caf::make_error(errc::peer_down, "road reader failed", e.what()));
-    return false;
-  }
+  // What arrived together is dispatched together (a push's ack and the
+  // reply of the pull sent with it, say).
+  bool ok = read_one(false);
+  while (ok && stream_->buffered() >= sizeof(wire_header))
+    ok = read_one(false);
+  return ok;
 }
 
 void road_conn::caller_done() {

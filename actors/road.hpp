@@ -218,6 +218,11 @@ private:
   /// failed (fail() has run). `on_reader`: the reader thread reads, and
   /// leaves the road to callers with the last reply due, if they asked.
   bool read_one(bool on_reader);
+  /// read_one without its guard against exceptions.
+  bool read_next(bool on_reader);
+  /// The reader thread leaves the road to callers if one asked and no
+  /// reply is outstanding. Needs turn_mtx_.
+  void leave_to_callers_if_asked();
   /// The reader thread: leaves the connection to callers if one asked and
   /// nothing is outstanding, then waits until it is its turn; false once
   /// the connection is closed.
