@@ -29,6 +29,7 @@
 #include "actors/node_config.hpp"
 #include "actors/run_here.hpp"
 #include "bench/cpu_share.hpp"
+#include "bench/memcpy_rate.hpp"
 #include "bench/round_trips.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -192,20 +193,6 @@ caf::expected<rt_limits> measure_rt_limits(double seconds) {
       *slots[i++] = r.per_s;
     }
   return out;
-}
-
-/// GB/s of memcpy between two 64 MiB buffers (bytes copied per second).
-double memcpy_gbps(double seconds) {
-  std::vector<char> a(64u << 20, 'x'), b(64u << 20, 'y');
-  uint64_t bytes = 0;
-  auto t0 = steady::now();
-  while (since(t0) < seconds || bytes == 0) {
-    std::memcpy(b.data(), a.data(), a.size());
-    a.swap(b);
-    bytes += a.size();
-  }
-  auto secs = since(t0);
-  return a[12345] == 'x' || a[12345] == 'y' ? bytes / secs / 1e9 : 0.0;
 }
 
 // -- troupe-node processes ----------------------------------------------------
@@ -720,7 +707,7 @@ int main(int argc, char** argv) {
   auto tcp = tcp_loopback_gbps(opt.seconds);
   if (!tcp)
     return fail("measuring loopback TCP", tcp.error());
-  auto mem = memcpy_gbps(opt.seconds);
+  auto mem = bench::memcpy_gbps(opt.seconds);
   auto rt = measure_rt_limits(opt.seconds);
   if (!rt)
     return fail("measuring round trips", rt.error());
@@ -742,7 +729,7 @@ int main(int argc, char** argv) {
                "limits before / after the roads: TCP %.2f / %.2f GB/s,"
                " memcpy %.2f / ",
                *tcp, *tcp_after, mem);
-  auto mem_after = memcpy_gbps(opt.seconds);
+  auto mem_after = bench::memcpy_gbps(opt.seconds);
   std::fprintf(stderr, "%.2f GB/s\n", mem_after);
   auto rt_after = measure_rt_limits(opt.seconds);
   if (!rt_after)

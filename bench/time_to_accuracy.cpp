@@ -1,8 +1,10 @@
 // time_to_accuracy: samples/s and training seconds to 0.85, 0.88 and 0.89
 // test accuracy of troupe-node's Fashion-MNIST trainer (1 server, W workers,
-// per mode), beside the same model step's compute-only rate in one process.
-// Over 400 lines: it also starts, watches and reaps the clusters and checks
-// their metrics before it prints a figure.
+// per mode), beside the same model step's compute-only rate in one process
+// and the machine's limit for a step's exchange (a raw round trip between
+// two processes plus the model's bytes copied once each way), both
+// measured in the same run. Over 400 lines: it also starts, watches and reaps
+// the clusters and checks their metrics before it prints a figure.
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -25,6 +27,8 @@
 #include "actors/consistency.hpp"
 #include "actors/node_config.hpp"
 #include "bench/cpu_share.hpp"
+#include "bench/memcpy_rate.hpp"
+#include "bench/round_trips.hpp"
 #include "kernels/blas.hpp"
 #include "kernels/idx.hpp"
 #include "kernels/model.hpp"
@@ -162,8 +166,40 @@ std::string default_node_path(std::string& err) {
 
 // -- compute-only floor -------------------------------------------------------
 
+/// The machine's price for a step's exchange, measured in the same run:
+/// one round trip of a small message between two processes (a step's
+/// gradients reach the server and its weights come back: at least one)
+/// and the model's bytes copied once each way. A step that does not
+/// overlap its exchange with its computing waits at least that long,
+/// however the exchange is built.
+struct exchange_limit {
+  double round_trips_per_s = 0; // 64 bytes, unix socket, 1 in flight
+  double memcpy_gbps = 0;
+  std::string why; // what failed; "" if measured
+  /// Microseconds of one round trip plus `bytes` copied each way.
+  double us(double bytes) const {
+    return 1e6 / round_trips_per_s + 2.0 * bytes / (memcpy_gbps * 1e3);
+  }
+};
+
+exchange_limit measure_exchange() {
+  exchange_limit x;
+  auto rt = bench::round_trips_per_s(bench::rt_socket::unix_pair, 1, 0.5);
+  if (rt.per_s <= 0) {
+    x.why = "raw round trips: " + rt.why;
+    return x;
+  }
+  x.round_trips_per_s = rt.per_s;
+  x.memcpy_gbps = bench::memcpy_gbps(0.5);
+  if (x.memcpy_gbps <= 0)
+    x.why = "the memcpy check failed";
+  return x;
+}
+
 struct floor_result {
   double samples_per_s = 0;
+  double model_bytes = 0; // of the parameters, float32
+  exchange_limit exchange;
   uint64_t steps = 0;
   double first_loss = 0, last_loss = 0; // means of the first and last 50
   bench::cpu_share cpu;                 // the machine's, while it ran
@@ -205,6 +241,8 @@ std::string measure_floor(const dataset& train, floor_result& out) {
   if (!net)
     return "model: " + err;
   net->init_parameters(1);
+  for (auto& p : net->parameters())
+    out.model_bytes += double(p.size * sizeof(float));
   floor_state st;
   std::vector<float> losses;
   std::vector<size_t> idx;
@@ -337,6 +375,7 @@ struct row_result {
   std::string error; // "" = ok
   double samples_per_s = 0, train_s = 0, wall_s = 0, final_accuracy = 0;
   double wait_share = 0;    // of rank 0's steps: waiting for the rounds
+  double wait_us = 0;       // rank 0's mean wait per step
   std::vector<double> s_to; // train_s per threshold, or missing
   bench::cpu_share cpu;     // the machine's, while the cluster ran
 };
@@ -459,13 +498,14 @@ std::string read_metrics(const std::string& path, uint32_t epochs,
   r.samples_per_s = samples / secs;
   r.final_accuracy = acc;
   r.wait_share = waited / busy;
+  r.wait_us = 1e6 * waited / (samples / (batch * r.workers)); // rank 0's steps
   return "";
 }
 
 /// Trains on a fresh cluster of `mode` with `workers` workers.
 row_result run_config(const options& opt, const std::string& mode,
                       uint32_t workers) {
-  row_result r{mode, workers, "", 0, 0, 0, 0, 0, {}, {}};
+  row_result r{mode, workers, "", 0, 0, 0, 0, 0, 0, {}, {}};
   char path[] = "/tmp/time_to_accuracy-XXXXXX";
   int fd = ::mkstemp(path); // empty: the trainer appends
   if (fd < 0)
@@ -517,8 +557,9 @@ double overhead(const row_result& r, double floor) {
                          : missing;
 }
 
-/// Prints one table row; returns the row as JSON.
-std::string print_row(const row_result& r, double floor) {
+/// Prints one table row (`limit_us`: the exchange limit per step);
+/// returns the row as JSON.
+std::string print_row(const row_result& r, double floor, double limit_us) {
   auto json =
       strf("{\"mode\":%s,\"workers\":%u,\"error\":%s", json_str(r.mode).c_str(),
            r.workers, r.error.empty() ? "null" : json_str(r.error).c_str());
@@ -532,16 +573,20 @@ std::string print_row(const row_result& r, double floor) {
     to += strf("%s\"%.2f\":%s", i ? "," : "", thresholds[i],
                num(r.s_to[i], 2).c_str());
   }
-  std::printf(" %10.4f %9.1f%% %7.1f%% %6s %5s\n", r.final_accuracy,
-              100 * overhead(r, floor), 100 * r.wait_share,
+  double vs_limit = r.wait_us / limit_us; // NaN if the limit is unknown
+  std::printf(" %10.4f %9.1f%% %7.1f%% %7.0f %7s %6s %5s\n", r.final_accuracy,
+              100 * overhead(r, floor), 100 * r.wait_share, r.wait_us,
+              num(vs_limit, 2, "-").c_str(),
               bench::percent(r.cpu.steal).c_str(),
               bench::percent(r.cpu.idle).c_str());
   return json + strf(",\"samples_per_s\":%.1f,\"train_s_to_accuracy\":{%s},"
                      "\"final_accuracy\":%.4f,\"train_s\":%.2f,\"wall_s\":"
-                     "%.2f,\"overhead_vs_floor\":%.4f,\"wait_share\":%.4f,%s}",
+                     "%.2f,\"overhead_vs_floor\":%.4f,\"wait_share\":%.4f,"
+                     "\"wait_us_per_step\":%.1f,\"wait_vs_exchange_limit\":%s,"
+                     "%s}",
                      r.samples_per_s, to.c_str(), r.final_accuracy, r.train_s,
-                     r.wall_s, overhead(r, floor), r.wait_share,
-                     cpu_json(r.cpu).c_str());
+                     r.wall_s, overhead(r, floor), r.wait_share, r.wait_us,
+                     num(vs_limit, 3).c_str(), cpu_json(r.cpu).c_str());
 }
 
 /// Prints one target line; adds `"what":met` (null: not run) to `json`.
@@ -556,7 +601,10 @@ void print_target(std::string& json, const std::string& what,
 }
 
 /// Prints the targets beside the figures; returns them as a JSON object.
-std::string print_targets(const std::vector<row_result>& rows, double floor) {
+/// `least`: the overhead a step that does not overlap its exchange has at
+/// the least on this machine (NaN if unknown).
+std::string print_targets(const std::vector<row_result>& rows, double floor,
+                          double least) {
   auto s2 = std::find_if(rows.begin(), rows.end(), [](const row_result& r) {
     return r.mode == "sync" && r.workers == 2;
   });
@@ -574,7 +622,49 @@ std::string print_targets(const std::vector<row_result>& rows, double floor) {
       print_target(json, r.mode + ", 1 worker: overhead <= 20% of the step",
                    num(100 * overhead(r, floor), 1, "-", "%"), true,
                    overhead(r, floor) <= 0.2);
+  if (least > 0.2)
+    std::printf("  (a 20%% overhead is below this machine's exchange limit"
+                " for a step that does not overlap its exchange: %.1f%%)\n",
+                100 * least);
   return "{" + json + "}";
+}
+
+/// The better of two measurements of the exchange limit (a limit is what
+/// the machine can do); a failed one counts only if both failed.
+exchange_limit best_of(const exchange_limit& a, const exchange_limit& b) {
+  if (!a.why.empty() || !b.why.empty())
+    return a.why.empty() ? a : b;
+  return {std::max(a.round_trips_per_s, b.round_trips_per_s),
+          std::max(a.memcpy_gbps, b.memcpy_gbps), ""};
+}
+
+/// Prints the exchange limit per step; returns it in microseconds (NaN if
+/// it could not be measured), the least overhead of a step that does not
+/// overlap it in `least`, and both as JSON in `json`.
+double print_exchange(const exchange_limit& x, const floor_result& fl,
+                      double& least, std::string& json) {
+  least = missing;
+  if (!x.why.empty()) {
+    std::printf("exchange limit per step: not measured (%s)\n\n",
+                x.why.c_str());
+    json = "null";
+    return missing;
+  }
+  double rt_us = 1e6 / x.round_trips_per_s, limit = x.us(fl.model_bytes);
+  double step_us = 1e6 * batch / fl.samples_per_s;
+  least = limit / (step_us + limit);
+  std::printf(
+      "exchange limit per step (measured beside the floor): one round trip"
+      " of 64 bytes between two processes, %.0f us, + the model's %.2f MB"
+      " copied once each way at %.2f GB/s (memcpy) = %.0f us;\n a step that"
+      " does not overlap its exchange with its computing (%.0f us at the"
+      " floor) has at least %.1f%% overhead here\n\n",
+      rt_us, fl.model_bytes / 1e6, x.memcpy_gbps, limit, step_us, 100 * least);
+  json = strf("{\"round_trip_us\":%.1f,\"memcpy_gbps\":%.4f,\"model_bytes\":"
+              "%.0f,\"limit_us\":%.1f,\"floor_step_us\":%.1f,"
+              "\"unoverlapped_overhead\":%.4f}",
+              rt_us, x.memcpy_gbps, fl.model_bytes, limit, step_us, least);
+  return limit;
 }
 
 /// Prints the table and the targets, then one line of JSON with everything.
@@ -594,6 +684,10 @@ void print_report(const options& opt, const floor_result& before,
       double{mu_pipelined}, opt.epochs, fl.samples_per_s, before.samples_per_s,
       after.samples_per_s, (unsigned long long)fl.steps, fl.first_loss,
       fl.last_loss, bench::percent(fl.cpu.steal).c_str());
+  std::string exchange_json;
+  double least = missing;
+  auto limit_us = print_exchange(best_of(before.exchange, after.exchange), fl,
+                                 least, exchange_json);
   std::string node_args, shown; // as JSON, and as given
   for (auto& a : opt.node_args) {
     node_args += (node_args.empty() ? "" : ",") + json_str(a);
@@ -602,26 +696,30 @@ void print_report(const options& opt, const floor_result& before,
   if (!shown.empty())
     std::printf("servers and workers also ran with:%s\n\n", shown.c_str());
   std::printf("mode       workers  samples/s  s to 0.85  s to 0.88  s to 0.89 "
-              " final acc  overhead vs floor  waiting  steal  idle\n");
+              " final acc  overhead vs floor  waiting  wait us  x limit  steal"
+              "  idle\n");
   std::string json;
   for (auto& r : rows)
-    json += (json.empty() ? "" : ",") + print_row(r, fl.samples_per_s);
+    json +=
+        (json.empty() ? "" : ",") + print_row(r, fl.samples_per_s, limit_us);
   std::printf("(waiting: the share of rank 0's step time spent between"
               " handing its gradients over and getting the next weights,"
-              " measured by the worker;\n steal: the machine's CPU time its"
+              " measured by the worker;\n wait us: that wait per step; x"
+              " limit: the wait over the exchange limit above;\n steal: the "
+              "machine's CPU time its"
               " host gave to others; idle: CPU time no process used, i.e."
               " waiting that no core filled;\n +pipe: workers compute step"
               " t+1 while push t is in flight, so the servers' update runs"
               " beside the step and the overhead can fall below 0)\n");
-  auto targets = print_targets(rows, fl.samples_per_s);
+  auto targets = print_targets(rows, fl.samples_per_s, least);
   std::printf("\n{\"model\":%s,\"batch\":%u,\"epochs\":%u,\"floor_samples_per_s"
               "\":%.1f,\"floor_before\":%.1f,\"floor_after\":%.1f,"
-              "\"floor_cpu\":{%s},\"node_args\":[%s],\"rows\":[%s],"
-              "\"targets\":%s}\n",
+              "\"floor_cpu\":{%s},\"exchange_limit\":%s,\"node_args\":[%s],"
+              "\"rows\":[%s],\"targets\":%s}\n",
               json_str(model_spec).c_str(), batch, opt.epochs, fl.samples_per_s,
               before.samples_per_s, after.samples_per_s,
-              cpu_json(fl.cpu).c_str(), node_args.c_str(), json.c_str(),
-              targets.c_str());
+              cpu_json(fl.cpu).c_str(), exchange_json.c_str(),
+              node_args.c_str(), json.c_str(), targets.c_str());
 }
 
 /// Loads the training set and measures the floor on it (with the CPU
@@ -634,6 +732,7 @@ std::string floor_once(floor_result& out) {
   auto cpu0 = bench::read_cpu_times();
   auto err = measure_floor(train, out);
   out.cpu = bench::share_between(cpu0, bench::read_cpu_times());
+  out.exchange = measure_exchange(); // after the CPU share: it forks
   return err;
 }
 
