@@ -600,11 +600,17 @@ void print_target(std::string& json, const std::string& what,
                json_verdict[v]);
 }
 
-/// Prints the targets beside the figures; returns them as a JSON object.
-/// `least`: the overhead a step that does not overlap its exchange has at
-/// the least on this machine (NaN if unknown).
+/// The overhead a step that does not overlap an exchange of `limit_us`
+/// has at the least, against a floor step (NaN if the limit is unknown).
+double unoverlapped_overhead(double limit_us, double floor) {
+  double step_us = 1e6 * batch / floor;
+  return limit_us / (step_us + limit_us);
+}
+
+/// Prints the targets beside the figures (`limit_us`: the exchange limit
+/// per step); returns them as a JSON object.
 std::string print_targets(const std::vector<row_result>& rows, double floor,
-                          double least) {
+                          double limit_us) {
   auto s2 = std::find_if(rows.begin(), rows.end(), [](const row_result& r) {
     return r.mode == "sync" && r.workers == 2;
   });
@@ -622,7 +628,7 @@ std::string print_targets(const std::vector<row_result>& rows, double floor,
       print_target(json, r.mode + ", 1 worker: overhead <= 20% of the step",
                    num(100 * overhead(r, floor), 1, "-", "%"), true,
                    overhead(r, floor) <= 0.2);
-  if (least > 0.2)
+  if (double least = unoverlapped_overhead(limit_us, floor); least > 0.2)
     std::printf("  (a 20%% overhead is below this machine's exchange limit"
                 " for a step that does not overlap its exchange: %.1f%%)\n",
                 100 * least);
@@ -639,11 +645,9 @@ exchange_limit best_of(const exchange_limit& a, const exchange_limit& b) {
 }
 
 /// Prints the exchange limit per step; returns it in microseconds (NaN if
-/// it could not be measured), the least overhead of a step that does not
-/// overlap it in `least`, and both as JSON in `json`.
+/// it could not be measured), and as JSON in `json`.
 double print_exchange(const exchange_limit& x, const floor_result& fl,
-                      double& least, std::string& json) {
-  least = missing;
+                      std::string& json) {
   if (!x.why.empty()) {
     std::printf("exchange limit per step: not measured (%s)\n\n",
                 x.why.c_str());
@@ -652,7 +656,7 @@ double print_exchange(const exchange_limit& x, const floor_result& fl,
   }
   double rt_us = 1e6 / x.round_trips_per_s, limit = x.us(fl.model_bytes);
   double step_us = 1e6 * batch / fl.samples_per_s;
-  least = limit / (step_us + limit);
+  double least = unoverlapped_overhead(limit, fl.samples_per_s);
   std::printf(
       "exchange limit per step (measured beside the floor): one round trip"
       " of 64 bytes between two processes, %.0f us, + the model's %.2f MB"
@@ -685,9 +689,8 @@ void print_report(const options& opt, const floor_result& before,
       after.samples_per_s, (unsigned long long)fl.steps, fl.first_loss,
       fl.last_loss, bench::percent(fl.cpu.steal).c_str());
   std::string exchange_json;
-  double least = missing;
   auto limit_us = print_exchange(best_of(before.exchange, after.exchange), fl,
-                                 least, exchange_json);
+                                 exchange_json);
   std::string node_args, shown; // as JSON, and as given
   for (auto& a : opt.node_args) {
     node_args += (node_args.empty() ? "" : ",") + json_str(a);
@@ -705,13 +708,13 @@ void print_report(const options& opt, const floor_result& before,
   std::printf("(waiting: the share of rank 0's step time spent between"
               " handing its gradients over and getting the next weights,"
               " measured by the worker;\n wait us: that wait per step; x"
-              " limit: the wait over the exchange limit above;\n steal: the "
-              "machine's CPU time its"
-              " host gave to others; idle: CPU time no process used, i.e."
+              " limit: the wait over the exchange limit above;\n steal: the"
+              " machine's CPU time its host gave to others; idle: CPU time no "
+              "process used, i.e."
               " waiting that no core filled;\n +pipe: workers compute step"
               " t+1 while push t is in flight, so the servers' update runs"
               " beside the step and the overhead can fall below 0)\n");
-  auto targets = print_targets(rows, fl.samples_per_s, least);
+  auto targets = print_targets(rows, fl.samples_per_s, limit_us);
   std::printf("\n{\"model\":%s,\"batch\":%u,\"epochs\":%u,\"floor_samples_per_s"
               "\":%.1f,\"floor_before\":%.1f,\"floor_after\":%.1f,"
               "\"floor_cpu\":{%s},\"exchange_limit\":%s,\"node_args\":[%s],"
@@ -732,7 +735,8 @@ std::string floor_once(floor_result& out) {
   auto cpu0 = bench::read_cpu_times();
   auto err = measure_floor(train, out);
   out.cpu = bench::share_between(cpu0, bench::read_cpu_times());
-  out.exchange = measure_exchange(); // after the CPU share: it forks
+  if (err.empty()) // after the CPU share: it forks
+    out.exchange = measure_exchange();
   return err;
 }
 
