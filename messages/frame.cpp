@@ -62,7 +62,48 @@ outbound to_outbound(std::unique_ptr<capnp::MallocMessageBuilder> msg) {
   return outbound{std::move(x)};
 }
 
+namespace {
+
+capnp::ReaderOptions reader_options(size_t words) {
+  capnp::ReaderOptions opts;
+  // Tensor frames are large: allow each word to be visited a few times,
+  // never less than the library default.
+  opts.traversalLimitInWords = std::max<uint64_t>(words * 4, 8u << 20);
+  opts.nestingLimit = 16;
+  return opts;
+}
+
+} // namespace
+
+void frame_reader::read_segments(bytes_view f, size_t limit) {
+  segments_ = kj::heapArray<kj::ArrayPtr<const capnp::word>>(f.segment_count);
+  size_t words = 0;
+  for (size_t i = 0; i < f.segment_count; ++i) {
+    auto& s = f.segments[i];
+    if (s.size % sizeof(capnp::word) != 0 ||
+        reinterpret_cast<uintptr_t>(s.data) % alignof(capnp::word) != 0) {
+      err_ = caf::make_error(errc::malformed_message, "frame segment", i,
+                             "misaligned or not whole words");
+      return;
+    }
+    segments_[i] = kj::arrayPtr(reinterpret_cast<const capnp::word*>(s.data),
+                                s.size / sizeof(capnp::word));
+    words += segments_[i].size();
+  }
+  if (f.segment_count == 0 || words * sizeof(capnp::word) > limit) {
+    err_ = caf::make_error(errc::malformed_message, "frame size",
+                           static_cast<uint64_t>(words * sizeof(capnp::word)));
+    return;
+  }
+  reader_ = std::make_unique<capnp::SegmentArrayMessageReader>(
+      segments_.asPtr(), reader_options(words));
+}
+
 frame_reader::frame_reader(bytes_view f, size_t limit) {
+  if (f.segments != nullptr) {
+    read_segments(f, limit);
+    return;
+  }
   auto n = f.size;
   if (n == 0 || n % sizeof(capnp::word) != 0 || n > limit) {
     err_ = caf::make_error(errc::malformed_message, "frame size",
@@ -76,13 +117,8 @@ frame_reader::frame_reader(bytes_view f, size_t limit) {
     std::memcpy(aligned_.begin(), f.data, n);
     data = aligned_.begin();
   }
-  capnp::ReaderOptions opts;
-  // Tensor frames are large: allow each word to be visited a few times,
-  // never less than the library default.
-  opts.traversalLimitInWords = std::max<uint64_t>(words * 4, 8u << 20);
-  opts.nestingLimit = 16;
   reader_ = std::make_unique<capnp::FlatArrayMessageReader>(
-      kj::arrayPtr(data, words), opts);
+      kj::arrayPtr(data, words), reader_options(words));
 }
 
 } // namespace detail

@@ -23,9 +23,17 @@ typename Inspector::result_type inspect(Inspector& f, frame& x) {
 
 /// Bytes of a frame held elsewhere (a frame, a reused receive buffer, a
 /// shared-memory ring): what decoders read. Must stay valid while read.
+///
+/// A frame whose segments were read apart (a reply landed straight in its
+/// destination: actors/road.hpp, road_landing) also names its segments,
+/// each 8-byte aligned: decoders read those, and `data` then holds the
+/// flat form with holes where segments landed elsewhere (read it only
+/// through the segments). `size` is the flat form's size either way.
 struct bytes_view {
   const uint8_t* data = nullptr;
   size_t size = 0;
+  const bytes_view* segments = nullptr; // segment_count of them, or none
+  size_t segment_count = 0;
   bytes_view() = default;
   bytes_view(const uint8_t* d, size_t n) : data(d), size(n) {}
   bytes_view(const frame& f) : data(f.bytes.data()), size(f.bytes.size()) {}

@@ -24,15 +24,19 @@ outbound to_outbound(std::unique_ptr<capnp::MallocMessageBuilder> msg);
 class frame_reader {
 public:
   /// Checks sizes (at most `limit` bytes); on failure `error()` says why
-  /// and `get` must not be used.
+  /// and `get` must not be used. Reads a flat frame, or the segments of
+  /// one read apart (bytes_view::segments).
   explicit frame_reader(bytes_view f, size_t limit = max_frame_bytes);
   const caf::error& error() const { return err_; }
   template <class T> typename T::Reader get() { return reader_->getRoot<T>(); }
 
 private:
+  /// A frame read apart (bytes_view::segments).
+  void read_segments(bytes_view f, size_t limit);
   caf::error err_;
   kj::Array<capnp::word> aligned_;
-  std::unique_ptr<capnp::FlatArrayMessageReader> reader_;
+  kj::Array<kj::ArrayPtr<const capnp::word>> segments_;
+  std::unique_ptr<capnp::MessageReader> reader_;
 };
 
 /// Runs `fn` and turns a kj::Exception (malformed bytes) into
