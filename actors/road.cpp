@@ -733,14 +733,17 @@ bool road_conn::read_next(bool on_reader) {
     m->bytes = bytes_view{in_.base + h.offset, h.bytes};
     m->ring_offset = h.offset;
     m->ring_bytes = h.bytes;
+  } else if (auto l = op == road_op::reply || op == road_op::failure
+                          ? take_landing(h.id)
+                          : nullptr;
+             l && op == road_op::reply) {
+    if (!read_landed(h.bytes, *l, *m))
+      return false;
+    m->landing = std::move(l);
   } else {
     m->buffer = take_buffer(h.bytes / 8 + 1, m->buffer_words);
-    if (!in.read(m->buffer.get(), h.bytes)) {
-      fail(caf::make_error(errc::peer_down, "road connection lost mid-frame",
-                           errno ? std::string{strerror(errno)}
-                                 : std::string{"closed by peer"}));
-      return false;
-    }
+    if (!in.read(m->buffer.get(), h.bytes))
+      return lost_mid_frame();
     m->bytes = bytes_view{reinterpret_cast<uint8_t*>(m->buffer.get()), h.bytes};
   }
   if (op == road_op::reply || op == road_op::failure) {
@@ -755,6 +758,96 @@ bool road_conn::read_next(bool on_reader) {
   if (on_msg_)
     on_msg_(std::move(m));
   return true;
+}
+
+bool road_conn::lost_mid_frame() {
+  fail(caf::make_error(errc::peer_down, "road connection lost mid-frame",
+                       errno ? std::string{strerror(errno)}
+                             : std::string{"closed by peer"}));
+  return false;
+}
+
+namespace {
+
+/// Most segments a landed frame may have: a pull reply has one per slice
+/// of at least 4 KiB, and one message holds at most kv.max-message-bytes.
+constexpr uint32_t max_landed_segments = 4096;
+
+} // namespace
+
+bool road_conn::read_landed(uint64_t bytes, road_landing& l, road_message& m) {
+  auto& in = *stream_;
+  m.buffer = take_buffer(bytes / 8 + 1, m.buffer_words);
+  auto* base = reinterpret_cast<uint8_t*>(m.buffer.get());
+  m.bytes = bytes_view{base, bytes};
+  size_t got = 0;
+  // Whatever is not a well-formed segment table is read flat: the decoder
+  // then says what is wrong with it.
+  auto rest_flat = [&] {
+    return in.read(base + got, bytes - got) || lost_mid_frame();
+  };
+  if (bytes < 8) // check_header saw to whole words
+    return rest_flat();
+  if (!in.read(base, 8))
+    return lost_mid_frame();
+  got = 8;
+  uint32_t first = 0;
+  std::memcpy(&first, base, 4);
+  if (first >= max_landed_segments)
+    return rest_flat();
+  size_t count = size_t{first} + 1;
+  size_t table = (4 * (count + 1) + 7) & ~size_t{7};
+  if (table > bytes)
+    return rest_flat();
+  if (!in.read(base + got, table - got))
+    return lost_mid_frame();
+  got = table;
+  std::vector<uint32_t> words(count);
+  std::memcpy(words.data(), base + 4, 4 * count);
+  uint64_t total = table;
+  for (auto w : words)
+    total += uint64_t{w} * 8;
+  if (total != bytes)
+    return rest_flat();
+  m.segments.resize(count);
+  for (size_t i = 0, off = table; i < count; off += size_t{words[i]} * 8, ++i)
+    m.segments[i] = bytes_view{base + off, size_t{words[i]} * 8};
+  if (!in.read(base + got, m.segments[0].size))
+    return lost_mid_frame();
+  std::vector<uint8_t*> at(count, nullptr);
+  l.place(m.segments, at);
+  for (size_t i = 1; i < count; ++i) {
+    auto& seg = m.segments[i];
+    if (at[i] != nullptr && reinterpret_cast<uintptr_t>(at[i]) % 8 == 0)
+      seg.data = at[i];
+    if (!in.read(const_cast<uint8_t*>(seg.data), seg.size))
+      return lost_mid_frame();
+  }
+  m.bytes.segments = m.segments.data();
+  m.bytes.segment_count = m.segments.size();
+  return true;
+}
+
+void road_conn::land_reply(uint64_t id, road_landing_ptr l) {
+  if (kind_ != road_kind::tcp || !l)
+    return;
+  std::lock_guard<std::mutex> guard{landing_mtx_};
+  landings_[id] = std::move(l);
+}
+
+void road_conn::forget_landing(uint64_t id) {
+  std::lock_guard<std::mutex> guard{landing_mtx_};
+  landings_.erase(id);
+}
+
+road_landing_ptr road_conn::take_landing(uint64_t id) {
+  std::lock_guard<std::mutex> guard{landing_mtx_};
+  auto i = landings_.find(id);
+  if (i == landings_.end())
+    return nullptr;
+  auto l = std::move(i->second);
+  landings_.erase(i);
+  return l;
 }
 
 // -- a blocking caller reading its own replies --------------------------------

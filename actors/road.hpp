@@ -8,7 +8,11 @@
 //   tcp  A TCP connection. Writes are scatter-gather (sendmsg) from the
 //        frame's own pieces, which point into a user's arrays or a
 //        server's store; reads land in 8-byte-aligned buffers that are
-//        reused.
+//        reused. A reply whose request named a landing (road_landing: a
+//        pull's destination arrays) is read apart instead: its segment
+//        table and first segment into the buffer, then each segment the
+//        landing places straight into its destination, so a pulled
+//        tensor is copied once, by the kernel.
 //   shm  Same machine (equal road_info::machine): an abstract unix socket
 //        plus two memfd rings, one per direction, that the worker creates
 //        and passes at hello (SCM_RIGHTS). A frame is copied once into the
@@ -96,6 +100,24 @@ enum class road_op : uint8_t {
 class road_conn;
 class road_stream; // the buffered reading side of a connection (road.cpp)
 
+/// Where the segments of one reply's frame may be read straight to, on a
+/// tcp road: the kv client's pull destinations, so that a pulled tensor is
+/// copied once, by the kernel, from the socket into its array. The reader
+/// reads the segment table and the first segment into its buffer, then
+/// asks `place`; what it leaves null goes to the buffer as usual.
+struct road_landing {
+  virtual ~road_landing() = default;
+  /// `segs`: every segment of the frame, the first read, the others where
+  /// the receive buffer would hold them (not read yet). Sets `at[i]`
+  /// (i >= 1) to where segment i's `segs[i].size` bytes go instead: 8-byte
+  /// aligned memory the landing keeps alive while it lives. Runs on the
+  /// reading thread; must not throw.
+  virtual void place(const std::vector<bytes_view>& segs,
+                     std::vector<uint8_t*>& at) = 0;
+};
+
+using road_landing_ptr = std::shared_ptr<road_landing>;
+
 /// A message read off a road: `bytes` stays valid while it lives; dropping
 /// it gives its buffer or ring region back.
 struct road_message {
@@ -107,6 +129,10 @@ struct road_message {
   size_t buffer_words = 0;
   uint64_t ring_offset = 0;
   uint64_t ring_bytes = 0; // > 0: the frame is in the peer's ring
+  /// A frame read apart (road_landing): its segments, which `bytes` names,
+  /// and the landing that owns the memory some of them lie in.
+  std::vector<bytes_view> segments;
+  road_landing_ptr landing;
   road_message() = default;
   road_message(const road_message&) = delete;
   road_message& operator=(const road_message&) = delete;
@@ -158,6 +184,14 @@ public:
   /// Ends the connection: the reader stops, on_down runs (if not yet),
   /// later sends fail. Safe from any thread, more than once.
   void close();
+
+  /// The reply to request `id` (not yet sent) lands where `l` places it;
+  /// the reader drops the landing with that reply (or failure). Only a
+  /// tcp road lands frames: elsewhere this does nothing.
+  void land_reply(uint64_t id, road_landing_ptr l);
+  /// Drops the landing of `id`, if the reader has not taken it: the caller
+  /// gave up on the reply.
+  void forget_landing(uint64_t id);
 
   road_kind kind() const { return kind_; }
   bool closed() const { return closed_; }
@@ -220,6 +254,13 @@ private:
   bool read_one(bool on_reader);
   /// read_one without its guard against exceptions.
   bool read_next(bool on_reader);
+  /// Fails the connection: it ended in the middle of a frame. False.
+  bool lost_mid_frame();
+  /// Reads the frame of `h` into `m`, its segments where `l` places them;
+  /// a frame that is no well-formed segment table is read flat.
+  bool read_landed(uint64_t bytes, road_landing& l, road_message& m);
+  /// The landing of reply `id`, taken out; null if none.
+  road_landing_ptr take_landing(uint64_t id);
   /// The reader thread leaves the road to callers if one asked and no
   /// reply is outstanding. Needs turn_mtx_.
   void leave_to_callers_if_asked();
@@ -279,6 +320,8 @@ private:
   std::vector<std::pair<size_t, std::unique_ptr<uint64_t[]>>> pool_;
   std::atomic<uint64_t> inline_bytes_{0};
   std::atomic<uint64_t> ring_bytes_sent_{0};
+  std::mutex landing_mtx_;
+  std::map<uint64_t, road_landing_ptr> landings_; // landing_mtx_
 };
 
 using road_conn_ptr = std::shared_ptr<road_conn>;

@@ -248,6 +248,167 @@ BOOST_AUTO_TEST_CASE(two_connections_transfer_at_once) {
   BOOST_CHECK_MESSAGE(shm_errors.empty(), "shm: " << shm_errors);
 }
 
+// -- replies landed in place (tcp) -------------------------------------------
+
+namespace {
+
+/// Places every segment after the first in memory of its own, and notes
+/// what it saw.
+struct test_landing : road_landing {
+  std::vector<std::vector<uint64_t>> places;
+  size_t calls = 0;
+  void place(const std::vector<bytes_view>& segs,
+             std::vector<uint8_t*>& at) override {
+    ++calls;
+    places.resize(segs.size());
+    for (size_t i = 1; i < segs.size(); ++i) {
+      places[i].resize(segs[i].size / 8);
+      at[i] = reinterpret_cast<uint8_t*>(places[i].data());
+    }
+  }
+};
+
+/// A PullReply of slices of sizes no multiple of the chunk, nor of 8: some
+/// large enough to be segments of their own.
+struct landing_frame {
+  std::vector<std::vector<float>> values;
+  outbound out;
+  frame flat;
+  landing_frame() {
+    std::vector<slice_view> views;
+    uint64_t k = 0;
+    for (size_t floats : {size_t{100002}, size_t{1}, size_t{4097}, size_t{2048},
+                          size_t{0}, size_t{65536}}) {
+      values.emplace_back(floats);
+      for (auto& x : values.back())
+        x = float(++k);
+    }
+    for (size_t i = 0; i < values.size(); ++i)
+      views.push_back(
+          slice_view{slice_id{i + 1, 0}, values[i].data(), values[i].size()});
+    out = encode_pull_reply(7, views, 3);
+    flat = out.flatten();
+  }
+  /// True if `m` decodes to exactly these values.
+  bool decodes(const road_message& m) const {
+    uint64_t version = 0;
+    size_t i = 0;
+    bool same = true;
+    auto err = visit_pull_reply(
+        m.bytes, version, [&](slice_id, const float* xs, size_t n) {
+          same = same && i < values.size() && n == values[i].size() &&
+                 std::equal(xs, xs + n, values[i].begin());
+          ++i;
+          return caf::error{};
+        });
+    return !err && same && i == values.size() && version == 7;
+  }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_reply_lands_where_its_landing_places_it_over_tcp) {
+  landing_frame f;
+  BOOST_REQUIRE_GT(f.out.pieces().size(), 3u); // several segments
+  auto l = start_echo_listener();
+  road_client c{*l, road_kind::tcp, 0};
+  auto land = std::make_shared<test_landing>();
+  c.conn->land_reply(1, land);
+  BOOST_REQUIRE(!c.conn->send(road_op::push, 1, f.out));
+  auto m = c.box->take(1);
+  BOOST_REQUIRE_MESSAGE(m, "no echo: " << c.box->reason());
+  BOOST_CHECK_EQUAL(land->calls, 1u);
+  BOOST_CHECK(m->landing == land);
+  BOOST_REQUIRE_EQUAL(m->segments.size(), f.out.pieces().size() - 1);
+  BOOST_REQUIRE(m->bytes.segments == m->segments.data());
+  BOOST_CHECK_EQUAL(m->bytes.size, f.flat.bytes.size());
+  for (size_t i = 1; i < m->segments.size(); ++i) {
+    auto& piece = f.out.pieces()[i + 1]; // the table is piece 0
+    BOOST_CHECK(m->segments[i].data ==
+                reinterpret_cast<uint8_t*>(land->places[i].data()));
+    BOOST_REQUIRE_EQUAL(m->segments[i].size, piece.size);
+    BOOST_CHECK(std::memcmp(m->segments[i].data, piece.data, piece.size) == 0);
+  }
+  BOOST_CHECK(f.decodes(*m));
+  // The landing served its reply: the next one with that id is read flat.
+  BOOST_REQUIRE(!c.conn->send(road_op::push, 1, f.out));
+  m = c.box->take(1);
+  BOOST_REQUIRE(m);
+  BOOST_CHECK(m->segments.empty() && !m->landing);
+  BOOST_CHECK(f.decodes(*m));
+  BOOST_CHECK_EQUAL(land->calls, 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_forgotten_landing_and_one_on_shm_land_nothing) {
+  landing_frame f;
+  auto l = start_echo_listener();
+  road_client tcp{*l, road_kind::tcp, 0};
+  road_client shm{*l, road_kind::shm, sweep_ring_bytes};
+  auto land = std::make_shared<test_landing>();
+  tcp.conn->land_reply(1, land);
+  tcp.conn->forget_landing(1);
+  shm.conn->land_reply(1, land);
+  for (auto* c : {&tcp, &shm}) {
+    BOOST_REQUIRE(!c->conn->send(road_op::push, 1, f.out));
+    auto m = c->box->take(1);
+    BOOST_REQUIRE_MESSAGE(m, "no echo: " << c->box->reason());
+    BOOST_CHECK(m->segments.empty() && !m->landing);
+    BOOST_CHECK(f.decodes(*m));
+  }
+  BOOST_CHECK_EQUAL(land->calls, 0u);
+  BOOST_CHECK_EQUAL(land.use_count(), 1); // no road holds it
+}
+
+BOOST_AUTO_TEST_CASE(a_failure_in_place_of_a_reply_drops_its_landing) {
+  auto l = road_listener::start(
+      "127.0.0.1", 0, road_timeout_ms, [](road_message_ptr m) {
+        m->conn->send(road_op::failure, m->id, m->bytes);
+      });
+  BOOST_REQUIRE(l);
+  landing_frame f;
+  road_client c{**l, road_kind::tcp, 0};
+  auto land = std::make_shared<test_landing>();
+  std::weak_ptr<test_landing> weak = land;
+  c.conn->land_reply(1, std::move(land));
+  BOOST_REQUIRE(!c.conn->send(road_op::push, 1, f.out));
+  auto m = c.box->take(1);
+  BOOST_REQUIRE(m);
+  BOOST_CHECK(m->op == road_op::failure);
+  BOOST_CHECK(m->segments.empty() && !m->landing);
+  BOOST_CHECK(weak.expired());
+}
+
+BOOST_AUTO_TEST_CASE(a_reply_that_is_no_segment_table_is_read_flat) {
+  // Frames a landing cannot split: a count of segments beyond any frame's,
+  // sizes that do not add up, no bytes at all. Each comes back whole, and
+  // the connection goes on.
+  auto l = start_echo_listener();
+  road_client c{*l, road_kind::tcp, 0};
+  auto land = std::make_shared<test_landing>();
+  auto huge_count = pattern(4096, 1);
+  huge_count[0] = 0xffffffffu;
+  auto bad_sizes = pattern(4096, 2);
+  bad_sizes[0] = uint64_t{3} << 32; // one segment of 3 words in 4 KiB
+  uint64_t id = 1;
+  for (auto* words : {&huge_count, &bad_sizes}) {
+    c.conn->land_reply(id, land);
+    BOOST_REQUIRE(!c.conn->send(road_op::push, id, view_of(*words)));
+    auto m = c.box->take(id);
+    BOOST_REQUIRE_MESSAGE(m, "no echo: " << c.box->reason());
+    BOOST_CHECK(same_bytes(*m, *words));
+    BOOST_CHECK(m->segments.empty());
+    ++id;
+  }
+  c.conn->land_reply(id, land);
+  BOOST_REQUIRE(!c.conn->send(road_op::push, id, bytes_view{}));
+  auto m = c.box->take(id);
+  BOOST_REQUIRE(m);
+  BOOST_CHECK_EQUAL(m->bytes.size, 0u);
+  BOOST_CHECK(m->segments.empty());
+  BOOST_CHECK_EQUAL(land->calls, 0u);
+  echo_one(c, id + 1, 4096);
+}
+
 // -- rings --------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(a_full_ring_sends_frames_inline_until_space_returns) {
