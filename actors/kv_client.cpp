@@ -16,6 +16,7 @@
 #include <caf/sec.hpp>
 #include <caf/system_messages.hpp>
 
+#include "actors/kv_pull.hpp"
 #include "actors/log.hpp"
 #include "actors/named_array.hpp"
 #include "actors/placement.hpp"
@@ -107,12 +108,13 @@ void dial_road(self_ptr self, const node_info& n) {
   // The reader runs the kv client itself when it is idle, for this one
   // reply: one thread hop less per reply (and none for a caller blocked
   // on it). Writes the reply leads to wait for a scheduler thread. A large
-  // reply is handed over: its copy out then overlaps the next read.
+  // reply is handed over: its copy out then overlaps the next read; one
+  // that landed in place (tcp) has little left to copy and stays.
   auto on_msg = [addr, rank, here = !cfg.scheduler_only](road_message_ptr m) {
     auto h = caf::actor_cast<caf::actor>(addr);
     if (!h)
       return;
-    if (here && m->bytes.size < run_here_max_bytes)
+    if (here && (m->bytes.size < run_here_max_bytes || m->landing))
       send_and_run_here(std::move(h),
                         caf::make_message(road_atom_v, rank, std::move(m)), 1);
     else
@@ -278,7 +280,8 @@ using reply_fn = std::function<caf::error(bytes_view)>;
 struct kv_request {
   uint32_t rank;
   std::variant<frame, outbound> body;
-  size_t reply_bytes = 0; // expected reply size (pulls)
+  size_t reply_bytes = 0;             // expected reply size (pulls)
+  road_landing_ptr landing = nullptr; // where a pull reply may land (tcp)
   size_t bytes() const {
     return body.index() == 0 ? std::get<0>(body).bytes.size()
                              : std::get<1>(body).bytes();
@@ -324,6 +327,7 @@ void road_send(self_ptr self, std::shared_ptr<kv_request> req, road_op op,
   }
   auto id = st.next_call++;
   auto conn = l.conn;
+  conn->land_reply(id, req->landing); // before the reply can come
   auto send = [self, conn, op, id, req, keep]() -> caf::error {
     // Injected faults: a push frame lost, or sent twice.
     auto& cfg = self->state.cfg;
@@ -529,6 +533,7 @@ void on_tick(self_ptr self) {
         g->fail(caf::make_error(errc::timeout, "server", i->second.rank));
       auto link = st.roads.find(i->second.rank);
       if (link != st.roads.end()) {
+        link->second.conn->forget_landing(i->first);
         link->second.in_flight -= i->second.bytes;
         drain(link->second, st.cfg.window_bytes);
       }
@@ -658,6 +663,49 @@ std::vector<std::vector<slice_view>> cut_parts(self_ptr self,
   return parts;
 }
 
+/// Pushes whose arrays become spare memory once their frames are gone.
+constexpr size_t max_pushes_kept = 8;
+
+/// Moves the arrays of the pushes nothing else holds any more (no frame
+/// points into them) into `spare`, one per key: newer replace older.
+void harvest_spares(self_ptr self) {
+  auto& st = self->state;
+  for (auto i = st.pushed.begin(); i != st.pushed.end();)
+    if (i->use_count() == 1) {
+      for (auto& x : **i)
+        if (x.values.size() > 0)
+          st.spare[x.key] = std::move(x.values);
+      i = st.pushed.erase(i);
+    } else {
+      ++i;
+    }
+}
+
+/// Notes the arrays of a push, to be spare memory once it is done.
+void keep_for_spares(self_ptr self, const std::shared_ptr<arrays>& keep) {
+  harvest_spares(self);
+  auto& xs = self->state.pushed;
+  if (std::find(xs.begin(), xs.end(), keep) != xs.end())
+    return; // a resend of a push noted already
+  if (xs.size() >= max_pushes_kept)
+    xs.erase(xs.begin()); // the oldest stays with its frames only
+  xs.push_back(keep);
+}
+
+/// Full-size memory for a pull of `key` (`n` floats): a spare of pushed
+/// arrays whose frames are gone, or empty.
+std::vector<float> take_spare(self_ptr self, uint64_t key, size_t n) {
+  harvest_spares(self);
+  auto& spare = self->state.spare;
+  std::vector<float> out;
+  auto s = spare.find(key);
+  if (s != spare.end() && s->second.size() == n) {
+    out = std::move(s->second);
+    spare.erase(s);
+  }
+  return out;
+}
+
 void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
              std::function<void(caf::expected<uint64_t>)> reply) {
   auto& xs = *keep;
@@ -666,6 +714,7 @@ void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
     return;
   }
   auto by_server = slices_by_server(self, xs);
+  keep_for_spares(self, keep);
   std::vector<kv_request> msgs;
   // Every server hears from us each clock, even with nothing to add, so
   // that its sync rounds and ssp clocks advance.
@@ -697,17 +746,8 @@ void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
 
 // -- pull -------------------------------------------------------------------
 
-/// Pull requests for every slice of `out`, at least one per owning server,
+/// Pull requests for every slice of `t`, at least one per owning server,
 /// cut so that no reply exceeds the message bound.
-/// Arrays being pulled: filled slice by slice as replies arrive.
-struct pull_target {
-  arrays out;                          // capacity reserved, filled in order
-  std::vector<size_t> floats;          // declared size of each
-  std::vector<size_t> got;             // floats received of each
-  std::vector<std::vector<bool>> seen; // slices received of each
-  std::map<uint64_t, size_t> index_of; // key -> index in out
-};
-
 std::vector<kv_request> pull_messages(self_ptr self, const pull_target& t,
                                       uint64_t clock) {
   std::map<uint32_t, std::vector<std::pair<slice_id, size_t>>> by_server;
@@ -740,43 +780,30 @@ std::vector<kv_request> pull_messages(self_ptr self, const pull_target& t,
   return msgs;
 }
 
-/// Copies the slices of a PullReply into the arrays of `out`.
-/// Copies the slices of a PullReply into the arrays of `t`: appended
-/// when they come in order (no zero-fill first), else copied in place.
-caf::error copy_reply(bytes_view f, pull_target& t, uint32_t bound) {
-  uint64_t version = 0;
-  return visit_pull_reply(
-      f, version, [&](slice_id id, const float* xs, size_t n) -> caf::error {
-        auto i = t.index_of.find(id.key);
-        if (i == t.index_of.end())
-          return caf::make_error(errc::malformed_message, "unasked slice");
-        auto& dst = t.out[i->second].values;
-        auto total = t.floats[i->second];
-        if (id.index >= slice_count(total, bound))
-          return caf::make_error(errc::bad_shape, id.key, id.index);
-        auto range = slice_range(total, bound, id.index);
-        if (n != range.second - range.first)
-          return caf::make_error(errc::bad_shape, id.key, id.index);
-        auto& seen = t.seen[i->second];
-        if (seen[id.index])
-          return caf::make_error(errc::malformed_message, "slice", id.key,
-                                 id.index, "twice in pull replies");
-        seen[id.index] = true;
-        t.got[i->second] += n;
-        if (range.first == dst.size()) {
-          dst.insert(dst.end(), xs, xs + n);
-        } else {
-          if (dst.size() < range.second)
-            dst.resize(range.second);
-          std::copy(xs, xs + n, dst.begin() + range.first);
-        }
-        return caf::none;
-      });
+/// Replies to the pulls in `msgs` that go on a tcp road land in place:
+/// the arrays of `t` are sized in full first (a zero fill, cheaper than
+/// the copy out of a receive buffer it saves).
+void land_in_place(self_ptr self, const std::shared_ptr<pull_target>& t,
+                   std::vector<kv_request>& msgs) {
+  auto on_tcp = [self](const kv_request& m) {
+    auto link = self->state.roads.find(m.rank);
+    return link != self->state.roads.end() &&
+           link->second.conn->kind() == road_kind::tcp;
+  };
+  if (std::none_of(msgs.begin(), msgs.end(), on_tcp))
+    return;
+  for (size_t k = 0; k < t->out.size(); ++k)
+    t->out[k].values.resize(t->floats[k]); // a spare is sized already
+  auto l = std::make_shared<pull_landing>(t, self->state.view.slice_floats);
+  for (auto& m : msgs)
+    if (on_tcp(m))
+      m.landing = l;
 }
 
 void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
              std::function<void(caf::expected<arrays>)> reply) {
   auto t = std::make_shared<pull_target>();
+  auto bound = self->state.view.slice_floats;
   for (auto k : keys) {
     auto i = self->state.sizes.find(k);
     if (i == self->state.sizes.end()) {
@@ -787,27 +814,18 @@ void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
       reply(std::move(err));
       return;
     }
-    t->index_of[k] = t->out.size();
-    t->out.push_back(named_array{k, {}});
-    t->out.back().values.reserve(i->second);
-    t->floats.push_back(i->second);
-    t->got.push_back(0);
-    t->seen.emplace_back(slice_count(i->second, self->state.view.slice_floats),
-                         false);
+    t->add(k, i->second, bound, take_spare(self, k, i->second));
   }
   auto g = std::make_shared<gather>();
   g->on_error = [reply](caf::error err) { reply(std::move(err)); };
-  auto bound = self->state.view.slice_floats;
+  auto msgs = pull_messages(self, *t, clock);
+  land_in_place(self, t, msgs);
   scatter(
-      self, pull_atom_v, road_op::pull, g, pull_messages(self, *t, clock),
+      self, pull_atom_v, road_op::pull, g, std::move(msgs),
       [t, bound](bytes_view f) { return copy_reply(f, *t, bound); },
       [reply, t] {
-        for (size_t k = 0; k < t->out.size(); ++k)
-          if (t->got[k] != t->floats[k] || // a slice missing
-              t->out[k].values.size() != t->floats[k])
-            return reply(caf::make_error(errc::malformed_message,
-                                         "pull reply lacks slices of key",
-                                         t->out[k].key));
+        if (auto err = t->complete())
+          return reply(std::move(err));
         reply(std::move(t->out));
       });
 }

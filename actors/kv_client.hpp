@@ -166,6 +166,14 @@ struct kv_client_state {
   std::shared_ptr<const std::vector<named_array>> awaiting_init;
   /// Runs the copies of large frames (kv.helper-threads).
   loop_fn loop = run_serially;
+  /// The arrays of pushes, until only this list holds them (their frames
+  /// are gone); then their memory becomes `spare`.
+  std::vector<std::shared_ptr<std::vector<named_array>>> pushed;
+  /// Memory for the values of the next pull of a key, full size (stale
+  /// values, all overwritten): a pull then takes no fresh memory, and
+  /// replies that land in place (tcp) need no zero fill. One per key, so
+  /// the client keeps at most one extra copy of the arrays pushed.
+  std::map<uint64_t, std::vector<float>> spare;
   ~kv_client_state();
 };
 
