@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -340,15 +341,31 @@ caf::error init_keys(session& s, const std::vector<size_t>& floats) {
   return caf::none;
 }
 
+/// CPU seconds this process has used, all its threads.
+double process_cpu_seconds() {
+  rusage r{};
+  ::getrusage(RUSAGE_SELF, &r);
+  auto secs = [](const timeval& t) { return t.tv_sec + 1e-6 * t.tv_usec; };
+  return secs(r.ru_utime) + secs(r.ru_stime);
+}
+
+/// What one push+pull took.
+struct round_time {
+  double seconds = 0;      // push and pull
+  double pull_seconds = 0; // the pull alone (two requests only)
+  double pull_cpu = 0;     // this process's CPU seconds meanwhile
+};
+
 /// Pushes ones to `key` at the next clock, then pulls at the clock after
 /// (readable then in sync and async mode): as two requests, or `batched`
-/// as one per server (kv::push_pull). Checks the pull and returns the
-/// seconds that push and pull took.
-caf::expected<double> push_pull_once(session& s, uint64_t key,
-                                     const std::vector<float>& ones,
-                                     bool batched) {
+/// as one per server (kv::push_pull). Checks the pull and returns what
+/// push and pull took.
+caf::expected<round_time> push_pull_once(session& s, uint64_t key,
+                                         const std::vector<float>& ones,
+                                         bool batched) {
   auto xs = one_array(key, ones); // the caller's copy, not timed
   auto t0 = steady::now();
+  round_time out;
   caf::expected<std::vector<named_array>> got{caf::error{}};
   if (batched) {
     got = s.store.push_pull(s.next_clock++, std::move(xs), {key});
@@ -356,21 +373,32 @@ caf::expected<double> push_pull_once(session& s, uint64_t key,
     auto acked = s.store.push(s.next_clock++, std::move(xs));
     if (!acked)
       return std::move(acked.error());
+    auto t1 = steady::now();
+    auto cpu0 = process_cpu_seconds();
     got = s.store.pull(s.next_clock, {key});
+    out.pull_cpu = process_cpu_seconds() - cpu0;
+    out.pull_seconds = since(t1);
   }
-  auto secs = since(t0);
+  out.seconds = since(t0);
   if (!got)
     return std::move(got.error());
   if (auto err = check_values(*got, key, ones.size(), ++s.pushed[key]))
     return err;
-  return secs;
+  return out;
 }
 
 struct row_result {
   size_t bytes;
   uint64_t rounds;
-  double seconds; // in push and pull, checks excluded
+  double seconds;          // in push and pull, checks excluded
+  double pull_seconds = 0; // in the pulls alone
+  double pull_cpu = 0;     // this process's CPU seconds in the pulls
   double gbps() const { return 2.0 * bytes * rounds / seconds / 1e9; }
+  double pull_gbps() const { return 1.0 * bytes * rounds / pull_seconds / 1e9; }
+  /// This process's CPU time per pulled byte, in copies at `memcpy_gbps`.
+  double pull_copies(double memcpy_gbps) const {
+    return pull_cpu * memcpy_gbps * 1e9 / (1.0 * bytes * rounds);
+  }
 };
 
 /// Push+pull rounds of `key` (`floats` long) one at a time, after one
@@ -380,11 +408,15 @@ caf::expected<row_result> run_row(session& s, uint64_t key, size_t floats,
   std::vector<float> ones(floats, 1.0f);
   row_result out{floats * sizeof(float), 0, 0.0};
   for (int round = -1; out.seconds < seconds || out.rounds < 3; ++round) {
-    auto secs = push_pull_once(s, key, ones, batched);
-    if (!secs)
-      return std::move(secs.error());
-    out.seconds += round >= 0 ? *secs : 0.0;
-    out.rounds += round >= 0 ? 1 : 0;
+    auto t = push_pull_once(s, key, ones, batched);
+    if (!t)
+      return std::move(t.error());
+    if (round < 0)
+      continue;
+    out.seconds += t->seconds;
+    out.pull_seconds += t->pull_seconds;
+    out.pull_cpu += t->pull_cpu;
+    out.rounds += 1;
   }
   return out;
 }
@@ -551,6 +583,18 @@ void print_report(const options& opt, double tcp, double mem,
       std::printf(" %12.2f (%5.3f)", r.rows[i].gbps(), r.rows[i].gbps() / tcp);
     std::printf("\n");
   }
+  std::printf("the pull alone, GB/s (ratio to plain TCP) and this process's"
+              " CPU time per pulled byte, in copies at the memcpy rate\n");
+  for (size_t i = 0; !rs.empty() && i < rs[0].rows.size(); ++i) {
+    auto bytes = rs[0].rows[i].bytes;
+    if (bytes < (1u << 20))
+      continue;
+    std::printf("%8zu MiB", bytes >> 20);
+    for (auto& r : rs)
+      std::printf(" %5.2f (%5.3f) %4.1fx", r.rows[i].pull_gbps(),
+                  r.rows[i].pull_gbps() / tcp, r.rows[i].pull_copies(mem));
+    std::printf("\n");
+  }
   std::printf("small key (%zu floats), push+pull pairs per second (ratio to"
               " the raw limit: a pair is two round trips)\n",
               small_floats);
@@ -591,11 +635,12 @@ void print_report(const options& opt, double tcp, double mem,
   for (auto& r : rs) {
     std::string rows;
     for (auto& row : r.rows) {
-      char buf[160];
+      char buf[240];
       std::snprintf(buf, sizeof(buf),
-                    "%s{\"bytes\":%zu,\"gbps\":%.4f,\"ratio_to_tcp\":%.4f}",
+                    "%s{\"bytes\":%zu,\"gbps\":%.4f,\"ratio_to_tcp\":%.4f,"
+                    "\"pull_gbps\":%.4f,\"pull_cpu_copies\":%.3f}",
                     rows.empty() ? "" : ",", row.bytes, row.gbps(),
-                    row.gbps() / tcp);
+                    row.gbps() / tcp, row.pull_gbps(), row.pull_copies(mem));
       rows += buf;
     }
     char buf[200];
