@@ -102,6 +102,47 @@ struct log_level_from_env {
   }
 };
 
+/// A PullReply of slices of the given sizes, values 1, 2, 3, ... in order.
+struct pull_reply_frame {
+  std::vector<std::vector<float>> values;
+  outbound out;
+  frame flat;
+  explicit pull_reply_frame(const std::vector<size_t>& sizes) {
+    std::vector<slice_view> views;
+    uint64_t k = 0;
+    for (auto floats : sizes) {
+      values.emplace_back(floats);
+      for (auto& x : values.back())
+        x = float(++k);
+    }
+    for (size_t i = 0; i < values.size(); ++i)
+      views.push_back(
+          slice_view{slice_id{i + 1, 0}, values[i].data(), values[i].size()});
+    out = encode_pull_reply(7, views, 3);
+    flat = out.flatten();
+  }
+  /// True if `m` decodes to exactly these values.
+  bool decodes(const road_message& m) const {
+    uint64_t version = 0;
+    size_t i = 0;
+    bool same = true;
+    auto err = visit_pull_reply(
+        m.bytes, version, [&](slice_id, const float* xs, size_t n) {
+          same = same && i < values.size() && n == values[i].size() &&
+                 std::equal(xs, xs + n, values[i].begin());
+          ++i;
+          return caf::error{};
+        });
+    return !err && same && i == values.size() && version == 7;
+  }
+};
+
+/// Slices of sizes no multiple of the chunk, nor of 8: some large enough to
+/// be segments of their own.
+struct landing_frame : pull_reply_frame {
+  landing_frame() : pull_reply_frame({100002, 1, 4097, 2048, 0, 65536}) {}
+};
+
 } // namespace
 
 BOOST_TEST_GLOBAL_FIXTURE(log_level_from_env);
@@ -182,20 +223,9 @@ BOOST_AUTO_TEST_CASE(a_frame_copied_into_the_ring_by_helpers_comes_back_exact) {
   // A server splits the copy of a large reply over its helper threads:
   // pieces of sizes that are no multiple of the chunk, nor of 8 bytes.
   auto pool = loop_on(std::make_shared<helper_pool>(2));
-  std::vector<std::vector<float>> values;
-  std::vector<slice_view> views;
-  uint64_t k = 0;
-  for (size_t floats :
-       {size_t{100003}, size_t{16384}, size_t{7}, size_t{0}, size_t{65537}}) {
-    values.emplace_back(floats);
-    for (auto& x : values.back())
-      x = float(++k);
-  }
-  for (size_t i = 0; i < values.size(); ++i)
-    views.push_back(
-        slice_view{slice_id{i + 1, 0}, values[i].data(), values[i].size()});
-  auto out = encode_pull_reply(7, views, 3);
-  auto flat = out.flatten();
+  pull_reply_frame f{{100003, 16384, 7, 0, 65537}};
+  auto& out = f.out;
+  auto& flat = f.flat;
   BOOST_REQUIRE_GT(out.pieces().size(), 2u);
   auto l = start_echo_listener();
   road_client c{*l, road_kind::shm, sweep_ring_bytes};
@@ -265,43 +295,6 @@ struct test_landing : road_landing {
       places[i].resize(segs[i].size / 8);
       at[i] = reinterpret_cast<uint8_t*>(places[i].data());
     }
-  }
-};
-
-/// A PullReply of slices of sizes no multiple of the chunk, nor of 8: some
-/// large enough to be segments of their own.
-struct landing_frame {
-  std::vector<std::vector<float>> values;
-  outbound out;
-  frame flat;
-  landing_frame() {
-    std::vector<slice_view> views;
-    uint64_t k = 0;
-    for (size_t floats : {size_t{100002}, size_t{1}, size_t{4097}, size_t{2048},
-                          size_t{0}, size_t{65536}}) {
-      values.emplace_back(floats);
-      for (auto& x : values.back())
-        x = float(++k);
-    }
-    for (size_t i = 0; i < values.size(); ++i)
-      views.push_back(
-          slice_view{slice_id{i + 1, 0}, values[i].data(), values[i].size()});
-    out = encode_pull_reply(7, views, 3);
-    flat = out.flatten();
-  }
-  /// True if `m` decodes to exactly these values.
-  bool decodes(const road_message& m) const {
-    uint64_t version = 0;
-    size_t i = 0;
-    bool same = true;
-    auto err = visit_pull_reply(
-        m.bytes, version, [&](slice_id, const float* xs, size_t n) {
-          same = same && i < values.size() && n == values[i].size() &&
-                 std::equal(xs, xs + n, values[i].begin());
-          ++i;
-          return caf::error{};
-        });
-    return !err && same && i == values.size() && version == 7;
   }
 };
 
