@@ -83,11 +83,15 @@ void write_slices(capnp::List<schema::Slice>::Builder out,
 }
 
 /// Words a message with these slices needs, so that it is built in one
-/// segment instead of a chain of growing ones.
+/// segment (beside the external ones) instead of a chain of growing ones:
+/// a Slice is 3 words in its list, and a referenced one 2 more for the
+/// landing pad of its far pointer. Everything but the values then lies in
+/// the first segment, which a reader that lands the values in place
+/// (actors/kv_pull.hpp) reads before them.
 uint32_t words_for(const std::vector<slice_view>& xs) {
   size_t words = 64;
   for (auto& x : xs)
-    words += 4 + (external(x) ? 0 : (x.size * sizeof(float) + 7) / 8);
+    words += 5 + (external(x) ? 0 : (x.size * sizeof(float) + 7) / 8);
   return static_cast<uint32_t>(std::min<size_t>(words, 1u << 29));
 }
 

@@ -221,6 +221,25 @@ BOOST_AUTO_TEST_CASE(large_slices_are_referenced_not_copied) {
   BOOST_CHECK(seen[2] == c);
 }
 
+BOOST_AUTO_TEST_CASE(
+    a_reply_of_many_large_slices_keeps_the_rest_in_one_segment) {
+  // Each referenced slice needs a landing pad for its far pointer: all of
+  // them must fit in the first segment, or a reader that lands the values
+  // in place before reading the other segments cannot find them.
+  for (size_t count : {size_t{1}, size_t{16}, size_t{256}, size_t{4096}}) {
+    auto a = iota_floats(1024); // 4 KiB: the smallest that is referenced
+    std::vector<slice_view> views;
+    for (uint32_t i = 0; i < count; ++i)
+      views.push_back(slice_view{{1, i}, a.data(), a.size()});
+    auto out = encode_pull_reply(1, views, 2);
+    // The segment table, the message segment, one segment per slice.
+    BOOST_CHECK_EQUAL(out.pieces().size(), count + 2);
+    for (size_t i = 2; i < out.pieces().size(); ++i)
+      BOOST_CHECK(out.pieces()[i].data ==
+                  reinterpret_cast<const uint8_t*>(a.data()));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(failures_keep_troupe_codes_and_text) {
   auto f = encode_failure(caf::make_error(errc::clock_gap, "worker", 3));
   auto err = decode_failure(f);
