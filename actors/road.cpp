@@ -769,6 +769,8 @@ bool road_conn::lost_mid_frame() {
 
 namespace {
 
+std::atomic<uint64_t> landed_bytes{0};
+
 /// Most segments a landed frame may have: a pull reply has one per slice
 /// of at least 4 KiB, and one message holds at most kv.max-message-bytes.
 constexpr uint32_t max_landed_segments = 4096;
@@ -818,14 +820,20 @@ bool road_conn::read_landed(uint64_t bytes, road_landing& l, road_message& m) {
   l.place(m.segments, at);
   for (size_t i = 1; i < count; ++i) {
     auto& seg = m.segments[i];
-    if (at[i] != nullptr && reinterpret_cast<uintptr_t>(at[i]) % 8 == 0)
+    if (at[i] != nullptr && reinterpret_cast<uintptr_t>(at[i]) % 8 == 0) {
       seg.data = at[i];
+      landed_bytes += seg.size;
+    }
     if (!in.read(const_cast<uint8_t*>(seg.data), seg.size))
       return lost_mid_frame();
   }
   m.bytes.segments = m.segments.data();
   m.bytes.segment_count = m.segments.size();
   return true;
+}
+
+uint64_t road_landed_bytes() {
+  return landed_bytes;
 }
 
 void road_conn::land_reply(uint64_t id, road_landing_ptr l) {

@@ -388,6 +388,11 @@ private:
   bool claimed_ = false;
 };
 
+/// Bytes of reply segments this process's roads read straight into the
+/// place a landing gave (road_landing), since it started: for tests and
+/// benchmarks.
+uint64_t road_landed_bytes();
+
 /// True on a thread that reads a road (its handlers run there): code that
 /// may run on one must not block on a road write, since the peer may wait
 /// for this very thread to read.

@@ -92,6 +92,27 @@ void check_road_in_use(kv& w, const std::string& road) {
   BOOST_CHECK_EQUAL(conns, road == "tcp" ? servers : size_t{0});
 }
 
+/// Bytes of the slices of an array of `n` floats that a pull reply carries
+/// as segments of their own (whole words, 4 KiB or more: messages/kv.cpp),
+/// which the tcp road lands in place.
+size_t landing_bytes(size_t n) {
+  size_t out = 0;
+  for (size_t at = 0; at < n; at += slice_floats) {
+    auto bytes = std::min<size_t>(slice_floats, n - at) * sizeof(float);
+    out += bytes >= 4096 && bytes % 8 == 0 ? bytes : 0;
+  }
+  return out;
+}
+
+/// Checks that the pulls since `before` (road_landed_bytes) landed `want`
+/// bytes in place on the tcp road, and none on the others.
+void check_landed(const std::string& road, uint64_t before, size_t want) {
+  auto landed = road_landed_bytes() - before;
+  BOOST_CHECK_MESSAGE(road == "tcp" ? landed >= want : landed == 0,
+                      road << ": " << landed << " bytes landed in place for "
+                           << want << " that could");
+}
+
 /// Declares every array of the sweep, then pushes and pulls each in turn.
 void sweep_sizes(const std::string& road) {
   // The roads under test, without replication (which forwards every push
@@ -117,9 +138,12 @@ void sweep_sizes(const std::string& road) {
   got->clear();
   xs.clear();
   check_road_in_use(w, road);
+  auto landed = road_landed_bytes();
+  size_t could = 0;
   for (uint64_t clock = 0; clock < sweep_floats.size(); ++clock) {
     auto key = clock + 1;
     auto n = sweep_floats[clock];
+    could += landing_bytes(n);
     BOOST_TEST_MESSAGE(road << ": push and pull " << n << " floats");
     auto acked = w.push(clock, {grad_array(key, n)});
     BOOST_REQUIRE_MESSAGE(acked, road << ": push: " << why(acked));
@@ -129,6 +153,8 @@ void sweep_sizes(const std::string& road) {
     auto bad = check_values(pulled->front(), key, n, 1);
     BOOST_CHECK_MESSAGE(bad.empty(), road << ": " << bad);
   }
+  BOOST_CHECK_GT(could, 0u);
+  check_landed(road, landed, could);
 }
 
 /// The same sweep through push_pull: each step's push and the pull after
@@ -144,9 +170,12 @@ void sweep_push_pull(const std::string& road) {
   auto got = w.init(std::move(xs));
   BOOST_REQUIRE_MESSAGE(got, road << ": init: " << why(got));
   got->clear();
+  auto landed = road_landed_bytes();
+  size_t could = 0;
   for (uint64_t clock = 0; clock < sweep_floats.size(); ++clock) {
     auto key = clock + 1;
     auto n = sweep_floats[clock];
+    could += landing_bytes(n);
     BOOST_TEST_MESSAGE(road << ": push_pull " << n << " floats");
     auto pulled = w.push_pull(clock, {grad_array(key, n)}, {key});
     BOOST_REQUIRE_MESSAGE(pulled, road << ": push_pull: " << why(pulled));
@@ -154,6 +183,7 @@ void sweep_push_pull(const std::string& road) {
     auto bad = check_values(pulled->front(), key, n, 1);
     BOOST_CHECK_MESSAGE(bad.empty(), road << ": push_pull: " << bad);
   }
+  check_landed(road, landed, could);
 }
 
 // -- pipelined requests -------------------------------------------------------
