@@ -52,7 +52,11 @@
 // CAF. A lost road fails what waited on it (errc::peer_down) and later
 // operations use CAF. At most kv.window-bytes of frames are in flight per
 // road, and over CAF at most 4 x kv.max-message-bytes (within the window);
-// more wait in order. With kv.resend-ms > 0, a road request without
+// more wait in order. A pull reply on a tcp road lands in place: its
+// large slices go from the socket straight into the arrays being pulled
+// (actors/kv_pull.hpp). A pull takes the memory of a finished push's
+// arrays of the same key when there is one (`spare`), not fresh memory.
+// With kv.resend-ms > 0, a road request without
 // a reply after that long is sent again (a lost frame; servers drop
 // duplicates). --fault.drop-pushes / --fault.duplicate-pushes lose or
 // double push frames on purpose, to test exactly that.
