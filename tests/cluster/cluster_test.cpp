@@ -223,7 +223,12 @@ BOOST_AUTO_TEST_CASE(the_benchmarks_refuse_bad_flags_with_one_clear_line) {
                  {{tta, "--epochs=0"}, "--epochs must be 1..100"},
                  {{tta, "--workers=1,x"}, "--workers must list counts"},
                  {{tta, "--no-such-flag"}, "unknown flag '--no-such-flag'"},
-                 {{kvt, "--road=bogus"}, "--road must be"}});
+                 {{kvt, "--road=bogus"}, "--road must be"},
+                 {{kvt, "--rows=some"}, "--rows must be all, large or small"},
+                 {{kvt, "--max-message-bytes=abc"},
+                  "--max-message-bytes must be 65536..1073741824"},
+                 {{kvt, "--max-message-bytes=4096"},
+                  "--max-message-bytes must be 65536..1073741824"}});
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_without_a_scheduler_gives_up_clearly) {
