@@ -692,10 +692,9 @@ void keep_for_spares(self_ptr self, const std::shared_ptr<arrays>& keep) {
   xs.push_back(keep);
 }
 
-/// Full-size memory for a pull of `key` (`n` floats): a spare of pushed
-/// arrays whose frames are gone, or empty.
+/// Full-size memory for a pull of `key` (`n` floats): a spare (harvested
+/// before), or empty.
 std::vector<float> take_spare(self_ptr self, uint64_t key, size_t n) {
-  harvest_spares(self);
   auto& spare = self->state.spare;
   std::vector<float> out;
   auto s = spare.find(key);
@@ -805,6 +804,7 @@ void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
              std::function<void(caf::expected<arrays>)> reply) {
   auto t = std::make_shared<pull_target>();
   auto bound = self->state.view.slice_floats;
+  harvest_spares(self); // once for all keys
   for (auto k : keys) {
     auto i = self->state.sizes.find(k);
     if (i == self->state.sizes.end()) {
