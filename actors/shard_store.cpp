@@ -4,14 +4,17 @@
 #include <algorithm>
 #include <limits>
 
+#include "kernels/wide_loop.hpp"
 #include "messages/errors.hpp"
 
 namespace troupe {
 
 namespace {
 
-/// sum += x; restrict and -O3 (CMakeLists.txt) make it vectorise: servers
-/// run it over every slice each round while the workers wait.
+/// sum += x; restrict and -O3 (CMakeLists.txt) make it vectorise, also
+/// for AVX2 (kernels/wide_loop.hpp): servers run it over every slice each
+/// round while the workers wait.
+TROUPE_WIDE_LOOP
 void add_into(float* __restrict sum, const float* __restrict x, size_t n) {
   for (size_t i = 0; i < n; ++i)
     sum[i] += x[i];

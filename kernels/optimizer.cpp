@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "kernels/wide_loop.hpp"
+
 namespace troupe {
 
 namespace {
@@ -24,19 +26,23 @@ bool fit_state(std::vector<float>& xs, size_t n) {
   return xs.size() == n;
 }
 
+/// The loops below take restrict pointers and no branch so that they
+/// vectorise (this file builds with -O3), and are built for AVX2 as well
+/// (kernels/wide_loop.hpp): a shard server runs them over every slice each
+/// round while the workers wait.
+
+TROUPE_WIDE_LOOP
+void sgd_loop(float* __restrict w, const float* __restrict g, size_t n,
+              float lr, float wd, float d) {
+  for (size_t i = 0; i < n; ++i)
+    w[i] -= lr * (g[i] / d + wd * w[i]);
+}
+
 /// Shared by momentum and Nesterov; they differ only in the final step.
-/// The loops take restrict pointers and no branch so that they vectorise
-/// (this file builds with -O3): a shard server runs them over every slice
-/// each round while the workers wait.
-kernel_status momentum_step(float* __restrict w, const float* __restrict g,
-                            size_t n, momentum_state& st,
-                            const momentum_params& p, bool nesterov) {
-  if (!valid_slice(w, g, n, p.lr, p.weight_decay, p.grad_divisor) ||
-      !in_unit(p.momentum))
-    return kernel_status::bad_input;
-  if (!fit_state(st.velocity, n))
-    return kernel_status::shape_mismatch;
-  float* __restrict v = st.velocity.data();
+TROUPE_WIDE_LOOP
+void momentum_loop(float* __restrict w, const float* __restrict g,
+                   float* __restrict v, size_t n, const momentum_params& p,
+                   bool nesterov) {
   const float lr = p.lr, mu = p.momentum, wd = p.weight_decay,
               d = p.grad_divisor;
   if (nesterov)
@@ -50,18 +56,42 @@ kernel_status momentum_step(float* __restrict w, const float* __restrict g,
       v[i] = mu * v[i] + (g[i] / d + wd * w[i]);
       w[i] -= lr * v[i];
     }
+}
+
+TROUPE_WIDE_LOOP
+void adam_loop(float* __restrict w, const float* __restrict g,
+               float* __restrict m, float* __restrict v, size_t n,
+               const adam_params& p, float c1, float c2) {
+  const float b1 = p.beta1, b2 = p.beta2, eps = p.eps, lr = p.lr,
+              wd = p.weight_decay, d = p.grad_divisor;
+  for (size_t i = 0; i < n; ++i) {
+    float gi = g[i] / d;
+    m[i] = b1 * m[i] + (1.0f - b1) * gi;
+    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+    float step = m[i] * c1 / (std::sqrt(v[i] * c2) + eps);
+    w[i] -= lr * (step + wd * w[i]);
+  }
+}
+
+kernel_status momentum_step(float* w, const float* g, size_t n,
+                            momentum_state& st, const momentum_params& p,
+                            bool nesterov) {
+  if (!valid_slice(w, g, n, p.lr, p.weight_decay, p.grad_divisor) ||
+      !in_unit(p.momentum))
+    return kernel_status::bad_input;
+  if (!fit_state(st.velocity, n))
+    return kernel_status::shape_mismatch;
+  momentum_loop(w, g, st.velocity.data(), n, p, nesterov);
   return kernel_status::ok;
 }
 
 } // namespace
 
-kernel_status sgd_update_cpu(float* __restrict w, const float* __restrict g,
-                             size_t n, const sgd_params& p) {
+kernel_status sgd_update_cpu(float* w, const float* g, size_t n,
+                             const sgd_params& p) {
   if (!valid_slice(w, g, n, p.lr, p.weight_decay, p.grad_divisor))
     return kernel_status::bad_input;
-  const float lr = p.lr, wd = p.weight_decay, d = p.grad_divisor;
-  for (size_t i = 0; i < n; ++i)
-    w[i] -= lr * (g[i] / d + wd * w[i]);
+  sgd_loop(w, g, n, p.lr, p.weight_decay, p.grad_divisor);
   return kernel_status::ok;
 }
 
@@ -77,8 +107,8 @@ kernel_status nesterov_update_cpu(float* w, const float* g, size_t n,
   return momentum_step(w, g, n, st, p, true);
 }
 
-kernel_status adam_update_cpu(float* __restrict w, const float* __restrict g,
-                              size_t n, adam_state& st, const adam_params& p) {
+kernel_status adam_update_cpu(float* w, const float* g, size_t n,
+                              adam_state& st, const adam_params& p) {
   if (!valid_slice(w, g, n, p.lr, p.weight_decay, p.grad_divisor) ||
       !in_unit(p.beta1) || !in_unit(p.beta2) || !(p.eps > 0.0f))
     return kernel_status::bad_input;
@@ -87,17 +117,7 @@ kernel_status adam_update_cpu(float* __restrict w, const float* __restrict g,
   auto t = double(++st.step);
   auto c1 = float(1.0 / (1.0 - std::pow(double(p.beta1), t)));
   auto c2 = float(1.0 / (1.0 - std::pow(double(p.beta2), t)));
-  float* __restrict m = st.m.data();
-  float* __restrict v = st.v.data();
-  const float b1 = p.beta1, b2 = p.beta2, eps = p.eps, lr = p.lr,
-              wd = p.weight_decay, d = p.grad_divisor;
-  for (size_t i = 0; i < n; ++i) {
-    float gi = g[i] / d;
-    m[i] = b1 * m[i] + (1.0f - b1) * gi;
-    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-    float step = m[i] * c1 / (std::sqrt(v[i] * c2) + eps);
-    w[i] -= lr * (step + wd * w[i]);
-  }
+  adam_loop(w, g, st.m.data(), st.v.data(), n, p, c1, c2);
   return kernel_status::ok;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/optimizer.hpp"
+#include "tests/kernels/random_values.hpp"
 
 using namespace troupe;
 namespace tt = boost::test_tools;
@@ -196,6 +197,67 @@ BOOST_AUTO_TEST_CASE(a_grad_divisor_not_above_zero_is_bad_input) {
               kernel_status::bad_input);
   BOOST_TEST(w[0] == 1.0f);
   BOOST_TEST(ms.velocity.empty());
+}
+
+// The update loops are also built for AVX2 and picked at load time
+// (kernels/wide_loop.hpp). Whichever build this machine runs, each element
+// must get exactly the operations of a plain loop, in the same order: a
+// fused multiply-add (or any reordering) would change the last bits, and
+// a model trained on one machine would not match one trained on another.
+BOOST_AUTO_TEST_CASE(updates_match_a_plain_loop_bit_for_bit) {
+  const size_t n = 1037; // not a multiple of any vector width
+  auto g = test::random_values(n, 11), w0 = test::random_values(n, 12);
+  const float lr = 0.05f, mu = 0.9f, wd = 0.01f, d = 3.0f;
+  {
+    auto w = w0, ref = w0;
+    BOOST_REQUIRE(sgd_update_cpu(w.data(), g.data(), n, {lr, wd, d}) ==
+                  kernel_status::ok);
+    for (size_t i = 0; i < n; ++i)
+      ref[i] -= lr * (g[i] / d + wd * ref[i]);
+    BOOST_TEST(w == ref, tt::per_element());
+  }
+  for (bool nesterov : {false, true}) {
+    auto w = w0, ref = w0;
+    std::vector<float> v(n, 0.0f);
+    momentum_state st;
+    auto step = nesterov ? nesterov_update_cpu : momentum_update_cpu;
+    for (int k = 0; k < 3; ++k) { // velocity carried across steps
+      BOOST_REQUIRE(step(w.data(), g.data(), n, st, {lr, mu, wd, d}) ==
+                    kernel_status::ok);
+      for (size_t i = 0; i < n; ++i) {
+        float gi = g[i] / d + wd * ref[i];
+        v[i] = mu * v[i] + gi;
+        ref[i] -= nesterov ? lr * (gi + mu * v[i]) : lr * v[i];
+      }
+    }
+    BOOST_TEST(w == ref, tt::per_element());
+    BOOST_TEST(st.velocity == v, tt::per_element());
+  }
+  {
+    auto w = w0, ref = w0;
+    std::vector<float> m(n, 0.0f), v(n, 0.0f);
+    adam_state st;
+    adam_params p;
+    p.lr = lr;
+    p.weight_decay = wd;
+    p.grad_divisor = d;
+    for (int k = 1; k <= 3; ++k) {
+      BOOST_REQUIRE(adam_update_cpu(w.data(), g.data(), n, st, p) ==
+                    kernel_status::ok);
+      auto c1 = float(1.0 / (1.0 - std::pow(double(p.beta1), double(k))));
+      auto c2 = float(1.0 / (1.0 - std::pow(double(p.beta2), double(k))));
+      for (size_t i = 0; i < n; ++i) {
+        float gi = g[i] / d;
+        m[i] = p.beta1 * m[i] + (1.0f - p.beta1) * gi;
+        v[i] = p.beta2 * v[i] + (1.0f - p.beta2) * gi * gi;
+        float a = m[i] * c1 / (std::sqrt(v[i] * c2) + p.eps);
+        ref[i] -= lr * (a + wd * ref[i]);
+      }
+    }
+    BOOST_TEST(w == ref, tt::per_element());
+    BOOST_TEST(st.m == m, tt::per_element());
+    BOOST_TEST(st.v == v, tt::per_element());
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
