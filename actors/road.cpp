@@ -167,6 +167,9 @@ public:
   /// Bytes read from the socket and not yet taken.
   size_t buffered() const { return end_ - begin_; }
 
+  /// The first of them.
+  const char* peek() const { return buf_.get() + begin_; }
+
 private:
   static constexpr size_t capacity = 64 * 1024;
   int fd_;
@@ -495,6 +498,18 @@ namespace {
 constexpr size_t min_split_copy = 256 * 1024;
 constexpr size_t split_copy_chunk = 64 * 1024;
 
+/// The largest message a reply may be corked behind, and the largest
+/// corked reply.
+constexpr size_t max_cork_frame = 4096;
+
+/// Corked bytes that are sent at once, whatever comes next.
+constexpr size_t max_cork_bytes = 64 * 1024;
+
+/// The connection whose reader runs on this thread, while it reads.
+thread_local const road_conn* reading_conn = nullptr;
+
+std::atomic<uint64_t> corked_messages{0};
+
 /// Copies `pieces` one after another to `dst`: in chunks that `loop` runs,
 /// or (no loop) in place.
 void copy_pieces(const std::vector<outbound::piece>& pieces, uint8_t* dst,
@@ -553,19 +568,39 @@ caf::error road_conn::write_pieces(road_op op, uint64_t id,
   auto off = SIZE_MAX;
   if (out_space_ && bytes >= min_ring_frame)
     off = out_space_->take(bytes);
-  if (off != SIZE_MAX) { // the one copy: into the ring
-    copy_pieces(pieces, out_.base + off,
-                copy && bytes >= min_split_copy ? copy : nullptr);
-    h.in_ring = 1;
-    h.offset = off;
-    ring_bytes_sent_ += bytes;
-  } else {
+  if (off == SIZE_MAX && bytes <= max_cork_frame && reading_conn == this &&
+      small_requests_buffered(2) >= (corked_ ? 1 : 2)) {
+    for (auto& v : iov) {
+      auto p = static_cast<const uint8_t*>(v.iov_base);
+      cork_.insert(cork_.end(), p, p + v.iov_len);
+    }
     for (auto& p : pieces)
-      if (p.size > 0)
-        iov.push_back(iovec{const_cast<uint8_t*>(p.data), p.size});
+      cork_.insert(cork_.end(), p.data, p.data + p.size);
     inline_bytes_ += bytes;
+    ++corked_messages;
+    corked_ = true;
+    if (cork_.size() < max_cork_bytes)
+      return caf::none;
+    iov.assign(1, iovec{cork_.data(), cork_.size()}); // full: out it goes
+  } else {
+    if (!cork_.empty()) // what was corked goes first
+      iov.insert(iov.begin(), iovec{cork_.data(), cork_.size()});
+    if (off != SIZE_MAX) { // the one copy: into the ring
+      copy_pieces(pieces, out_.base + off,
+                  copy && bytes >= min_split_copy ? copy : nullptr);
+      h.in_ring = 1;
+      h.offset = off;
+      ring_bytes_sent_ += bytes;
+    } else {
+      for (auto& p : pieces)
+        if (p.size > 0)
+          iov.push_back(iovec{const_cast<uint8_t*>(p.data), p.size});
+      inline_bytes_ += bytes;
+    }
   }
   auto err = send_all(write_fd_, iov);
+  cork_.clear();
+  corked_ = false;
   if (err) {
     if (off != SIZE_MAX)
       out_space_->give(off, bytes);
@@ -687,9 +722,50 @@ void road_conn::read_loop() {
 void road_conn::read_messages() {
   // The hello, the only message with file descriptors, is read before.
   // Descriptors a peer sends later are dropped by the kernel.
-  while (wait_for_turn())
+  reading_conn = this;
+  while (wait_for_turn()) {
     if (!read_one(true))
-      return;
+      break;
+    if (small_requests_buffered(1) == 0)
+      flush_cork(); // before the reader may wait
+  }
+  reading_conn = nullptr;
+  flush_cork();
+}
+
+size_t road_conn::small_requests_buffered(size_t enough) const {
+  auto& in = *stream_;
+  size_t n = 0;
+  for (size_t at = 0; n < enough && in.buffered() - at >= sizeof(wire_header);
+       ++n) {
+    wire_header h;
+    std::memcpy(&h, in.peek() + at, sizeof(h));
+    at += sizeof(h);
+    if (h.op == static_cast<uint8_t>(road_op::release))
+      continue; // a header alone (its `bytes` are the region's)
+    if (h.bytes > max_cork_frame)
+      break;
+    if (!h.in_ring) { // the frame follows the header
+      if (in.buffered() - at < h.bytes)
+        break;
+      at += h.bytes;
+    }
+  }
+  return n;
+}
+
+void road_conn::flush_cork() {
+  if (!corked_)
+    return;
+  std::lock_guard<std::mutex> guard{write_mtx_};
+  if (cork_.empty())
+    return;
+  std::vector<iovec> iov{iovec{cork_.data(), cork_.size()}};
+  auto err = closed_ ? caf::none : send_all(write_fd_, iov);
+  cork_.clear();
+  corked_ = false;
+  if (err)
+    fail(err);
 }
 
 bool road_conn::read_one(bool on_reader) {
@@ -830,6 +906,10 @@ bool road_conn::read_landed(uint64_t bytes, road_landing& l, road_message& m) {
   m.bytes.segments = m.segments.data();
   m.bytes.segment_count = m.segments.size();
   return true;
+}
+
+uint64_t road_corked_messages() {
+  return corked_messages.load();
 }
 
 uint64_t road_landed_bytes() {

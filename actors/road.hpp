@@ -32,6 +32,16 @@
 // sends release so the writer may reuse it. Releases wait for the next
 // message the reader sends (a reply, the next request) and go in the same
 // write, up to 16 of them: each would otherwise wake the peer's reader.
+// For the same reason a server's replies are corked while more requests
+// wait: a small reply (4 KiB at most, not in the ring) written on the
+// thread that reads the connection, while the reader's buffer already
+// holds the next two small requests whole (one, once a reply is corked),
+// is kept back and goes out in one write with the replies after it: as
+// soon as the buffer holds no such request (the reader would wait), or
+// ahead of any other write on the connection. So requests that arrive
+// together are answered in one write, which wakes the peer once, and a
+// reply never waits for the peer. A pair (kv push_pull: push, then pull)
+// is not corked: the peer reads the first reply while the second is made.
 // A reader thread never writes on its own account (releases made there
 // always wait), and a worker's reader, which runs the kv client for a
 // reply, leaves the writes that reply leads to to a scheduler thread: so
@@ -302,6 +312,18 @@ private:
   uint64_t serial_;
   std::mutex write_mtx_;
   std::vector<std::pair<uint64_t, uint64_t>> pending_releases_; // write_mtx_
+  /// Corked messages, whole, in order (write_mtx_).
+  std::vector<uint8_t> cork_;
+  /// Whether cork_ holds any: read without the lock, so that a reader
+  /// that corked nothing never waits for the write lock (a client's
+  /// reader must always read).
+  std::atomic<bool> corked_{false};
+  /// How many of the next messages (up to `enough`) the reader's buffer
+  /// holds whole, each small: replies may wait for them (corked). Reading
+  /// thread only.
+  size_t small_requests_buffered(size_t enough) const;
+  /// Sends what is corked, if anything.
+  void flush_cork();
   std::atomic<bool> closed_{false};
   std::atomic<bool> down_told_{false};
   ring out_;
@@ -392,6 +414,10 @@ private:
 /// place a landing gave (road_landing), since it started: for tests and
 /// benchmarks.
 uint64_t road_landed_bytes();
+
+/// Messages this process's roads corked (sent later, with others in one
+/// write) since it started.
+uint64_t road_corked_messages();
 
 /// True on a thread that reads a road (its handlers run there): code that
 /// may run on one must not block on a road write, since the peer may wait
