@@ -43,6 +43,19 @@ caf::expected<caf::actor> connect_scheduler(caf::actor_system& sys,
                                                   sys.render(last) + ")");
 }
 
+namespace {
+
+/// Whether a push of `xs` is small enough for the kv client to run on
+/// the caller's thread (see kv::impl::call).
+bool small(const std::vector<named_array>& xs) {
+  size_t floats = 0;
+  for (auto& x : xs)
+    floats += x.values.size();
+  return floats * sizeof(float) < run_here_max_bytes;
+}
+
+} // namespace
+
 struct kv::impl {
   explicit impl(caf::actor_system& sys) : self(sys) {}
   caf::scoped_actor self;
@@ -51,13 +64,9 @@ struct kv::impl {
 
   /// Sends xs to `to` and waits for its T. With `here`, the kv client
   /// runs on this thread (which only waits meanwhile) rather than waking a
-  /// scheduler thread: one thread hop less a call, and the caller then
-  /// reads its reply off the road itself. A push of any size runs here:
-  /// a 4 MiB push over tcp reached its first write 40-70 us sooner and
-  /// its caller saw the answer 20-35 us sooner, and push+pull of 4 / 16
-  /// MiB rose in 5 / 4 of 5 paired runs (2026-11-26; before callers read
-  /// their own replies, a large push ran faster on the scheduler). An
-  /// init, once per key, is left to the scheduler.
+  /// scheduler thread: one thread hop less a call. A large push is left
+  /// to the scheduler: its write is long, and runs there beside the copies
+  /// of earlier replies.
   template <class T, class... Ts>
   caf::expected<T> call(bool here, const caf::actor& to,
                         std::chrono::milliseconds t, Ts&&... xs) {
@@ -176,14 +185,16 @@ caf::expected<std::vector<named_array>> kv::init(std::vector<named_array> xs) {
 }
 
 caf::expected<uint64_t> kv::push(uint64_t clock, std::vector<named_array> xs) {
-  return impl_->call<uint64_t>(true, client_, impl_->timeout, push_atom_v,
+  auto here = small(xs);
+  return impl_->call<uint64_t>(here, client_, impl_->timeout, push_atom_v,
                                clock, std::move(xs));
 }
 
 caf::expected<std::vector<named_array>>
 kv::push_pull(uint64_t clock, std::vector<named_array> xs,
               std::vector<uint64_t> keys) {
-  return impl_->call<std::vector<named_array>>(true, client_, impl_->timeout,
+  auto here = small(xs);
+  return impl_->call<std::vector<named_array>>(here, client_, impl_->timeout,
                                                push_atom_v, clock,
                                                std::move(xs), std::move(keys));
 }
