@@ -726,7 +726,7 @@ void road_conn::read_messages() {
   while (wait_for_turn()) {
     if (!read_one(true))
       break;
-    if (small_requests_buffered(1) == 0)
+    if (corked_ && small_requests_buffered(1) == 0)
       flush_cork(); // before the reader may wait
   }
   reading_conn = nullptr;

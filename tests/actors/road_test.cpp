@@ -597,48 +597,6 @@ BOOST_AUTO_TEST_CASE(an_shm_hello_without_a_reply_socket_is_refused) {
   echo_one(good, 1, 64u << 10);
 }
 
-// The server answers on the reply socket, not on the connection: each
-// direction has a socket of its own (reading a message would otherwise wake
-// the peer's reader for nothing).
-BOOST_AUTO_TEST_CASE(an_shm_server_answers_on_the_reply_socket) {
-  auto l = start_echo_listener();
-  constexpr size_t ring = 1u << 20;
-  raw_peer peer{*l, true};
-  raw_header h;
-  h.offset = ring;
-  int pair[2] = {-1, -1};
-  BOOST_REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
-  std::vector<int> fds{sealed_memfd(ring), sealed_memfd(ring), pair[1]};
-  peer.write_with_fds(h, fds);
-  for (int fd : fds)
-    ::close(fd);
-  raw_header ack; // the hello's answer comes on the connection
-  BOOST_REQUIRE_EQUAL(::recv(peer.fd, &ack, sizeof(ack), MSG_WAITALL),
-                      ssize_t(sizeof(ack)));
-  BOOST_REQUIRE_EQUAL(ack.op, 1);
-  auto words = pattern(64, 7); // inline: below the ring threshold
-  raw_header req;
-  req.op = uint8_t(road_op::push);
-  req.id = 7;
-  req.bytes = 64;
-  peer.write(&req, sizeof(req));
-  peer.write(words.data(), 64);
-  timeval limit{road_timeout_ms / 1000, 0}; // a reply elsewhere fails here
-  ::setsockopt(pair[0], SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  raw_header rep;
-  BOOST_REQUIRE_EQUAL(::recv(pair[0], &rep, sizeof(rep), MSG_WAITALL),
-                      ssize_t(sizeof(rep)));
-  BOOST_CHECK_EQUAL(rep.op, uint8_t(road_op::reply));
-  BOOST_CHECK_EQUAL(rep.id, 7u);
-  BOOST_REQUIRE_EQUAL(rep.bytes, 64u);
-  std::vector<uint64_t> got(8);
-  BOOST_REQUIRE_EQUAL(::recv(pair[0], got.data(), 64, MSG_WAITALL), 64);
-  BOOST_CHECK(got == words);
-  pollfd p{peer.fd, POLLIN, 0}; // nothing came on the connection
-  BOOST_CHECK_EQUAL(::poll(&p, 1, 0), 0);
-  ::close(pair[0]);
-}
-
 namespace {
 
 /// A request as a peer writes it: header and frame.
@@ -671,6 +629,34 @@ void expect_echo(int fd, uint64_t id, const std::vector<uint64_t>& words) {
 }
 
 } // namespace
+
+// The server answers on the reply socket, not on the connection: each
+// direction has a socket of its own (reading a message would otherwise wake
+// the peer's reader for nothing).
+BOOST_AUTO_TEST_CASE(an_shm_server_answers_on_the_reply_socket) {
+  auto l = start_echo_listener();
+  constexpr size_t ring = 1u << 20;
+  raw_peer peer{*l, true};
+  raw_header h;
+  h.offset = ring;
+  int pair[2] = {-1, -1};
+  BOOST_REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+  std::vector<int> fds{sealed_memfd(ring), sealed_memfd(ring), pair[1]};
+  peer.write_with_fds(h, fds);
+  for (int fd : fds)
+    ::close(fd);
+  raw_header ack; // the hello's answer comes on the connection
+  BOOST_REQUIRE_EQUAL(::recv(peer.fd, &ack, sizeof(ack), MSG_WAITALL),
+                      ssize_t(sizeof(ack)));
+  BOOST_REQUIRE_EQUAL(ack.op, 1);
+  auto words = pattern(64, 7); // inline: below the ring threshold
+  auto req = raw_request(7, words);
+  peer.write(req.data(), req.size());
+  expect_echo(pair[0], 7, words); // a reply elsewhere times out here
+  pollfd p{peer.fd, POLLIN, 0};   // nothing came on the connection
+  BOOST_CHECK_EQUAL(::poll(&p, 1, 0), 0);
+  ::close(pair[0]);
+}
 
 // Small requests that arrive together: their replies, written on the
 // reading thread, are corked and leave together, in order.
