@@ -1,5 +1,6 @@
 // Options of a troupe node and their checks.
 #include "actors/node_config.hpp"
+#include "actors/spin_scheduler.hpp"
 
 #include <malloc.h>
 #if defined(__SSE__)
@@ -68,6 +69,11 @@ node_config::node_config() {
   // many actors per process can raise it (--scheduler.max-threads=N).
   set("scheduler.max-threads", size_t{1});
   set("scheduler.policy", caf::atom("sharing"));
+  // A worker's thread watches for the next job before it sleeps: the
+  // reply that ends its step's wait then needs no wake-up (see
+  // actors/spin_scheduler.hpp). Other roles, and pipelined workers (whose
+  // steps run on a thread of their own beside it), sleep at once.
+  use_watching_scheduler(*this, [this] { return scheduler_watch(); });
   opt_group{custom_options_, "global"}
       .add(role_name, "role", "scheduler | server | worker | agent")
       .add(scheduler_host, "scheduler-host", "scheduler address")
@@ -179,7 +185,15 @@ node_config::node_config() {
       .add(workload.keys, "keys", "arrays the built-in workload uses")
       .add(workload.key_floats, "key-floats", "floats per array")
       .add(workload.pipeline, "pipeline",
-           "compute step t+1 while step t's push is in flight (async, ssp)");
+           "compute step t+1 while step t's push is in flight (async, ssp)")
+      .add(workload.watch_us, "watch-us",
+           "the scheduler thread watches for work this long (us) before it"
+           " sleeps, 0 = at once; not with --worker.pipeline");
+}
+
+std::chrono::microseconds node_config::scheduler_watch() const {
+  bool stepping = role_name == "worker" && !workload.pipeline;
+  return std::chrono::microseconds{stepping ? workload.watch_us : 0};
 }
 
 caf::expected<role> node_config::node_role() const {
@@ -270,6 +284,10 @@ caf::error node_config::finish() {
                            "--worker.pipeline needs --server.mode=async or"
                            " ssp:S: a sync round needs each step's fresh"
                            " weights");
+  if (workload.watch_us > 100000)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.watch-us must be 0..100000, got",
+                           workload.watch_us);
   if (workload.task != "train" && workload.task != "counter")
     return caf::make_error(errc::invalid_config,
                            "--worker.task must be train or counter, got",

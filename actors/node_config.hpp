@@ -2,6 +2,7 @@
 // This class alone reads options; actors get the plain settings structs.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -145,6 +146,11 @@ struct workload_settings {
   /// Pipelined steps (async and ssp only; worker_options::pipeline).
   /// Default off.
   bool pipeline = false;
+  /// How long, in microseconds, an unpipelined worker's scheduler thread
+  /// watches for work before it sleeps (actors/spin_scheduler.hpp): the
+  /// weights that end a step's wait then need no thread wake-up. It yields
+  /// the core meanwhile. Default 2000; 0 = sleep at once.
+  uint32_t watch_us = 2000;
 };
 
 /// Settings of a node agent (INI group "agent"): the processes it starts on
@@ -224,6 +230,10 @@ struct node_config : caf::actor_system_config {
 
   /// The role parsed from role_name.
   caf::expected<role> node_role() const;
+
+  /// How long this process's scheduler thread watches for work before it
+  /// sleeps: --worker.watch-us for an unpipelined worker, else 0.
+  std::chrono::microseconds scheduler_watch() const;
 };
 
 } // namespace troupe

@@ -13,6 +13,7 @@
 
 #include "actors/kv.hpp"
 #include "actors/log.hpp"
+#include "actors/spin_scheduler.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -41,6 +42,13 @@ using arrays = std::vector<named_array>;
 /// wake-up of CAF's clock thread per call).
 constexpr caf::infinite_t kv_grace = caf::infinite;
 
+/// Sends a request to our kv client. Its reply is due soon: the scheduler
+/// thread watches for it rather than sleeping (actors/spin_scheduler.hpp).
+template <class... Ts> auto ask_kv(worker_ptr self, Ts&&... xs) {
+  expect_work_soon();
+  return self->request(self->state.kv, kv_grace, std::forward<Ts>(xs)...);
+}
+
 void start_step(worker_ptr self);
 
 void stop(worker_ptr self, caf::error err) {
@@ -55,12 +63,11 @@ void on_final(worker_ptr self, const arrays& weights) { // 8
 void finish_up(worker_ptr self) { // 7
   auto& st = self->state;
   auto timeout = st.barrier_timeout;
-  self->request(st.kv, kv_grace, barrier_atom_v, std::string{"end"},
-                static_cast<uint32_t>(timeout.count()))
+  ask_kv(self, barrier_atom_v, std::string{"end"},
+         static_cast<uint32_t>(timeout.count()))
       .then(
           [self](uint64_t) {
-            self->request(self->state.kv, kv_grace, pull_atom_v,
-                          self->state.clock, self->state.keys)
+            ask_kv(self, pull_atom_v, self->state.clock, self->state.keys)
                 .then([self](const arrays& w) { on_final(self, w); },
                       [self](caf::error& err) { stop(self, err); });
           },
@@ -76,8 +83,8 @@ void on_weights(worker_ptr self, arrays& weights) { // 4, 5
   }
   if (!st.logic->done(st.clock + 1)) {
     // Push and the next pull in one round trip per server.
-    self->request(st.kv, kv_grace, push_atom_v, st.clock, std::move(*out),
-                  st.keys)
+    ask_kv(self, push_atom_v, st.clock, std::move(*out),
+           st.keys)
         .then(
             [self](arrays& w) { // 6 (ours alone: the step may take it)
               ++self->state.clock;
@@ -86,7 +93,7 @@ void on_weights(worker_ptr self, arrays& weights) { // 4, 5
             [self](caf::error& err) { stop(self, err); });
     return;
   }
-  self->request(st.kv, kv_grace, push_atom_v, st.clock, std::move(*out))
+  ask_kv(self, push_atom_v, st.clock, std::move(*out))
       .then(
           [self](uint64_t) { // 6
             ++self->state.clock;
@@ -131,12 +138,12 @@ void on_piped_reply(worker_ptr self, uint64_t clock, arrays* weights) {
 void push_piped(worker_ptr self, uint64_t clock, arrays out) {
   auto& st = self->state;
   if (!st.logic->done(clock + 2)) {
-    self->request(st.kv, kv_grace, push_atom_v, clock, std::move(out), st.keys)
+    ask_kv(self, push_atom_v, clock, std::move(out), st.keys)
         .then([self, clock](arrays& w) { on_piped_reply(self, clock, &w); },
               [self](caf::error& err) { stop(self, err); });
     return;
   }
-  self->request(st.kv, kv_grace, push_atom_v, clock, std::move(out))
+  ask_kv(self, push_atom_v, clock, std::move(out))
       .then([self, clock](uint64_t) { on_piped_reply(self, clock, nullptr); },
             [self](caf::error& err) { stop(self, err); });
 }
@@ -162,7 +169,7 @@ void start_step(worker_ptr self) {
     finish_up(self);
     return;
   }
-  self->request(st.kv, kv_grace, pull_atom_v, st.clock, st.keys)
+  ask_kv(self, pull_atom_v, st.clock, st.keys)
       .then(
           [self](arrays& w) {
             if (self->state.pipeline)
@@ -174,7 +181,7 @@ void start_step(worker_ptr self) {
 }
 
 void on_started(worker_ptr self) { // 3
-  self->request(self->state.kv, kv_grace, view_atom_v)
+  ask_kv(self, view_atom_v)
       .then(
           [self](uint32_t rank, const frame& f) {
             cluster_view v;
@@ -186,7 +193,7 @@ void on_started(worker_ptr self) { // 3
             // (a worker restarted mid-failure keeps its share).
             auto workers = std::max(v.expected_workers,
                                     static_cast<uint32_t>(v.workers.size()));
-            self->request(self->state.kv, kv_grace, clock_atom_v)
+            ask_kv(self, clock_atom_v)
                 .then(
                     [self, rank, workers](uint64_t clock) {
                       if (clock > 0) // a restarted worker catches up
@@ -203,8 +210,8 @@ void on_started(worker_ptr self) { // 3
 
 void on_initialised(worker_ptr self) { // 2
   auto timeout = self->state.barrier_timeout;
-  self->request(self->state.kv, kv_grace, barrier_atom_v, std::string{"start"},
-                static_cast<uint32_t>(timeout.count()))
+  ask_kv(self, barrier_atom_v, std::string{"start"},
+         static_cast<uint32_t>(timeout.count()))
       .then([self](uint64_t) { on_started(self); },
             [self](caf::error& err) { stop(self, err); });
 }
@@ -225,7 +232,7 @@ caf::behavior worker(worker_ptr self, caf::actor kv,
       stop(self, dm.reason ? dm.reason
                            : caf::make_error(errc::peer_down, "kv client"));
   });
-  self->request(kv, kv_grace, init_atom_v, std::move(params)) // 1
+  ask_kv(self, init_atom_v, std::move(params)) // 1
       .then([self](const arrays&) { on_initialised(self); },
             [self](caf::error& err) { stop(self, err); });
   return {[](caf::unit_t) {}}; // everything happens in replies

@@ -67,6 +67,23 @@ BOOST_AUTO_TEST_CASE(flags_set_options) {
   BOOST_CHECK(*hb == caf::timespan{std::chrono::milliseconds{50}});
 }
 
+BOOST_AUTO_TEST_CASE(only_a_stepping_worker_watches_before_it_sleeps) {
+  using us = std::chrono::microseconds;
+  auto watch = [](std::vector<std::string> args) {
+    node_config cfg;
+    BOOST_REQUIRE(!parse(cfg, std::move(args)));
+    return cfg.scheduler_watch();
+  };
+  BOOST_CHECK(watch({"--role=worker"}) == us{2000}); // the default
+  BOOST_CHECK(watch({"--role=worker", "--worker.watch-us=300"}) == us{300});
+  BOOST_CHECK(watch({"--role=worker", "--worker.watch-us=0"}) == us{0});
+  // A pipelined worker steps on a thread of its own, beside the watcher.
+  BOOST_CHECK(watch({"--role=worker", "--worker.pipeline",
+                     "--server.mode=async"}) == us{0});
+  for (auto role : {"server", "scheduler", "agent"})
+    BOOST_CHECK_MESSAGE(watch({std::string{"--role="} + role}) == us{0}, role);
+}
+
 BOOST_AUTO_TEST_CASE(the_road_flag_picks_the_road) {
   for (auto [flag, kind] :
        {std::pair{"auto", road_kind::shm}, std::pair{"shm", road_kind::shm},
@@ -113,6 +130,7 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--server.helper-threads=17"}, "--server.helper-threads");
   rejected({"--kv.helper-threads=17"}, "--kv.helper-threads");
   rejected({"--worker.pipeline"}, "--worker.pipeline"); // sync by default
+  rejected({"--worker.watch-us=100001"}, "--worker.watch-us");
   {
     node_config ok; // pipelined steps where the mode allows stale weights
     BOOST_CHECK(!parse(ok, {"--worker.pipeline", "--server.mode=async"}));

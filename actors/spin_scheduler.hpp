@@ -1,0 +1,42 @@
+// CAF's work-sharing scheduler, with threads that watch the job queue for a
+// while before they sleep.
+//
+// On the 2-vCPU machines here, waking a sleeping scheduler thread costs
+// 35-60 us. A worker paid that on every step: its scheduler thread slept
+// while the step's push and the servers' round were under way, and the
+// road reader that received the weights had to wake it. A thread that is
+// still watching takes the reply at once. Threads watch only when told a
+// reply is due (expect_work_soon), for a bounded time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+
+#include <caf/fwd.hpp>
+
+namespace troupe {
+
+/// Installs, in `cfg`, the scheduler of the actor system built from it:
+/// CAF's work sharing, whose threads, out of jobs within `watch()` of the
+/// last expect_work_soon(), watch the job queue until then (yielding the
+/// core to any other thread meanwhile) instead of sleeping. `watch` is
+/// asked when the system starts (after the command line is read); 0 =
+/// CAF's work sharing as it is. One watch time per process: the last
+/// system started sets it.
+void use_watching_scheduler(caf::actor_system_config& cfg,
+                            std::function<std::chrono::microseconds()> watch);
+
+/// An actor of this process waits for a reply that will come soon (a
+/// worker sent a step's push and waits for the weights): scheduler threads
+/// that run out of jobs within the watch time from now watch for it. A
+/// thread watches only then, so a process that waits on nothing, or whose
+/// replies go to blocking callers (they wake on their own), never spins.
+/// Does nothing without a watching scheduler.
+void expect_work_soon();
+
+/// Jobs that threads of such schedulers found while watching, i.e. that
+/// woke no thread, over the process's life (to see that watching works).
+uint64_t jobs_found_watching();
+
+} // namespace troupe

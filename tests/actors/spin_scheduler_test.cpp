@@ -1,0 +1,86 @@
+// The worker's scheduler: CAF's work sharing, whose threads watch the job
+// queue before they sleep. Jobs found while watching woke no thread.
+#define BOOST_TEST_MODULE spin_scheduler_tests
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/spin_scheduler.hpp"
+
+using namespace troupe;
+using std::chrono::microseconds;
+
+namespace {
+
+caf::behavior doubler(caf::event_based_actor*) {
+  return {[](int x) { return 2 * x; }};
+}
+
+/// One scheduler thread, as troupe-node runs, watching for `watch`.
+struct system_with {
+  caf::actor_system_config cfg;
+  explicit system_with(microseconds watch) {
+    cfg.set("scheduler.max-threads", size_t{1});
+    cfg.set("scheduler.policy", caf::atom("sharing"));
+    use_watching_scheduler(cfg, [watch] { return watch; });
+  }
+};
+
+/// Sends `n` requests one after another, each announced as work to come
+/// when `announce`; checks every answer.
+void ask(caf::actor_system& sys, int n, bool announce) {
+  auto a = sys.spawn(doubler);
+  caf::scoped_actor self{sys};
+  for (int i = 0; i < n; ++i) {
+    if (announce)
+      expect_work_soon();
+    self->request(a, std::chrono::seconds{10}, i)
+        .receive([i](int y) { BOOST_REQUIRE_EQUAL(y, 2 * i); },
+                 [](caf::error& err) {
+                   BOOST_FAIL("no answer: " << caf::to_string(err));
+                 });
+  }
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(spin_scheduler_tests)
+
+BOOST_AUTO_TEST_CASE(no_watch_is_cafs_work_sharing) {
+  auto before = jobs_found_watching();
+  {
+    system_with s{microseconds{0}};
+    caf::actor_system sys{s.cfg};
+    ask(sys, 100, true);
+  }
+  BOOST_CHECK_EQUAL(jobs_found_watching(), before);
+}
+
+BOOST_AUTO_TEST_CASE(threads_watch_only_for_announced_work) {
+  auto before = jobs_found_watching();
+  // Far longer than a request takes: once told, the thread watches between
+  // requests.
+  system_with s{std::chrono::seconds{5}};
+  caf::actor_system sys{s.cfg};
+  ask(sys, 100, false);
+  BOOST_CHECK_EQUAL(jobs_found_watching(), before);
+  ask(sys, 100, true);
+  BOOST_CHECK_GT(jobs_found_watching(), before);
+} // and the system shuts down while its thread watches
+
+BOOST_AUTO_TEST_CASE(a_thread_that_stopped_watching_still_wakes_for_work) {
+  system_with s{microseconds{1000}};
+  caf::actor_system sys{s.cfg};
+  ask(sys, 3, true);
+  // Well past the watch: the thread sleeps, and the next job must wake it.
+  std::this_thread::sleep_for(std::chrono::milliseconds{50});
+  ask(sys, 3, false);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
