@@ -60,13 +60,16 @@ const double missing = std::nan(""); // a figure not reached or not run
 
 const char* usage =
     "usage: time_to_accuracy [--epochs=E] [--modes=M,...] [--workers=W,...]"
-    " [--node=PATH] [--node-arg=FLAG ...]\n"
+    " [--servers=S] [--node=PATH] [--node-arg=FLAG ...]\n"
     "  --epochs   passes over the training set per run, 1..100 (default 10)\n"
     "  --modes    server modes: sync, async, ssp:S; async+pipe and ssp:S+pipe\n"
     "             add pipelined workers (--worker.pipeline: step t+1 runs\n"
     "             while push t is in flight) (default\n"
     "             sync,async,ssp:2,async+pipe)\n"
     "  --workers  worker counts, each 1..16 (default 1,2)\n"
+    "  --servers  server processes per cluster, 1..16 (default 1; with 2\n"
+    "             or more each replicates to the next, as --server.replicas\n"
+    "             says)\n"
     "  --node     troupe-node binary (default: beside this program)\n"
     "  --node-arg a flag for every server and worker, e.g.\n"
     "             --node-arg=--server.helper-threads=0 (repeatable)\n"
@@ -85,6 +88,7 @@ struct options {
   uint32_t epochs = 10;
   std::vector<std::string> modes{"sync", "async", "ssp:2", "async+pipe"};
   std::vector<uint32_t> workers{1, 2};
+  uint32_t servers = 1;
   std::string node;
   std::vector<std::string> node_args; // for every server and worker
 };
@@ -137,6 +141,8 @@ std::string parse_flag(const std::string& a, options& opt) {
       if (opt.workers.emplace_back(parse_count(w, 16)) == 0)
         return "--workers must list counts 1..16, got '" + value + "'";
   }
+  if (name == "--servers" && (opt.servers = parse_count(value, 16)) == 0)
+    return "--servers must be 1..16, got '" + value + "'";
   if (name == "--node" && ::access((opt.node = value).c_str(), X_OK) != 0)
     return "--node: no executable at '" + value + "'";
   if (name == "--node-arg") {
@@ -147,7 +153,7 @@ std::string parse_flag(const std::string& a, options& opt) {
     opt.node_args.push_back(value);
   }
   if (name != "--epochs" && name != "--modes" && name != "--workers" &&
-      name != "--node" && name != "--node-arg")
+      name != "--servers" && name != "--node" && name != "--node-arg")
     return "unknown flag '" + a + "' (see --help)";
   return "";
 }
@@ -386,10 +392,10 @@ std::string start_cluster(node_group& nodes, const options& opt,
                           const std::string& mode, uint32_t workers,
                           const std::string& metrics) {
   uint16_t port = 0;
-  auto err =
-      nodes.start(opt.node, {"--role=scheduler", "--scheduler-port=0",
-                             "--log-level=warning", "--cluster.servers=1",
-                             strf("--cluster.workers=%u", workers)});
+  auto err = nodes.start(opt.node, {"--role=scheduler", "--scheduler-port=0",
+                                    "--log-level=warning",
+                                    strf("--cluster.servers=%u", opt.servers),
+                                    strf("--cluster.workers=%u", workers)});
   if (!err.empty() || !(err = await_port(nodes.kids.back(), port)).empty())
     return "scheduler: " + err;
   auto sched = strf("--scheduler-port=%u", unsigned{port});
@@ -410,9 +416,11 @@ std::string start_cluster(node_group& nodes, const options& opt,
       "--optimizer.lr-decay=0.5"};
   server_args.insert(server_args.end(), opt.node_args.begin(),
                      opt.node_args.end());
-  err = nodes.start(opt.node, server_args);
-  if (!err.empty() || !(err = await_port(nodes.kids.back(), port)).empty())
-    return "server: " + err;
+  for (uint32_t i = 0; i < opt.servers; ++i) {
+    err = nodes.start(opt.node, server_args);
+    if (!err.empty() || !(err = await_port(nodes.kids.back(), port)).empty())
+      return "server: " + err;
+  }
   std::vector<std::string> worker_args{
       "--role=worker",
       sched,
@@ -433,20 +441,23 @@ std::string start_cluster(node_group& nodes, const options& opt,
   return err.empty() ? "" : "worker: " + err;
 }
 
-/// Waits until every worker (kids 2..) exited 0; fails at once if one did
-/// not or if the scheduler or server ended, and after `deadline_s`.
-std::string wait_workers(node_group& nodes, double deadline_s) {
+/// Waits until every worker (the kids after the scheduler and `servers`
+/// servers) exited 0; fails at once if one did not or if the scheduler or
+/// a server ended, and after `deadline_s`.
+std::string wait_workers(node_group& nodes, uint32_t servers,
+                         double deadline_s) {
+  size_t daemons = 1 + size_t{servers};
   for (auto t0 = steady::now();;) {
     bool done = true;
     for (size_t i = 0; i < nodes.kids.size(); ++i) {
       auto& c = nodes.kids[i];
       bool gone = reap(c);
-      if (gone && i < 2)
+      if (gone && i < daemons)
         return std::string{i == 0 ? "scheduler " : "server "} +
                exit_text(c.status) + ": " + output(c);
       if (gone && !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0))
         return "a worker " + exit_text(c.status) + ": " + output(c);
-      done = done && (gone || i < 2);
+      done = done && (gone || i < daemons);
     }
     if (done)
       return "";
@@ -517,7 +528,7 @@ row_result run_config(const options& opt, const std::string& mode,
     node_group nodes; // stopped at the end of this block
     r.error = start_cluster(nodes, opt, mode, workers, path);
     if (r.error.empty())
-      r.error = wait_workers(nodes, 60.0 + 30.0 * opt.epochs);
+      r.error = wait_workers(nodes, opt.servers, 60.0 + 30.0 * opt.epochs);
     r.wall_s = since(t0);
   }
   r.cpu = bench::share_between(cpu0, bench::read_cpu_times());
@@ -696,6 +707,8 @@ void print_report(const options& opt, const floor_result& before,
     node_args += (node_args.empty() ? "" : ",") + json_str(a);
     shown += " " + a;
   }
+  std::printf("each cluster: a scheduler, %u server(s), the workers\n",
+              opt.servers);
   if (!shown.empty())
     std::printf("servers and workers also ran with:%s\n\n", shown.c_str());
   std::printf("mode       workers  samples/s  s to 0.85  s to 0.88  s to 0.89 "
@@ -715,14 +728,15 @@ void print_report(const options& opt, const floor_result& before,
               " t+1 while push t is in flight, so the servers' update runs"
               " beside the step and the overhead can fall below 0)\n");
   auto targets = print_targets(rows, fl.samples_per_s, limit_us);
-  std::printf("\n{\"model\":%s,\"batch\":%u,\"epochs\":%u,\"floor_samples_per_s"
-              "\":%.1f,\"floor_before\":%.1f,\"floor_after\":%.1f,"
-              "\"floor_cpu\":{%s},\"exchange_limit\":%s,\"node_args\":[%s],"
-              "\"rows\":[%s],\"targets\":%s}\n",
-              json_str(model_spec).c_str(), batch, opt.epochs, fl.samples_per_s,
-              before.samples_per_s, after.samples_per_s,
-              cpu_json(fl.cpu).c_str(), exchange_json.c_str(),
-              node_args.c_str(), json.c_str(), targets.c_str());
+  std::printf(
+      "\n{\"model\":%s,\"batch\":%u,\"epochs\":%u,\"servers\":%u,"
+      "\"floor_samples_per_s\":%.1f,\"floor_before\":%.1f,\"floor_after\":%.1f,"
+      "\"floor_cpu\":{%s},\"exchange_limit\":%s,\"node_args\":[%s],"
+      "\"rows\":[%s],\"targets\":%s}\n",
+      json_str(model_spec).c_str(), batch, opt.epochs, opt.servers,
+      fl.samples_per_s, before.samples_per_s, after.samples_per_s,
+      cpu_json(fl.cpu).c_str(), exchange_json.c_str(), node_args.c_str(),
+      json.c_str(), targets.c_str());
 }
 
 /// Loads the training set and measures the floor on it (with the CPU
