@@ -73,7 +73,11 @@ node_config::node_config() {
   // reply that ends its step's wait then needs no wake-up (see
   // actors/spin_scheduler.hpp). Other roles, and pipelined workers (whose
   // steps run on a thread of their own beside it), sleep at once.
-  use_watching_scheduler(*this, [this] { return scheduler_watch(); });
+  // Read from the config the system starts with (this one may have moved).
+  use_watching_scheduler(*this, [](const caf::actor_system_config& c) {
+    auto* cfg = dynamic_cast<const node_config*>(&c);
+    return cfg ? cfg->scheduler_watch() : std::chrono::microseconds{0};
+  });
   opt_group{custom_options_, "global"}
       .add(role_name, "role", "scheduler | server | worker | agent")
       .add(scheduler_host, "scheduler-host", "scheduler address")

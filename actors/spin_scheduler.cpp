@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/policy/work_sharing.hpp>
 #include <caf/scheduler/coordinator.hpp>
@@ -49,11 +50,13 @@ public:
 
 } // namespace
 
-void use_watching_scheduler(caf::actor_system_config& cfg,
-                            std::function<std::chrono::microseconds()> watch) {
+void use_watching_scheduler(
+    caf::actor_system_config& cfg,
+    std::function<std::chrono::microseconds(const caf::actor_system_config&)>
+        watch) {
   cfg.module_factories.push_back(
       [watch](caf::actor_system& sys) -> caf::actor_system::module* {
-        auto us = std::max<int64_t>(watch().count(), 0);
+        auto us = std::max<int64_t>(watch(sys.config()).count(), 0);
         watch_us = us;
         if (us == 0)
           return new caf::scheduler::coordinator<caf::policy::work_sharing>(

@@ -18,14 +18,16 @@
 namespace troupe {
 
 /// Installs, in `cfg`, the scheduler of the actor system built from it:
-/// CAF's work sharing, whose threads, out of jobs within `watch()` of the
-/// last expect_work_soon(), watch the job queue until then (yielding the
-/// core to any other thread meanwhile) instead of sleeping. `watch` is
-/// asked when the system starts (after the command line is read); 0 =
-/// CAF's work sharing as it is. One watch time per process: the last
-/// system started sets it.
-void use_watching_scheduler(caf::actor_system_config& cfg,
-                            std::function<std::chrono::microseconds()> watch);
+/// CAF's work sharing, whose threads, out of jobs within the watch time of
+/// the last expect_work_soon(), watch the job queue until then (yielding
+/// the core to any other thread meanwhile) instead of sleeping. `watch`
+/// gives the watch time from the config the system starts with (after the
+/// command line is read; `cfg`, or where it moved); 0 = CAF's work sharing
+/// as it is. One watch time per process: the last system started sets it.
+void use_watching_scheduler(
+    caf::actor_system_config& cfg,
+    std::function<std::chrono::microseconds(const caf::actor_system_config&)>
+        watch);
 
 /// An actor of this process waits for a reply that will come soon (a
 /// worker sent a step's push and waits for the weights): scheduler threads

@@ -11,6 +11,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "actors/node_config.hpp"
 #include "actors/spin_scheduler.hpp"
 
 using namespace troupe;
@@ -28,7 +29,8 @@ struct system_with {
   explicit system_with(microseconds watch) {
     cfg.set("scheduler.max-threads", size_t{1});
     cfg.set("scheduler.policy", caf::atom("sharing"));
-    use_watching_scheduler(cfg, [watch] { return watch; });
+    use_watching_scheduler(
+        cfg, [watch](const caf::actor_system_config&) { return watch; });
   }
 };
 
@@ -81,6 +83,22 @@ BOOST_AUTO_TEST_CASE(a_thread_that_stopped_watching_still_wakes_for_work) {
   // Well past the watch: the thread sleeps, and the next job must wake it.
   std::this_thread::sleep_for(std::chrono::milliseconds{50});
   ask(sys, 3, false);
+}
+
+BOOST_AUTO_TEST_CASE(a_worker_node_watches_and_a_server_node_does_not) {
+  auto found_with = [](const char* role) {
+    node_config cfg;
+    BOOST_REQUIRE(!cfg.parse({std::string{"--role="} + role}));
+    BOOST_REQUIRE(!cfg.finish());
+    auto before = jobs_found_watching();
+    {
+      caf::actor_system sys{cfg};
+      ask(sys, 100, true);
+    }
+    return jobs_found_watching() - before;
+  };
+  BOOST_CHECK_EQUAL(found_with("server"), 0u);
+  BOOST_CHECK_GT(found_with("worker"), 0u); // 2 ms is ample between them
 }
 
 BOOST_AUTO_TEST_SUITE_END()
