@@ -1,6 +1,5 @@
 // Options of a troupe node and their checks.
 #include "actors/node_config.hpp"
-#include "actors/spin_scheduler.hpp"
 
 #include <malloc.h>
 #if defined(__SSE__)
@@ -13,6 +12,7 @@
 #include "actors/fault_plan.hpp"
 #include "actors/log.hpp"
 #include "actors/netns.hpp"
+#include "actors/spin_scheduler.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -69,11 +69,12 @@ node_config::node_config() {
   // many actors per process can raise it (--scheduler.max-threads=N).
   set("scheduler.max-threads", size_t{1});
   set("scheduler.policy", caf::atom("sharing"));
-  // A worker's thread watches for the next job before it sleeps: the
-  // reply that ends its step's wait then needs no wake-up (see
+  // A worker's scheduler thread, out of work after the worker sent a
+  // request to its kv client, watches for the reply before it sleeps: the
+  // weights that end a step's wait then need no wake-up (see
   // actors/spin_scheduler.hpp). Other roles, and pipelined workers (whose
-  // steps run on a thread of their own beside it), sleep at once.
-  // Read from the config the system starts with (this one may have moved).
+  // steps run on a thread of their own beside it), sleep at once. Read
+  // from the config the system starts with (this one may have moved).
   use_watching_scheduler(*this, [](const caf::actor_system_config& c) {
     auto* cfg = dynamic_cast<const node_config*>(&c);
     return cfg ? cfg->scheduler_watch() : std::chrono::microseconds{0};
