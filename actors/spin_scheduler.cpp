@@ -9,8 +9,11 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/defaults.hpp>
 #include <caf/policy/work_sharing.hpp>
+#include <caf/policy/work_stealing.hpp>
 #include <caf/scheduler/coordinator.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
 
 namespace troupe {
 
@@ -20,7 +23,7 @@ using steady = std::chrono::steady_clock;
 
 /// How long threads watch, in microseconds, and until when they watch now
 /// (expect_work_soon). CAF builds the policy itself, without arguments: so
-/// one of each per process.
+/// one of each per process, set anew when a system starts.
 std::atomic<int64_t> watch_us{0};
 std::atomic<steady::rep> watch_until{0};
 std::atomic<uint64_t> found_watching{0};
@@ -54,15 +57,23 @@ void use_watching_scheduler(
     caf::actor_system_config& cfg,
     std::function<std::chrono::microseconds(const caf::actor_system_config&)>
         watch) {
-  cfg.module_factories.push_back(
-      [watch](caf::actor_system& sys) -> caf::actor_system::module* {
-        auto us = std::max<int64_t>(watch(sys.config()).count(), 0);
-        watch_us = us;
-        if (us == 0)
-          return new caf::scheduler::coordinator<caf::policy::work_sharing>(
-              sys);
-        return new caf::scheduler::coordinator<watching_sharing>(sys);
-      });
+  cfg.module_factories.push_back([watch](caf::actor_system& sys)
+                                     -> caf::actor_system::module* {
+    auto us = std::max<int64_t>(watch(sys.config()).count(), 0);
+    watch_us = us;
+    watch_until = 0; // no deadline left by an earlier system
+    // Any policy but work sharing gets CAF's own scheduler for it, as
+    // CAF would pick it without this factory.
+    auto policy = caf::get_or(sys.config(), "scheduler.policy",
+                              caf::defaults::scheduler::policy);
+    if (policy == caf::atom("testing"))
+      return new caf::scheduler::test_coordinator(sys);
+    if (policy != caf::atom("sharing"))
+      return new caf::scheduler::coordinator<caf::policy::work_stealing>(sys);
+    if (us == 0)
+      return new caf::scheduler::coordinator<caf::policy::work_sharing>(sys);
+    return new caf::scheduler::coordinator<watching_sharing>(sys);
+  });
 }
 
 void expect_work_soon() {

@@ -23,7 +23,10 @@ namespace troupe {
 /// the core to any other thread meanwhile) instead of sleeping. `watch`
 /// gives the watch time from the config the system starts with (after the
 /// command line is read; `cfg`, or where it moved); 0 = CAF's work sharing
-/// as it is. One watch time per process: the last system started sets it.
+/// as it is. A policy other than `sharing` (--scheduler.policy) gets CAF's
+/// own scheduler for it. One watch time and one deadline per process: the
+/// last system started sets them, and expect_work_soon() arms every
+/// watching system of the process.
 void use_watching_scheduler(
     caf::actor_system_config& cfg,
     std::function<std::chrono::microseconds(const caf::actor_system_config&)>

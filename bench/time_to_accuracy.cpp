@@ -386,8 +386,8 @@ struct row_result {
   bench::cpu_share cpu;     // the machine's, while the cluster ran
 };
 
-/// Starts the scheduler, the server of `mode`, then `workers` trainers
-/// appending to `metrics`; returns "" or what failed.
+/// Starts the scheduler, opt.servers servers of `mode`, then `workers`
+/// trainers appending to `metrics`; returns "" or what failed.
 std::string start_cluster(node_group& nodes, const options& opt,
                           const std::string& mode, uint32_t workers,
                           const std::string& metrics) {
