@@ -27,12 +27,21 @@ using steady = std::chrono::steady_clock;
 std::atomic<int64_t> watch_us{0};
 std::atomic<steady::rep> watch_until{0};
 std::atomic<uint64_t> found_watching{0};
+std::atomic<uint64_t> gave_up_watching{0};
 
 class watching_sharing : public caf::policy::work_sharing {
 public:
   template <class Worker> caf::resumable* dequeue(Worker* self) {
     auto& data = d(self->parent());
     for (bool watched = false;; watched = true) {
+      // Past the deadline (the usual case), CAF's dequeue looks at the
+      // queue itself before it sleeps.
+      auto until = steady::time_point{steady::duration{watch_until.load()}};
+      if (steady::now() >= until) {
+        if (watched)
+          gave_up_watching.fetch_add(1, std::memory_order_relaxed);
+        return work_sharing::dequeue(self);
+      }
       {
         std::unique_lock<std::mutex> guard{data.lock};
         if (!data.queue.empty()) {
@@ -43,9 +52,6 @@ public:
           return job;
         }
       }
-      auto until = steady::time_point{steady::duration{watch_until.load()}};
-      if (steady::now() >= until)
-        return work_sharing::dequeue(self); // sleeps until a job comes
       std::this_thread::yield();
     }
   }
@@ -86,6 +92,10 @@ void expect_work_soon() {
 
 uint64_t jobs_found_watching() {
   return found_watching.load();
+}
+
+uint64_t watches_given_up() {
+  return gave_up_watching.load();
 }
 
 } // namespace troupe

@@ -44,4 +44,8 @@ void expect_work_soon();
 /// woke no thread, over the process's life (to see that watching works).
 uint64_t jobs_found_watching();
 
+/// Times a thread of such a scheduler watched until its watch ran out and
+/// then went to sleep, over the process's life.
+uint64_t watches_given_up();
+
 } // namespace troupe

@@ -80,9 +80,15 @@ BOOST_AUTO_TEST_CASE(threads_watch_only_for_announced_work) {
 BOOST_AUTO_TEST_CASE(a_thread_that_stopped_watching_still_wakes_for_work) {
   system_with s{microseconds{1000}};
   caf::actor_system sys{s.cfg};
+  auto before = watches_given_up();
   ask(sys, 3, true);
-  // Well past the watch: the thread sleeps, and the next job must wake it.
-  std::this_thread::sleep_for(std::chrono::milliseconds{50});
+  // Once its watch ran out the thread sleeps: the next job must wake it.
+  auto limit = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+  while (watches_given_up() == before) {
+    BOOST_REQUIRE_MESSAGE(std::chrono::steady_clock::now() < limit,
+                          "the thread never stopped watching");
+    std::this_thread::yield();
+  }
   ask(sys, 3, false);
 }
 
