@@ -28,20 +28,56 @@ std::atomic<int64_t> watch_us{0};
 std::atomic<steady::rep> watch_until{0};
 std::atomic<uint64_t> found_watching{0};
 std::atomic<uint64_t> gave_up_watching{0};
+/// One thread of the process watches at a time; the others sleep, and
+/// CAF wakes one of them if more work comes than the watcher takes.
+std::atomic<bool> watch_taken{false};
+std::atomic<uint32_t> watching_now{0};
+std::atomic<uint32_t> most_watching{0};
+
+bool watch_time_left() {
+  auto until = steady::time_point{steady::duration{watch_until.load()}};
+  return steady::now() < until;
+}
+
+/// The watcher's turn, taken if nobody has it; gives it back when it ends.
+class watch_turn {
+public:
+  watch_turn() : mine_(!watch_taken.exchange(true)) {
+    if (!mine_)
+      return;
+    auto n = watching_now.fetch_add(1) + 1;
+    for (auto m = most_watching.load(); n > m;)
+      if (most_watching.compare_exchange_weak(m, n))
+        break;
+  }
+  ~watch_turn() { end(); }
+  watch_turn(const watch_turn&) = delete;
+  watch_turn& operator=(const watch_turn&) = delete;
+  bool mine() const { return mine_; }
+  void end() {
+    if (!mine_)
+      return;
+    mine_ = false;
+    watching_now.fetch_sub(1);
+    watch_taken = false;
+  }
+
+private:
+  bool mine_;
+};
 
 class watching_sharing : public caf::policy::work_sharing {
 public:
   template <class Worker> caf::resumable* dequeue(Worker* self) {
+    // Past the deadline (the usual case), or with another thread watching,
+    // CAF's dequeue looks at the queue itself before it sleeps.
+    if (!watch_time_left())
+      return work_sharing::dequeue(self);
+    watch_turn turn;
+    if (!turn.mine())
+      return work_sharing::dequeue(self);
     auto& data = d(self->parent());
-    for (bool watched = false;; watched = true) {
-      // Past the deadline (the usual case), CAF's dequeue looks at the
-      // queue itself before it sleeps.
-      auto until = steady::time_point{steady::duration{watch_until.load()}};
-      if (steady::now() >= until) {
-        if (watched)
-          gave_up_watching.fetch_add(1, std::memory_order_relaxed);
-        return work_sharing::dequeue(self);
-      }
+    for (bool watched = false; watch_time_left(); watched = true) {
       {
         std::unique_lock<std::mutex> guard{data.lock};
         if (!data.queue.empty()) {
@@ -54,6 +90,9 @@ public:
       }
       std::this_thread::yield();
     }
+    gave_up_watching.fetch_add(1, std::memory_order_relaxed);
+    turn.end();
+    return work_sharing::dequeue(self);
   }
 };
 
@@ -96,6 +135,10 @@ uint64_t jobs_found_watching() {
 
 uint64_t watches_given_up() {
   return gave_up_watching.load();
+}
+
+uint32_t most_threads_watching() {
+  return most_watching.load();
 }
 
 } // namespace troupe

@@ -18,9 +18,10 @@
 namespace troupe {
 
 /// Installs, in `cfg`, the scheduler of the actor system built from it:
-/// CAF's work sharing, whose threads, out of jobs within the watch time of
-/// the last expect_work_soon(), watch the job queue until then (yielding
-/// the core to any other thread meanwhile) instead of sleeping. `watch`
+/// CAF's work sharing, where a thread out of jobs within the watch time of
+/// the last expect_work_soon() watches the job queue until then (yielding
+/// the core to any other thread meanwhile) instead of sleeping; one thread
+/// of the process at a time, the others sleep. `watch`
 /// gives the watch time from the config the system starts with (after the
 /// command line is read; `cfg`, or where it moved); 0 = CAF's work sharing
 /// as it is. A policy other than `sharing` (--scheduler.policy) gets CAF's
@@ -47,5 +48,10 @@ uint64_t jobs_found_watching();
 /// Times a thread of such a scheduler watched until its watch ran out and
 /// then went to sleep, over the process's life.
 uint64_t watches_given_up();
+
+/// The most threads that watched at once, over the process's life: one
+/// thread of the process watches at a time, however many a scheduler has
+/// (--scheduler.max-threads), and the others sleep.
+uint32_t most_threads_watching();
 
 } // namespace troupe

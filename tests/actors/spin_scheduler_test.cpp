@@ -24,11 +24,12 @@ caf::behavior doubler(caf::event_based_actor*) {
   return {[](int x) { return 2 * x; }};
 }
 
-/// One scheduler thread, as troupe-node runs, watching for `watch`.
+/// `threads` scheduler threads (troupe-node runs one), watching for
+/// `watch`.
 struct system_with {
   caf::actor_system_config cfg;
-  explicit system_with(microseconds watch) {
-    cfg.set("scheduler.max-threads", size_t{1});
+  explicit system_with(microseconds watch, size_t threads = 1) {
+    cfg.set("scheduler.max-threads", threads);
     cfg.set("scheduler.policy", caf::atom("sharing"));
     use_watching_scheduler(
         cfg, [watch](const caf::actor_system_config&) { return watch; });
@@ -90,6 +91,17 @@ BOOST_AUTO_TEST_CASE(a_thread_that_stopped_watching_still_wakes_for_work) {
     std::this_thread::yield();
   }
   ask(sys, 3, false);
+}
+
+BOOST_AUTO_TEST_CASE(one_thread_watches_at_a_time) {
+  // Four threads, three of them idle while one runs a job: each would
+  // watch if nothing kept the others asleep.
+  system_with s{std::chrono::seconds{5}, 4};
+  caf::actor_system sys{s.cfg};
+  auto before = jobs_found_watching();
+  ask(sys, 200, true);
+  BOOST_CHECK_GT(jobs_found_watching(), before); // still watching
+  BOOST_CHECK_EQUAL(most_threads_watching(), 1u);
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_node_watches_and_a_server_node_does_not) {
