@@ -83,8 +83,11 @@ public:
       if (!cfg_.metrics_file.empty())
         metrics_.open(cfg_.metrics_file, std::ios::app);
       std::printf("training %s on Fashion-MNIST: %u workers, batch %u each, "
-                  "%u epochs\n",
-                  cfg_.model.c_str(), workers_, cfg_.batch, cfg_.epochs);
+                  "%u epochs (math: %s)\n",
+                  cfg_.model.c_str(), workers_, cfg_.batch, cfg_.epochs,
+                  blas_description().c_str());
+      if (auto w = blas_core_warning(); !w.empty())
+        std::printf("*** warning: %s\n", w.c_str());
       std::fflush(stdout);
     }
     started_ = part_begin_ = clock_type::now();
@@ -311,6 +314,8 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
   if (!net)
     return fail("--train.model: " + err);
   set_blas_threads(1); // several processes share the cores
+  if (auto w = blas_core_warning(); !w.empty())
+    TROUPE_LOG(warning, "trainer", w);
   dataset train, test;
   if (auto e = load_fashion_mnist(cfg.train.data_dir, "train", train);
       !e.empty())

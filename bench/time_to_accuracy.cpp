@@ -699,6 +699,10 @@ void print_report(const options& opt, const floor_result& before,
       double{mu_pipelined}, opt.epochs, fl.samples_per_s, before.samples_per_s,
       after.samples_per_s, (unsigned long long)fl.steps, fl.first_loss,
       fl.last_loss, bench::percent(fl.cpu.steal).c_str());
+  auto blas = blas_description();
+  std::printf("math: %s, one thread per process\n", blas.c_str());
+  if (auto w = blas_core_warning(); !w.empty())
+    std::printf("*** %s\n", w.c_str());
   std::string exchange_json;
   auto limit_us = print_exchange(best_of(before.exchange, after.exchange), fl,
                                  exchange_json);
@@ -729,12 +733,13 @@ void print_report(const options& opt, const floor_result& before,
               " beside the step and the overhead can fall below 0)\n");
   auto targets = print_targets(rows, fl.samples_per_s, limit_us);
   std::printf(
-      "\n{\"model\":%s,\"batch\":%u,\"epochs\":%u,\"servers\":%u,"
+      "\n{\"model\":%s,\"blas\":%s,\"batch\":%u,\"epochs\":%u,"
+      "\"servers\":%u,"
       "\"floor_samples_per_s\":%.1f,\"floor_before\":%.1f,\"floor_after\":%.1f,"
       "\"floor_cpu\":{%s},\"exchange_limit\":%s,\"node_args\":[%s],"
       "\"rows\":[%s],\"targets\":%s}\n",
-      json_str(model_spec).c_str(), batch, opt.epochs, opt.servers,
-      fl.samples_per_s, before.samples_per_s, after.samples_per_s,
+      json_str(model_spec).c_str(), json_str(blas).c_str(), batch, opt.epochs,
+      opt.servers, fl.samples_per_s, before.samples_per_s, after.samples_per_s,
       cpu_json(fl.cpu).c_str(), exchange_json.c_str(), node_args.c_str(),
       json.c_str(), targets.c_str());
 }
