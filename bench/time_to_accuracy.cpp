@@ -726,8 +726,8 @@ void print_report(const options& opt, const floor_result& before,
               " handing its gradients over and getting the next weights,"
               " measured by the worker;\n wait us: that wait per step; x"
               " limit: the wait over the exchange limit above;\n steal: the"
-              " machine's CPU time its host gave to others; idle: CPU time no "
-              "process used, i.e."
+              " machine's CPU time its host gave to others; idle: CPU time of"
+              " the cores this benchmark may run on that no process used, i.e."
               " waiting that no core filled;\n +pipe: workers compute step"
               " t+1 while push t is in flight, so the servers' update runs"
               " beside the step and the overhead can fall below 0)\n");
