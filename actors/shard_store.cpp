@@ -107,6 +107,9 @@ shard_store::push(const push_request& req,
   if (w == workers_.end())
     return caf::make_error(errc::not_a_member, "worker", req.worker);
   auto& wc = w->second;
+  if (req.clock > max_clock)
+    return caf::make_error(errc::malformed_message, "push at clock", req.clock,
+                           "beyond", max_clock);
   if (req.clock < wc.clock ||
       (req.clock == wc.clock && wc.parts.count(req.part) != 0))
     return push_reply{version_, true};
@@ -197,6 +200,7 @@ void shard_store::complete_rounds() {
     return;
   while (min_clock() > rounds_applied_) {
     auto i = rounds_.find(rounds_applied_);
+    auto to = rounds_applied_ + 1;
     if (i != rounds_.end()) {
       struct todo {
         const slice_id* id;
@@ -215,8 +219,19 @@ void shard_store::complete_rounds() {
         update_(*t.id, *t.values, t.r->data(), t.r->contributors);
       });
       rounds_.erase(i);
+    } else {
+      // Rounds no push reached here (workers met at a higher clock: this
+      // store joined late) change nothing: they pass at once, up to the
+      // next round with pushes or the next version something waits for,
+      // not one at a time (a first push's clock may be large).
+      to = min_clock();
+      if (auto n = rounds_.upper_bound(rounds_applied_); n != rounds_.end())
+        to = std::min(to, n->first);
+      if (auto v = at_version_.upper_bound(rounds_applied_);
+          v != at_version_.end())
+        to = std::min(to, v->first);
     }
-    version_ = ++rounds_applied_;
+    version_ = rounds_applied_ = to;
     auto due = at_version_.find(version_);
     if (due != at_version_.end()) {
       auto fns = std::move(due->second);
@@ -231,6 +246,9 @@ caf::error shard_store::check_pull(uint32_t worker, uint64_t clock) const {
   auto w = workers_.find(worker);
   if (w == workers_.end())
     return caf::make_error(errc::not_a_member, "worker", worker);
+  if (clock > max_clock + 1)
+    return caf::make_error(errc::malformed_message, "pull at clock", clock,
+                           "beyond", max_clock + 1);
   if (clock > w->second.clock + 1 && !w->second.fresh)
     return caf::make_error(errc::clock_gap, "pull at clock", clock,
                            "but pushed up to", w->second.clock);

@@ -45,6 +45,10 @@ void add_update(slice_id id, std::vector<float>& values, const float* sum,
 
 class shard_store {
 public:
+  /// The highest clock a push may carry (2^48 steps: far beyond any run,
+  /// far from wrapping); one beyond is malformed.
+  static constexpr uint64_t max_clock = uint64_t{1} << 48;
+
   explicit shard_store(consistency mode = {}, update_fn fn = add_update);
 
   /// Sets the slices this store owns, with their lengths in floats. Slices

@@ -3,6 +3,8 @@
 #define BOOST_TEST_MODULE shard_store_tests
 #include <boost/test/unit_test.hpp>
 
+#include <vector>
+
 #include "actors/server_optimizer.hpp"
 #include "actors/shard_store.hpp"
 #include "messages/errors.hpp"
@@ -218,6 +220,45 @@ BOOST_AUTO_TEST_CASE(a_workers_first_push_sets_its_clock_here) {
     BOOST_CHECK_MESSAGE(f.push(0, 40, 1.0f)->duplicate, mode);
     BOOST_CHECK_MESSAGE(f.push(0, 43, 1.0f).error() == errc::clock_gap, mode);
     BOOST_CHECK(f.store.check_pull(0, 43) == errc::clock_gap);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_first_push_far_ahead_passes_the_empty_rounds_at_once) {
+  // Before: one loop pass per empty round, so a first push at clock 2^40
+  // kept the server busy for hours (and was declared dead).
+  fixture f{"sync"};
+  f.store.set_workers({0});
+  std::vector<uint64_t> ran_at;
+  for (uint64_t v : {uint64_t{5}, uint64_t{1} << 30})
+    BOOST_REQUIRE(!f.store.at_version(
+        v, [&f, &ran_at] { ran_at.push_back(f.store.version()); }));
+  const uint64_t far = uint64_t{1} << 40;
+  BOOST_REQUIRE(f.push(0, far, 1.0f));
+  BOOST_CHECK_EQUAL(f.store.version(), far + 1);
+  BOOST_CHECK(f.store.readable_at(far + 1));
+  BOOST_CHECK_EQUAL(f.value_of(a), 1.0f); // its own round, applied once
+  // What waited for a version in between ran at that very version.
+  BOOST_CHECK((ran_at == std::vector<uint64_t>{5, uint64_t{1} << 30}));
+  BOOST_REQUIRE(f.push(0, far + 1, 2.0f));
+  BOOST_CHECK_EQUAL(f.store.version(), far + 2);
+  BOOST_CHECK_EQUAL(f.value_of(a), 3.0f);
+  BOOST_CHECK(f.store.between_rounds());
+}
+
+BOOST_AUTO_TEST_CASE(clocks_beyond_the_bound_are_malformed_and_change_nothing) {
+  for (auto mode : {"sync", "async", "ssp:1"}) {
+    fixture f{mode};
+    for (uint64_t c : {shard_store::max_clock + 1, ~uint64_t{0}})
+      BOOST_CHECK_MESSAGE(f.push(0, c, 1.0f).error() == errc::malformed_message,
+                          mode << " push at " << c);
+    for (uint64_t c : {shard_store::max_clock + 2, ~uint64_t{0}})
+      BOOST_CHECK_MESSAGE(f.store.check_pull(0, c) == errc::malformed_message,
+                          mode << " pull at " << c);
+    BOOST_CHECK_EQUAL(f.value_of(a), 0.0f);
+    BOOST_CHECK_EQUAL(f.store.clock_of(0), 0u);
+    // The bound itself is a clock like any other.
+    BOOST_REQUIRE_MESSAGE(f.push(0, shard_store::max_clock, 1.0f), mode);
+    BOOST_CHECK_EQUAL(f.store.clock_of(0), shard_store::max_clock + 1);
   }
 }
 
