@@ -62,8 +62,16 @@ void shard_store::set_workers(const std::set<uint32_t>& live) {
     if (workers_.count(w) == 0) {
       auto r = resume_clocks_.find(w);
       if (r != resume_clocks_.end()) { // first join after a resume
-        workers_[w] = r->second;
+        auto wc = std::move(r->second);
         resume_clocks_.erase(r);
+        // Sync rounds went on without it meanwhile: as restore() does for
+        // the workers live then, it starts at the rounds applied (its
+        // pushes for those would sit in rounds never applied).
+        if (mode_.kind == consistency::kind_t::sync && wc.clock < start) {
+          wc.clock = start;
+          wc.parts.clear();
+        }
+        workers_[w] = std::move(wc);
       } else {
         workers_[w].clock = start;
       }

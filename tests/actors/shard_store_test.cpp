@@ -245,6 +245,31 @@ BOOST_AUTO_TEST_CASE(a_first_push_far_ahead_passes_the_empty_rounds_at_once) {
   BOOST_CHECK(f.store.between_rounds());
 }
 
+BOOST_AUTO_TEST_CASE(a_rank_joining_after_resumed_rounds_went_on_starts_there) {
+  // Resumed at round 5 before any worker registered; rank 0 trains on to
+  // round 8 alone, then rank 1 joins with the clock the checkpoint had.
+  shard_store s{*parse_consistency("sync")};
+  s.set_owned({{a, 3}});
+  s.restore(5, 5, {worker_snapshot{0, 5, {}}, worker_snapshot{1, 5, {}}}, {});
+  s.set_workers({0});
+  BOOST_REQUIRE(!s.init(init_request{0, 1, {{a, {0, 0, 0}}}}));
+  for (uint64_t c = 5; c < 8; ++c)
+    BOOST_REQUIRE(s.push(push_request{0, c, 1, 0, 1, {{a, {1, 1, 1}}}}));
+  BOOST_REQUIRE_EQUAL(s.version(), 8u);
+  s.set_workers({0, 1});
+  // Rounds 5..7 are applied: rank 1 starts at 8, as a newcomer would, and
+  // a push of its old clocks is a duplicate, not a push into a round that
+  // will never be applied again.
+  BOOST_CHECK_EQUAL(s.clock_of(1), 8u);
+  BOOST_CHECK(s.push(push_request{1, 5, 1, 0, 1, {{a, {9, 9, 9}}}})->duplicate);
+  BOOST_CHECK(s.between_rounds());
+  for (uint32_t w : {0u, 1u})
+    BOOST_REQUIRE(s.push(push_request{w, 8, 1, 0, 1, {{a, {1, 1, 1}}}}));
+  BOOST_CHECK_EQUAL(s.version(), 9u);
+  BOOST_CHECK(s.between_rounds());
+  BOOST_CHECK_EQUAL(s.read({a})->slices[0].values[0], 5.0f);
+}
+
 BOOST_AUTO_TEST_CASE(clocks_beyond_the_bound_are_malformed_and_change_nothing) {
   for (auto mode : {"sync", "async", "ssp:1"}) {
     fixture f{mode};
