@@ -714,6 +714,10 @@ bool on_road_reader() {
   return reading_a_road;
 }
 
+bool road_reply_corked() {
+  return reading_conn && reading_conn->corked_.load();
+}
+
 void road_conn::read_loop() {
   reading_a_road = true;
   read_messages();

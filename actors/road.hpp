@@ -324,6 +324,7 @@ private:
   size_t small_requests_buffered(size_t enough) const;
   /// Sends what is corked, if anything.
   void flush_cork();
+  friend bool road_reply_corked();
   std::atomic<bool> closed_{false};
   std::atomic<bool> down_told_{false};
   ring out_;
@@ -423,6 +424,12 @@ uint64_t road_corked_messages();
 /// may run on one must not block on a road write, since the peer may wait
 /// for this very thread to read.
 bool on_road_reader();
+
+/// True on a thread reading a road that holds corked replies: they go out
+/// once the reader is back from its handler (or with the next write), so
+/// a handler running an actor here should not run its whole mailbox
+/// first (send_and_run_here's `stop`).
+bool road_reply_corked();
 
 /// This machine's identity for road_info::machine: boot id and network
 /// namespace (abstract unix sockets are per namespace).

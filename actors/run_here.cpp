@@ -21,8 +21,10 @@ namespace {
 /// the scheduler, never nested).
 class run_here_unit : public caf::scoped_execution_unit {
 public:
-  run_here_unit(caf::actor_system* sys, size_t max_messages)
-      : caf::scoped_execution_unit(sys), max_messages_(max_messages) {}
+  run_here_unit(caf::actor_system* sys, size_t max_messages,
+                bool (*stop)() = nullptr)
+      : caf::scoped_execution_unit(sys), max_messages_(max_messages),
+        stop_(stop) {}
 
   void exec_later(caf::resumable* job) override {
     auto& sched = system().scheduler();
@@ -33,8 +35,16 @@ public:
     running_ = true;
     // As a scheduler worker does: the reference CAF took for scheduling
     // stays with the job while it wants more time, else it is released.
-    auto budget = std::min(max_messages_, sched.max_throughput());
-    switch (job->resume(this, budget)) {
+    auto budget =
+        std::max<size_t>(std::min(max_messages_, sched.max_throughput()), 1);
+    auto r = caf::resumable::resume_later;
+    if (!stop_)
+      r = job->resume(this, budget);
+    else // one message at a time, asking stop_ after each
+      do
+        r = job->resume(this, 1);
+      while (r == caf::resumable::resume_later && --budget > 0 && !stop_());
+    switch (r) {
     case caf::resumable::resume_later:
       sched.enqueue(job);
       break;
@@ -46,6 +56,7 @@ public:
 
 private:
   size_t max_messages_;
+  bool (*stop_)();
   bool running_ = false;
 };
 
@@ -89,13 +100,14 @@ constexpr size_t caller_budget = 64;
 
 } // namespace
 
-void send_and_run_here(caf::actor to, caf::message msg, size_t max_messages) {
+void send_and_run_here(caf::actor to, caf::message msg, size_t max_messages,
+                       bool (*stop)()) {
   if (!to)
     return;
   auto* ctrl = caf::actor_cast<caf::actor_control_block*>(to);
   auto& sys = *ctrl->home_system;
   running_guard running{sys};
-  run_here_unit unit{&sys, max_messages};
+  run_here_unit unit{&sys, max_messages, stop};
   ctrl->enqueue(nullptr, caf::make_message_id(), std::move(msg), &unit);
   to = nullptr; // our reference goes while the system surely lives
 }

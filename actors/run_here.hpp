@@ -24,8 +24,12 @@ namespace troupe {
 /// wait on this thread's own work (a road reader: peers always drain what
 /// the actor writes to them; a kv client defers its writes while on one).
 /// The actor's system is kept from shutting down until this returns.
+/// `stop`, if given, is asked after each message run here: true leaves the
+/// rest to the scheduler (a road reader whose replies wait corked must
+/// not run an actor's whole mailbox before it sends them).
 void send_and_run_here(caf::actor to, caf::message msg,
-                       size_t max_messages = SIZE_MAX);
+                       size_t max_messages = SIZE_MAX,
+                       bool (*stop)() = nullptr);
 
 /// Runs `send`, in which the blocking actor `self` (a scoped_actor on a
 /// thread outside CAF's scheduler) sends messages: each idle actor such a

@@ -1080,11 +1080,15 @@ road_info open_road(self_ptr self, const std::string& host) {
     // Two servers back each other up: each running here while writing
     // to the other could block both, so replica operations are handed
     // over (a worker's reader only reads: its requests may run here).
+    // Once a reply waits corked, the rest of the mailbox (other workers'
+    // requests) goes to a scheduler thread, so the reply goes out as soon
+    // as this reader is back, not after all of them.
     if (m->op == road_op::replicate)
       caf::anon_send(h, road_atom_v, std::move(m));
     else
       send_and_run_here(std::move(h),
-                        caf::make_message(road_atom_v, std::move(m)));
+                        caf::make_message(road_atom_v, std::move(m)), SIZE_MAX,
+                        road_reply_corked);
   };
   auto& cfg = self->state.cfg;
   auto road = road_listener::start(host, cfg.road_port,

@@ -166,6 +166,32 @@ BOOST_AUTO_TEST_CASE(a_limited_run_leaves_the_rest_to_the_scheduler) {
   caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
+namespace {
+std::atomic<bool> stop_now{false};
+bool stop_when_told() {
+  return stop_now.load();
+}
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_run_told_to_stop_leaves_the_rest_to_the_scheduler) {
+  auto a = sys.spawn<caf::lazy_init>(echo, &log);
+  // Never told: as an unlimited run, what it sends itself runs here too.
+  stop_now = false;
+  auto sender = on_own_thread([&] {
+    send_and_run_here(a, caf::make_message(3), SIZE_MAX, stop_when_told);
+  });
+  BOOST_CHECK(log.await(3) == sender);
+  BOOST_CHECK(log.await(103) == sender);
+  // Told after the first message: the rest goes to the scheduler.
+  stop_now = true;
+  sender = on_own_thread([&] {
+    send_and_run_here(a, caf::make_message(4), SIZE_MAX, stop_when_told);
+  });
+  BOOST_CHECK(log.await(4) == sender);
+  BOOST_CHECK(log.await(104) != sender);
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
 BOOST_AUTO_TEST_CASE(a_waiting_caller_runs_the_receiver_of_its_request) {
   auto a = sys.spawn<caf::lazy_init>(echo, &log);
   int got = 0;
