@@ -1034,13 +1034,16 @@ void handle_push(self_ptr self, const push_request& req,
   auto done = after_all(st.stores.size(), [rp, reply]() mutable {
     rp.deliver(reply); // acknowledged once the backup has it
   });
-  frame copy; // the backup gets the push as it came
-  bool replicated = st.backup && !st.backup->mirrored.empty();
-  if (replicated && !out.duplicate)
+  // The backup gets the push as it came. A duplicate too: the original
+  // may still be on its way to the backup, and the backup answers in
+  // order, so the duplicate is acknowledged only once the backup holds
+  // the original (it drops the duplicate itself).
+  frame copy;
+  if (st.backup && !st.backup->mirrored.empty())
     copy.bytes.assign(f.data, f.data + f.size);
   for (auto& h : st.stores) {
-    if (out.duplicate || req.epoch < h.since)
-      done(); // nothing new for the replica
+    if (req.epoch < h.since)
+      done(); // not a part of this store's: nothing for its replica
     else
       forward(self, h, op_push, copy, {}, done);
   }

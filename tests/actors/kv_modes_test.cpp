@@ -8,6 +8,8 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <thread>
 
 #include "tests/test_support.hpp"
 
@@ -15,6 +17,7 @@
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "actors/placement.hpp"
 #include "actors/road.hpp"
 #include "messages/errors.hpp"
 #include "messages/kv.hpp"
@@ -217,6 +220,118 @@ BOOST_AUTO_TEST_CASE(a_server_drops_duplicates_and_survives_malformed_bytes) {
   auto got = c.worker(0).pull(1, {1}); // still serving, applied once
   BOOST_REQUIRE(got);
   BOOST_CHECK(all_equal(*got, 1.0f));
+}
+
+/// Holds the one scheduler thread of `sys` (a server's node) until
+/// release(): its actors run nothing meanwhile.
+struct thread_holder {
+  std::mutex mtx;
+  std::condition_variable cv;
+  bool held = false, released = false;
+  void hold(caf::actor_system& sys) {
+    held = released = false;
+    sys.spawn([this](caf::event_based_actor* self) -> caf::behavior {
+      self->send(self, 1);
+      return {[this, self](int) {
+        std::unique_lock<std::mutex> guard{mtx};
+        held = true;
+        cv.notify_all();
+        cv.wait_for(guard, 20s, [this] { return released; });
+        self->quit();
+      }};
+    });
+    std::unique_lock<std::mutex> guard{mtx};
+    BOOST_REQUIRE(cv.wait_for(guard, 10s, [this] { return held; }));
+  }
+  void release() {
+    std::lock_guard<std::mutex> guard{mtx};
+    released = true;
+    cv.notify_all();
+  }
+};
+
+BOOST_AUTO_TEST_CASE(a_duplicate_push_is_acknowledged_once_the_backup_has_it) {
+  // Two servers, each the other's backup. A push sent twice (a resend, or
+  // --fault.duplicate-pushes) reached the primary twice; the second was
+  // acknowledged at once, while the first was still on its way to the
+  // backup: a primary dying then lost an acknowledged push.
+  cluster c{"async", 2, 1};
+  init_all(c, 1000); // one slice: (1, 0)
+  auto v = c.worker(0).view();
+  BOOST_REQUIRE(v);
+  auto& view = v->second;
+  uint32_t primary = UINT32_MAX;
+  for (auto& p : view.placement)
+    if (p.key == 1 && p.index == 0)
+      primary = p.server;
+  std::vector<uint32_t> ranks;
+  for (auto& n : view.servers)
+    ranks.push_back(n.rank);
+  auto backup = backup_of(primary, ranks);
+  BOOST_REQUIRE_NE(primary, backup);
+  auto index_of = [&](uint32_t rank) {
+    for (auto& n : view.servers)
+      if (n.rank == rank)
+        for (size_t i = 0; i < c.server_ports.size(); ++i)
+          if (c.server_ports[i] == n.port)
+            return i;
+    BOOST_FAIL("no server of rank " << rank);
+    return size_t{0};
+  };
+  auto to_primary = c.b.middleman().remote_actor(
+      "127.0.0.1", c.server_ports[index_of(primary)]);
+  BOOST_REQUIRE(to_primary);
+  auto& backup_node = *c.server_systems[index_of(backup)];
+  auto push_at = [&](uint64_t clock) {
+    return encode(push_request{v->first,
+                               clock,
+                               view.epoch,
+                               0,
+                               1,
+                               {{{1, 0}, std::vector<float>(1000, 1.0f)}}});
+  };
+  /// The reply to `id` if it comes within `wait`.
+  auto reply_within = [&](caf::message_id id, caf::timespan wait) {
+    std::optional<push_reply> out;
+    caf::blocking_actor::accept_one_cond rc;
+    c.self->varargs_receive(
+        rc, id,
+        [&](const frame& f) {
+          push_reply r;
+          BOOST_REQUIRE(!decode(f, r));
+          out = r;
+        },
+        [](caf::error& err) { BOOST_FAIL("push failed: " << describe(err)); },
+        caf::after(wait) >> [] {});
+    return out;
+  };
+  thread_holder holder;
+  bool checked = false;
+  // Until the primary mirrors the store on its backup (it copies it there
+  // first), a push is acknowledged without the backup: try again.
+  for (uint64_t clock = 0; clock < 50 && !checked; ++clock) {
+    holder.hold(backup_node);
+    auto f = push_at(clock);
+    auto first = c.self->request(*to_primary, 20s, push_atom_v, f).id();
+    if (reply_within(first, 300ms)) { // not mirrored yet
+      holder.release();
+      std::this_thread::sleep_for(100ms);
+      continue;
+    }
+    auto second = c.self->request(*to_primary, 20s, push_atom_v, f).id();
+    BOOST_CHECK_MESSAGE(!reply_within(second, 300ms),
+                        "the duplicate was acknowledged before the backup "
+                        "held the push");
+    holder.release();
+    auto a = reply_within(first, 20s), b = reply_within(second, 20s);
+    BOOST_REQUIRE(a && b);
+    BOOST_CHECK(!a->duplicate);
+    BOOST_CHECK(b->duplicate);
+    checked = true;
+  }
+  BOOST_REQUIRE_MESSAGE(checked, "the primary never mirrored on its backup");
+  auto got = c.worker(0).pull(0, {1});
+  BOOST_REQUIRE(got);
 }
 
 BOOST_AUTO_TEST_CASE(
