@@ -118,8 +118,21 @@ shard_store::push(const push_request& req,
   if (req.clock > max_clock)
     return caf::make_error(errc::malformed_message, "push at clock", req.clock,
                            "beyond", max_clock);
-  if (req.clock < wc.clock ||
-      (req.clock == wc.clock && wc.parts.count(req.part) != 0))
+  if (req.clock < wc.clock)
+    return push_reply{version_, true};
+  // A push resent under a newer view (a server died) is cut into parts
+  // anew: its parts replace those of the older cut, and slices an older
+  // part brought are not taken twice. An older cut's part that comes
+  // after a newer one is a duplicate: the newer cut brings every slice.
+  // (Cuts are known once a part came; after a restore they are not, and
+  // part numbers alone tell duplicates.)
+  bool recut = false;
+  if (req.clock == wc.clock && !wc.parts.empty() && wc.cut != 0) {
+    if (req.epoch < wc.cut)
+      return push_reply{version_, true};
+    recut = req.epoch > wc.cut;
+  }
+  if (req.clock == wc.clock && !recut && wc.parts.count(req.part) != 0)
     return push_reply{version_, true};
   if (req.clock > wc.clock && !wc.fresh)
     return caf::make_error(errc::clock_gap, "expected", wc.clock, "got",
@@ -133,20 +146,35 @@ shard_store::push(const push_request& req,
   if (req.clock > wc.clock) { // a fresh worker's first push: its clock
     wc.clock = req.clock;
     wc.parts.clear();
+    wc.taken.clear();
   }
   wc.fresh = false;
+  if (recut)
+    wc.parts.clear();
+  if (wc.parts.empty() || recut)
+    wc.cut = req.epoch;
+  // The slices no earlier part of this clock brought (a part may name a
+  // slice twice: each is added).
+  std::vector<slice_view> fresh_slices;
+  fresh_slices.reserve(slices.size());
+  for (auto& x : slices)
+    if (wc.taken.count(x.id) == 0)
+      fresh_slices.push_back(x);
+  for (auto& x : fresh_slices)
+    wc.taken.insert(x.id);
   if (mode_.kind == consistency::kind_t::sync)
-    add_to_round(req.clock, slices);
+    add_to_round(req.clock, fresh_slices);
   else
-    apply_now(slices);
+    apply_now(fresh_slices);
   wc.parts.insert(req.part);
   if (wc.parts.size() == req.parts) {
     wc.parts.clear();
+    wc.taken.clear();
     ++wc.clock;
     complete_rounds();
   }
   if (mode_.kind == consistency::kind_t::sync)
-    keep_borrowed(req.clock, slices);
+    keep_borrowed(req.clock, fresh_slices);
   return push_reply{version_, false};
 }
 

@@ -164,6 +164,10 @@ private:
   struct worker_clock {
     uint64_t clock = 0;
     std::set<uint32_t> parts; // parts seen of `clock`
+    /// View epoch of the cut those parts belong to; 0 = not known (none
+    /// came yet, or restored from a checkpoint).
+    uint64_t cut = 0;
+    std::set<slice_id> taken; // slices of `clock` taken (any cut)
     bool fresh = true;        // no push accepted since it (re)joined
   };
 
