@@ -298,14 +298,23 @@ std::vector<uint64_t> worker_ranks(const cluster_view& v) {
 }
 
 /// Forwards the owned slices and live workers of every replicated store,
-/// and between them what our own store restored from a checkpoint.
-void forward_layout(self_ptr self, frame restored) {
+/// and between them what our own store restored from a checkpoint;
+/// `kept`: the live workers but those whose rank a new process took (they
+/// leave first, then join anew).
+void forward_layout(self_ptr self, frame restored,
+                    const std::set<uint32_t>* kept = nullptr) {
+  auto ranks = worker_ranks(self->state.view);
   for (auto& h : self->state.stores) {
     forward(self, h, op_owned, frame{}, owned_triples(h.store), [] {});
     if (&h == &self->state.stores.front() && !restored.bytes.empty())
       forward(self, h, op_restore, std::move(restored), {}, [] {});
-    forward(self, h, op_workers, frame{}, worker_ranks(self->state.view),
-            [] {});
+    // Ranks taken by a new process leave first there too, as here: else
+    // the backup keeps the old process's clock, and drops as duplicates
+    // the pushes we take from the new one.
+    if (kept && kept->size() != ranks.size())
+      forward(self, h, op_workers, frame{}, {kept->begin(), kept->end()},
+              [] {});
+    forward(self, h, op_workers, frame{}, ranks, [] {});
   }
 }
 
@@ -918,7 +927,7 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   }
   st.view = std::move(v);
   update_backup(self);
-  forward_layout(self, restore_from_checkpoint(self));
+  forward_layout(self, restore_from_checkpoint(self), &kept);
   TROUPE_LOG(debug, who(self), "view ", st.view.epoch, ": ", owned.size(),
              " slices in ", st.stores.size(), " stores, ", workers.size(),
              " workers");
