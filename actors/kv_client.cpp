@@ -231,11 +231,10 @@ void apply_view(self_ptr self, cluster_view v) { // 3
                           [&s](const node_info& o) { return o == s; }))
       connect(self, s);
   }
-  // A server that left the view will not answer: its operations fail now,
-  // whether or not our own monitor noticed.
+  std::vector<uint32_t> gone;
   for (auto& [rank, h] : st.servers)
     if (kept.count(rank) == 0)
-      fail_inflight(self, rank);
+      gone.push_back(rank);
   st.servers = std::move(kept);
   bool worker_left = std::any_of(
       st.view.workers.begin(), st.view.workers.end(), [&v](const node_info& o) {
@@ -243,6 +242,11 @@ void apply_view(self_ptr self, cluster_view v) { // 3
                v.workers.end();
       });
   st.view = std::move(v);
+  // A server that left the view will not answer: its operations fail now,
+  // whether or not our own monitor noticed; once the view is whole, so
+  // that what they resend at once is cut under it and goes to its servers.
+  for (auto rank : gone)
+    fail_inflight(self, rank);
   flush_waiting(self);
   run_resends(self);
   if (worker_left && st.awaiting_init)
@@ -1133,9 +1137,14 @@ void join(self_ptr self) {
 void fail_inflight(self_ptr self, uint32_t rank) {
   auto err = caf::make_error(errc::peer_down, "server", rank);
   drop_road(self, rank, err);
+  // Failing an operation may resend it at once, which tracks it anew (in
+  // `inflight`): fail them after looking, not while.
+  std::vector<gather_ptr> failing;
   for (auto& [r, weak] : self->state.inflight)
     if (auto g = weak.lock(); g && r == rank)
-      g->fail(err);
+      failing.push_back(std::move(g));
+  for (auto& g : failing)
+    g->fail(err);
   reset_caf_window(self, rank); // what waited there has failed just now
 }
 
