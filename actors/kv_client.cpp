@@ -244,9 +244,13 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   st.view = std::move(v);
   // A server that left the view will not answer: its operations fail now,
   // whether or not our own monitor noticed; once the view is whole, so
-  // that what they resend at once is cut under it and goes to its servers.
+  // that what they resend is cut under it and goes to its servers. Their
+  // resends queue behind those already waiting (run_resends below keeps
+  // the order: a worker's push for clock c before its push for c + 1).
+  st.failing_departed = true;
   for (auto rank : gone)
     fail_inflight(self, rank);
+  st.failing_departed = false;
   flush_waiting(self);
   run_resends(self);
   if (worker_left && st.awaiting_init)
@@ -878,7 +882,7 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
     };
     auto fail = [done](caf::error err) { done(std::move(err)); };
     auto& st = self->state;
-    if (st.view.epoch > epoch) {
+    if (st.view.epoch > epoch && !st.failing_departed) {
       when_ready(self, again, fail);
       return;
     }

@@ -150,6 +150,9 @@ struct kv_client_state {
   };
   std::vector<resend> resends; // operations a dead server interrupted
   bool stopping = false;       // stop() runs: fail, never resend
+  /// apply_view fails the operations of departed servers: their resends
+  /// wait in `resends` behind those parked before, in order.
+  bool failing_departed = false;
   // Operations waiting on a server, failed at once if it goes down.
   std::vector<std::pair<uint32_t, std::weak_ptr<kv_gather>>> inflight;
   std::map<uint32_t, road_link> roads; // server rank -> its fast road

@@ -39,31 +39,37 @@ bool watch_time_left() {
   return steady::now() < until;
 }
 
-/// The watcher's turn, taken if nobody has it; gives it back when it ends.
+/// The watcher's turn, taken if nobody has it; given back when it ends.
 class watch_turn {
 public:
-  watch_turn() : mine_(!watch_taken.exchange(true)) {
-    if (!mine_)
-      return;
-    auto n = watching_now.fetch_add(1) + 1;
-    for (auto m = most_watching.load(); n > m;)
-      if (most_watching.compare_exchange_weak(m, n))
-        break;
-  }
+  watch_turn() : mine_(!watch_taken.exchange(true)) {}
   ~watch_turn() { end(); }
   watch_turn(const watch_turn&) = delete;
   watch_turn& operator=(const watch_turn&) = delete;
   bool mine() const { return mine_; }
   void end() {
-    if (!mine_)
-      return;
+    if (mine_)
+      watch_taken = false;
     mine_ = false;
-    watching_now.fetch_sub(1);
-    watch_taken = false;
   }
 
 private:
   bool mine_;
+};
+
+/// Counts this thread among those watching while it lives (for
+/// most_threads_watching, whatever the turns say).
+class watching_count {
+public:
+  watching_count() {
+    auto n = watching_now.fetch_add(1) + 1;
+    for (auto m = most_watching.load(); n > m;)
+      if (most_watching.compare_exchange_weak(m, n))
+        break;
+  }
+  ~watching_count() { watching_now.fetch_sub(1); }
+  watching_count(const watching_count&) = delete;
+  watching_count& operator=(const watching_count&) = delete;
 };
 
 class watching_sharing : public caf::policy::work_sharing {
@@ -77,20 +83,25 @@ public:
     if (!turn.mine())
       return work_sharing::dequeue(self);
     auto& data = d(self->parent());
-    for (bool watched = false; watch_time_left(); watched = true) {
-      {
-        std::unique_lock<std::mutex> guard{data.lock};
-        if (!data.queue.empty()) {
-          auto* job = data.queue.front();
-          data.queue.pop_front();
-          if (watched)
-            found_watching.fetch_add(1, std::memory_order_relaxed);
-          return job;
+    bool watched = false;
+    {
+      watching_count counted;
+      for (; watch_time_left(); watched = true) {
+        {
+          std::unique_lock<std::mutex> guard{data.lock};
+          if (!data.queue.empty()) {
+            auto* job = data.queue.front();
+            data.queue.pop_front();
+            if (watched)
+              found_watching.fetch_add(1, std::memory_order_relaxed);
+            return job;
+          }
         }
+        std::this_thread::yield();
       }
-      std::this_thread::yield();
     }
-    gave_up_watching.fetch_add(1, std::memory_order_relaxed);
+    if (watched)
+      gave_up_watching.fetch_add(1, std::memory_order_relaxed);
     turn.end();
     return work_sharing::dequeue(self);
   }

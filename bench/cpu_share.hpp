@@ -8,6 +8,7 @@
 
 #include <sched.h>
 
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -38,8 +39,10 @@ inline cpu_times parse_cpu_times(const std::string& stat,
     int n = std::sscanf(
         line.c_str(), "cpu%u %llu %llu %llu %llu %llu %llu %llu %llu", &cpu,
         &user, &nice, &sys, &idle, &iowait, &irq, &softirq, &steal);
-    if (n < 5 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &mask))
-      continue; // the "cpu" total line, other lines, CPUs not ours
+    // "cpu  ..." (the total) would match too: %u skips the blanks.
+    bool numbered = line.size() > 3 && std::isdigit((unsigned char)line[3]);
+    if (!numbered || n < 5 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &mask))
+      continue; // the total line, other lines, CPUs not ours
     t.busy += user + nice + sys + irq + softirq; // guest time is in user
     t.idle += idle + iowait;
     t.steal += steal;

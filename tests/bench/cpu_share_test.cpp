@@ -50,6 +50,18 @@ BOOST_AUTO_TEST_CASE(a_pinned_process_sees_its_own_cpus_only) {
   BOOST_CHECK_EQUAL(t.steal, 10u);
 }
 
+BOOST_AUTO_TEST_CASE(the_total_line_never_counts_as_a_cpu) {
+  // A young machine: the total's user jiffies (1) read as a CPU number
+  // would add the total to CPU 1's.
+  const std::string young = "cpu  1 0 2 30 0 0 0 0 0 0\n"
+                            "cpu0 0 0 1 10 0 0 0 0 0 0\n"
+                            "cpu1 1 0 1 20 0 0 0 0 0 0\n";
+  auto t = parse_cpu_times(young, cpus({0, 1}));
+  BOOST_REQUIRE(t.ok);
+  BOOST_CHECK_EQUAL(t.busy, 3u);
+  BOOST_CHECK_EQUAL(t.idle, 30u);
+}
+
 BOOST_AUTO_TEST_CASE(no_cpu_of_ours_or_no_cpu_lines_is_unknown) {
   BOOST_CHECK(!parse_cpu_times(stat_text, cpus({5})).ok);
   BOOST_CHECK(!parse_cpu_times("intr 1 2 3\n", cpus({0})).ok);
