@@ -70,6 +70,8 @@ void shard_store::set_workers(const std::set<uint32_t>& live) {
         if (mode_.kind == consistency::kind_t::sync && wc.clock < start) {
           wc.clock = start;
           wc.parts.clear();
+          wc.cut = 0;
+          wc.taken.clear();
         }
         workers_[w] = std::move(wc);
       } else {
@@ -375,10 +377,16 @@ store_snapshot shard_store::snapshot() const {
   out.rounds = rounds_applied_;
   bool sync = mode_.kind == consistency::kind_t::sync;
   for (auto& [w, wc] : workers_) {
-    worker_snapshot ws{w, wc.clock, {wc.parts.begin(), wc.parts.end()}};
+    worker_snapshot ws{w,
+                       wc.clock,
+                       {wc.parts.begin(), wc.parts.end()},
+                       wc.cut,
+                       {wc.taken.begin(), wc.taken.end()}};
     if (sync) { // cut at the rounds applied
       ws.clock = std::min(wc.clock, rounds_applied_);
       ws.parts.clear();
+      ws.cut = 0;
+      ws.taken.clear();
     }
     out.workers.push_back(std::move(ws));
   }
@@ -407,6 +415,8 @@ shard_store::restore(uint64_t version, uint64_t rounds,
     worker_clock wc;
     wc.clock = w.clock;
     wc.parts.insert(w.parts.begin(), w.parts.end());
+    wc.cut = w.cut;
+    wc.taken.insert(w.taken.begin(), w.taken.end());
     auto i = workers_.find(w.rank);
     if (i != workers_.end() && i->second.fresh)
       i->second = std::move(wc);
@@ -418,6 +428,8 @@ shard_store::restore(uint64_t version, uint64_t rounds,
       if (wc.fresh && wc.clock < rounds_applied_) {
         wc.clock = rounds_applied_;
         wc.parts.clear();
+        wc.cut = 0;
+        wc.taken.clear();
       }
   size_t n = 0;
   for (auto& [id, s] : slices_) {

@@ -28,6 +28,13 @@ struct WorkerClock {
   rank  @0 :UInt32;
   clock @1 :UInt64;        # clocks pushed whole
   parts @2 :List(UInt32);  # parts seen of `clock` (async, ssp)
+  cut   @3 :UInt64;        # view epoch those parts were cut under; 0 = unknown
+  taken @4 :List(TakenSlice); # slices of `clock` taken so far
+}
+
+struct TakenSlice {
+  key   @0 :UInt64;
+  index @1 :UInt32;
 }
 
 struct StoreState {

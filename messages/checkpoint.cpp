@@ -86,6 +86,12 @@ void write_store(schema::StoreState::Builder b, const store_snapshot& x) {
     auto ps = ws[i].initParts(static_cast<unsigned>(w.parts.size()));
     for (unsigned j = 0; j < w.parts.size(); ++j)
       ps.set(j, w.parts[j]);
+    ws[i].setCut(w.cut);
+    auto ts = ws[i].initTaken(static_cast<unsigned>(w.taken.size()));
+    for (unsigned j = 0; j < w.taken.size(); ++j) {
+      ts[j].setKey(w.taken[j].key);
+      ts[j].setIndex(w.taken[j].index);
+    }
   }
   auto ss = b.initSlices(static_cast<unsigned>(x.slices.size()));
   for (unsigned i = 0; i < x.slices.size(); ++i) {
@@ -113,9 +119,14 @@ caf::error read_store(schema::StoreState::Reader r, store_snapshot& x) {
   for (auto w : r.getWorkers()) {
     if (!ranks.insert(w.getRank()).second)
       return bad("a worker twice in a checkpointed store");
-    worker_snapshot ws{w.getRank(), w.getClock(), {}};
+    worker_snapshot ws{w.getRank(), w.getClock(), {}, w.getCut(), {}};
     for (auto p : w.getParts())
       ws.parts.push_back(p);
+    std::set<slice_id> taken;
+    for (auto t : w.getTaken())
+      if (!taken.insert(slice_id{t.getKey(), t.getIndex()}).second)
+        return bad("a slice taken twice by a checkpointed worker");
+    ws.taken.assign(taken.begin(), taken.end());
     x.workers.push_back(std::move(ws));
   }
   std::set<slice_id> seen;

@@ -34,6 +34,11 @@ struct worker_snapshot {
   uint32_t rank = 0;
   uint64_t clock = 0;
   std::vector<uint32_t> parts;
+  /// View epoch the parts were cut under (0 = not known) and the slices
+  /// of `clock` they brought: a push resent under a newer view is cut
+  /// anew, and these tell which of its slices are taken already.
+  uint64_t cut = 0;
+  std::vector<slice_id> taken;
 };
 
 /// One store of a server.

@@ -3,6 +3,7 @@
 #define BOOST_TEST_MODULE shard_store_tests
 #include <boost/test/unit_test.hpp>
 
+#include <map>
 #include <vector>
 
 #include "actors/server_optimizer.hpp"
@@ -282,6 +283,33 @@ BOOST_AUTO_TEST_CASE(
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_copy_taken_mid_clock_treats_a_new_cut_as_the_original) {
+  // A backup copied (or a checkpoint taken) while worker 0's clock 0 was
+  // half in: the copy must know the cut and the slices taken, or a push
+  // resent under a newer view diverges there (b lost, a twice).
+  auto s = three_slices("async");
+  BOOST_REQUIRE(s.push(part_of(0, 0, 1, 0, 2, {a})));
+  auto snap = s.snapshot();
+  auto t = three_slices("async"); // a fresh copy: same values, then state
+  std::map<slice_id, const slice_snapshot*> by_id;
+  for (auto& x : snap.slices)
+    by_id[x.id] = &x;
+  t.set_owned({}); // values come from the snapshot
+  t.set_owned({{a, 1}, {b, 1}, {c3, 1}});
+  BOOST_REQUIRE_EQUAL(t.restore(snap.version, snap.rounds, snap.workers, by_id),
+                      3u);
+  for (auto* st : {&s, &t}) {
+    BOOST_REQUIRE(st->push(part_of(0, 0, 2, 0, 3, {b})));
+    BOOST_REQUIRE(st->push(part_of(0, 0, 2, 1, 3, {a})));
+    BOOST_REQUIRE(st->push(part_of(0, 0, 2, 2, 3, {c3})));
+    BOOST_CHECK_EQUAL(st->clock_of(0), 1u);
+    for (auto id : {a, b, c3})
+      BOOST_CHECK_MESSAGE(one(*st, id) == 1.0f, (st == &s ? "original" : "copy")
+                                                    << ": slice " << id.key
+                                                    << " is " << one(*st, id));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(an_older_cuts_part_after_a_newer_one_is_a_duplicate) {
   auto s = three_slices("async");
   BOOST_REQUIRE(s.push(part_of(0, 0, 2, 0, 2, {a, b})));
@@ -322,7 +350,9 @@ BOOST_AUTO_TEST_CASE(a_rank_joining_after_resumed_rounds_went_on_starts_there) {
   // round 8 alone, then rank 1 joins with the clock the checkpoint had.
   shard_store s{*parse_consistency("sync")};
   s.set_owned({{a, 3}});
-  s.restore(5, 5, {worker_snapshot{0, 5, {}}, worker_snapshot{1, 5, {}}}, {});
+  s.restore(
+      5, 5,
+      {worker_snapshot{0, 5, {}, 0, {}}, worker_snapshot{1, 5, {}, 0, {}}}, {});
   s.set_workers({0});
   BOOST_REQUIRE(!s.init(init_request{0, 1, {{a, {0, 0, 0}}}}));
   for (uint64_t c = 5; c < 8; ++c)

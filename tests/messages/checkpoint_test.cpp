@@ -48,7 +48,7 @@ checkpoint_data sample_checkpoint() {
   a.origin = 1;
   a.version = 42;
   a.rounds = 40;
-  a.workers = {{0, 41, {}}, {3, 40, {0, 2, 5}}};
+  a.workers = {{0, 41, {}, 0, {}}, {3, 40, {0, 2, 5}, 9, {{5, 0}, {5, 1}}}};
   a.slices.push_back({{5, 0},
                       4,
                       true,
@@ -62,7 +62,7 @@ checkpoint_data sample_checkpoint() {
   b.origin = 0;
   b.version = 100;
   b.rounds = 0;
-  b.workers = {{2, 99, {1}}};
+  b.workers = {{2, 99, {1}, 4, {}}};
   b.slices.push_back({{6, 0},
                       5,
                       true,
@@ -108,6 +108,8 @@ void check_same(const store_snapshot& x, const store_snapshot& y) {
     BOOST_CHECK_EQUAL(x.workers[i].rank, y.workers[i].rank);
     BOOST_CHECK_EQUAL(x.workers[i].clock, y.workers[i].clock);
     BOOST_CHECK(x.workers[i].parts == y.workers[i].parts);
+    BOOST_CHECK_EQUAL(x.workers[i].cut, y.workers[i].cut);
+    BOOST_CHECK(x.workers[i].taken == y.workers[i].taken);
   }
   BOOST_REQUIRE_EQUAL(x.slices.size(), y.slices.size());
   for (size_t i = 0; i < x.slices.size(); ++i)
@@ -219,6 +221,9 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_keeps_every_field_through_encode_decode) {
   BOOST_CHECK(y.stores[0].slices[1].values.empty());
   BOOST_CHECK(y.stores[1].slices[1].state[0].empty());
   BOOST_CHECK(y.stores[0].workers[1].parts == (std::vector<uint32_t>{0, 2, 5}));
+  BOOST_CHECK_EQUAL(y.stores[0].workers[1].cut, 9u);
+  BOOST_CHECK(y.stores[0].workers[1].taken ==
+              (std::vector<slice_id>{{5, 0}, {5, 1}}));
   BOOST_CHECK_EQUAL(y.stores[1].slices[0].values[4], -5.0f);
 }
 
@@ -251,8 +256,11 @@ BOOST_AUTO_TEST_CASE(a_store_or_a_worker_twice_is_malformed) {
   x.stores[1].id = x.stores[0].id;
   BOOST_CHECK(rejected(x));
   auto y = sample_checkpoint();
-  y.stores[0].workers.push_back({3, 1, {}});
+  y.stores[0].workers.push_back({3, 1, {}, 0, {}});
   BOOST_CHECK(rejected(y));
+  auto z = sample_checkpoint(); // a slice taken twice in one clock
+  z.stores[0].workers[1].taken.push_back({5, 0});
+  BOOST_CHECK(rejected(z));
 }
 
 BOOST_AUTO_TEST_CASE(values_of_another_length_than_floats_are_malformed) {
