@@ -238,6 +238,15 @@ void no_delay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+void keep_alive(int fd) {
+  int one = 1, idle = road_keepalive_idle_s, gap = road_keepalive_gap_s,
+      probes = road_keepalive_probes;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &gap, sizeof(gap));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+}
+
 caf::expected<sockaddr_in> ipv4_of(const std::string& host, uint16_t port) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
@@ -428,8 +437,10 @@ road_conn::road_conn(int fd, road_kind kind, uint32_t send_timeout_ms)
     : fd_(fd), read_fd_(fd), write_fd_(fd), send_timeout_ms_(send_timeout_ms),
       kind_(kind), serial_(next_serial++) {
   set_timeout(fd_, SO_SNDTIMEO, send_timeout_ms);
-  if (kind_ == road_kind::tcp)
+  if (kind_ == road_kind::tcp) {
     no_delay(fd_);
+    keep_alive(fd_);
+  }
 }
 
 road_conn::~road_conn() {

@@ -86,6 +86,14 @@
 
 namespace troupe {
 
+/// TCP keepalive on tcp roads: a peer whose machine vanished (a crash, a
+/// partition) sends no FIN, and nothing may be written to it for long;
+/// probes after this much idle time, this far apart, this many unanswered,
+/// end the connection (its reader, socket and buffers with it) ~16 s on.
+constexpr int road_keepalive_idle_s = 10;
+constexpr int road_keepalive_gap_s = 2;
+constexpr int road_keepalive_probes = 3;
+
 /// Which road kv frames take.
 enum class road_kind : uint8_t { middleman, tcp, shm };
 

@@ -4,6 +4,10 @@
 #define BOOST_TEST_MODULE road_tests
 #include <boost/test/unit_test.hpp>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -708,6 +712,26 @@ BOOST_AUTO_TEST_CASE(
   expect_echo(peer.fd, 5, small);
   expect_echo(peer.fd, 6, rest);
   BOOST_CHECK_EQUAL(road_corked_messages(), corked0);
+}
+
+BOOST_AUTO_TEST_CASE(tcp_roads_probe_a_peer_that_stays_silent) {
+  // A peer whose machine vanished sends no FIN: keepalive ends the road.
+  auto l = start_echo_listener();
+  auto box = std::make_shared<inbox>();
+  auto c = road_dial("127.0.0.1", l->info(), road_kind::tcp, 0, 2000,
+                     inbox::on_msg(box), inbox::on_down(box));
+  BOOST_REQUIRE_MESSAGE(c, why(c));
+  auto opt = [&](int level, int name) {
+    int v = -1;
+    socklen_t n = sizeof(v);
+    BOOST_REQUIRE_EQUAL(::getsockopt((*c)->fd(), level, name, &v, &n), 0);
+    return v;
+  };
+  BOOST_CHECK_EQUAL(opt(SOL_SOCKET, SO_KEEPALIVE), 1);
+  BOOST_CHECK_EQUAL(opt(IPPROTO_TCP, TCP_KEEPIDLE), road_keepalive_idle_s);
+  BOOST_CHECK_EQUAL(opt(IPPROTO_TCP, TCP_KEEPINTVL), road_keepalive_gap_s);
+  BOOST_CHECK_EQUAL(opt(IPPROTO_TCP, TCP_KEEPCNT), road_keepalive_probes);
+  (*c)->close();
 }
 
 BOOST_AUTO_TEST_CASE(a_silent_peer_does_not_hold_up_other_connections) {
