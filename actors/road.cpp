@@ -484,7 +484,10 @@ void road_conn::start(road_handler on_msg, road_down_handler on_down) {
   stream_ = std::make_unique<road_stream>(read_fd_);
   on_msg_ = std::move(on_msg);
   on_down_ = std::move(on_down);
-  reader_ = std::thread{[self = shared_from_this()] { self->read_loop(); }};
+  reader_ = std::thread{[self = shared_from_this()] {
+    self->reader_id_ = std::this_thread::get_id();
+    self->read_loop();
+  }};
 }
 
 void road_conn::start_accepted(uint32_t timeout_ms, road_handler on_msg,
@@ -493,6 +496,7 @@ void road_conn::start_accepted(uint32_t timeout_ms, road_handler on_msg,
   on_msg_ = std::move(on_msg);
   on_down_ = std::move(on_down);
   reader_ = std::thread{[self = shared_from_this(), timeout_ms] {
+    self->reader_id_ = std::this_thread::get_id();
     if (auto err = accept_hello(*self, timeout_ms)) {
       TROUPE_LOG(warning, "road", "refused a connection: ", describe(err));
       self->fail(err);
@@ -698,7 +702,10 @@ void road_conn::close() {
   if (!closed_.exchange(true))
     shut_down();
   wake_reader();
-  if (reader_.joinable() && reader_.get_id() != std::this_thread::get_id())
+  if (reader_id_.load() == std::this_thread::get_id())
+    return; // the reader itself: it ends on its own
+  std::lock_guard<std::mutex> guard{join_mtx_}; // one joins, others wait
+  if (reader_.joinable())
     reader_.join();
 }
 

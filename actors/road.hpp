@@ -341,7 +341,9 @@ private:
   road_handler on_msg_;
   road_down_handler on_down_;
   std::thread reader_;
-  std::unique_ptr<road_stream> stream_; // read under the turn
+  std::atomic<std::thread::id> reader_id_{}; // set by the reader itself
+  std::mutex join_mtx_;                      // close() from several threads
+  std::unique_ptr<road_stream> stream_;      // read under the turn
   mutable std::mutex turn_mtx_;
   std::condition_variable turn_cv_;
   turn turn_ = turn::reader;  // turn_mtx_

@@ -734,6 +734,23 @@ BOOST_AUTO_TEST_CASE(tcp_roads_probe_a_peer_that_stays_silent) {
   (*c)->close();
 }
 
+BOOST_AUTO_TEST_CASE(closing_from_two_threads_at_once_ends_cleanly) {
+  // close() promises to be safe from any thread, more than once: two at
+  // once both found the reader joinable and joined it twice.
+  auto l = start_echo_listener();
+  for (int round = 0; round < 100; ++round) {
+    auto box = std::make_shared<inbox>();
+    auto c = road_dial("127.0.0.1", l->info(), road_kind::tcp, 0, 2000,
+                       inbox::on_msg(box), inbox::on_down(box));
+    BOOST_REQUIRE_MESSAGE(c, why(c));
+    auto conn = *c;
+    std::thread other{[conn] { conn->close(); }};
+    conn->close();
+    other.join();
+    BOOST_REQUIRE(conn->closed());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_silent_peer_does_not_hold_up_other_connections) {
   auto l = start_echo_listener(5000);
   raw_peer silent{*l, false};
