@@ -67,12 +67,8 @@ void shard_store::set_workers(const std::set<uint32_t>& live) {
         // Sync rounds went on without it meanwhile: as restore() does for
         // the workers live then, it starts at the rounds applied (its
         // pushes for those would sit in rounds never applied).
-        if (mode_.kind == consistency::kind_t::sync && wc.clock < start) {
-          wc.clock = start;
-          wc.parts.clear();
-          wc.cut = 0;
-          wc.taken.clear();
-        }
+        if (mode_.kind == consistency::kind_t::sync && wc.clock < start)
+          wc.start_at(start);
         workers_[w] = std::move(wc);
       } else {
         workers_[w].clock = start;
@@ -145,11 +141,8 @@ shard_store::push(const push_request& req,
     if (!slices_[x.id].ready)
       return caf::make_error(errc::unknown_key, "slice not initialised",
                              x.id.key, x.id.index);
-  if (req.clock > wc.clock) { // a fresh worker's first push: its clock
-    wc.clock = req.clock;
-    wc.parts.clear();
-    wc.taken.clear();
-  }
+  if (req.clock > wc.clock) // a fresh worker's first push: its clock
+    wc.start_at(req.clock);
   wc.fresh = false;
   if (recut)
     wc.parts.clear();
@@ -170,9 +163,7 @@ shard_store::push(const push_request& req,
     apply_now(fresh_slices);
   wc.parts.insert(req.part);
   if (wc.parts.size() == req.parts) {
-    wc.parts.clear();
-    wc.taken.clear();
-    ++wc.clock;
+    wc.start_at(wc.clock + 1);
     complete_rounds();
   }
   if (mode_.kind == consistency::kind_t::sync)
@@ -425,12 +416,8 @@ shard_store::restore(uint64_t version, uint64_t rounds,
   }
   if (mode_.kind == consistency::kind_t::sync) // no one starts below a round
     for (auto& [w, wc] : workers_)
-      if (wc.fresh && wc.clock < rounds_applied_) {
-        wc.clock = rounds_applied_;
-        wc.parts.clear();
-        wc.cut = 0;
-        wc.taken.clear();
-      }
+      if (wc.fresh && wc.clock < rounds_applied_)
+        wc.start_at(rounds_applied_);
   size_t n = 0;
   for (auto& [id, s] : slices_) {
     auto i = slices.find(id);

@@ -169,6 +169,13 @@ private:
     uint64_t cut = 0;
     std::set<slice_id> taken; // slices of `clock` taken (any cut)
     bool fresh = true;        // no push accepted since it (re)joined
+    /// At clock `c` with nothing of it taken yet.
+    void start_at(uint64_t c) {
+      clock = c;
+      parts.clear();
+      cut = 0;
+      taken.clear();
+    }
   };
 
   caf::error check_slices(const std::vector<slice_view>& xs) const;
