@@ -28,10 +28,8 @@ std::atomic<int64_t> watch_us{0};
 std::atomic<steady::rep> watch_until{0};
 std::atomic<uint64_t> found_watching{0};
 std::atomic<uint64_t> gave_up_watching{0};
-/// One thread of the process watches at a time; the others sleep, and
-/// CAF wakes one of them if more work comes than the watcher takes.
+/// One thread of the process watches at a time; the others sleep.
 std::atomic<bool> watch_taken{false};
-std::atomic<uint32_t> watching_now{0};
 std::atomic<uint32_t> most_watching{0};
 
 bool watch_time_left() {
@@ -57,23 +55,40 @@ private:
   bool mine_;
 };
 
-/// Counts this thread among those watching while it lives (for
-/// most_threads_watching, whatever the turns say).
-class watching_count {
-public:
-  watching_count() {
-    auto n = watching_now.fetch_add(1) + 1;
-    for (auto m = most_watching.load(); n > m;)
-      if (most_watching.compare_exchange_weak(m, n))
-        break;
-  }
-  ~watching_count() { watching_now.fetch_sub(1); }
-  watching_count(const watching_count&) = delete;
-  watching_count& operator=(const watching_count&) = delete;
-};
-
 class watching_sharing : public caf::policy::work_sharing {
 public:
+  /// CAF's data, and how many threads watch its queue now (under `lock`):
+  /// a job enqueued meanwhile wakes no sleeping thread, a watcher takes it.
+  struct coordinator_data : work_sharing::coordinator_data {
+    using work_sharing::coordinator_data::coordinator_data;
+    uint32_t watching = 0;
+  };
+
+  template <class Coordinator>
+  void enqueue(Coordinator* self, caf::resumable* job) {
+    auto& data = d(self);
+    std::unique_lock<std::mutex> guard{data.lock};
+    data.queue.push_back(job);
+    if (data.watching == 0)
+      data.cv.notify_one();
+  }
+  template <class Coordinator>
+  void central_enqueue(Coordinator* self, caf::resumable* job) {
+    enqueue(self, job);
+  }
+  template <class Worker>
+  void external_enqueue(Worker* self, caf::resumable* job) {
+    enqueue(self->parent(), job);
+  }
+  template <class Worker>
+  void internal_enqueue(Worker* self, caf::resumable* job) {
+    enqueue(self->parent(), job);
+  }
+  template <class Worker>
+  void resume_job_later(Worker* self, caf::resumable* job) {
+    enqueue(self->parent(), job);
+  }
+
   template <class Worker> caf::resumable* dequeue(Worker* self) {
     // Past the deadline (the usual case), or with another thread watching,
     // CAF's dequeue looks at the queue itself before it sleeps.
@@ -83,27 +98,35 @@ public:
     if (!turn.mine())
       return work_sharing::dequeue(self);
     auto& data = d(self->parent());
-    bool watched = false;
     {
-      watching_count counted;
-      for (; watch_time_left(); watched = true) {
-        {
-          std::unique_lock<std::mutex> guard{data.lock};
-          if (!data.queue.empty()) {
-            auto* job = data.queue.front();
-            data.queue.pop_front();
-            if (watched)
-              found_watching.fetch_add(1, std::memory_order_relaxed);
-            return job;
-          }
-        }
-        std::this_thread::yield();
-      }
+      std::unique_lock<std::mutex> guard{data.lock};
+      auto n = ++data.watching;
+      for (auto m = most_watching.load(); n > m;)
+        if (most_watching.compare_exchange_weak(m, n))
+          break;
     }
-    if (watched)
-      gave_up_watching.fetch_add(1, std::memory_order_relaxed);
-    turn.end();
-    return work_sharing::dequeue(self);
+    for (bool watched = false;; watched = true) {
+      std::unique_lock<std::mutex> guard{data.lock};
+      if (!data.queue.empty()) {
+        auto* job = data.queue.front();
+        data.queue.pop_front();
+        --data.watching;
+        if (!data.queue.empty()) // more than we take: wake a sleeper
+          data.cv.notify_one();
+        if (watched)
+          found_watching.fetch_add(1, std::memory_order_relaxed);
+        return job;
+      }
+      if (!watch_time_left()) {
+        --data.watching; // later jobs wake a thread, as CAF's do
+        guard.unlock();
+        gave_up_watching.fetch_add(1, std::memory_order_relaxed);
+        turn.end();
+        return work_sharing::dequeue(self);
+      }
+      guard.unlock();
+      std::this_thread::yield();
+    }
   }
 };
 
@@ -138,6 +161,10 @@ void expect_work_soon() {
     watch_until = (steady::now() + std::chrono::microseconds{us})
                       .time_since_epoch()
                       .count();
+}
+
+bool watch_armed() {
+  return watch_time_left();
 }
 
 uint64_t jobs_found_watching() {

@@ -21,7 +21,8 @@ namespace troupe {
 /// CAF's work sharing, where a thread out of jobs within the watch time of
 /// the last expect_work_soon() watches the job queue until then (yielding
 /// the core to any other thread meanwhile) instead of sleeping; one thread
-/// of the process at a time, the others sleep. `watch`
+/// of the process at a time, the others sleep, and a job enqueued while it
+/// watches wakes none of them (the watcher takes it). `watch`
 /// gives the watch time from the config the system starts with (after the
 /// command line is read; `cfg`, or where it moved); 0 = CAF's work sharing
 /// as it is. A policy other than `sharing` (--scheduler.policy) gets CAF's
@@ -41,12 +42,16 @@ void use_watching_scheduler(
 /// Does nothing without a watching scheduler.
 void expect_work_soon();
 
+/// True while threads may watch: the watch time of the last
+/// expect_work_soon() has not run out.
+bool watch_armed();
+
 /// Jobs that threads of such schedulers found while watching, i.e. that
 /// woke no thread, over the process's life (to see that watching works).
 uint64_t jobs_found_watching();
 
-/// Times a thread of such a scheduler watched until its watch ran out and
-/// then went to sleep, over the process's life.
+/// Times a thread of such a scheduler took the watch and kept it until the
+/// watch time ran out, then went to sleep, over the process's life.
 uint64_t watches_given_up();
 
 /// The most threads that watched at once, over the process's life: one
