@@ -42,10 +42,43 @@ kernel_status dense_backward_cpu(const float* x, const float* w,
   if (dx)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(batch), int(in),
                 int(out), 1.0f, dy, int(out), w, int(out), 0.0f, dx, int(in));
+  return dense_bias_grad_cpu(dy, db, batch, out);
+}
+
+kernel_status dense_bias_grad_cpu(const float* dy, float* db, size_t batch,
+                                  size_t out) {
+  if (!dy || !db || !valid_dims(batch, 1, out))
+    return kernel_status::bad_input;
   std::fill(db, db + out, 0.0f);
   for (size_t i = 0; i < batch; ++i)
     for (size_t j = 0; j < out; ++j)
       db[j] += dy[i * out + j];
+  return kernel_status::ok;
+}
+
+kernel_status dense_forward_block_cpu(const float* x, size_t ldx,
+                                      const float* w, float* y, size_t batch,
+                                      size_t rows, size_t out) {
+  if (!x || !w || !y || !valid_dims(batch, rows, out) ||
+      !valid_dims(1, ldx, 1) || ldx < rows)
+    return kernel_status::bad_input;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(batch), int(out),
+              int(rows), 1.0f, x, int(ldx), w, int(out), 1.0f, y, int(out));
+  return kernel_status::ok;
+}
+
+kernel_status dense_backward_block_cpu(const float* x, size_t ldx,
+                                       const float* w, const float* dy,
+                                       float* dx, float* dw, size_t batch,
+                                       size_t rows, size_t out) {
+  if (!x || !w || !dy || !dw || !valid_dims(batch, rows, out) ||
+      !valid_dims(1, ldx, 1) || ldx < rows)
+    return kernel_status::bad_input;
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(rows), int(out),
+              int(batch), 1.0f, x, int(ldx), dy, int(out), 0.0f, dw, int(out));
+  if (dx)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(batch), int(rows),
+                int(out), 1.0f, dy, int(out), w, int(out), 0.0f, dx, int(ldx));
   return kernel_status::ok;
 }
 

@@ -25,6 +25,28 @@ kernel_status dense_backward_cpu(const float* x, const float* w,
                                  float* db, size_t batch, size_t in,
                                  size_t out);
 
+/// Row-block forms, for a weight matrix stored as blocks of its rows (each
+/// block's push can then leave while the next block's gradient is made).
+/// Block k holds rows [r0, r0 + rows) of W; `x` points at column r0 of the
+/// input, whose rows are `ldx` floats apart (ldx >= rows).
+/// y += x[:, r0:r0+rows] W_k (y: batch x out, already holding the bias and
+/// any other blocks' terms).
+kernel_status dense_forward_block_cpu(const float* x, size_t ldx,
+                                      const float* w, float* y, size_t batch,
+                                      size_t rows, size_t out);
+
+/// dw = x[:, r0:r0+rows]^T dy (rows x out, overwritten) and, if dx is not
+/// null, dx[:, r0:r0+rows] = dy W_k^T (dx: column r0 of a batch x ldx
+/// matrix, those columns overwritten). Sizes as dense_forward_block_cpu.
+kernel_status dense_backward_block_cpu(const float* x, size_t ldx,
+                                       const float* w, const float* dy,
+                                       float* dx, float* dw, size_t batch,
+                                       size_t rows, size_t out);
+
+/// db = column sums of dy (batch x out), overwritten.
+kernel_status dense_bias_grad_cpu(const float* dy, float* db, size_t batch,
+                                  size_t out);
+
 /// Tensor form of dense_forward_cpu: x is read as x.rows() x x.cols(), w must
 /// be rank 2 with w.rows() == x.cols(), b must hold w.cols() values, else
 /// shape_mismatch. y is resized to {x.rows(), w.cols()}.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <utility>
 
 #include "kernels/activations.hpp"
@@ -86,32 +87,73 @@ std::optional<model> model::from_spec(const std::string& spec,
   model m;
   m.spec_ = spec;
   for (size_t i = 0; i + 1 < sizes.size(); ++i) {
-    auto in = sizes[i], out = sizes[i + 1];
-    m.layers_.push_back(layer{tensor({in, out}), tensor({out}),
-                              tensor({in, out}), tensor({out})});
+    layer L;
+    L.in = sizes[i];
+    L.out = sizes[i + 1];
+    L.b = tensor({L.out});
+    L.db = tensor({L.out});
+    split_rows(L, 1);
+    m.layers_.push_back(std::move(L));
   }
   m.acts_.resize(sizes.size());
   return m;
 }
 
+void model::split_rows(layer& L, size_t blocks) {
+  // The whole matrix, row-major, from the blocks as they are.
+  std::vector<float> all;
+  all.reserve(L.in * L.out);
+  for (auto& t : L.w)
+    all.insert(all.end(), t.data(), t.data() + t.size());
+  all.resize(L.in * L.out, 0.0f);
+  L.w.clear();
+  L.dw.clear();
+  L.first.clear();
+  for (size_t k = 0; k <= blocks; ++k)
+    L.first.push_back(k * L.in / blocks);
+  for (size_t k = 0; k < blocks; ++k) {
+    auto r0 = L.first[k], rows = L.first[k + 1] - r0;
+    L.w.emplace_back(std::vector<size_t>{rows, L.out},
+                     std::vector<float>(all.begin() + r0 * L.out,
+                                        all.begin() + (r0 + rows) * L.out));
+    L.dw.emplace_back(std::vector<size_t>{rows, L.out});
+  }
+}
+
+void model::set_row_blocks(size_t max_floats) {
+  for (auto& L : layers_) {
+    size_t blocks = 1;
+    if (max_floats > 0 && L.in * L.out > max_floats)
+      blocks = std::min(L.in, (L.in * L.out + max_floats - 1) / max_floats);
+    if (blocks != L.w.size())
+      split_rows(L, blocks);
+  }
+}
+
 size_t model::input_size() const {
-  return layers_.front().w.rows();
+  return layers_.front().in;
 }
 
 size_t model::output_size() const {
-  return layers_.back().w.cols();
+  return layers_.back().out;
 }
 
 void model::init_parameters(uint64_t seed) {
+  std::vector<float> w;
   for (size_t l = 0; l < layers_.size(); ++l) {
-    auto& w = layers_[l].w;
+    auto& L = layers_[l];
+    w.assign(L.in * L.out, 0.0f);
     auto layer_seed = derive_seed(seed, l);
     // Each call below only fails for fan_in == 0, which from_spec excludes.
+    // The whole matrix at once: its values do not depend on the blocks.
     if (l + 1 < layers_.size())
-      he_normal_cpu(w.data(), w.size(), w.rows(), layer_seed);
+      he_normal_cpu(w.data(), w.size(), L.in, layer_seed);
     else
-      xavier_uniform_cpu(w.data(), w.size(), w.rows(), w.cols(), layer_seed);
-    layers_[l].b = tensor(layers_[l].b.shape());
+      xavier_uniform_cpu(w.data(), w.size(), L.in, L.out, layer_seed);
+    for (size_t k = 0; k < L.w.size(); ++k)
+      std::copy(w.begin() + L.first[k] * L.out,
+                w.begin() + L.first[k + 1] * L.out, L.w[k].data());
+    L.b = tensor(L.b.shape());
   }
 }
 
@@ -121,28 +163,55 @@ kernel_status model::forward(const float* x, size_t batch) {
   acts_[0].resize({batch, input_size()});
   std::copy(x, x + acts_[0].size(), acts_[0].data());
   for (size_t l = 0; l < layers_.size(); ++l) {
+    auto& L = layers_[l];
     auto& y = acts_[l + 1];
-    auto st = dense_forward_cpu(acts_[l], layers_[l].w, layers_[l].b, y);
-    if (st != kernel_status::ok)
-      return st;
+    y.resize({batch, L.out});
+    // Seed every row of y with b, then add each block's x W_k (beta = 1).
+    for (size_t i = 0; i < batch; ++i)
+      std::copy(L.b.data(), L.b.data() + L.out, y.data() + i * L.out);
+    for (size_t k = 0; k < L.w.size(); ++k) {
+      auto st = dense_forward_block_cpu(acts_[l].data() + L.first[k], L.in,
+                                        L.w[k].data(), y.data(), batch,
+                                        L.first[k + 1] - L.first[k], L.out);
+      if (st != kernel_status::ok)
+        return st;
+    }
     if (l + 1 < layers_.size())
       relu_forward_cpu(y.data(), y.data(), y.size());
   }
   return kernel_status::ok;
 }
 
-kernel_status model::backward(const float* dlogits) {
+kernel_status model::backward(const float* dlogits, const ready_fn& ready) {
   const tensor& out = acts_.back();
   if (!dlogits || out.size() == 0)
     return kernel_status::bad_input;
+  size_t batch = out.rows();
   dy_.resize(out.shape());
   std::copy(dlogits, dlogits + out.size(), dy_.data());
+  // parameters() index of layer l's first array: its blocks, then its bias.
+  std::vector<size_t> base(layers_.size() + 1, 0);
+  for (size_t l = 0; l < layers_.size(); ++l)
+    base[l + 1] = base[l] + layers_[l].w.size() + 1;
   for (size_t l = layers_.size(); l-- > 0;) {
     auto& L = layers_[l];
-    tensor* dx = l > 0 ? &dx_ : nullptr; // no gradient w.r.t. the input
-    auto st = dense_backward_cpu(acts_[l], L.w, dy_, dx, L.dw, L.db);
+    auto st = dense_bias_grad_cpu(dy_.data(), L.db.data(), batch, L.out);
     if (st != kernel_status::ok)
       return st;
+    if (ready)
+      ready(base[l] + L.w.size());
+    if (l > 0) // no gradient w.r.t. the input
+      dx_.resize({batch, L.in});
+    for (size_t k = 0; k < L.w.size(); ++k) {
+      st = dense_backward_block_cpu(
+          acts_[l].data() + L.first[k], L.in, L.w[k].data(), dy_.data(),
+          l > 0 ? dx_.data() + L.first[k] : nullptr, L.dw[k].data(), batch,
+          L.first[k + 1] - L.first[k], L.out);
+      if (st != kernel_status::ok)
+        return st;
+      if (ready)
+        ready(base[l] + k);
+    }
     if (l > 0) {
       // acts_[l] is relu's output: > 0 exactly where its input was.
       relu_backward_cpu(acts_[l].data(), dx_.data(), dx_.data(), dx_.size());
@@ -153,7 +222,8 @@ kernel_status model::backward(const float* dlogits) {
 }
 
 kernel_status model::compute_gradients(const float* x, const uint8_t* labels,
-                                       size_t batch, float* loss) {
+                                       size_t batch, float* loss,
+                                       const ready_fn& ready) {
   if (auto st = forward(x, batch); st != kernel_status::ok)
     return st;
   dlogits_.resize(logits().shape());
@@ -161,43 +231,82 @@ kernel_status model::compute_gradients(const float* x, const uint8_t* labels,
                              loss, dlogits_.data());
   if (st != kernel_status::ok)
     return st;
-  return backward(dlogits_.data());
+  return backward(dlogits_.data(), ready);
 }
 
-std::vector<param_ref> model::parameters() {
+namespace {
+
+/// The arrays of a model's layers (weights or gradients), as param_refs.
+template <class Layers, class W, class B>
+std::vector<param_ref> refs_of(Layers& layers, W w, B b) {
   std::vector<param_ref> refs;
-  for (size_t l = 0; l < layers_.size(); ++l) {
+  for (size_t l = 0; l < layers.size(); ++l) {
     auto prefix = "dense" + std::to_string(l);
-    auto& L = layers_[l];
-    refs.push_back(param_ref{prefix + ".w", L.w.data(), L.w.size()});
-    refs.push_back(param_ref{prefix + ".b", L.b.data(), L.b.size()});
+    auto& L = layers[l];
+    auto& ws = L.*w;
+    for (size_t k = 0; k < ws.size(); ++k)
+      refs.push_back(param_ref{
+          prefix + ".w" + (ws.size() > 1 ? "." + std::to_string(k) : ""),
+          ws[k].data(), ws[k].size()});
+    auto& bias = L.*b;
+    refs.push_back(param_ref{prefix + ".b", bias.data(), bias.size()});
   }
   return refs;
+}
+
+} // namespace
+
+std::vector<param_ref> model::parameters() {
+  return refs_of(layers_, &layer::w, &layer::b);
 }
 
 std::vector<param_ref> model::gradients() {
-  std::vector<param_ref> refs;
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    auto prefix = "dense" + std::to_string(l);
-    auto& L = layers_[l];
-    refs.push_back(param_ref{prefix + ".w", L.dw.data(), L.dw.size()});
-    refs.push_back(param_ref{prefix + ".b", L.db.data(), L.db.size()});
+  return refs_of(layers_, &layer::dw, &layer::db);
+}
+
+std::vector<size_t> model::gradient_order() const {
+  std::vector<size_t> base(layers_.size() + 1, 0), order;
+  for (size_t l = 0; l < layers_.size(); ++l)
+    base[l + 1] = base[l] + layers_[l].w.size() + 1;
+  for (size_t l = layers_.size(); l-- > 0;) {
+    order.push_back(base[l] + layers_[l].w.size());
+    for (size_t k = 0; k < layers_[l].w.size(); ++k)
+      order.push_back(base[l] + k);
   }
-  return refs;
+  return order;
+}
+
+bool model::locate(size_t i, size_t& layer, size_t& block) const {
+  for (layer = 0; layer < layers_.size(); ++layer) {
+    auto n = layers_[layer].w.size() + 1;
+    if (i < n) {
+      block = i + 1 == n ? SIZE_MAX : i;
+      return true;
+    }
+    i -= n;
+  }
+  return false;
+}
+
+bool model::is_row_block(size_t i) const {
+  size_t l = 0, k = 0;
+  return locate(i, l, k) && k != SIZE_MAX && layers_[l].w.size() > 1;
 }
 
 bool model::swap_parameter(size_t i, std::vector<float>& xs) {
-  if (i / 2 >= layers_.size())
+  size_t l = 0, k = 0;
+  if (!locate(i, l, k))
     return false;
-  auto& L = layers_[i / 2];
-  return (i % 2 == 0 ? L.w : L.b).swap_values(xs);
+  auto& L = layers_[l];
+  return (k == SIZE_MAX ? L.b : L.w[k]).swap_values(xs);
 }
 
 bool model::swap_gradient(size_t i, std::vector<float>& xs) {
-  if (i / 2 >= layers_.size())
+  size_t l = 0, k = 0;
+  if (!locate(i, l, k))
     return false;
-  auto& L = layers_[i / 2];
-  return (i % 2 == 0 ? L.dw : L.db).swap_values(xs);
+  auto& L = layers_[l];
+  return (k == SIZE_MAX ? L.db : L.dw[k]).swap_values(xs);
 }
 
 } // namespace troupe

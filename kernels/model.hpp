@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,14 +55,35 @@ public:
   /// The logits of the last forward: batch x output_size.
   const tensor& logits() const { return acts_.back(); }
 
+  /// Called by backward with a parameters() index as soon as that array's
+  /// gradient is final: a caller may push it while the rest is computed.
+  using ready_fn = std::function<void(size_t param)>;
+
   /// Back-propagates dlogits (batch x output_size, for the batch of the last
-  /// forward) and overwrites every gradient array.
-  kernel_status backward(const float* dlogits);
+  /// forward) and overwrites every gradient array, in gradient_order();
+  /// `ready` (if set) hears of each as it is done.
+  kernel_status backward(const float* dlogits, const ready_fn& ready = {});
 
   /// forward, mean softmax cross-entropy against labels (batch values <
   /// output_size), backward; the mean loss goes to *loss.
   kernel_status compute_gradients(const float* x, const uint8_t* labels,
-                                  size_t batch, float* loss);
+                                  size_t batch, float* loss,
+                                  const ready_fn& ready = {});
+
+  /// Stores the weights of each layer with more than `max_floats` of them
+  /// as row blocks of about max_floats each (its rows split evenly), values
+  /// kept: each block is then a parameter array of its own,
+  /// "dense<i>.w.<k>", whose gradient backward() finishes, and a caller can
+  /// push, before the next block's. 0 = one array per layer (as built).
+  /// The results are those of the unsplit layer up to float rounding.
+  void set_row_blocks(size_t max_floats);
+
+  /// parameters() indices in the order backward() finishes them: the last
+  /// layer first, each layer's bias before its weight blocks.
+  std::vector<size_t> gradient_order() const;
+
+  /// True if parameter array `i` is one of several row blocks of a layer.
+  bool is_row_block(size_t i) const;
 
   /// The parameter arrays in layer order: dense0.w, dense0.b, dense1.w, ...
   std::vector<param_ref> parameters();
@@ -79,11 +101,20 @@ public:
 
 private:
   struct layer {
-    tensor w, b;   // in x out, out
-    tensor dw, db; // same shapes
+    size_t in = 0, out = 0;
+    /// Row blocks of W (in x out): block k holds rows first[k] ..
+    /// first[k + 1] - 1; one block unless set_row_blocks split it.
+    std::vector<tensor> w, dw;
+    std::vector<size_t> first; // block count + 1 entries, the last is `in`
+    tensor b, db;              // out
   };
 
   model() = default;
+  /// Layer and block of parameters() index i (block = SIZE_MAX: the bias);
+  /// false if there is no such array.
+  bool locate(size_t i, size_t& layer, size_t& block) const;
+  /// Cuts layer L's weights into `blocks` row blocks (values kept).
+  static void split_rows(layer& L, size_t blocks);
 
   std::string spec_;
   std::vector<layer> layers_;

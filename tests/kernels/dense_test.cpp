@@ -120,6 +120,47 @@ BOOST_AUTO_TEST_CASE(backward_without_dx_still_gives_weight_and_bias_grads) {
   check_close(db, reference_db(c));
 }
 
+BOOST_AUTO_TEST_CASE(row_blocks_add_up_to_the_whole_layer) {
+  // Rows 0-3, 4-8, 9-12 of W as three blocks, of sizes not multiples of 4.
+  layer_case c{7, 13, 5};
+  const std::vector<size_t> first{0, 4, 9, 13};
+  std::vector<float> y(c.batch * c.out), dx(c.batch * c.in, not_written),
+      dw(c.in * c.out, not_written), db(c.out, not_written);
+  for (size_t i = 0; i < c.batch; ++i)
+    std::copy(c.b.begin(), c.b.end(), y.begin() + i * c.out);
+  for (size_t k = 0; k + 1 < first.size(); ++k) {
+    auto r0 = first[k], rows = first[k + 1] - r0;
+    const float* wk = c.w.data() + r0 * c.out;
+    BOOST_REQUIRE(dense_forward_block_cpu(c.x.data() + r0, c.in, wk, y.data(),
+                                          c.batch, rows,
+                                          c.out) == kernel_status::ok);
+    BOOST_REQUIRE(dense_backward_block_cpu(c.x.data() + r0, c.in, wk,
+                                           c.dy.data(), dx.data() + r0,
+                                           dw.data() + r0 * c.out, c.batch,
+                                           rows, c.out) == kernel_status::ok);
+  }
+  BOOST_REQUIRE(dense_bias_grad_cpu(c.dy.data(), db.data(), c.batch, c.out) ==
+                kernel_status::ok);
+  check_close(y, reference_forward(c));
+  check_close(dx, reference_dx(c));
+  check_close(dw, reference_dw(c));
+  check_close(db, reference_db(c));
+}
+
+BOOST_AUTO_TEST_CASE(row_block_forms_reject_bad_strides_and_nulls) {
+  layer_case c{2, 4, 3};
+  std::vector<float> y(c.batch * c.out), dw(c.in * c.out);
+  // A stride shorter than the block's rows would read past each row.
+  BOOST_TEST(
+      (dense_forward_block_cpu(c.x.data(), 2, c.w.data(), y.data(), c.batch, 4,
+                               c.out) == kernel_status::bad_input));
+  BOOST_TEST((dense_backward_block_cpu(c.x.data(), 4, c.w.data(), c.dy.data(),
+                                       nullptr, nullptr, c.batch, 4,
+                                       c.out) == kernel_status::bad_input));
+  BOOST_TEST((dense_bias_grad_cpu(nullptr, dw.data(), 1, 1) ==
+              kernel_status::bad_input));
+}
+
 BOOST_AUTO_TEST_CASE(tensor_forms_match_the_pointer_forms_and_resize_outputs) {
   layer_case c{6, 8, 4};
   tensor x({c.batch, 2, 4}, c.x), w({c.in, c.out}, c.w), b({c.out}, c.b),

@@ -197,6 +197,68 @@ BOOST_AUTO_TEST_CASE(gradients_match_finite_differences) {
   BOOST_TEST_MESSAGE("worst relative gradient error " << worst);
 }
 
+BOOST_AUTO_TEST_CASE(row_blocks_compute_what_the_whole_layers_do) {
+  auto whole = make("mlp:30-8-5");
+  whole.init_parameters(3);
+  auto blocked = make("mlp:30-8-5");
+  blocked.set_row_blocks(100); // 240 weights -> 3 blocks of 10 rows; 40 stay
+  blocked.init_parameters(3);  // same values as the whole matrix's
+  std::vector<std::string> names;
+  for (auto& p : blocked.parameters())
+    names.push_back(p.name);
+  BOOST_TEST(names == (std::vector<std::string>{"dense0.w.0", "dense0.w.1",
+                                                "dense0.w.2", "dense0.b",
+                                                "dense1.w", "dense1.b"}),
+             tt::per_element());
+  BOOST_TEST(blocked.is_row_block(1));
+  BOOST_TEST(!blocked.is_row_block(3)); // a bias
+  BOOST_TEST(!blocked.is_row_block(4)); // a layer of one block
+  BOOST_TEST(!blocked.is_row_block(6)); // no such array
+  // backward names each array once, in gradient_order(), as it finishes.
+  auto x = random_values(4 * 30, 5);
+  std::vector<uint8_t> y{0, 4, 1, 3};
+  std::vector<size_t> heard;
+  float loss_whole = 0, loss_blocked = 0;
+  BOOST_REQUIRE(whole.compute_gradients(x.data(), y.data(), 4, &loss_whole) ==
+                kernel_status::ok);
+  BOOST_REQUIRE(blocked.compute_gradients(x.data(), y.data(), 4, &loss_blocked,
+                                          [&heard](size_t i) {
+                                            heard.push_back(i);
+                                          }) == kernel_status::ok);
+  BOOST_TEST(heard == (std::vector<size_t>{5, 4, 3, 0, 1, 2}),
+             tt::per_element());
+  BOOST_TEST(heard == blocked.gradient_order(), tt::per_element());
+  BOOST_TEST(loss_blocked == loss_whole, tt::tolerance(1e-5f));
+  // The blocks, end to end, are the whole layer's arrays.
+  auto flat = [](std::vector<param_ref> refs) {
+    std::vector<std::vector<float>> out(2);
+    for (auto& r : refs) { // dense0.* first, then dense1.*
+      auto& dst = out[r.name.rfind("dense1", 0) == 0];
+      dst.insert(dst.end(), r.data, r.data + r.size);
+    }
+    return out;
+  };
+  for (auto which : {&model::parameters, &model::gradients}) {
+    auto a = flat((whole.*which)()), b = flat((blocked.*which)());
+    for (size_t l = 0; l < 2; ++l) {
+      BOOST_REQUIRE_EQUAL(a[l].size(), b[l].size());
+      for (size_t i = 0; i < a[l].size(); ++i) // float rounding apart
+        BOOST_TEST(std::abs(b[l][i] - a[l][i]) <=
+                       1e-5f * std::abs(a[l][i]) + 1e-7f,
+                   b[l][i] << " vs " << a[l][i]);
+    }
+  }
+  // Splitting keeps the values: back to one block, and into others.
+  auto before = flat(blocked.parameters());
+  blocked.set_row_blocks(0);
+  BOOST_TEST(blocked.parameters().size() == 4u);
+  blocked.set_row_blocks(64); // 4 blocks of 30 rows: 8, 7, 8, 7
+  BOOST_TEST(blocked.parameters().size() == 7u);
+  auto after = flat(blocked.parameters());
+  BOOST_TEST(after[0] == before[0], tt::per_element());
+  BOOST_TEST(after[1] == before[1], tt::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(misuse_is_reported_not_crashed_on) {
   auto m = make("mlp:4-3-2");
   std::vector<float> x(8, 0.5f), dlogits(4, 0.1f);
