@@ -146,6 +146,9 @@ node_config::node_config() {
            "JSON-lines metrics, \"\" = none")
       .add(train.evals_per_epoch, "evals-per-epoch",
            "evaluations per epoch, >= 1")
+      .add(train.block_floats, "block-floats",
+           "with --worker.overlap: push larger layers in row blocks of about"
+           " this many floats, 0 = whole layers")
       .add(train.eval_samples, "eval-samples",
            "test images per epoch, 0 = all");
   opt_group{custom_options_, "agent"}
@@ -191,6 +194,9 @@ node_config::node_config() {
       .add(workload.key_floats, "key-floats", "floats per array")
       .add(workload.pipeline, "pipeline",
            "compute step t+1 while step t's push is in flight (async, ssp)")
+      .add(workload.overlap, "overlap",
+           "push each block of gradients as soon as it is made, while the"
+           " step goes on (sync, async; 2+ scheduler threads)")
       .add(workload.watch_us, "watch-us",
            "the scheduler thread watches for work this long (us) before it"
            " sleeps, 0 = at once; not with --worker.pipeline");
@@ -289,6 +295,19 @@ caf::error node_config::finish() {
                            "--worker.pipeline needs --server.mode=async or"
                            " ssp:S: a sync round needs each step's fresh"
                            " weights");
+  if (workload.overlap && workload.pipeline)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.overlap and --worker.pipeline exclude"
+                           " each other: pick one way to overlap");
+  if (workload.overlap && server.mode.kind == consistency::kind_t::ssp)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.overlap needs --server.mode=sync or"
+                           " async: the servers count each block as a clock,"
+                           " so an ssp bound would count blocks, not steps");
+  if (workload.overlap && role_name == "worker" &&
+      caf::get_or(*this, "scheduler.max-threads", size_t{1}) < 2)
+    // The kv client sends a block's push while the step computes.
+    set("scheduler.max-threads", size_t{2});
   if (workload.watch_us > 100000)
     return caf::make_error(errc::invalid_config,
                            "--worker.watch-us must be 0..100000, got",

@@ -131,6 +131,11 @@ struct train_settings {
   uint32_t eval_samples = 0;
   /// Evaluations per epoch (rank 0 pauses for each). Default 1.
   uint32_t evals_per_epoch = 1;
+  /// With --worker.overlap: layers with more weights than this are pushed
+  /// as row blocks of about this many floats (model::set_row_blocks).
+  /// Default 131072 (mlp:784-256-128-10's first layer in 2 blocks: more
+  /// pushes per step cost more than they hide on 2 cores); 0 = whole layers.
+  uint32_t block_floats = 131072;
 };
 
 /// Settings of the built-in worker workload (INI group "worker").
@@ -146,6 +151,9 @@ struct workload_settings {
   /// Pipelined steps (async and ssp only; worker_options::pipeline).
   /// Default off.
   bool pipeline = false;
+  /// Overlapped steps (sync and async; worker_options::overlap): each
+  /// block of gradients is pushed as soon as it is made. Default off.
+  bool overlap = false;
   /// How long, in microseconds, an unpipelined worker's scheduler thread
   /// watches for work before it sleeps (actors/spin_scheduler.hpp): the
   /// weights that end a step's wait then need no thread wake-up. It yields

@@ -61,9 +61,74 @@ public:
       : cfg_(cfg.train), net_(std::move(net)), train_(std::move(train)),
         test_(std::move(test)), local_opt_(cfg.optimizer.on == "worker"),
         optimizer_(make_optimizer_fn(cfg.optimizer)) {
+    if (cfg.workload.overlap) // blocks of gradients pushed as made
+      net_.set_row_blocks(cfg_.block_floats);
     net_.init_parameters(cfg_.seed); // every replica starts alike
     for (auto& p : net_.parameters())
       sizes_.push_back(p.size);
+    blocks_ = push_blocks(net_);
+  }
+
+  /// The model's arrays in the order backward finishes them: each row
+  /// block alone, the arrays between row blocks together.
+  static std::vector<std::vector<size_t>> push_blocks(const model& m) {
+    std::vector<std::vector<size_t>> out(1);
+    for (auto i : m.gradient_order()) {
+      out.back().push_back(i);
+      if (m.is_row_block(i))
+        out.emplace_back();
+    }
+    if (out.back().empty())
+      out.pop_back();
+    return out;
+  }
+
+  std::vector<std::vector<uint64_t>> blocks() override {
+    std::vector<std::vector<uint64_t>> out;
+    for (auto& b : blocks_) {
+      out.emplace_back();
+      for (auto i : b)
+        out.back().push_back(i + 1); // keys as in to_arrays
+    }
+    return out;
+  }
+
+  /// step_taking() whose blocks leave as backward finishes them: with the
+  /// optimizer on the servers, each block's gradient storage is swapped
+  /// out of the model into the arrays pushed, no copy.
+  caf::error step_blocked(uint64_t clock, arrays& weights,
+                          const emit_fn& emit) override {
+    step_timer timer{*this};
+    if (!fits(weights))
+      return caf::make_error(errc::bad_shape, "pulled arrays do not match",
+                             cfg_.model);
+    bool swapped = !local_opt_ && swap_in(weights, &model::swap_parameter);
+    if (!swapped)
+      take_pulled(clock, weights);
+    // Arrays still to finish per block, and each array's block.
+    std::vector<size_t> left(blocks_.size()), block_of(sizes_.size());
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      left[b] = blocks_[b].size();
+      for (auto i : blocks_[b])
+        block_of[i] = b;
+    }
+    auto ready = [&](size_t i) {
+      auto b = block_of[i];
+      if (--left[b] > 0)
+        return;
+      arrays out;
+      for (auto j : blocks_[b]) {
+        if (swapped) { // weights[j] held the last weights: now scratch
+          net_.swap_gradient(j, weights[j].values);
+          out.push_back(named_array{j + 1, std::move(weights[j].values)});
+        } else {
+          auto g = net_.gradients()[j];
+          out.push_back(named_array{j + 1, {g.data, g.data + g.size}});
+        }
+      }
+      emit(b, std::move(out));
+    };
+    return compute(clock, ready);
   }
 
   arrays parameters() override {
@@ -185,12 +250,13 @@ private:
   }
 
   /// The forward and backward pass of step `clock` on the model's weights.
-  caf::error compute(uint64_t clock) {
+  caf::error compute(uint64_t clock, const model::ready_fn& ready = {}) {
     if (rank_ == 0 && is_eval_point(clock))
       report(clock);
     gather_batch(clock);
     float loss = 0;
-    auto st = net_.compute_gradients(xs_.data(), ys_.data(), cfg_.batch, &loss);
+    auto st = net_.compute_gradients(xs_.data(), ys_.data(), cfg_.batch, &loss,
+                                     ready);
     if (st != kernel_status::ok)
       return caf::make_error(errc::bad_shape, "gradients", to_string(st));
     loss_sum_ += loss;
@@ -291,6 +357,7 @@ private:
   uint32_t rank_ = 0, workers_ = 1;
   uint64_t steps_per_epoch_ = 1;
   std::vector<size_t> sizes_; // of the parameter arrays, fixed by the model
+  std::vector<std::vector<size_t>> blocks_; // parameters() indices per block
   std::vector<size_t> idx_;
   uint64_t idx_epoch_ = 0;
   std::vector<float> xs_, scratch_;
@@ -326,6 +393,7 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
       make_trainer(cfg, std::move(*net), std::move(train), std::move(test));
   worker_options opts;
   opts.pipeline = cfg.workload.pipeline;
+  opts.overlap = cfg.workload.overlap;
   return run_worker(sys, std::move(scheduler), cfg.kv, logic, opts);
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <optional>
 
 #include <caf/event_based_actor.hpp>
@@ -32,6 +33,17 @@ struct worker_state {
   /// Pipelined: a computed step waiting for the push before it to be
   /// answered (its clock and what to push).
   std::optional<std::pair<uint64_t, std::vector<named_array>>> pending;
+  // -- overlapped steps --------------------------------------------------
+  /// The keys of each block (empty: steps are whole); the servers' clock
+  /// of block b of step t is t * blocks.size() + b.
+  std::vector<std::vector<uint64_t>> blocks;
+  /// Blocks of the step at `clock` pushed before this process (re)joined:
+  /// it resumes with block first_block (0 but after a restart mid-step).
+  size_t first_block = 0;
+  size_t next_emit = 0;                // the block step_blocked hands next
+  size_t awaiting = 0;                 // blocks of this step not answered
+  std::vector<named_array> collected;  // the next step's weights, by key
+  std::map<uint64_t, size_t> position; // key -> index in `keys`
 };
 
 using worker_ptr = caf::stateful_actor<worker_state>*;
@@ -51,6 +63,14 @@ template <class... Ts> auto ask_kv(worker_ptr self, Ts&&... xs) {
 
 void start_step(worker_ptr self);
 
+/// The servers' clock of where the worker is: its step, or with blocks
+/// that step's next block.
+uint64_t kv_clock(const worker_state& st) {
+  if (st.blocks.empty())
+    return st.clock;
+  return st.clock * st.blocks.size() + st.first_block;
+}
+
 void stop(worker_ptr self, caf::error err) {
   self->quit(std::move(err));
 }
@@ -67,7 +87,7 @@ void finish_up(worker_ptr self) { // 7
          static_cast<uint32_t>(timeout.count()))
       .then(
           [self](uint64_t) {
-            ask_kv(self, pull_atom_v, self->state.clock, self->state.keys)
+            ask_kv(self, pull_atom_v, kv_clock(self->state), self->state.keys)
                 .then([self](const arrays& w) { on_final(self, w); },
                       [self](caf::error& err) { stop(self, err); });
           },
@@ -163,16 +183,111 @@ void start_piped(worker_ptr self, arrays& weights) {
     compute_piped(self, clock + 1, weights);
 }
 
+// -- overlapped steps: each block's push leaves while the step goes on ----
+
+void run_blocked(worker_ptr self, arrays& weights);
+
+/// Block `b` of the step at `clock` was answered: with its keys' weights
+/// for the next step, or (the last step) only acknowledged.
+void on_block(worker_ptr self, arrays* weights) {
+  auto& st = self->state;
+  if (weights)
+    for (auto& a : *weights) {
+      auto i = st.position.find(a.key);
+      if (i == st.position.end()) {
+        stop(self,
+             caf::make_error(errc::bad_shape, "pulled a key not asked", a.key));
+        return;
+      }
+      st.collected[i->second] = std::move(a);
+    }
+  if (--st.awaiting > 0)
+    return;
+  ++st.clock;
+  st.first_block = 0;
+  if (st.logic->done(st.clock)) {
+    finish_up(self);
+    return;
+  }
+  auto next = std::move(st.collected);
+  run_blocked(self, next);
+}
+
+/// Pushes block `b` of the step at `clock` (and pulls its keys for the
+/// next step unless this step is the last).
+void push_block(worker_ptr self, uint64_t clock, size_t b, arrays grads) {
+  auto& st = self->state;
+  auto at = clock * st.blocks.size() + b;
+  if (st.logic->done(clock + 1)) {
+    ask_kv(self, push_atom_v, at, std::move(grads))
+        .then([self](uint64_t) { on_block(self, nullptr); },
+              [self](caf::error& err) { stop(self, err); });
+    return;
+  }
+  ask_kv(self, push_atom_v, at, std::move(grads), st.blocks[b])
+      .then([self](arrays& w) { on_block(self, &w); },
+            [self](caf::error& err) { stop(self, err); });
+}
+
+/// True if `xs` holds the arrays of block `b`, keys in order.
+bool is_block(const worker_state& st, size_t b, const arrays& xs) {
+  if (b >= st.blocks.size() || xs.size() != st.blocks[b].size())
+    return false;
+  for (size_t i = 0; i < xs.size(); ++i)
+    if (xs[i].key != st.blocks[b][i])
+      return false;
+  return true;
+}
+
+/// Runs the step at st.clock on `weights` (the step may take them), its
+/// blocks pushed as the logic hands them over.
+void run_blocked(worker_ptr self, arrays& weights) {
+  auto& st = self->state;
+  auto clock = st.clock;
+  st.collected.assign(st.keys.size(), named_array{});
+  // Blocks pushed before a restart: their rounds are applied, so the
+  // weights just pulled hold this step's result for them already.
+  for (size_t b = 0; b < st.first_block; ++b)
+    for (auto key : st.blocks[b])
+      st.collected[st.position[key]] = weights[st.position[key]];
+  st.awaiting = st.blocks.size() - st.first_block;
+  st.next_emit = 0;
+  caf::error bad;
+  auto err = st.logic->step_blocked(
+      clock, weights, [self, clock, &bad](size_t b, arrays grads) {
+        auto& st = self->state;
+        if (bad)
+          return;
+        if (b != st.next_emit || !is_block(st, b, grads)) {
+          bad =
+              caf::make_error(errc::bad_shape, "step_blocked handed over block",
+                              b, "out of order or with other keys");
+          return;
+        }
+        ++st.next_emit;
+        if (b >= st.first_block)
+          push_block(self, clock, b, std::move(grads));
+      });
+  if (!err && !bad && st.next_emit != st.blocks.size())
+    bad = caf::make_error(errc::bad_shape, "step_blocked handed over",
+                          uint64_t{st.next_emit}, "of",
+                          uint64_t{st.blocks.size()}, "blocks");
+  if (err || bad)
+    stop(self, err ? std::move(err) : std::move(bad));
+}
+
 void start_step(worker_ptr self) {
   auto& st = self->state;
   if (st.logic->done(st.clock)) {
     finish_up(self);
     return;
   }
-  ask_kv(self, pull_atom_v, st.clock, st.keys)
+  ask_kv(self, pull_atom_v, kv_clock(st), st.keys)
       .then(
           [self](arrays& w) {
-            if (self->state.pipeline)
+            if (!self->state.blocks.empty())
+              run_blocked(self, w);
+            else if (self->state.pipeline)
               start_piped(self, w);
             else
               on_weights(self, w);
@@ -199,8 +314,11 @@ void on_started(worker_ptr self) { // 3
                       if (clock > 0) // a restarted worker catches up
                         TROUPE_LOG(info, "worker " + std::to_string(rank),
                                    "rejoined: resuming at clock ", clock);
-                      self->state.clock = clock;
-                      self->state.logic->start(rank, workers);
+                      auto& st = self->state;
+                      auto per = std::max<size_t>(st.blocks.size(), 1);
+                      st.clock = clock / per; // with blocks: step, block
+                      st.first_block = clock % per;
+                      st.logic->start(rank, workers);
                       start_step(self);
                     },
                     [self](caf::error& err) { stop(self, err); });
@@ -216,6 +334,24 @@ void on_initialised(worker_ptr self) { // 2
             [self](caf::error& err) { stop(self, err); });
 }
 
+/// Blocks must name each key of parameters() once.
+caf::error check_blocks(const worker_state& st) {
+  std::map<uint64_t, size_t> seen;
+  for (auto& b : st.blocks) {
+    if (b.empty())
+      return caf::make_error(errc::invalid_config, "an empty block");
+    for (auto key : b)
+      if (st.position.count(key) == 0 || seen[key]++ > 0)
+        return caf::make_error(errc::invalid_config, "block key", key,
+                               "is not a parameter or is in two blocks");
+  }
+  if (!st.blocks.empty() && seen.size() != st.keys.size())
+    return caf::make_error(errc::invalid_config, "blocks name",
+                           uint64_t{seen.size()}, "of",
+                           uint64_t{st.keys.size()}, "keys");
+  return caf::none;
+}
+
 caf::behavior worker(worker_ptr self, caf::actor kv,
                      std::shared_ptr<worker_logic> logic, worker_options opts) {
   auto& st = self->state;
@@ -224,8 +360,16 @@ caf::behavior worker(worker_ptr self, caf::actor kv,
   st.barrier_timeout = std::chrono::milliseconds{opts.barrier_timeout_ms};
   st.pipeline = opts.pipeline;
   auto params = st.logic->parameters();
-  for (auto& p : params)
+  for (auto& p : params) {
+    st.position[p.key] = st.keys.size();
     st.keys.push_back(p.key);
+  }
+  if (opts.overlap && !opts.pipeline)
+    st.blocks = st.logic->blocks();
+  if (auto err = check_blocks(st)) {
+    self->quit(std::move(err));
+    return {};
+  }
   self->monitor(kv);
   self->set_down_handler([self](const caf::down_msg& dm) {
     if (dm.source == self->state.kv.address())
@@ -239,6 +383,28 @@ caf::behavior worker(worker_ptr self, caf::actor kv,
 }
 
 } // namespace
+
+caf::error worker_logic::step_blocked(uint64_t clock, arrays& weights,
+                                      const emit_fn& emit) {
+  auto out = step_taking(clock, weights);
+  if (!out)
+    return std::move(out.error());
+  std::map<uint64_t, named_array*> by_key;
+  for (auto& a : *out)
+    by_key[a.key] = &a;
+  auto bs = blocks();
+  for (size_t b = 0; b < bs.size(); ++b) {
+    arrays part;
+    for (auto key : bs[b]) {
+      auto i = by_key.find(key);
+      if (i == by_key.end())
+        return caf::make_error(errc::bad_shape, "step returned no key", key);
+      part.push_back(std::move(*i->second));
+    }
+    emit(b, std::move(part));
+  }
+  return caf::none;
+}
 
 caf::actor spawn_worker(caf::actor_system& sys, caf::actor kv_client,
                         std::shared_ptr<worker_logic> logic,

@@ -7,11 +7,15 @@
 //   pipelined stepping (worker_options::pipeline): push(t) goes out, then
 //   step(t + 1) runs on the weights of step t; push(t)'s reply brings the
 //   weights for step t + 2
+//   overlapped stepping (worker_options::overlap): step(t) hands over its
+//   blocks one by one, each pushed (clock t * B + b) with the pull of its
+//   keys; the next step starts when all B replies are in
 //   done: barrier "end", pull the final weights -8-> finish() -> stopped
 //   any error (a kv call, a step) stops the actor with that error.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -58,6 +62,23 @@ public:
 
   /// Called with the final weights once every worker finished.
   virtual void finish(const std::vector<named_array>& weights) = 0;
+
+  /// Hands over one block's arrays to push (the block's keys, in order).
+  using emit_fn = std::function<void(size_t block, std::vector<named_array>)>;
+
+  /// Overlapped steps (worker_options::overlap): the keys of the blocks
+  /// step_blocked() pushes, in the order it hands them over; each key of
+  /// parameters() in exactly one block. Empty (the default): no blocks,
+  /// the worker steps whole.
+  virtual std::vector<std::vector<uint64_t>> blocks() { return {}; }
+
+  /// As step_taking(), but hands each block's arrays to `emit` as soon as
+  /// they are ready, every block once and in blocks() order, so that the
+  /// push of the first blocks overlaps the computing of the others. The
+  /// default runs step_taking() and then hands the blocks over.
+  virtual caf::error step_blocked(uint64_t clock,
+                                  std::vector<named_array>& weights,
+                                  const emit_fn& emit);
 };
 
 /// How the worker actor drives its logic.
@@ -71,6 +92,15 @@ struct worker_options {
   /// staleness); step(), not step_taking(), runs on the first weights,
   /// which serve two steps. A sync round needs every step's fresh weights.
   bool pipeline = false;
+  /// Overlapped steps (sync and async modes; the logic must have blocks()):
+  /// each block's push (and its pull for the next step) leaves as soon as
+  /// step_blocked() hands it over, while the step goes on computing; the
+  /// next step starts once every block's weights are back. Block b of step
+  /// t is clock t * B + b on the servers (B blocks), so a sync round is
+  /// one block of one step and weights stay exactly those of whole steps.
+  /// The kv client must run on a thread of its own meanwhile: give the
+  /// actor system two scheduler threads or more.
+  bool overlap = false;
 };
 
 /// Spawns a worker actor driving `logic` through the kv client `kv_client`

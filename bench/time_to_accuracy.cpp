@@ -64,8 +64,10 @@ const char* usage =
     "  --epochs   passes over the training set per run, 1..100 (default 10)\n"
     "  --modes    server modes: sync, async, ssp:S; async+pipe and ssp:S+pipe\n"
     "             add pipelined workers (--worker.pipeline: step t+1 runs\n"
-    "             while push t is in flight) (default\n"
-    "             sync,async,ssp:2,async+pipe)\n"
+    "             while push t is in flight); sync+overlap and async+overlap\n"
+    "             overlapped ones (--worker.overlap: each block of gradients\n"
+    "             is pushed as backward finishes it; no helper threads)\n"
+    "             (default sync,async,ssp:2,async+pipe,sync+overlap)\n"
     "  --workers  worker counts, each 1..16 (default 1,2)\n"
     "  --servers  server processes per cluster, 1..16 (default 1; with 2\n"
     "             or more each replicates to the next, as --server.replicas\n"
@@ -75,18 +77,31 @@ const char* usage =
     "             --node-arg=--server.helper-threads=0 (repeatable)\n"
     "A run not done in 60 s + 30 s per epoch is killed; its row fails.\n";
 
-/// A --modes item: the servers' mode and whether workers pipeline.
-std::pair<std::string, bool> split_mode(const std::string& m) {
-  const std::string suffix = "+pipe";
-  if (m.size() > suffix.size() &&
-      m.compare(m.size() - suffix.size(), suffix.size(), suffix) == 0)
-    return {m.substr(0, m.size() - suffix.size()), true};
-  return {m, false};
+/// How a --modes item's workers step.
+enum class stepping { whole, pipe, overlap };
+
+/// A --modes item: the servers' mode and how workers step.
+std::pair<std::string, stepping> split_mode(const std::string& m) {
+  for (auto [suffix, how] : {std::pair{"+pipe", stepping::pipe},
+                             std::pair{"+overlap", stepping::overlap}}) {
+    std::string sfx = suffix;
+    if (m.size() > sfx.size() &&
+        m.compare(m.size() - sfx.size(), sfx.size(), sfx) == 0)
+      return {m.substr(0, m.size() - sfx.size()), how};
+  }
+  return {m, stepping::whole};
 }
+
+/// Flags of an overlapped row's nodes beside --worker.overlap: no helper
+/// threads, whose share of a copy or an update would take the core the
+/// step computes on (the exchange runs beside the step, not after it).
+const std::vector<std::string> overlap_args{"--kv.helper-threads=0",
+                                            "--server.helper-threads=0"};
 
 struct options {
   uint32_t epochs = 10;
-  std::vector<std::string> modes{"sync", "async", "ssp:2", "async+pipe"};
+  std::vector<std::string> modes{"sync", "async", "ssp:2", "async+pipe",
+                                 "sync+overlap"};
   std::vector<uint32_t> workers{1, 2};
   uint32_t servers = 1;
   std::string node;
@@ -128,11 +143,13 @@ std::string parse_flag(const std::string& a, options& opt) {
     return "--epochs must be 1..100, got '" + value + "'";
   if (name == "--modes")
     for (auto& m : (opt.modes = items)) {
-      auto [server_mode, pipeline] = split_mode(m);
+      auto [server_mode, how] = split_mode(m);
       auto c = parse_consistency(server_mode);
-      if (!c || (pipeline && c->kind == consistency::kind_t::sync))
-        return "--modes must list sync, async, ssp:S, async+pipe or "
-               "ssp:S+pipe, got '" +
+      if (!c ||
+          (how == stepping::pipe && c->kind == consistency::kind_t::sync) ||
+          (how == stepping::overlap && c->kind == consistency::kind_t::ssp))
+        return "--modes must list sync, async, ssp:S, async+pipe, "
+               "ssp:S+pipe, sync+overlap or async+overlap, got '" +
                value + "'";
     }
   if (name == "--workers") {
@@ -402,7 +419,8 @@ std::string start_cluster(node_group& nodes, const options& opt,
   // async and ssp apply every push as an update: W workers make W updates
   // where sync makes one with the mean, so the same step per sample is
   // lr / W, and the schedule counts W times the updates.
-  auto [server_mode, pipeline] = split_mode(mode);
+  auto [server_mode, how] = split_mode(mode);
+  bool pipeline = how == stepping::pipe;
   auto per_push = server_mode == "sync" ? 1u : workers;
   std::vector<std::string> server_args{
       "--role=server",
@@ -414,6 +432,9 @@ std::string start_cluster(node_group& nodes, const options& opt,
       strf("--optimizer.momentum=%g", double{pipeline ? mu_pipelined : mu}),
       strf("--optimizer.lr-decay-steps=%u", lr_decay_steps * per_push),
       "--optimizer.lr-decay=0.5"};
+  if (how == stepping::overlap)
+    server_args.insert(server_args.end(), overlap_args.begin(),
+                       overlap_args.end());
   server_args.insert(server_args.end(), opt.node_args.begin(),
                      opt.node_args.end());
   for (uint32_t i = 0; i < opt.servers; ++i) {
@@ -434,6 +455,11 @@ std::string start_cluster(node_group& nodes, const options& opt,
       strf("--train.data-dir=%s", fashion_mnist_dir)};
   if (pipeline)
     worker_args.push_back("--worker.pipeline");
+  if (how == stepping::overlap) {
+    worker_args.push_back("--worker.overlap");
+    worker_args.insert(worker_args.end(), overlap_args.begin(),
+                       overlap_args.end());
+  }
   worker_args.insert(worker_args.end(), opt.node_args.begin(),
                      opt.node_args.end());
   for (uint32_t i = 0; err.empty() && i < workers; ++i)
@@ -574,7 +600,7 @@ std::string print_row(const row_result& r, double floor, double limit_us) {
   auto json =
       strf("{\"mode\":%s,\"workers\":%u,\"error\":%s", json_str(r.mode).c_str(),
            r.workers, r.error.empty() ? "null" : json_str(r.error).c_str());
-  std::printf("%-10s %7u", r.mode.c_str(), r.workers);
+  std::printf("%-13s %7u", r.mode.c_str(), r.workers);
   if (!r.error.empty())
     return std::printf("  failed: %s\n", r.error.c_str()), json + "}";
   std::string to;
@@ -715,9 +741,10 @@ void print_report(const options& opt, const floor_result& before,
               opt.servers);
   if (!shown.empty())
     std::printf("servers and workers also ran with:%s\n\n", shown.c_str());
-  std::printf("mode       workers  samples/s  s to 0.85  s to 0.88  s to 0.89 "
-              " final acc  overhead vs floor  waiting  wait us  x limit  steal"
-              "  idle\n");
+  std::printf(
+      "mode          workers  samples/s  s to 0.85  s to 0.88  s to 0.89 "
+      " final acc  overhead vs floor  waiting  wait us  x limit  steal"
+      "  idle\n");
   std::string json;
   for (auto& r : rows)
     json +=
@@ -730,7 +757,11 @@ void print_report(const options& opt, const floor_result& before,
               " the cores this benchmark may run on that no process used, i.e."
               " waiting that no core filled;\n +pipe: workers compute step"
               " t+1 while push t is in flight, so the servers' update runs"
-              " beside the step and the overhead can fall below 0)\n");
+              " beside the step and the overhead can fall below 0;\n"
+              " +overlap: each block of gradients is pushed as backward"
+              " finishes it (a sync round per block, the weights those of"
+              " whole steps), with --kv.helper-threads=0"
+              " --server.helper-threads=0)\n");
   auto targets = print_targets(rows, fl.samples_per_s, limit_us);
   std::printf(
       "\n{\"model\":%s,\"blas\":%s,\"batch\":%u,\"epochs\":%u,"

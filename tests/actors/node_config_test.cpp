@@ -138,6 +138,29 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
     node_config ssp;
     BOOST_CHECK(!parse(ssp, {"--worker.pipeline", "--server.mode=ssp:2"}));
   }
+  // Overlapped steps: not with ssp (its bound would count blocks), not
+  // with pipelining; a worker gets a second scheduler thread for them.
+  rejected({"--worker.overlap", "--server.mode=ssp:2"}, "--worker.overlap");
+  rejected({"--worker.overlap", "--worker.pipeline", "--server.mode=async"},
+           "--worker.overlap");
+  for (auto mode : {"sync", "async"}) {
+    node_config ok;
+    BOOST_CHECK(!parse(ok, {"--role=worker", "--worker.overlap",
+                            std::string{"--server.mode="} + mode}));
+    BOOST_CHECK(ok.workload.overlap);
+    BOOST_CHECK_EQUAL(caf::get_or(ok, "scheduler.max-threads", size_t{0}), 2u);
+    node_config more; // a user's larger count stays
+    BOOST_CHECK(!parse(more, {"--role=worker", "--worker.overlap",
+                              "--scheduler.max-threads=3"}));
+    BOOST_CHECK_EQUAL(caf::get_or(more, "scheduler.max-threads", size_t{0}),
+                      3u);
+  }
+  {
+    node_config plain; // one thread otherwise
+    BOOST_CHECK(!parse(plain, {"--role=worker"}));
+    BOOST_CHECK_EQUAL(caf::get_or(plain, "scheduler.max-threads", size_t{0}),
+                      1u);
+  }
   rejected({"--agent.backoff-ms=500", "--agent.backoff-max-ms=100"},
            "--agent.backoff-max-ms");
   rejected({"--fault.plan=kill:worker-1"}, "--fault.plan");

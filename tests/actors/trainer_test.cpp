@@ -3,6 +3,8 @@
 #define BOOST_TEST_MODULE trainer_tests
 #include <boost/test/unit_test.hpp>
 
+#include <map>
+
 #include "actors/trainer.hpp"
 #include "kernels/blas.hpp"
 #include "messages/errors.hpp"
@@ -83,6 +85,45 @@ BOOST_AUTO_TEST_CASE(taking_the_weights_gives_the_gradients_of_copying_them) {
         // Gradients, not weights: every array changed.
         for (size_t i = 0; i < b->size(); ++i)
           BOOST_CHECK((*b)[i].values != w[i].values);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(overlapped_steps_hand_over_the_gradients_block_by_block) {
+  set_blas_threads(1);
+  for (const char* placement : {"server", "worker"}) {
+    BOOST_TEST_CONTEXT("optimizer on the " << placement) {
+      auto cfg = tiny_config(placement);
+      cfg.workload.overlap = true;
+      cfg.train.block_floats = 8; // 4x5 weights: 3 row blocks; 5x3: 2
+      auto copying = tiny_trainer(cfg), blocked = tiny_trainer(cfg);
+      auto first = copying->parameters();
+      BOOST_REQUIRE_EQUAL(first.size(), 7u); // 3 + 1 + 2 + 1 arrays
+      // Blocks in the order backward finishes them: the last layer's bias
+      // and its first row block, its second, then the first layer's.
+      auto blocks = blocked->blocks();
+      BOOST_CHECK(blocks == (std::vector<std::vector<uint64_t>>{
+                                {7, 5}, {6}, {4, 1}, {2}, {3}}));
+      for (uint64_t clock = 0; clock < 4; ++clock) {
+        auto w = weights_at(first, clock);
+        auto mine = w;
+        auto want = copying->step(clock, w);
+        BOOST_REQUIRE(want);
+        std::map<uint64_t, std::vector<float>> got;
+        size_t next = 0;
+        auto err = blocked->step_blocked(clock, mine, [&](size_t b, arrays xs) {
+          BOOST_CHECK_EQUAL(b, next++);
+          BOOST_REQUIRE_EQUAL(xs.size(), blocks.at(b).size());
+          for (size_t i = 0; i < xs.size(); ++i) {
+            BOOST_CHECK_EQUAL(xs[i].key, blocks[b][i]);
+            got[xs[i].key] = xs[i].values;
+          }
+        });
+        BOOST_REQUIRE(!err);
+        BOOST_CHECK_EQUAL(next, blocks.size());
+        for (auto& a : *want)
+          BOOST_TEST(got[a.key] == a.values, tt::per_element());
       }
     }
   }

@@ -91,6 +91,20 @@ BOOST_AUTO_TEST_CASE(optimizers_on_workers_or_servers_train_the_same_model) {
   BOOST_CHECK_GT(std::stod(on_workers.substr(on_workers.rfind(' ') + 1)), 0.75);
 }
 
+BOOST_AUTO_TEST_CASE(overlapped_sync_steps_train_the_model_of_whole_steps) {
+  // Each block of gradients is pushed as backward finishes it, a sync
+  // round per block: the weights are those of whole steps, up to the float
+  // rounding of the first layer's forward, summed in two row blocks.
+  auto whole = train_one_epoch({});
+  auto overlapped = train_one_epoch({"--worker.overlap"});
+  BOOST_TEST_MESSAGE("whole: " << whole << "; overlapped: " << overlapped);
+  auto acc = [](const std::string& l) {
+    return std::stod(l.substr(l.rfind(' ') + 1));
+  };
+  BOOST_CHECK_GT(acc(overlapped), 0.75);
+  BOOST_CHECK_LE(std::abs(acc(overlapped) - acc(whole)), 0.005);
+}
+
 BOOST_AUTO_TEST_CASE(a_resumed_job_ends_exactly_like_an_uninterrupted_one) {
   // Sync training is deterministic: a job killed after a checkpoint and
   // resumed from it must end with the very same accuracy line, which it
