@@ -67,6 +67,16 @@ public:
     for (auto& p : net_.parameters())
       sizes_.push_back(p.size);
     blocks_ = push_blocks(net_);
+    taken_.assign(blocks_.size(), false);
+    block_of_.resize(sizes_.size());
+    for (size_t b = 0; b < blocks_.size(); ++b)
+      for (auto i : blocks_[b])
+        block_of_[i] = b;
+    for (auto& p : net_.parameters()) // dense0.w(.k), then dense0.b
+      if (p.name == "dense0.b")
+        break;
+      else
+        ++first_bias_;
   }
 
   /// The model's arrays in the order backward finishes them: each row
@@ -99,21 +109,27 @@ public:
   caf::error step_blocked(uint64_t clock, arrays& weights,
                           const emit_fn& emit) override {
     step_timer timer{*this};
-    if (!fits(weights))
+    if (!fits(weights)) {
+      drop_begun();
       return caf::make_error(errc::bad_shape, "pulled arrays do not match",
                              cfg_.model);
-    bool swapped = !local_opt_ && swap_in(weights, &model::swap_parameter);
-    if (!swapped)
-      take_pulled(clock, weights);
-    // Arrays still to finish per block, and each array's block.
-    std::vector<size_t> left(blocks_.size()), block_of(sizes_.size());
-    for (size_t b = 0; b < blocks_.size(); ++b) {
-      left[b] = blocks_[b].size();
-      for (auto i : blocks_[b])
-        block_of[i] = b;
     }
+    bool swapped = !local_opt_;
+    if (swapped) { // blocks weights_arrived took hold the last weights now
+      for (size_t b = 0; b < blocks_.size(); ++b)
+        if (!taken_[b])
+          for (auto j : blocks_[b])
+            net_.swap_parameter(j, weights[j].values); // sizes fit
+    } else {
+      take_pulled(clock, weights);
+    }
+    std::fill(taken_.begin(), taken_.end(), false);
+    // Arrays still to finish per block.
+    std::vector<size_t> left(blocks_.size());
+    for (size_t b = 0; b < blocks_.size(); ++b)
+      left[b] = blocks_[b].size();
     auto ready = [&](size_t i) {
-      auto b = block_of[i];
+      auto b = block_of_[i];
       if (--left[b] > 0)
         return;
       arrays out;
@@ -129,6 +145,39 @@ public:
       emit(b, std::move(out));
     };
     return compute(clock, ready);
+  }
+
+  /// Takes the storage of a block's weights for step `clock` (the last
+  /// weights go back in it), and runs the first layer's forward on each
+  /// of its row blocks that is in, in order, while later blocks are on
+  /// their way. Not on an evaluation point (the evaluation needs the
+  /// model whole first), nor with the optimizer on the workers.
+  void weights_arrived(uint64_t clock, size_t b, arrays& xs) override {
+    if (local_opt_ || b >= blocks_.size() || taken_[b] ||
+        (rank_ == 0 && is_eval_point(clock)) || xs.size() != blocks_[b].size())
+      return;
+    for (size_t i = 0; i < xs.size(); ++i)
+      if (xs[i].values.size() != sizes_[blocks_[b][i]])
+        return; // step_blocked says what is wrong
+    step_timer timer{*this};
+    for (size_t i = 0; i < xs.size(); ++i)
+      net_.swap_parameter(blocks_[b][i], xs[i].values);
+    taken_[b] = true;
+    // The first layer's bias seeds its output; its row blocks are the
+    // first parameters, in order.
+    size_t row_blocks = first_bias_;
+    if (begun_ != clock + 1 && taken_[block_of_[first_bias_]]) {
+      gather_batch(clock);
+      if (net_.forward_begin(xs_.data(), cfg_.batch) != kernel_status::ok)
+        return;
+      begun_ = clock + 1;
+    }
+    while (begun_ == clock + 1 && net_.forward_blocks_added() < row_blocks &&
+           taken_[block_of_[net_.forward_blocks_added()]])
+      if (net_.forward_next() != kernel_status::ok) {
+        begun_ = 0;
+        return;
+      }
   }
 
   arrays parameters() override {
@@ -251,12 +300,17 @@ private:
 
   /// The forward and backward pass of step `clock` on the model's weights.
   caf::error compute(uint64_t clock, const model::ready_fn& ready = {}) {
-    if (rank_ == 0 && is_eval_point(clock))
-      report(clock);
-    gather_batch(clock);
+    bool begun = begun_ == clock + 1; // weights_arrived began its forward
+    begun_ = 0;
+    if (!begun) {
+      if (rank_ == 0 && is_eval_point(clock))
+        report(clock);
+      gather_batch(clock);
+      if (net_.forward_begin(xs_.data(), cfg_.batch) != kernel_status::ok)
+        return caf::make_error(errc::bad_shape, "forward of step", clock);
+    }
     float loss = 0;
-    auto st = net_.compute_gradients(xs_.data(), ys_.data(), cfg_.batch, &loss,
-                                     ready);
+    auto st = net_.finish_gradients(ys_.data(), &loss, ready);
     if (st != kernel_status::ok)
       return caf::make_error(errc::bad_shape, "gradients", to_string(st));
     loss_sum_ += loss;
@@ -358,6 +412,16 @@ private:
   uint64_t steps_per_epoch_ = 1;
   std::vector<size_t> sizes_; // of the parameter arrays, fixed by the model
   std::vector<std::vector<size_t>> blocks_; // parameters() indices per block
+  std::vector<size_t> block_of_;            // parameters() index -> block
+  std::vector<bool> taken_; // blocks weights_arrived swapped into the model
+  size_t first_bias_ = 0;   // parameters() index of dense0.b
+  uint64_t begun_ = 0;      // clock + 1 of a forward weights_arrived began
+
+  /// Forgets a forward and blocks weights_arrived took (a failed step).
+  void drop_begun() {
+    begun_ = 0;
+    std::fill(taken_.begin(), taken_.end(), false);
+  }
   std::vector<size_t> idx_;
   uint64_t idx_epoch_ = 0;
   std::vector<float> xs_, scratch_;

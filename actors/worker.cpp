@@ -187,10 +187,28 @@ void start_piped(worker_ptr self, arrays& weights) {
 
 void run_blocked(worker_ptr self, arrays& weights);
 
-/// Block `b` of the step at `clock` was answered: with its keys' weights
+/// True if `xs` holds the arrays of block `b`, keys in order.
+bool is_block(const worker_state& st, size_t b, const arrays& xs) {
+  if (b >= st.blocks.size() || xs.size() != st.blocks[b].size())
+    return false;
+  for (size_t i = 0; i < xs.size(); ++i)
+    if (xs[i].key != st.blocks[b][i])
+      return false;
+  return true;
+}
+
+/// Block `b` of the step at st.clock was answered: with its keys' weights
 /// for the next step, or (the last step) only acknowledged.
-void on_block(worker_ptr self, arrays* weights) {
+void on_block(worker_ptr self, size_t b, arrays* weights) {
   auto& st = self->state;
+  if (weights) {
+    if (!is_block(st, b, *weights)) {
+      stop(self, caf::make_error(errc::bad_shape, "pulled block", b,
+                                 "holds other keys"));
+      return;
+    }
+    st.logic->weights_arrived(st.clock + 1, b, *weights);
+  }
   if (weights)
     for (auto& a : *weights) {
       auto i = st.position.find(a.key);
@@ -220,23 +238,13 @@ void push_block(worker_ptr self, uint64_t clock, size_t b, arrays grads) {
   auto at = clock * st.blocks.size() + b;
   if (st.logic->done(clock + 1)) {
     ask_kv(self, push_atom_v, at, std::move(grads))
-        .then([self](uint64_t) { on_block(self, nullptr); },
+        .then([self, b](uint64_t) { on_block(self, b, nullptr); },
               [self](caf::error& err) { stop(self, err); });
     return;
   }
   ask_kv(self, push_atom_v, at, std::move(grads), st.blocks[b])
-      .then([self](arrays& w) { on_block(self, &w); },
+      .then([self, b](arrays& w) { on_block(self, b, &w); },
             [self](caf::error& err) { stop(self, err); });
-}
-
-/// True if `xs` holds the arrays of block `b`, keys in order.
-bool is_block(const worker_state& st, size_t b, const arrays& xs) {
-  if (b >= st.blocks.size() || xs.size() != st.blocks[b].size())
-    return false;
-  for (size_t i = 0; i < xs.size(); ++i)
-    if (xs[i].key != st.blocks[b][i])
-      return false;
-  return true;
 }
 
 /// Runs the step at st.clock on `weights` (the step may take them), its

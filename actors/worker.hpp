@@ -79,6 +79,17 @@ public:
   virtual caf::error step_blocked(uint64_t clock,
                                   std::vector<named_array>& weights,
                                   const emit_fn& emit);
+
+  /// Overlapped steps: block `b`'s weights for the step at `clock` came
+  /// back (its keys, in order) while others may still be on their way: a
+  /// logic may take their storage and start that step on them (the
+  /// trainer runs its first layer's forward on each row block that is
+  /// in). What it leaves in `weights` reaches step_blocked() with the
+  /// other blocks' weights once all are back. The default does nothing.
+  virtual void weights_arrived(uint64_t /*clock*/, size_t /*b*/,
+                               std::vector<named_array>& /*weights*/) {
+    // nothing taken, nothing begun
+  }
 };
 
 /// How the worker actor drives its logic.

@@ -158,27 +158,63 @@ void model::init_parameters(uint64_t seed) {
 }
 
 kernel_status model::forward(const float* x, size_t batch) {
+  if (auto st = forward_begin(x, batch); st != kernel_status::ok)
+    return st;
+  return forward_end();
+}
+
+void model::seed_output(size_t l, size_t batch) {
+  auto& L = layers_[l];
+  auto& y = acts_[l + 1];
+  y.resize({batch, L.out});
+  // Every row of y starts as b; each block's x W_k is added on top.
+  for (size_t i = 0; i < batch; ++i)
+    std::copy(L.b.data(), L.b.data() + L.out, y.data() + i * L.out);
+}
+
+kernel_status model::add_block(size_t l, size_t k) {
+  auto& L = layers_[l];
+  return dense_forward_block_cpu(
+      acts_[l].data() + L.first[k], L.in, L.w[k].data(), acts_[l + 1].data(),
+      acts_[l].rows(), L.first[k + 1] - L.first[k], L.out);
+}
+
+kernel_status model::forward_begin(const float* x, size_t batch) {
+  next_block_ = no_forward;
   if (!x || batch == 0)
     return kernel_status::bad_input;
   acts_[0].resize({batch, input_size()});
   std::copy(x, x + acts_[0].size(), acts_[0].data());
+  seed_output(0, batch);
+  next_block_ = 0;
+  return kernel_status::ok;
+}
+
+kernel_status model::forward_next() {
+  if (next_block_ >= layers_[0].w.size())
+    return kernel_status::bad_input;
+  return add_block(0, next_block_++);
+}
+
+kernel_status model::forward_end() {
+  if (next_block_ == no_forward)
+    return kernel_status::bad_input;
+  size_t batch = acts_[0].rows();
   for (size_t l = 0; l < layers_.size(); ++l) {
-    auto& L = layers_[l];
-    auto& y = acts_[l + 1];
-    y.resize({batch, L.out});
-    // Seed every row of y with b, then add each block's x W_k (beta = 1).
-    for (size_t i = 0; i < batch; ++i)
-      std::copy(L.b.data(), L.b.data() + L.out, y.data() + i * L.out);
-    for (size_t k = 0; k < L.w.size(); ++k) {
-      auto st = dense_forward_block_cpu(acts_[l].data() + L.first[k], L.in,
-                                        L.w[k].data(), y.data(), batch,
-                                        L.first[k + 1] - L.first[k], L.out);
-      if (st != kernel_status::ok)
-        return st;
+    if (l > 0) {
+      seed_output(l, batch);
+      next_block_ = 0;
     }
+    for (; next_block_ < layers_[l].w.size(); ++next_block_)
+      if (auto st = add_block(l, next_block_); st != kernel_status::ok) {
+        next_block_ = no_forward;
+        return st;
+      }
     if (l + 1 < layers_.size())
-      relu_forward_cpu(y.data(), y.data(), y.size());
+      relu_forward_cpu(acts_[l + 1].data(), acts_[l + 1].data(),
+                       acts_[l + 1].size());
   }
+  next_block_ = no_forward;
   return kernel_status::ok;
 }
 
@@ -224,7 +260,15 @@ kernel_status model::backward(const float* dlogits, const ready_fn& ready) {
 kernel_status model::compute_gradients(const float* x, const uint8_t* labels,
                                        size_t batch, float* loss,
                                        const ready_fn& ready) {
-  if (auto st = forward(x, batch); st != kernel_status::ok)
+  if (auto st = forward_begin(x, batch); st != kernel_status::ok)
+    return st;
+  return finish_gradients(labels, loss, ready);
+}
+
+kernel_status model::finish_gradients(const uint8_t* labels, float* loss,
+                                      const ready_fn& ready) {
+  size_t batch = acts_[0].rows();
+  if (auto st = forward_end(); st != kernel_status::ok)
     return st;
   dlogits_.resize(logits().shape());
   auto st = softmax_xent_cpu(logits().data(), labels, batch, output_size(),

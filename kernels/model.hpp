@@ -52,6 +52,23 @@ public:
   /// die after the call). Then logits() holds batch x output_size.
   kernel_status forward(const float* x, size_t batch);
 
+  /// A forward in parts, for a first layer whose row blocks' weights come
+  /// one after another: forward_begin copies x and seeds the first layer's
+  /// output with its bias (which must be in place), forward_next adds the
+  /// first layer's next row block, forward_end the blocks left and then the
+  /// other layers. forward() is forward_begin then forward_end; every way
+  /// sums in the same order, so all give the same logits, bit for bit.
+  /// bad_input: forward_next with no block left or no forward begun,
+  /// forward_end with none begun.
+  kernel_status forward_begin(const float* x, size_t batch);
+  kernel_status forward_next();
+  kernel_status forward_end();
+
+  /// The first layer's row blocks a begun forward has added (0 if none).
+  size_t forward_blocks_added() const {
+    return next_block_ == no_forward ? 0 : next_block_;
+  }
+
   /// The logits of the last forward: batch x output_size.
   const tensor& logits() const { return acts_.back(); }
 
@@ -69,6 +86,11 @@ public:
   kernel_status compute_gradients(const float* x, const uint8_t* labels,
                                   size_t batch, float* loss,
                                   const ready_fn& ready = {});
+
+  /// compute_gradients of a forward begun with forward_begin (on the batch
+  /// x given there): forward_end, the loss, backward.
+  kernel_status finish_gradients(const uint8_t* labels, float* loss,
+                                 const ready_fn& ready = {});
 
   /// Stores the weights of each layer with more than `max_floats` of them
   /// as row blocks of about max_floats each (its rows split evenly), values
@@ -115,6 +137,15 @@ private:
   bool locate(size_t i, size_t& layer, size_t& block) const;
   /// Cuts layer L's weights into `blocks` row blocks (values kept).
   static void split_rows(layer& L, size_t blocks);
+  /// Resizes layer l's output to the batch and fills each row with b.
+  void seed_output(size_t l, size_t batch);
+  /// Adds row block k's term to layer l's output.
+  kernel_status add_block(size_t l, size_t k);
+
+  static constexpr size_t no_forward = SIZE_MAX;
+  /// The next row block a begun forward adds (of the first layer until
+  /// forward_end); no_forward if none is begun.
+  size_t next_block_ = no_forward;
 
   std::string spec_;
   std::vector<layer> layers_;

@@ -259,6 +259,47 @@ BOOST_AUTO_TEST_CASE(row_blocks_compute_what_the_whole_layers_do) {
   BOOST_TEST(after[1] == before[1], tt::per_element());
 }
 
+BOOST_AUTO_TEST_CASE(a_forward_in_parts_is_the_forward_bit_for_bit) {
+  auto m = make("mlp:30-8-5");
+  m.set_row_blocks(100); // the first layer in 3 row blocks
+  m.init_parameters(4);
+  auto x = random_values(6 * 30, 8);
+  BOOST_REQUIRE(m.forward(x.data(), 6) == kernel_status::ok);
+  auto whole = m.logits().values();
+  for (size_t early = 0; early <= 3; ++early) {
+    BOOST_TEST_CONTEXT(early << " blocks added before forward_end") {
+      BOOST_REQUIRE(m.forward_begin(x.data(), 6) == kernel_status::ok);
+      for (size_t k = 0; k < early; ++k)
+        BOOST_REQUIRE(m.forward_next() == kernel_status::ok);
+      BOOST_TEST(m.forward_blocks_added() == early);
+      if (early == 3) // no block left
+        BOOST_TEST((m.forward_next() == kernel_status::bad_input));
+      BOOST_REQUIRE(m.forward_end() == kernel_status::ok);
+      BOOST_TEST(m.logits().values() == whole, tt::per_element());
+    }
+  }
+  // Nothing begun: nothing to add to or end.
+  BOOST_TEST((m.forward_next() == kernel_status::bad_input));
+  BOOST_TEST((m.forward_end() == kernel_status::bad_input));
+  // finish_gradients after a forward begun is compute_gradients.
+  std::vector<uint8_t> y{0, 1, 2, 3, 4, 0};
+  float a = 0, b = 0;
+  BOOST_REQUIRE(m.compute_gradients(x.data(), y.data(), 6, &a) ==
+                kernel_status::ok);
+  std::vector<std::vector<float>> want;
+  for (auto& g : m.gradients())
+    want.emplace_back(g.data, g.data + g.size);
+  BOOST_REQUIRE(m.forward_begin(x.data(), 6) == kernel_status::ok);
+  BOOST_REQUIRE(m.forward_next() == kernel_status::ok);
+  BOOST_REQUIRE(m.finish_gradients(y.data(), &b) == kernel_status::ok);
+  BOOST_TEST(a == b);
+  auto gs = m.gradients();
+  for (size_t i = 0; i < gs.size(); ++i)
+    BOOST_TEST(std::vector<float>(gs[i].data, gs[i].data + gs[i].size) ==
+                   want[i],
+               tt::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(misuse_is_reported_not_crashed_on) {
   auto m = make("mlp:4-3-2");
   std::vector<float> x(8, 0.5f), dlogits(4, 0.1f);
