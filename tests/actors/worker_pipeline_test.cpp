@@ -142,7 +142,18 @@ struct blocked_logic : worker_logic {
   uint64_t steps;
   how way;
   std::map<uint64_t, std::vector<float>> seen;
+  /// weights_arrived calls: (clock, block) -> the values handed over.
+  std::map<std::pair<uint64_t, size_t>, std::vector<float>> arrived;
   std::promise<std::vector<float>> final;
+
+  void weights_arrived(uint64_t clock, size_t b,
+                       std::vector<named_array>& w) override {
+    auto& got = arrived[{clock, b}];
+    BOOST_CHECK_MESSAGE(got.empty(), "block " << b << " of step " << clock
+                                              << " arrived twice");
+    for (auto& a : w)
+      got.push_back(a.values.at(0));
+  }
 
   static std::vector<named_array> ones(std::vector<uint64_t> keys) {
     std::vector<named_array> out;
@@ -235,13 +246,22 @@ BOOST_AUTO_TEST_CASE(overlapped_sync_workers_see_whole_steps) {
     auto fa = a->final.get_future();
     for (auto& r : run_overlapped("sync", {a, b}))
       BOOST_REQUIRE_MESSAGE(normal(r), "worker failed: " << describe(r));
-    for (auto* l : {a.get(), b.get()})
+    for (auto* l : {a.get(), b.get()}) {
       for (uint64_t t = 0; t < 5; ++t) {
         auto want = static_cast<float>(2 * t);
         BOOST_CHECK_MESSAGE(l->seen[t] == std::vector<float>(3, want),
                             "step " << t << " saw " << l->seen[t][0] << ", "
                                     << l->seen[t][1] << ", " << l->seen[t][2]);
       }
+      // Each block of steps 1..4 came back once, before its step ran,
+      // holding that step's weights (block 0: key 3; block 1: keys 1, 2).
+      BOOST_CHECK_EQUAL(l->arrived.size(), 8u);
+      for (uint64_t t = 1; t < 5; ++t) {
+        auto want = static_cast<float>(2 * t);
+        BOOST_CHECK((l->arrived[{t, 0}] == std::vector<float>{want}));
+        BOOST_CHECK((l->arrived[{t, 1}] == std::vector<float>(2, want)));
+      }
+    }
     BOOST_REQUIRE(fa.wait_for(std::chrono::seconds{0}) ==
                   std::future_status::ready);
     BOOST_CHECK(fa.get() == std::vector<float>(3, 10.0f));
