@@ -304,6 +304,17 @@ caf::error node_config::finish() {
                            "--worker.overlap needs --server.mode=sync or"
                            " async: the servers count each block as a clock,"
                            " so an ssp bound would count blocks, not steps");
+  if (workload.overlap && workload.task == "counter")
+    return caf::make_error(errc::invalid_config,
+                           "--worker.overlap needs --worker.task=train (or a"
+                           " worker of your own with blocks()): the counter"
+                           " task steps whole");
+  if (train.block_floats != 0 && train.block_floats < 1024)
+    return caf::make_error(errc::invalid_config,
+                           "--train.block-floats must be 0 or >= 1024: each"
+                           " block is a sync round and a message per server"
+                           " and step, got",
+                           train.block_floats);
   if (workload.overlap && role_name == "worker" &&
       caf::get_or(*this, "scheduler.max-threads", size_t{1}) < 2)
     // The kv client sends a block's push while the step computes.

@@ -37,8 +37,8 @@ struct worker_state {
   /// The keys of each block (empty: steps are whole); the servers' clock
   /// of block b of step t is t * blocks.size() + b.
   std::vector<std::vector<uint64_t>> blocks;
-  /// Blocks of the step at `clock` pushed before this process (re)joined:
-  /// it resumes with block first_block (0 but after a restart mid-step).
+  /// Blocks of the step at `clock` pushed before this process (re)joined
+  /// (0 but after a restart or resume mid-step: skip_rest_of_step).
   size_t first_block = 0;
   size_t next_emit = 0;                // the block step_blocked hands next
   size_t awaiting = 0;                 // blocks of this step not answered
@@ -232,11 +232,12 @@ void on_block(worker_ptr self, size_t b, arrays* weights) {
 }
 
 /// Pushes block `b` of the step at `clock` (and pulls its keys for the
-/// next step unless this step is the last).
-void push_block(worker_ptr self, uint64_t clock, size_t b, arrays grads) {
+/// next step unless this step is the `last`).
+void push_block(worker_ptr self, uint64_t clock, size_t b, arrays grads,
+                bool last) {
   auto& st = self->state;
   auto at = clock * st.blocks.size() + b;
-  if (st.logic->done(clock + 1)) {
+  if (last) {
     ask_kv(self, push_atom_v, at, std::move(grads))
         .then([self, b](uint64_t) { on_block(self, b, nullptr); },
               [self](caf::error& err) { stop(self, err); });
@@ -253,16 +254,12 @@ void run_blocked(worker_ptr self, arrays& weights) {
   auto& st = self->state;
   auto clock = st.clock;
   st.collected.assign(st.keys.size(), named_array{});
-  // Blocks pushed before a restart: their rounds are applied, so the
-  // weights just pulled hold this step's result for them already.
-  for (size_t b = 0; b < st.first_block; ++b)
-    for (auto key : st.blocks[b])
-      st.collected[st.position[key]] = weights[st.position[key]];
-  st.awaiting = st.blocks.size() - st.first_block;
+  st.awaiting = st.blocks.size();
   st.next_emit = 0;
+  bool last = st.logic->done(clock + 1); // asked here: one call at a time
   caf::error bad;
   auto err = st.logic->step_blocked(
-      clock, weights, [self, clock, &bad](size_t b, arrays grads) {
+      clock, weights, [self, clock, last, &bad](size_t b, arrays grads) {
         auto& st = self->state;
         if (bad)
           return;
@@ -273,8 +270,7 @@ void run_blocked(worker_ptr self, arrays& weights) {
           return;
         }
         ++st.next_emit;
-        if (b >= st.first_block)
-          push_block(self, clock, b, std::move(grads));
+        push_block(self, clock, b, std::move(grads), last);
       });
   if (!err && !bad && st.next_emit != st.blocks.size())
     bad = caf::make_error(errc::bad_shape, "step_blocked handed over",
@@ -282,6 +278,31 @@ void run_blocked(worker_ptr self, arrays& weights) {
                           uint64_t{st.blocks.size()}, "blocks");
   if (err || bad)
     stop(self, err ? std::move(err) : std::move(bad));
+}
+
+/// A worker back in the middle of step t (restarted, or resumed from a
+/// checkpoint cut there): the rounds of its blocks before first_block are
+/// applied, so step t's weights are gone and a gradient computed now would
+/// mix steps t and t + 1. Its part in the blocks left is given up (empty
+/// pushes: those rounds take the other workers' mean), and it goes on with
+/// step t + 1.
+void skip_rest_of_step(worker_ptr self) {
+  auto& st = self->state;
+  TROUPE_LOG(info, "worker", "back in the middle of step ", st.clock,
+             ": its blocks ", st.first_block, " to ", st.blocks.size() - 1,
+             " of that step are given up");
+  auto left = std::make_shared<size_t>(st.blocks.size() - st.first_block);
+  for (auto b = st.first_block; b < st.blocks.size(); ++b)
+    ask_kv(self, push_atom_v, st.clock * st.blocks.size() + b, arrays{})
+        .then(
+            [self, left](uint64_t) {
+              if (--*left > 0)
+                return;
+              ++self->state.clock;
+              self->state.first_block = 0;
+              start_step(self);
+            },
+            [self](caf::error& err) { stop(self, err); });
 }
 
 void start_step(worker_ptr self) {
@@ -327,7 +348,10 @@ void on_started(worker_ptr self) { // 3
                       st.clock = clock / per; // with blocks: step, block
                       st.first_block = clock % per;
                       st.logic->start(rank, workers);
-                      start_step(self);
+                      if (st.first_block > 0)
+                        skip_rest_of_step(self);
+                      else
+                        start_step(self);
                     },
                     [self](caf::error& err) { stop(self, err); });
           },

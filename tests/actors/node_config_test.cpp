@@ -143,6 +143,8 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--worker.overlap", "--server.mode=ssp:2"}, "--worker.overlap");
   rejected({"--worker.overlap", "--worker.pipeline", "--server.mode=async"},
            "--worker.overlap");
+  rejected({"--worker.overlap", "--worker.task=counter"}, "--worker.overlap");
+  rejected({"--train.block-floats=1000"}, "--train.block-floats");
   for (auto mode : {"sync", "async"}) {
     node_config ok;
     BOOST_CHECK(!parse(ok, {"--role=worker", "--worker.overlap",
