@@ -1038,7 +1038,7 @@ void do_push_pull(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
 /// this again.
 void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
              reply_to<arrays> reply) {
-  declare_request req{self->state.rank, {}};
+  declare_request req{self->state.rank, {}, self->state.cfg.clocks_per_step};
   std::vector<uint64_t> keys;
   for (auto& x : *xs) {
     req.keys.push_back(key_info{x.key, x.values.size()});

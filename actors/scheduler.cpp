@@ -232,6 +232,13 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
 
 caf::error add_keys(self_ptr self, const declare_request& req) {
   auto& st = self->state;
+  if (st.clocks_per_step != 0 && st.clocks_per_step != req.clocks_per_step)
+    return caf::make_error(errc::invalid_config, "worker", req.worker,
+                           "pushes a step in", req.clocks_per_step,
+                           "clocks, the others in", st.clocks_per_step,
+                           "(give every worker the same --worker.overlap"
+                           " and --train.block-floats)");
+  st.clocks_per_step = req.clocks_per_step;
   for (auto& k : req.keys) {
     auto i = std::find_if(st.keys.begin(), st.keys.end(),
                           [&k](const key_info& x) { return x.key == k.key; });
@@ -445,6 +452,10 @@ void attempt_checkpoint(self_ptr self, uint64_t gen, uint64_t margin, int tries,
               if (g->failed || --g->left > 0)
                 return;
               auto at = g->top + (workers ? margin : 0);
+              // Between steps: an overlapped worker resumed mid-step would
+              // give the rest of that step up.
+              if (auto per = self->state.clocks_per_step; workers && per > 1)
+                at = (at + per - 1) / per * per;
               g->left = servers.size();
               for (auto& s : servers)
                 self->request(s, timeout, checkpoint_atom_v, gen, at)

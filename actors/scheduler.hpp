@@ -94,8 +94,11 @@ struct scheduler_state {
   std::vector<key_info> keys;
   std::vector<slice_place> placement;
   std::map<uint64_t, uint32_t> initialiser; // key -> first declaring worker
-  std::vector<parked_declare> parked;       // until servers have joined
-  std::map<role, uint32_t> joined;          // registrations ever, per role
+  /// Servers' clocks per training step, as the first declare said (0: none
+  /// yet); sync checkpoints cut at a multiple, between steps.
+  uint32_t clocks_per_step = 0;
+  std::vector<parked_declare> parked; // until servers have joined
+  std::map<role, uint32_t> joined;    // registrations ever, per role
   std::map<std::string, barrier> barriers;
   std::set<std::string> passed;             // released barrier names
   std::set<std::pair<role, uint32_t>> seen; // (role, rank) ever joined

@@ -450,7 +450,11 @@ caf::actor spawn_worker(caf::actor_system& sys, caf::actor kv_client,
 int run_worker(caf::actor_system& sys, caf::actor scheduler,
                const kv_settings& cfg, std::shared_ptr<worker_logic> logic,
                worker_options opts) {
-  auto kv = spawn_kv_client(sys, std::move(scheduler), cfg);
+  auto kv_cfg = cfg;
+  if (opts.overlap && !opts.pipeline) // checkpoints cut between steps
+    kv_cfg.clocks_per_step =
+        std::max<uint32_t>(static_cast<uint32_t>(logic->blocks().size()), 1);
+  auto kv = spawn_kv_client(sys, std::move(scheduler), kv_cfg);
   auto w = spawn_worker(sys, kv, std::move(logic), opts);
   caf::scoped_actor self{sys};
   self->monitor(w);

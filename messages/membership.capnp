@@ -82,6 +82,8 @@ struct Declare {
   # the expected number of servers has joined.
   worker @0 :UInt32;          # the declaring worker's rank
   keys   @1 :List(KeyInfo);   # same key declared twice must keep its size
+  clocksPerStep @2 :UInt32;   # servers' clocks per training step (an
+                              # overlapped worker's blocks); 0 = 1
 }
 
 struct DeclareReply {

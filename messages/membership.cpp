@@ -324,6 +324,7 @@ frame encode(const declare_request& x) {
   capnp::MallocMessageBuilder msg;
   auto b = msg.initRoot<schema::Declare>();
   b.setWorker(x.worker);
+  b.setClocksPerStep(x.clocks_per_step);
   auto keys = b.initKeys(x.keys.size());
   for (size_t i = 0; i < x.keys.size(); ++i) {
     keys[i].setKey(x.keys[i].key);
@@ -399,6 +400,7 @@ caf::error decode(const frame& f, declare_request& x) {
   return decode_guarded(f, "Declare", [&x](frame_reader& rd) {
     auto r = rd.get<schema::Declare>();
     x.worker = r.getWorker();
+    x.clocks_per_step = std::max<uint32_t>(r.getClocksPerStep(), 1);
     read_keys(r.getKeys(), x.keys);
     return check_keys(x.keys);
   });

@@ -90,6 +90,10 @@ struct register_reply {
 struct declare_request {
   uint32_t worker = 0;
   std::vector<key_info> keys;
+  /// Servers' clocks per training step: an overlapped worker pushes each
+  /// step in this many blocks, one clock each (checkpoints cut between
+  /// steps); 1 otherwise.
+  uint32_t clocks_per_step = 1;
 };
 
 /// Scheduler -> worker: the placed arrays, and which it must initialise.

@@ -172,6 +172,23 @@ BOOST_AUTO_TEST_CASE(undeclared_keys_and_wrong_lengths_are_refused) {
   BOOST_CHECK(all_equal(*got, 0.0f));
 }
 
+BOOST_AUTO_TEST_CASE(workers_that_step_in_other_clock_counts_are_refused) {
+  // Overlapped workers push a step as several clocks; a worker that steps
+  // in another count would pair other steps in one sync round.
+  cluster c{"sync", 1, 1};
+  init_all(c, 4);
+  kv_settings ks;
+  ks.request_timeout_ms = 10000;
+  ks.clocks_per_step = 2;
+  kv other{c.b, c.remote_sched, ks};
+  auto got = other.init(filled(1, 4, 0.0f));
+  BOOST_REQUIRE(!got);
+  BOOST_CHECK(got.error() == errc::invalid_config);
+  BOOST_CHECK_MESSAGE(describe(got.error()).find("--worker.overlap") !=
+                          std::string::npos,
+                      describe(got.error()));
+}
+
 BOOST_AUTO_TEST_CASE(a_server_drops_duplicates_and_survives_malformed_bytes) {
   cluster c{"async", 1, 1};
   init_all(c, 1000);

@@ -105,13 +105,16 @@ BOOST_AUTO_TEST_CASE(overlapped_sync_steps_train_the_model_of_whole_steps) {
   BOOST_CHECK_LE(std::abs(acc(overlapped) - acc(whole)), 0.005);
 }
 
-BOOST_AUTO_TEST_CASE(a_resumed_job_ends_exactly_like_an_uninterrupted_one) {
-  // Sync training is deterministic: a job killed after a checkpoint and
-  // resumed from it must end with the very same accuracy line, which it
-  // can only do if weights, momentum and the lr schedule all came back.
+/// Sync training is deterministic: a job killed after a checkpoint and
+/// resumed from it must end with the very same accuracy line, which it can
+/// only do if weights, momentum and the lr schedule all came back. `extra`
+/// goes to every node; a step is `clocks` server clocks (the cut falls
+/// between steps).
+void check_resume(std::vector<std::string> extra, uint64_t clocks) {
   temp_dir dir;
   std::vector<std::string> flags{"--checkpoint.dir=" + dir.path,
                                  "--checkpoint.every-ms=0"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
   auto reference = train_one_epoch(flags);
   uint64_t cut = 0;
   {
@@ -122,7 +125,7 @@ BOOST_AUTO_TEST_CASE(a_resumed_job_ends_exactly_like_an_uninterrupted_one) {
     // Checkpoints until one is well into the epoch (468 steps): each is
     // answered once written, so this paces itself.
     caf::expected<uint64_t> gen = uint64_t{0};
-    for (int i = 0; i < 1000 && cut < 100; ++i) {
+    for (int i = 0; i < 1000 && cut < 100 * clocks; ++i) {
       gen = client.checkpoint();
       job.s.proc->drain(); // a log line per checkpoint: keep the pipe open
       BOOST_REQUIRE(gen);
@@ -137,6 +140,7 @@ BOOST_AUTO_TEST_CASE(a_resumed_job_ends_exactly_like_an_uninterrupted_one) {
     BOOST_CHECK_MESSAGE(!job.w0->wait_for_line("final test accuracy", 1s),
                         "the job ended before the kill: " << job.w0->output());
   }
+  BOOST_CHECK_EQUAL(cut % clocks, 0u); // between two steps
   flags.push_back("--resume");
   std::string said;
   auto resumed = train_one_epoch(flags, &said);
@@ -147,7 +151,17 @@ BOOST_AUTO_TEST_CASE(a_resumed_job_ends_exactly_like_an_uninterrupted_one) {
   BOOST_TEST_MESSAGE("uninterrupted: " << reference
                                        << "; resumed: " << resumed);
   BOOST_CHECK_EQUAL(resumed, reference);
-  BOOST_CHECK_GE(cut, 100u);
+  BOOST_CHECK_GE(cut, 100u * clocks);
+}
+
+BOOST_AUTO_TEST_CASE(a_resumed_job_ends_exactly_like_an_uninterrupted_one) {
+  check_resume({}, 1);
+}
+
+BOOST_AUTO_TEST_CASE(a_resumed_overlapped_job_ends_exactly_alike_too) {
+  // Overlapped workers push each step in 2 blocks, one server clock each:
+  // the cut falls between steps, so no block of a step is lost.
+  check_resume({"--worker.overlap"}, 2);
 }
 
 BOOST_AUTO_TEST_CASE(two_workers_train_fashion_mnist_well_past_chance) {

@@ -60,10 +60,14 @@ BOOST_AUTO_TEST_CASE(every_message_survives_a_round_trip) {
   BOOST_REQUIRE(!decode(encode(sample_view()), v2));
   BOOST_CHECK(v2 == sample_view());
 
-  declare_request d{1, {{5, 100}, {6, 1}}}, d2;
+  declare_request d{1, {{5, 100}, {6, 1}}, 3}, d2;
   BOOST_REQUIRE(!decode(encode(d), d2));
   BOOST_CHECK_EQUAL(d2.worker, 1u);
   BOOST_CHECK(d2.keys == d.keys);
+  BOOST_CHECK_EQUAL(d2.clocks_per_step, 3u);
+  // A Declare without the field (an older worker) means one clock a step.
+  BOOST_REQUIRE(!decode(encode(declare_request{1, {{5, 100}}, 0}), d2));
+  BOOST_CHECK_EQUAL(d2.clocks_per_step, 1u);
 
   declare_reply dr{sample_view(), {1, 2}}, dr2;
   BOOST_REQUIRE(!decode(encode(dr), dr2));
