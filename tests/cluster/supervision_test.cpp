@@ -62,8 +62,11 @@ std::vector<std::string> short_training(uint32_t epochs = 2) {
 BOOST_AUTO_TEST_SUITE(supervision_tests)
 
 BOOST_AUTO_TEST_CASE(a_killed_worker_is_restarted_rejoins_and_training_ends) {
-  for (std::string mode : {"sync", "async", "ssp:2"}) {
+  // sync+overlap: workers push each step in blocks, one server clock
+  // each; the restarted one may come back in the middle of a step.
+  for (std::string mode : {"sync", "async", "ssp:2", "sync+overlap"}) {
     BOOST_TEST_MESSAGE("mode " << mode);
+    bool overlap = mode == "sync+overlap";
     scheduler_process s{2, 2};
     event_reader log{s.port};
     // Three epochs, not two: the restart takes about 1.3 s (start, data),
@@ -72,8 +75,10 @@ BOOST_AUTO_TEST_CASE(a_killed_worker_is_restarted_rejoins_and_training_ends) {
     // final accuracy hung on how fast the rest of the cluster was (ssp:2:
     // 0.80-0.85, below 0.80 in 3 of 30 runs once training got faster).
     auto flags = short_training(3);
-    flags.push_back("--server.mode=" + mode);
-    if (mode != "sync") { // each push is an update: lr / workers
+    flags.push_back("--server.mode=" + (overlap ? "sync" : mode));
+    if (overlap)
+      flags.push_back("--worker.overlap");
+    if (mode != "sync" && !overlap) { // each push is an update: lr / workers
       flags.push_back("--optimizer.lr=0.025");
       flags.push_back("--optimizer.lr-decay-steps=2800");
     }
