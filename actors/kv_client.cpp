@@ -1037,8 +1037,8 @@ void do_push_pull(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
 /// `xs` is shared, never copied: arrays may be large, and a resend runs
 /// this again.
 void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
-             reply_to<arrays> reply) {
-  declare_request req{self->state.rank, {}, self->state.cfg.clocks_per_step};
+             uint32_t clocks_per_step, reply_to<arrays> reply) {
+  declare_request req{self->state.rank, {}, clocks_per_step};
   std::vector<uint64_t> keys;
   for (auto& x : *xs) {
     req.keys.push_back(key_info{x.key, x.values.size()});
@@ -1174,6 +1174,27 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
     }
 }
 
+/// (init_atom, arrays[, clocks per step]): declares and initialises.
+caf::response_promise on_init(self_ptr self, arrays& xs,
+                              uint32_t clocks_per_step) {
+  auto rp = self->make_response_promise();
+  when_ready(
+      self,
+      [self, xs = std::move(xs), clocks_per_step, rp]() mutable {
+        // Declare and Init are idempotent (the first Init of a slice wins):
+        // the whole of it may be resent.
+        auto keep = std::make_shared<const arrays>(std::move(xs));
+        with_resend<arrays>(
+            self,
+            [self, keep, clocks_per_step](reply_to<arrays> r) {
+              do_init(self, keep, clocks_per_step, std::move(r));
+            },
+            deliver_to<arrays>(rp));
+      },
+      fail_to(rp));
+  return rp;
+}
+
 } // namespace
 
 caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
@@ -1198,23 +1219,9 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
         else
           apply_view(self, std::move(v));
       },
-      [self](init_atom, arrays& xs) {
-        auto rp = self->make_response_promise();
-        when_ready(
-            self,
-            [self, xs = std::move(xs), rp]() mutable {
-              // Declare and Init are idempotent (the first Init of a
-              // slice wins): the whole of it may be resent.
-              auto keep = std::make_shared<const arrays>(std::move(xs));
-              with_resend<arrays>(
-                  self,
-                  [self, keep](reply_to<arrays> r) {
-                    do_init(self, keep, std::move(r));
-                  },
-                  deliver_to<arrays>(rp));
-            },
-            fail_to(rp));
-        return rp;
+      [self](init_atom, arrays& xs) { return on_init(self, xs, 1); },
+      [self](init_atom, arrays& xs, uint32_t clocks_per_step) {
+        return on_init(self, xs, std::max<uint32_t>(clocks_per_step, 1));
       },
       [self](push_atom, uint64_t clock, arrays& xs) {
         auto rp = self->make_response_promise();

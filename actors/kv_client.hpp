@@ -6,6 +6,12 @@
 //   (init_atom, vector<named_array>)          -> vector<named_array>
 //       declares the arrays; the first declarer of a key initialises it,
 //       every caller gets the values in effect
+//   (init_atom, vector<named_array>, uint32_t clocks_per_step)
+//                                              -> vector<named_array>
+//       the same for a worker that pushes each step as this many clocks
+//       (overlapped steps: one per block); the scheduler refuses one whose
+//       count differs from the other live workers' and cuts sync
+//       checkpoints between steps
 //   (push_atom, uint64_t clock, vector<named_array>) -> uint64_t version
 //       adds the arrays (gradients) for `clock`; reaches every server
 //   (push_atom, uint64_t clock, vector<named_array>, vector<uint64_t> keys)

@@ -81,10 +81,6 @@ struct server_settings {
 struct kv_settings {
   /// Give up on any reply after this long, in ms; 0 is not allowed.
   uint32_t request_timeout_ms = 10000;
-  /// Servers' clocks per training step of this worker, declared with its
-  /// arrays (not a flag: run_worker sets it to an overlapped worker's
-  /// blocks per step, so that checkpoints cut between steps). Default 1.
-  uint32_t clocks_per_step = 1;
   /// Cut pushes and pulls into parts of at most this many bytes, so that
   /// a large transfer streams: the server applies one part while the next
   /// is on its way (on 2 cores, 1 MiB parts moved 16 MiB values 1.5x

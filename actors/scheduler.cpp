@@ -230,15 +230,18 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
   return reply;
 }
 
+bool is_live_worker(self_ptr self, uint32_t rank);
+
 caf::error add_keys(self_ptr self, const declare_request& req) {
   auto& st = self->state;
-  if (st.clocks_per_step != 0 && st.clocks_per_step != req.clocks_per_step)
-    return caf::make_error(errc::invalid_config, "worker", req.worker,
-                           "pushes a step in", req.clocks_per_step,
-                           "clocks, the others in", st.clocks_per_step,
-                           "(give every worker the same --worker.overlap"
-                           " and --train.block-floats)");
-  st.clocks_per_step = req.clocks_per_step;
+  for (auto& [rank, n] : st.clocks_per_step)
+    if (rank != req.worker && n != req.clocks_per_step &&
+        is_live_worker(self, rank))
+      return caf::make_error(errc::invalid_config, "worker", req.worker,
+                             "pushes a step in", req.clocks_per_step,
+                             "clocks, worker", rank, "in", n,
+                             "(give every worker the same --worker.overlap"
+                             " and --train.block-floats)");
   for (auto& k : req.keys) {
     auto i = std::find_if(st.keys.begin(), st.keys.end(),
                           [&k](const key_info& x) { return x.key == k.key; });
@@ -246,6 +249,7 @@ caf::error add_keys(self_ptr self, const declare_request& req) {
       return caf::make_error(errc::size_conflict, "key", k.key, "declared",
                              i->size, "now", k.size);
   }
+  st.clocks_per_step[req.worker] = req.clocks_per_step;
   bool added = false;
   for (auto& k : req.keys)
     if (st.initialiser.emplace(k.key, req.worker).second) {
@@ -409,6 +413,15 @@ void write_manifest(self_ptr self, uint64_t gen, uint64_t at,
 
 /// One attempt at generation `gen`: ask every server for its version, cut
 /// `margin` rounds above the largest, collect the files.
+/// Servers' clocks per step of the live workers (they agree; 1 if none).
+uint32_t clocks_per_step(self_ptr self) {
+  uint32_t per = 1;
+  for (auto& [rank, n] : self->state.clocks_per_step)
+    if (is_live_worker(self, rank))
+      per = std::max(per, n);
+  return per;
+}
+
 void attempt_checkpoint(self_ptr self, uint64_t gen, uint64_t margin, int tries,
                         uint64_t started) {
   std::vector<caf::actor> servers;
@@ -454,7 +467,7 @@ void attempt_checkpoint(self_ptr self, uint64_t gen, uint64_t margin, int tries,
               auto at = g->top + (workers ? margin : 0);
               // Between steps: an overlapped worker resumed mid-step would
               // give the rest of that step up.
-              if (auto per = self->state.clocks_per_step; workers && per > 1)
+              if (auto per = clocks_per_step(self); workers && per > 1)
                 at = (at + per - 1) / per * per;
               g->left = servers.size();
               for (auto& s : servers)

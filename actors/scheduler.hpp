@@ -94,9 +94,10 @@ struct scheduler_state {
   std::vector<key_info> keys;
   std::vector<slice_place> placement;
   std::map<uint64_t, uint32_t> initialiser; // key -> first declaring worker
-  /// Servers' clocks per training step, as the first declare said (0: none
-  /// yet); sync checkpoints cut at a multiple, between steps.
-  uint32_t clocks_per_step = 0;
+  /// Servers' clocks per training step each worker rank declared (its
+  /// blocks, overlapped; else 1): live workers must agree, and sync
+  /// checkpoints cut at a multiple, between steps.
+  std::map<uint32_t, uint32_t> clocks_per_step;
   std::vector<parked_declare> parked; // until servers have joined
   std::map<role, uint32_t> joined;    // registrations ever, per role
   std::map<std::string, barrier> barriers;

@@ -408,9 +408,16 @@ caf::behavior worker(worker_ptr self, caf::actor kv,
       stop(self, dm.reason ? dm.reason
                            : caf::make_error(errc::peer_down, "kv client"));
   });
-  ask_kv(self, init_atom_v, std::move(params)) // 1
-      .then([self](const arrays&) { on_initialised(self); },
-            [self](caf::error& err) { stop(self, err); });
+  // 1; with blocks, each step is that many server clocks (the scheduler
+  // cuts checkpoints between steps, and refuses workers that differ)
+  auto on_init = [self](const arrays&) { on_initialised(self); };
+  auto on_error = [self](caf::error& err) { stop(self, err); };
+  if (st.blocks.empty())
+    ask_kv(self, init_atom_v, std::move(params)).then(on_init, on_error);
+  else
+    ask_kv(self, init_atom_v, std::move(params),
+           static_cast<uint32_t>(st.blocks.size()))
+        .then(on_init, on_error);
   return {[](caf::unit_t) {}}; // everything happens in replies
 }
 
@@ -450,11 +457,7 @@ caf::actor spawn_worker(caf::actor_system& sys, caf::actor kv_client,
 int run_worker(caf::actor_system& sys, caf::actor scheduler,
                const kv_settings& cfg, std::shared_ptr<worker_logic> logic,
                worker_options opts) {
-  auto kv_cfg = cfg;
-  if (opts.overlap && !opts.pipeline) // checkpoints cut between steps
-    kv_cfg.clocks_per_step =
-        std::max<uint32_t>(static_cast<uint32_t>(logic->blocks().size()), 1);
-  auto kv = spawn_kv_client(sys, std::move(scheduler), kv_cfg);
+  auto kv = spawn_kv_client(sys, std::move(scheduler), cfg);
   auto w = spawn_worker(sys, kv, std::move(logic), opts);
   caf::scoped_actor self{sys};
   self->monitor(w);

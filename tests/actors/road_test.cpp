@@ -477,7 +477,11 @@ BOOST_AUTO_TEST_CASE(a_closed_connection_keeps_its_rings_while_messages_live) {
   c.box->clear();
   BOOST_CHECK(await_ring_mappings_at_most(2)); // the dialling end let go
   l.reset();
-  BOOST_CHECK_EQUAL(ring_mappings(), 0u);
+  // The accepted end's reader may still be on its way out (its connection
+  // ended when ours closed, so the listener no longer held it): it unmaps
+  // as it leaves. Under load this took longer than the reset (1 of 44
+  // tests failed once in `ctest -j2`).
+  BOOST_CHECK(await_ring_mappings_at_most(0));
 }
 
 BOOST_AUTO_TEST_CASE(a_listener_unmaps_the_rings_of_a_worker_that_left) {
