@@ -47,6 +47,41 @@ void load(model& m, const std::vector<named_array>& xs) {
     std::memcpy(ps[i].data, xs[i].values.data(), ps[i].size * sizeof(float));
 }
 
+/// One SGD step of `m` on its gradients.
+void sgd_step(model& m) {
+  auto ps = m.parameters();
+  auto gs = m.gradients();
+  for (size_t i = 0; i < ps.size(); ++i)
+    sgd_update_cpu(ps[i].data, gs[i].data, ps[i].size, sgd_params{lr, 0});
+}
+
+/// A sync cluster of 2 servers and the workers whose servers take SGD
+/// steps with lr.
+std::unique_ptr<cluster> sgd_cluster() {
+  optimizer_settings opt;
+  opt.name = "sgd";
+  opt.lr = lr;
+  return std::make_unique<cluster>("sync", 2, workers, 16u << 20,
+                                   make_update_fn(opt), 4096);
+}
+
+/// Each array of `got` within 1e-5 (relative, whole array) of `want`'s.
+void expect_close(const std::vector<named_array>& got,
+                  const std::vector<named_array>& want) {
+  BOOST_REQUIRE_EQUAL(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    double diff = 0, norm = 0;
+    for (size_t j = 0; j < want[i].values.size(); ++j) {
+      double d = got[i].values[j] - want[i].values[j];
+      diff += d * d;
+      norm += double(want[i].values[j]) * want[i].values[j];
+    }
+    auto rel = std::sqrt(diff / norm);
+    BOOST_TEST_MESSAGE("array " << i + 1 << ": relative difference " << rel);
+    BOOST_CHECK_LE(rel, 1e-5);
+  }
+}
+
 /// Gradients of `m` on samples [first, first + n) of `d`.
 void gradients(model& m, const dataset& d, size_t first, size_t n) {
   float loss = 0;
@@ -68,16 +103,11 @@ BOOST_AUTO_TEST_CASE(sync_training_equals_one_process_on_the_global_batch) {
   auto ref = fresh_model();
   for (size_t k = 0; k < steps; ++k) {
     gradients(ref, train, k * workers * batch, workers * batch);
-    auto ps = ref.parameters();
-    auto gs = ref.gradients();
-    for (size_t i = 0; i < ps.size(); ++i)
-      sgd_update_cpu(ps[i].data, gs[i].data, ps[i].size, sgd_params{lr, 0});
+    sgd_step(ref);
   }
   // The cluster: worker w trains on part w of each global batch.
-  optimizer_settings opt;
-  opt.name = "sgd";
-  opt.lr = lr;
-  cluster c{"sync", 2, workers, 16u << 20, make_update_fn(opt), 4096};
+  auto cp = sgd_cluster();
+  auto& c = *cp;
   std::vector<model> replicas{fresh_model(), fresh_model()};
   std::vector<uint64_t> keys;
   for (auto& a : arrays_of(replicas[0].parameters()))
@@ -95,18 +125,7 @@ BOOST_AUTO_TEST_CASE(sync_training_equals_one_process_on_the_global_batch) {
     }
   auto final_weights = c.worker(0).pull(steps, keys);
   BOOST_REQUIRE(final_weights);
-  auto want = arrays_of(ref.parameters());
-  for (size_t i = 0; i < want.size(); ++i) {
-    double diff = 0, norm = 0;
-    for (size_t j = 0; j < want[i].values.size(); ++j) {
-      double d = (*final_weights)[i].values[j] - want[i].values[j];
-      diff += d * d;
-      norm += double(want[i].values[j]) * want[i].values[j];
-    }
-    auto rel = std::sqrt(diff / norm);
-    BOOST_TEST_MESSAGE("array " << i + 1 << ": relative difference " << rel);
-    BOOST_CHECK_LE(rel, 1e-5);
-  }
+  expect_close(*final_weights, arrays_of(ref.parameters()));
 }
 
 BOOST_AUTO_TEST_CASE(
@@ -159,16 +178,11 @@ BOOST_AUTO_TEST_CASE(
     float loss = 0;
     BOOST_REQUIRE(ref.compute_gradients(xs.data(), ys.data(), ys.size(),
                                         &loss) == kernel_status::ok);
-    auto ps = ref.parameters();
-    auto gs = ref.gradients();
-    for (size_t i = 0; i < ps.size(); ++i)
-      sgd_update_cpu(ps[i].data, gs[i].data, ps[i].size, sgd_params{lr, 0});
+    sgd_step(ref);
   }
   // The cluster, two overlapped trainers.
-  optimizer_settings opt;
-  opt.name = "sgd";
-  opt.lr = lr;
-  cluster c{"sync", 2, workers, 16u << 20, make_update_fn(opt), 4096};
+  auto cp = sgd_cluster();
+  auto& c = *cp;
   worker_options wopts;
   wopts.overlap = true;
   std::vector<caf::actor> actors;
@@ -182,16 +196,10 @@ BOOST_AUTO_TEST_CASE(
   BOOST_TEST_MESSAGE(blocks << " blocks per step");
   BOOST_REQUIRE_GT(blocks, 2u);
   for (size_t i = 0; i < actors.size(); ++i) {
-    bool down = false;
-    c.self->receive(
-        [&](const caf::down_msg& dm) {
-          down = true;
-          BOOST_REQUIRE_MESSAGE(!dm.reason ||
-                                    dm.reason == caf::exit_reason::normal,
-                                "worker failed: " << describe(dm.reason));
-        },
-        caf::after(std::chrono::seconds{60}) >> [] {});
-    BOOST_REQUIRE_MESSAGE(down, "a trainer did not finish in 60 s");
+    auto reason = troupe::test::await_down(c.self, std::chrono::seconds{60});
+    BOOST_REQUIRE_MESSAGE(reason, "a trainer did not finish in 60 s");
+    BOOST_REQUIRE_MESSAGE(troupe::test::normal_exit(*reason),
+                          "worker failed: " << describe(*reason));
   }
   auto want = arrays_of(ref.parameters());
   std::vector<uint64_t> keys;
@@ -199,18 +207,7 @@ BOOST_AUTO_TEST_CASE(
     keys.push_back(a.key);
   auto got = c.worker(0).pull(k_steps * blocks, keys);
   BOOST_REQUIRE(got);
-  BOOST_REQUIRE_EQUAL(got->size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    double diff = 0, norm = 0;
-    for (size_t j = 0; j < want[i].values.size(); ++j) {
-      double d = (*got)[i].values[j] - want[i].values[j];
-      diff += d * d;
-      norm += double(want[i].values[j]) * want[i].values[j];
-    }
-    auto rel = std::sqrt(diff / norm);
-    BOOST_TEST_MESSAGE("array " << i + 1 << ": relative difference " << rel);
-    BOOST_CHECK_LE(rel, 1e-5);
-  }
+  expect_close(*got, want);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -3,8 +3,10 @@
 // (kv clients) in another, talking over loopback like separate processes.
 #pragma once
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,21 @@
 #include "messages/type_ids.hpp"
 
 namespace troupe::test {
+
+/// The exit reason of the next actor `self` monitors to go down, or
+/// nullopt if none went down within `limit`.
+inline std::optional<caf::error> await_down(caf::scoped_actor& self,
+                                            std::chrono::seconds limit) {
+  std::optional<caf::error> reason;
+  self->receive([&reason](const caf::down_msg& dm) { reason = dm.reason; },
+                caf::after(limit) >> [] {});
+  return reason;
+}
+
+/// True for the exit reason of an actor that finished its work.
+inline bool normal_exit(const caf::error& e) {
+  return !e || e == caf::exit_reason::normal;
+}
 
 /// A config with the middleman; TROUPE_TEST_LOG=debug shows troupe's log.
 std::unique_ptr<node_config> make_config() {

@@ -68,16 +68,10 @@ std::shared_ptr<recording_logic> run(const std::string& mode, uint64_t steps,
   opts.pipeline = pipeline;
   auto w = spawn_worker(c.b, c.workers.front()->handle(), logic, opts);
   c.self->monitor(w);
-  bool down = false;
-  c.self->receive(
-      [&](const caf::down_msg& dm) {
-        down = true;
-        BOOST_REQUIRE_MESSAGE(!dm.reason ||
-                                  dm.reason == caf::exit_reason::normal,
-                              "worker failed: " << describe(dm.reason));
-      },
-      caf::after(std::chrono::seconds{30}) >> [] {});
-  BOOST_REQUIRE_MESSAGE(down, "the worker did not finish in 30 s");
+  auto reason = troupe::test::await_down(c.self, std::chrono::seconds{30});
+  BOOST_REQUIRE_MESSAGE(reason, "the worker did not finish in 30 s");
+  BOOST_REQUIRE_MESSAGE(troupe::test::normal_exit(*reason),
+                        "worker failed: " << describe(*reason));
   BOOST_REQUIRE(done.wait_for(std::chrono::seconds{0}) ==
                 std::future_status::ready);
   auto final = done.get();
@@ -218,20 +212,11 @@ run_overlapped(const std::string& mode,
   }
   std::vector<caf::error> reasons;
   for (size_t i = 0; i < ws.size(); ++i) {
-    bool down = false;
-    c.self->receive(
-        [&](const caf::down_msg& dm) {
-          down = true;
-          reasons.push_back(dm.reason);
-        },
-        caf::after(std::chrono::seconds{30}) >> [] {});
-    BOOST_REQUIRE_MESSAGE(down, "a worker did not finish in 30 s");
+    auto reason = troupe::test::await_down(c.self, std::chrono::seconds{30});
+    BOOST_REQUIRE_MESSAGE(reason, "a worker did not finish in 30 s");
+    reasons.push_back(*reason);
   }
   return reasons;
-}
-
-bool normal(const caf::error& e) {
-  return !e || e == caf::exit_reason::normal;
 }
 
 } // namespace
@@ -245,7 +230,8 @@ BOOST_AUTO_TEST_CASE(overlapped_sync_workers_see_whole_steps) {
          b = std::make_shared<blocked_logic>(5, way);
     auto fa = a->final.get_future();
     for (auto& r : run_overlapped("sync", {a, b}))
-      BOOST_REQUIRE_MESSAGE(normal(r), "worker failed: " << describe(r));
+      BOOST_REQUIRE_MESSAGE(troupe::test::normal_exit(r),
+                            "worker failed: " << describe(r));
     for (auto* l : {a.get(), b.get()}) {
       for (uint64_t t = 0; t < 5; ++t) {
         auto want = static_cast<float>(2 * t);
@@ -282,7 +268,7 @@ BOOST_AUTO_TEST_CASE(an_overlapped_worker_back_mid_step_gives_up_its_rest) {
     BOOST_REQUIRE(kv.push(1, blocked_logic::ones({1, 2})));
     BOOST_REQUIRE(kv.push(2, blocked_logic::ones({3})));
   });
-  BOOST_REQUIRE_MESSAGE(normal(reasons.at(0)),
+  BOOST_REQUIRE_MESSAGE(troupe::test::normal_exit(reasons.at(0)),
                         "worker failed: " << describe(reasons.at(0)));
   BOOST_CHECK(l->seen.count(0) == 0); // done before
   BOOST_CHECK(l->seen.count(1) == 0); // given up
