@@ -57,9 +57,28 @@ void shard_store::set_workers(const std::set<uint32_t>& live) {
   auto start =
       mode_.kind == consistency::kind_t::sync ? rounds_applied_ : min_clock();
   for (auto i = workers_.begin(); i != workers_.end();)
-    i = live.count(i->first) == 0 ? workers_.erase(i) : std::next(i);
+    if (live.count(i->first) == 0) {
+      departed_[i->first] = std::move(i->second);
+      i = workers_.erase(i);
+    } else {
+      ++i;
+    }
   for (auto w : live)
     if (workers_.count(w) == 0) {
+      // A rank back (its process restarted) that had pushed clocks the
+      // rounds have not passed: its pushes are in those rounds, so it
+      // carries on from its own clock (what it pushes again is a
+      // duplicate), not from `start` (it would be added twice).
+      auto d = departed_.find(w);
+      if (d != departed_.end()) {
+        auto wc = std::move(d->second);
+        departed_.erase(d);
+        if (wc.clock >= start && resume_clocks_.count(w) == 0) {
+          wc.fresh = true;
+          workers_[w] = std::move(wc);
+          continue;
+        }
+      }
       auto r = resume_clocks_.find(w);
       if (r != resume_clocks_.end()) { // first join after a resume
         auto wc = std::move(r->second);

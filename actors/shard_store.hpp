@@ -9,6 +9,9 @@
 // first push since it (re)joined may carry a higher clock, which it then
 // takes: a server that joined late (a restarted one) starts where the
 // workers are.
+// A worker that leaves and comes back (a restarted process under its old
+// rank) goes on from its own clock if the rounds have not passed it, so
+// that a push of its that already sits in an open round is not added again.
 //   sync   round t is applied (sum of every live worker's push, one update)
 //          when every live worker's clock passed t; version = rounds applied;
 //          a worker at clock c reads once version >= c.
@@ -56,7 +59,8 @@ public:
   void set_owned(const std::map<slice_id, uint32_t>& owned);
 
   /// Sets the live workers. A newcomer starts at the clock the others
-  /// reached; a leaver no longer holds back rounds or reads.
+  /// reached (a rank back, at its own clock if the rounds have not passed
+  /// it); a leaver no longer holds back rounds or reads.
   void set_workers(const std::set<uint32_t>& live);
 
   /// First values of slices; a slice already initialised keeps its values.
@@ -199,6 +203,9 @@ private:
   uint64_t rounds_applied_ = 0;
   uint64_t version_ = 0;
   std::map<uint32_t, worker_clock> resume_clocks_; // from a checkpoint
+  /// Workers that left (their last clock): a rank that comes back goes on
+  /// from there while the rounds have not passed it.
+  std::map<uint32_t, worker_clock> departed_;
   std::map<uint64_t, std::vector<std::function<void()>>> at_version_;
 };
 

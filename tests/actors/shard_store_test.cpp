@@ -189,6 +189,46 @@ BOOST_AUTO_TEST_CASE(a_rejoining_worker_resumes_at_the_smallest_clock) {
   BOOST_CHECK(ahead.store.readable_at(6));
 }
 
+BOOST_AUTO_TEST_CASE(a_worker_back_after_a_crash_is_not_counted_twice) {
+  // Sync: worker 2 pushed clock 0 and died before the others did; its
+  // restarted process comes back under rank 2 before the round is
+  // applied. Its push is in the round already: it goes on from clock 1,
+  // and pushing clock 0 again is a duplicate.
+  fixture f{"sync"};
+  BOOST_REQUIRE(f.push(2, 0, 1.0f));
+  f.store.set_workers({0, 1});    // worker 2 died
+  f.store.set_workers({0, 1, 2}); // and is back
+  BOOST_CHECK_EQUAL(f.store.clock_of(2), 1u);
+  auto again = f.push(2, 0, 1.0f);
+  BOOST_REQUIRE(again);
+  BOOST_CHECK(again->duplicate);
+  BOOST_REQUIRE(f.push(0, 0, 1.0f));
+  BOOST_REQUIRE(f.push(1, 0, 1.0f));
+  BOOST_REQUIRE(f.store.readable_at(1));
+  BOOST_CHECK_EQUAL(f.value_of(a), 3.0f); // each worker once
+  // Once the rounds passed its clock, a rank back starts where they are.
+  f.store.set_workers({0, 1});
+  for (uint64_t t = 1; t < 3; ++t)
+    for (uint32_t w = 0; w < 2; ++w)
+      BOOST_REQUIRE(f.push(w, t, 1.0f));
+  f.store.set_workers({0, 1, 2});
+  BOOST_CHECK_EQUAL(f.store.clock_of(2), 3u);
+}
+
+BOOST_AUTO_TEST_CASE(a_lone_async_worker_back_goes_on_from_its_clock) {
+  // Async: with no other worker live, "the others' clock" is 0; a
+  // restarted worker must not push its steps again from there.
+  fixture f{"async"};
+  f.store.set_workers({0});
+  for (uint64_t t = 0; t < 3; ++t)
+    BOOST_REQUIRE(f.push(0, t, 1.0f));
+  f.store.set_workers({});
+  f.store.set_workers({0});
+  BOOST_CHECK_EQUAL(f.store.clock_of(0), 3u);
+  BOOST_CHECK(f.push(0, 0, 1.0f)->duplicate);
+  BOOST_CHECK_EQUAL(f.value_of(a), 3.0f);
+}
+
 BOOST_AUTO_TEST_CASE(bad_pushes_are_refused_and_change_nothing) {
   fixture f{"async"};
   BOOST_REQUIRE(f.push(1, 0, 1.0f)); // worker 1 has pushed: no more gaps
