@@ -72,11 +72,7 @@ public:
     for (size_t b = 0; b < blocks_.size(); ++b)
       for (auto i : blocks_[b])
         block_of_[i] = b;
-    for (auto& p : net_.parameters()) // dense0.w(.k), then dense0.b
-      if (p.name == "dense0.b")
-        break;
-      else
-        ++first_bias_;
+    first_bias_ = net_.row_blocks(0); // dense0.w(.k), then dense0.b
   }
 
   /// The model's arrays in the order backward finishes them: each row
@@ -128,6 +124,8 @@ public:
     std::vector<size_t> left(blocks_.size());
     for (size_t b = 0; b < blocks_.size(); ++b)
       left[b] = blocks_[b].size();
+    // Copied from (optimizer on the workers: no swaps, so they stay valid).
+    auto gs = swapped ? std::vector<param_ref>{} : net_.gradients();
     auto ready = [&](size_t i) {
       auto b = block_of_[i];
       if (--left[b] > 0)
@@ -138,8 +136,8 @@ public:
           net_.swap_gradient(j, weights[j].values);
           out.push_back(named_array{j + 1, std::move(weights[j].values)});
         } else {
-          auto g = net_.gradients()[j];
-          out.push_back(named_array{j + 1, {g.data, g.data + g.size}});
+          out.push_back(
+              named_array{j + 1, {gs[j].data, gs[j].data + gs[j].size}});
         }
       }
       emit(b, std::move(out));

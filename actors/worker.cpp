@@ -37,10 +37,6 @@ struct worker_state {
   /// The keys of each block (empty: steps are whole); the servers' clock
   /// of block b of step t is t * blocks.size() + b.
   std::vector<std::vector<uint64_t>> blocks;
-  /// Blocks of the step at `clock` pushed before this process (re)joined
-  /// (0 but after a restart or resume mid-step: skip_rest_of_step).
-  size_t first_block = 0;
-  size_t next_emit = 0;                // the block step_blocked hands next
   size_t awaiting = 0;                 // blocks of this step not answered
   std::vector<named_array> collected;  // the next step's weights, by key
   std::map<uint64_t, size_t> position; // key -> index in `keys`
@@ -63,12 +59,10 @@ template <class... Ts> auto ask_kv(worker_ptr self, Ts&&... xs) {
 
 void start_step(worker_ptr self);
 
-/// The servers' clock of where the worker is: its step, or with blocks
-/// that step's next block.
+/// The servers' clock of the start of the worker's step (with blocks,
+/// each is a clock of its own).
 uint64_t kv_clock(const worker_state& st) {
-  if (st.blocks.empty())
-    return st.clock;
-  return st.clock * st.blocks.size() + st.first_block;
+  return st.clock * std::max<size_t>(st.blocks.size(), 1);
 }
 
 void stop(worker_ptr self, caf::error err) {
@@ -202,27 +196,18 @@ bool is_block(const worker_state& st, size_t b, const arrays& xs) {
 void on_block(worker_ptr self, size_t b, arrays* weights) {
   auto& st = self->state;
   if (weights) {
-    if (!is_block(st, b, *weights)) {
+    if (!is_block(st, b, *weights)) { // its keys are parameters' then
       stop(self, caf::make_error(errc::bad_shape, "pulled block", b,
                                  "holds other keys"));
       return;
     }
     st.logic->weights_arrived(st.clock + 1, b, *weights);
+    for (auto& a : *weights)
+      st.collected[st.position.at(a.key)] = std::move(a);
   }
-  if (weights)
-    for (auto& a : *weights) {
-      auto i = st.position.find(a.key);
-      if (i == st.position.end()) {
-        stop(self,
-             caf::make_error(errc::bad_shape, "pulled a key not asked", a.key));
-        return;
-      }
-      st.collected[i->second] = std::move(a);
-    }
   if (--st.awaiting > 0)
     return;
   ++st.clock;
-  st.first_block = 0;
   if (st.logic->done(st.clock)) {
     finish_up(self);
     return;
@@ -255,51 +240,49 @@ void run_blocked(worker_ptr self, arrays& weights) {
   auto clock = st.clock;
   st.collected.assign(st.keys.size(), named_array{});
   st.awaiting = st.blocks.size();
-  st.next_emit = 0;
   bool last = st.logic->done(clock + 1); // asked here: one call at a time
+  size_t next = 0;                       // the block due next
   caf::error bad;
   auto err = st.logic->step_blocked(
-      clock, weights, [self, clock, last, &bad](size_t b, arrays grads) {
-        auto& st = self->state;
+      clock, weights, [self, clock, last, &next, &bad](size_t b, arrays grads) {
         if (bad)
           return;
-        if (b != st.next_emit || !is_block(st, b, grads)) {
+        if (b != next || !is_block(self->state, b, grads)) {
           bad =
               caf::make_error(errc::bad_shape, "step_blocked handed over block",
                               b, "out of order or with other keys");
           return;
         }
-        ++st.next_emit;
+        ++next;
         push_block(self, clock, b, std::move(grads), last);
       });
-  if (!err && !bad && st.next_emit != st.blocks.size())
+  if (!err && !bad && next != st.blocks.size())
     bad = caf::make_error(errc::bad_shape, "step_blocked handed over",
-                          uint64_t{st.next_emit}, "of",
-                          uint64_t{st.blocks.size()}, "blocks");
+                          uint64_t{next}, "of", uint64_t{st.blocks.size()},
+                          "blocks");
   if (err || bad)
     stop(self, err ? std::move(err) : std::move(bad));
 }
 
 /// A worker back in the middle of step t (restarted, or resumed from a
-/// checkpoint cut there): the rounds of its blocks before first_block are
+/// checkpoint cut there): the rounds of its blocks before `first` are
 /// applied, so step t's weights are gone and a gradient computed now would
 /// mix steps t and t + 1. Its part in the blocks left is given up (empty
 /// pushes: those rounds take the other workers' mean), and it goes on with
 /// step t + 1.
-void skip_rest_of_step(worker_ptr self) {
+void skip_rest_of_step(worker_ptr self, size_t first) {
   auto& st = self->state;
   TROUPE_LOG(info, "worker", "back in the middle of step ", st.clock,
-             ": its blocks ", st.first_block, " to ", st.blocks.size() - 1,
+             ": its blocks ", first, " to ", st.blocks.size() - 1,
              " of that step are given up");
-  auto left = std::make_shared<size_t>(st.blocks.size() - st.first_block);
-  for (auto b = st.first_block; b < st.blocks.size(); ++b)
+  auto left = std::make_shared<size_t>(st.blocks.size() - first);
+  for (auto b = first; b < st.blocks.size(); ++b)
     ask_kv(self, push_atom_v, st.clock * st.blocks.size() + b, arrays{})
         .then(
             [self, left](uint64_t) {
               if (--*left > 0)
                 return;
               ++self->state.clock;
-              self->state.first_block = 0;
               start_step(self);
             },
             [self](caf::error& err) { stop(self, err); });
@@ -346,10 +329,9 @@ void on_started(worker_ptr self) { // 3
                       auto& st = self->state;
                       auto per = std::max<size_t>(st.blocks.size(), 1);
                       st.clock = clock / per; // with blocks: step, block
-                      st.first_block = clock % per;
                       st.logic->start(rank, workers);
-                      if (st.first_block > 0)
-                        skip_rest_of_step(self);
+                      if (auto first = clock % per; first > 0)
+                        skip_rest_of_step(self, first);
                       else
                         start_step(self);
                     },

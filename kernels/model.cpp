@@ -226,9 +226,7 @@ kernel_status model::backward(const float* dlogits, const ready_fn& ready) {
   dy_.resize(out.shape());
   std::copy(dlogits, dlogits + out.size(), dy_.data());
   // parameters() index of layer l's first array: its blocks, then its bias.
-  std::vector<size_t> base(layers_.size() + 1, 0);
-  for (size_t l = 0; l < layers_.size(); ++l)
-    base[l + 1] = base[l] + layers_[l].w.size() + 1;
+  auto base = first_params();
   for (size_t l = layers_.size(); l-- > 0;) {
     auto& L = layers_[l];
     auto st = dense_bias_grad_cpu(dy_.data(), L.db.data(), batch, L.out);
@@ -309,15 +307,21 @@ std::vector<param_ref> model::gradients() {
 }
 
 std::vector<size_t> model::gradient_order() const {
-  std::vector<size_t> base(layers_.size() + 1, 0), order;
-  for (size_t l = 0; l < layers_.size(); ++l)
-    base[l + 1] = base[l] + layers_[l].w.size() + 1;
+  auto base = first_params();
+  std::vector<size_t> order;
   for (size_t l = layers_.size(); l-- > 0;) {
     order.push_back(base[l] + layers_[l].w.size());
     for (size_t k = 0; k < layers_[l].w.size(); ++k)
       order.push_back(base[l] + k);
   }
   return order;
+}
+
+std::vector<size_t> model::first_params() const {
+  std::vector<size_t> base(layers_.size() + 1, 0);
+  for (size_t l = 0; l < layers_.size(); ++l)
+    base[l + 1] = base[l] + layers_[l].w.size() + 1;
+  return base;
 }
 
 bool model::locate(size_t i, size_t& layer, size_t& block) const {

@@ -107,6 +107,10 @@ public:
   /// True if parameter array `i` is one of several row blocks of a layer.
   bool is_row_block(size_t i) const;
 
+  /// Row blocks of layer `l`'s weights (1 unless set_row_blocks split it):
+  /// parameters() holds them first, then the layer's bias.
+  size_t row_blocks(size_t l) const { return layers_.at(l).w.size(); }
+
   /// The parameter arrays in layer order: dense0.w, dense0.b, dense1.w, ...
   std::vector<param_ref> parameters();
 
@@ -132,6 +136,8 @@ private:
   };
 
   model() = default;
+  /// parameters() index of each layer's first array, and their count last.
+  std::vector<size_t> first_params() const;
   /// Layer and block of parameters() index i (block = SIZE_MAX: the bias);
   /// false if there is no such array.
   bool locate(size_t i, size_t& layer, size_t& block) const;
