@@ -232,6 +232,34 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
 
 bool is_live_worker(self_ptr self, uint32_t rank);
 
+/// Resuming: `req` must step in the checkpoint's clock count and declare
+/// its keys at their checkpointed sizes. A key the checkpoint lacks is
+/// allowed (declared after the cut) and starts from its initialiser.
+caf::error check_resumed_layout(self_ptr self, const declare_request& req) {
+  auto& st = self->state;
+  auto& dir = st.cfg.checkpoint.dir;
+  if (st.resume_clocks_per_step != 0 &&
+      req.clocks_per_step != st.resume_clocks_per_step)
+    return caf::make_error(
+        errc::invalid_config,
+        str("worker ", req.worker, " pushes a step in ", req.clocks_per_step,
+            " clocks; the checkpoint in ", dir, " was written by workers that",
+            " push one in ", st.resume_clocks_per_step,
+            ": resume with the --worker.overlap and --train.block-floats the",
+            " job was started with"));
+  for (auto& k : req.keys) {
+    auto i = st.resume_sizes.find(k.key);
+    if (i != st.resume_sizes.end() && i->second != k.size)
+      return caf::make_error(
+          errc::invalid_config,
+          str("worker ", req.worker, " declares key ", k.key, " with ", k.size,
+              " floats; the checkpoint in ", dir, " holds it with ", i->second,
+              ": resume with the model (--train.model) and the flags the job",
+              " was started with"));
+  }
+  return caf::none;
+}
+
 caf::error add_keys(self_ptr self, const declare_request& req) {
   auto& st = self->state;
   for (auto& [rank, n] : st.clocks_per_step)
@@ -242,6 +270,8 @@ caf::error add_keys(self_ptr self, const declare_request& req) {
                              "clocks, worker", rank, "in", n,
                              "(give every worker the same --worker.overlap"
                              " and --train.block-floats)");
+  if (auto err = check_resumed_layout(self, req))
+    return err;
   for (auto& k : req.keys) {
     auto i = std::find_if(st.keys.begin(), st.keys.end(),
                           [&k](const key_info& x) { return x.key == k.key; });
@@ -250,6 +280,7 @@ caf::error add_keys(self_ptr self, const declare_request& req) {
                              i->size, "now", k.size);
   }
   st.clocks_per_step[req.worker] = req.clocks_per_step;
+  st.job_clocks_per_step = req.clocks_per_step;
   bool added = false;
   for (auto& k : req.keys)
     if (st.initialiser.emplace(k.key, req.worker).second) {
@@ -395,8 +426,13 @@ void write_manifest(self_ptr self, uint64_t gen, uint64_t at,
                     std::vector<std::string> files, uint64_t started) {
   auto& ck = self->state.cfg.checkpoint;
   std::sort(files.begin(), files.end());
-  checkpoint_manifest m{gen,          at,    ck.mode,
-                        ck.optimizer, files, static_cast<uint64_t>(now_ms())};
+  checkpoint_manifest m{gen,
+                        at,
+                        ck.mode,
+                        ck.optimizer,
+                        files,
+                        static_cast<uint64_t>(now_ms()),
+                        self->state.job_clocks_per_step};
   if (auto err = write_checked_file(ck.dir + "/" + manifest_name, encode(m))) {
     checkpoint_failed(self, gen, err);
     return;
@@ -586,6 +622,10 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
     }
     auto& m = (*set)->manifest;
     self->state.generation = m.generation;
+    self->state.resume_clocks_per_step = m.clocks_per_step;
+    self->state.job_clocks_per_step = m.clocks_per_step;
+    for (auto& [id, at] : (*set)->slices)
+      self->state.resume_sizes[id.key] += at.second->floats;
     TROUPE_LOG(info, "scheduler", "resuming from checkpoint ", m.generation,
                " in ", ck.dir, " (version ", m.version, ", ",
                (*set)->slices.size(), " slices)");

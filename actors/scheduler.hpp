@@ -98,8 +98,17 @@ struct scheduler_state {
   /// blocks, overlapped; else 1): live workers must agree, and sync
   /// checkpoints cut at a multiple, between steps.
   std::map<uint32_t, uint32_t> clocks_per_step;
-  std::vector<parked_declare> parked; // until servers have joined
-  std::map<role, uint32_t> joined;    // registrations ever, per role
+  /// The count the job's workers declared last, kept after they leave: the
+  /// manifest records it (0: none declared yet).
+  uint32_t job_clocks_per_step = 0;
+  /// Resuming: the layout the checkpoint was written with. Workers must
+  /// step in the same count (0: an older manifest, not checked) and declare
+  /// checkpointed keys at their sizes: else the servers would restore the
+  /// steps' rounds wrongly, or skip slices and train them afresh.
+  uint32_t resume_clocks_per_step = 0;
+  std::map<uint64_t, uint64_t> resume_sizes; // key -> floats checkpointed
+  std::vector<parked_declare> parked;        // until servers have joined
+  std::map<role, uint32_t> joined;           // registrations ever, per role
   std::map<std::string, barrier> barriers;
   std::set<std::string> passed;             // released barrier names
   std::set<std::pair<role, uint32_t>> seen; // (role, rank) ever joined

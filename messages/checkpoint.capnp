@@ -63,4 +63,7 @@ struct Manifest {
   optimizer  @3 :Text;     # servers check their own files' against theirs)
   files      @4 :List(Text);  # file names in the checkpoint folder
   timeMs     @5 :UInt64;   # wall clock when it was written
+  clocksPerStep @6 :UInt32; # servers' clocks per training step of the
+                            # job's workers (overlapped: their blocks);
+                            # 0 = not recorded (an older manifest)
 }

@@ -202,6 +202,7 @@ frame encode(const checkpoint_manifest& x) {
   for (unsigned i = 0; i < x.files.size(); ++i)
     fs.set(i, x.files[i]);
   b.setTimeMs(x.time_ms);
+  b.setClocksPerStep(x.clocks_per_step);
   return to_frame(msg);
 }
 
@@ -243,6 +244,7 @@ caf::error decode(bytes_view f, checkpoint_manifest& x) {
       x.files.push_back(std::move(s));
     }
     x.time_ms = r.getTimeMs();
+    x.clocks_per_step = r.getClocksPerStep();
     return caf::error{};
   });
 }

@@ -68,6 +68,9 @@ struct checkpoint_manifest {
   std::string optimizer;
   std::vector<std::string> files;
   uint64_t time_ms = 0;
+  /// Servers' clocks per step of the job's workers; 0 = not recorded. A
+  /// resume refuses workers that step in another count.
+  uint32_t clocks_per_step = 0;
 };
 
 frame encode(const checkpoint_data& x);

@@ -164,6 +164,64 @@ BOOST_AUTO_TEST_CASE(a_resumed_overlapped_job_ends_exactly_alike_too) {
   check_resume({"--worker.overlap"}, 2);
 }
 
+/// Resumes the checkpoint in `dir` with `other` flags on every node: both
+/// workers must stop with exit code 1 and a line holding `says`, and the
+/// checkpoint must stay as it was.
+void check_resume_refused(const std::string& dir,
+                          std::vector<std::string> other,
+                          const std::string& says) {
+  auto before = troupe::read_manifest(dir);
+  BOOST_REQUIRE(before);
+  other.insert(other.end(), {"--checkpoint.dir=" + dir,
+                             "--checkpoint.every-ms=0", "--resume"});
+  one_epoch job{other};
+  for (auto* w : {job.w0.get(), job.w1.get()}) {
+    auto rc = w->wait_exit(60s);
+    BOOST_REQUIRE_MESSAGE(rc, "a worker went on: " << w->output());
+    BOOST_CHECK_EQUAL(*rc, 1);
+    BOOST_CHECK_MESSAGE(w->wait_for_line(says, 1s), w->output());
+    BOOST_TEST_MESSAGE("refused: " << *w->wait_for_line(says, 1s));
+    BOOST_CHECK_MESSAGE(!w->wait_for_line("final test accuracy", 1s),
+                        w->output());
+  }
+  job.s.proc->signal(SIGTERM);
+  job.srv->signal(SIGTERM);
+  auto after = troupe::read_manifest(dir);
+  BOOST_REQUIRE(after);
+  BOOST_CHECK_EQUAL(after->generation, before->generation);
+  BOOST_CHECK_EQUAL(after->version, before->version);
+}
+
+BOOST_AUTO_TEST_CASE(a_resume_with_another_step_layout_or_model_is_refused) {
+  // Overlapped steps are 2 server clocks and split the first layer's
+  // weights in row blocks: a checkpoint of whole steps resumed with
+  // --worker.overlap would pair other steps in the sync rounds, and a
+  // model of other sizes would have its slices skipped and trained afresh.
+  temp_dir dir;
+  std::vector<std::string> flags{"--checkpoint.dir=" + dir.path,
+                                 "--checkpoint.every-ms=0"};
+  {
+    one_epoch job{flags};
+    scheduler_client client{job.s.port};
+    BOOST_REQUIRE(client.wait_for_view(
+        [](const troupe::cluster_view& v) { return !v.placement.empty(); }));
+    auto gen = client.checkpoint();
+    BOOST_REQUIRE_MESSAGE(gen, job.s.proc->output());
+    job.s.proc->signal(SIGKILL);
+    for (auto* p : {job.srv.get(), job.w0.get(), job.w1.get()})
+      BOOST_REQUIRE_MESSAGE(p->wait_exit(30s), p->output());
+  }
+  auto m = troupe::read_manifest(dir.path);
+  BOOST_REQUIRE(m);
+  BOOST_CHECK_EQUAL(m->clocks_per_step, 1u);
+  check_resume_refused(dir.path, {"--worker.overlap"},
+                       "the checkpoint in " + dir.path +
+                           " was written by workers that push one in 1");
+  check_resume_refused(dir.path, {"--train.model=mlp:784-64-10"},
+                       "floats; the checkpoint in " + dir.path +
+                           " holds it with");
+}
+
 BOOST_AUTO_TEST_CASE(two_workers_train_fashion_mnist_well_past_chance) {
   temp_dir dir;
   std::string metrics = dir / "metrics.jsonl";

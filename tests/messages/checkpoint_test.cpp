@@ -83,7 +83,8 @@ checkpoint_manifest sample_manifest() {
           "sync",
           "momentum@server",
           {checkpoint_file_name(3, 0), checkpoint_file_name(3, 1)},
-          1700000000123};
+          1700000000123,
+          2};
 }
 
 void check_same(const slice_snapshot& x, const slice_snapshot& y) {
@@ -133,6 +134,7 @@ void check_same(const checkpoint_manifest& x, const checkpoint_manifest& y) {
   BOOST_CHECK_EQUAL(x.optimizer, y.optimizer);
   BOOST_CHECK(x.files == y.files);
   BOOST_CHECK_EQUAL(x.time_ms, y.time_ms);
+  BOOST_CHECK_EQUAL(x.clocks_per_step, y.clocks_per_step);
 }
 
 /// True if `err` is errc::malformed_message.
