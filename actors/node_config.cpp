@@ -124,6 +124,10 @@ node_config::node_config() {
            "threads (0..16) sharing the copies of large frames, 0 = none")
       .add(kv.scheduler_only, "scheduler-only",
            "run the kv client on CAF's scheduler threads only (off)");
+  opt_group{custom_options_, "road"}.add(
+      road_spin_us, "spin-us",
+      "road readers poll this long (us) before they sleep: no wake-up for a"
+      " message that comes meanwhile, at the CPU it burns; 0 = off");
   opt_group{custom_options_, "optimizer"}
       .add(optimizer.name, "name", "sum | sgd | momentum | nesterov | adam")
       .add(optimizer.on, "on", "server | worker (sync mode only)")
@@ -266,6 +270,10 @@ caf::error node_config::finish() {
   if (kv.helper_threads > 16)
     return caf::make_error(errc::invalid_config,
                            "--kv.helper-threads must be 0..16");
+  if (road_spin_us > 10000)
+    return caf::make_error(errc::invalid_config,
+                           "--road.spin-us must be 0..10000, got",
+                           road_spin_us);
   auto road = parse_road(kv.road_text);
   if (!road)
     return std::move(road.error());

@@ -220,6 +220,9 @@ struct node_config : caf::actor_system_config {
   std::string log_level = "info";
   /// Consistency mode as text (server.mode).
   std::string mode_text = "sync";
+  /// How long readers of this process's roads poll before they sleep, in
+  /// us (--road.spin-us, actors/road.hpp): 0 = off, at most 10000.
+  uint32_t road_spin_us = 0;
 
   scheduler_settings scheduler;
   server_settings server;

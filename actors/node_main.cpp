@@ -20,6 +20,7 @@
 #include "actors/agent.hpp"
 #include "actors/kv.hpp"
 #include "actors/node_config.hpp"
+#include "actors/road.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/shard_server.hpp"
 #include "actors/trainer.hpp"
@@ -153,6 +154,7 @@ int main(int argc, char** argv) {
     return 0;
   if (auto err = cfg.finish())
     return fail("checking options", err) + 1;
+  set_road_spin(std::chrono::microseconds{cfg.road_spin_us});
   if (cfg.role_name == "agent") {
     stop_on_signals();
     caf::actor_system sys{cfg};

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -102,6 +103,30 @@ caf::error send_all(int fd, std::vector<iovec>& iov,
   return caf::none;
 }
 
+std::atomic<int64_t> spin_us{0};      // set_road_spin
+std::atomic<uint64_t> spins_found{0}; // road_spins_found
+
+/// Polls `fd` for input, yielding the core between polls, for at most
+/// road_spin(): true once it is readable (or ended: the read that follows
+/// sees that), false if the time ran out or spinning is off.
+bool spin_until_readable(int fd) {
+  auto limit = spin_us.load(std::memory_order_relaxed);
+  if (limit <= 0)
+    return false;
+  auto until =
+      std::chrono::steady_clock::now() + std::chrono::microseconds{limit};
+  pollfd p{fd, POLLIN, 0};
+  for (;;) {
+    if (::poll(&p, 1, 0) > 0) {
+      spins_found.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= until)
+      return false;
+    ::sched_yield();
+  }
+}
+
 /// One recv, retried on EINTR: bytes read, or 0 on EOF or error (errno
 /// set, 0 on EOF).
 size_t recv_some(int fd, void* buf, size_t n, int flags) {
@@ -154,6 +179,7 @@ public:
     if (n >= capacity / 2)
       return recv_all(fd_, out, n);
     while (end_ < n) {
+      spin_until_readable(fd_); // then the recv below need not sleep
       auto got = recv_some(fd_, buf_.get() + end_, capacity - end_, 0);
       if (got == 0)
         return false;
@@ -331,6 +357,18 @@ caf::error accept_hello(road_conn& c, uint32_t timeout_ms);
 
 // -- road_kind
 // ------------------------------------------------------------------
+
+void set_road_spin(std::chrono::microseconds x) {
+  spin_us.store(x.count(), std::memory_order_relaxed);
+}
+
+std::chrono::microseconds road_spin() {
+  return std::chrono::microseconds{spin_us.load(std::memory_order_relaxed)};
+}
+
+uint64_t road_spins_found() {
+  return spins_found.load(std::memory_order_relaxed);
+}
 
 caf::expected<road_kind> parse_road(const std::string& x) {
   if (x == "auto" || x == "shm")
@@ -1037,7 +1075,8 @@ bool road_conn::pump_once(std::chrono::milliseconds wait) {
     }
     turn_ = turn::caller_reading;
   }
-  if (stream_->buffered() < sizeof(wire_header)) {
+  if (stream_->buffered() < sizeof(wire_header) &&
+      !spin_until_readable(read_fd_)) {
     pollfd p{read_fd_, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0)
       return !closed_; // nothing yet (or EINTR): the caller looks again

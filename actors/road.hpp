@@ -94,6 +94,18 @@ constexpr int road_keepalive_idle_s = 10;
 constexpr int road_keepalive_gap_s = 2;
 constexpr int road_keepalive_probes = 3;
 
+/// How long a reader of a road connection (a reader thread, or a blocking
+/// caller reading its own replies) polls its socket before it sleeps,
+/// yielding the core between polls: a message that comes meanwhile wakes
+/// no thread (a wake-up costs 20-60 us on the VMs here). It burns the
+/// time it polls, on a core other threads may need: 0 (off) by default;
+/// --road.spin-us sets it. One setting per process.
+void set_road_spin(std::chrono::microseconds x);
+std::chrono::microseconds road_spin();
+/// Times a reader of this process found its socket readable while it
+/// polled, i.e. read without sleeping first, over the process's life.
+uint64_t road_spins_found();
+
 /// Which road kv frames take.
 enum class road_kind : uint8_t { middleman, tcp, shm };
 

@@ -44,7 +44,7 @@ using steady = std::chrono::steady_clock;
 const char* usage =
     "usage: kv_throughput [--servers=N] [--mode=async|sync] [--seconds=S]"
     " [--road=all|middleman|tcp|shm] [--rows=all|large|small]"
-    " [--scheduler-only] [--node=PATH]\n"
+    " [--road-spin-us=N] [--scheduler-only] [--node=PATH]\n"
     "  --road     roads to measure, each on a fresh cluster (default all)\n"
     "  --rows     which rows: the large values (4 KiB..16 MiB), the small"
     " pairs, or all (default all)\n"
@@ -53,6 +53,8 @@ const char* usage =
     "  --servers  troupe-node servers to start, 1..64 (default 1)\n"
     "  --mode     consistency mode of the servers (default async)\n"
     "  --seconds  timed transfer per row, 0 < S <= 60 (default 0.5)\n"
+    "  --road-spin-us  readers of the roads, ours and the servers', poll"
+    " this long before they sleep (--road.spin-us; default 0 = off)\n"
     "  --scheduler-only  our kv client runs on CAF's scheduler threads only"
     " (--kv.scheduler-only), for comparison\n"
     "  --node     troupe-node binary (default: beside this program, then in"
@@ -68,6 +70,7 @@ struct options {
   bool scheduler_only = false;
   bool large_rows = true; // push+pull of 4 KiB..16 MiB values
   bool small_rows = true; // small pairs, one at a time and 8 in flight
+  uint32_t spin_us = 0;   // --road.spin-us of both ends (0 = off)
 };
 
 double since(steady::time_point t0) {
@@ -123,6 +126,11 @@ std::string parse_flags(const std::vector<std::string>& args, options& opt) {
         return "--road must be all, middleman, tcp or shm, got '" + value + "'";
       if (value != "all")
         opt.roads = {value};
+    } else if (name == "--road-spin-us") {
+      auto n = std::strtoul(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || n > 10000)
+        return "--road-spin-us must be 0..10000, got '" + value + "'";
+      opt.spin_us = static_cast<uint32_t>(n);
     } else if (a == "--scheduler-only") {
       opt.scheduler_only = true;
     } else if (name == "--node") {
@@ -292,10 +300,11 @@ caf::expected<uint16_t> start_cluster(node_group& nodes, const options& opt) {
                  "--cluster.servers=" + std::to_string(opt.servers),
                  "--cluster.workers=1"});
   for (uint32_t i = 0; port && i < opt.servers; ++i)
-    if (auto p =
-            nodes.start(opt.node, {"--role=server", "--log-level=error",
-                                   "--scheduler-port=" + std::to_string(*port),
-                                   "--server.mode=" + opt.mode});
+    if (auto p = nodes.start(opt.node,
+                             {"--role=server", "--log-level=error",
+                              "--scheduler-port=" + std::to_string(*port),
+                              "--server.mode=" + opt.mode,
+                              "--road.spin-us=" + std::to_string(opt.spin_us)});
         !p)
       return p.error();
   return port;
@@ -676,11 +685,11 @@ void print_json(const options& opt, double tcp, double mem, const rt_limits& rt,
               "\"round_trips_per_s\":{\"unix_1\":%.1f,\"unix_8\":%.1f,"
               "\"tcp_1\":%.1f,\"tcp_8\":%.1f},"
               "\"cpu_steal\":%s,\"roads\":{%s},\"servers\":%u,\"mode\":"
-              "\"%s\",\"scheduler_only\":%s}\n",
+              "\"%s\",\"scheduler_only\":%s,\"road_spin_us\":%u}\n",
               tcp, mem, rt.unix_1, rt.unix_8, rt.tcp_1, rt.tcp_8,
               cpu.known() ? std::to_string(cpu.steal).c_str() : "null",
               json.c_str(), opt.servers, opt.mode.c_str(),
-              opt.scheduler_only ? "true" : "false");
+              opt.scheduler_only ? "true" : "false", opt.spin_us);
 }
 
 /// Prints the table, the targets, then one line of JSON with every figure.
@@ -689,15 +698,16 @@ void print_report(const options& opt, double tcp, double mem,
                   size_t small_floats, const bench::cpu_share& cpu) {
   auto steal = bench::percent(cpu.steal, "unknown");
   std::printf("troupe kv: 1 worker (this process), %u server(s), %s mode;"
-              " each road on a fresh cluster\n"
+              " each road on a fresh cluster; road readers poll %u us before"
+              " they sleep (--road-spin-us)\n"
               "limits measured in this run, the higher of a measurement before"
               " and one after the roads: plain TCP on loopback %.2f GB/s,"
               " memcpy %.2f GB/s;\nraw round trips/s of 64-byte messages"
               " between two processes, 1 / 8 in flight: unix sockets"
               " %.0f / %.0f, TCP %.0f / %.0f\n"
               "CPU time stolen by the host during the run: %s\n\n%12s",
-              opt.servers, opt.mode.c_str(), tcp, mem, rt.unix_1, rt.unix_8,
-              rt.tcp_1, rt.tcp_8, steal.c_str(), "");
+              opt.servers, opt.mode.c_str(), opt.spin_us, tcp, mem, rt.unix_1,
+              rt.unix_8, rt.tcp_1, rt.tcp_8, steal.c_str(), "");
   for (auto& r : rs)
     std::printf(" %20s", r.road.c_str());
   std::printf("\n");
@@ -794,6 +804,7 @@ int main(int argc, char** argv) {
   if (!node)
     return fail("finding troupe-node", node.error());
   opt.node = *node;
+  set_road_spin(std::chrono::microseconds{opt.spin_us});
   auto cpu0 = bench::read_cpu_times();
   auto tcp = tcp_loopback_gbps(opt.seconds);
   if (!tcp)

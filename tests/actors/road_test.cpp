@@ -953,4 +953,53 @@ BOOST_AUTO_TEST_CASE(a_peer_that_dies_while_a_caller_reads_ends_the_road) {
   }
 }
 
+/// Readers of this process poll for `x` while the test lives (then 0).
+struct spin_for_test {
+  explicit spin_for_test(std::chrono::microseconds x) { set_road_spin(x); }
+  ~spin_for_test() { set_road_spin(std::chrono::microseconds{0}); }
+};
+
+BOOST_AUTO_TEST_CASE(spinning_readers_deliver_every_frame_and_see_a_peer_end) {
+  // Off, nobody polls.
+  auto before = road_spins_found();
+  BOOST_CHECK_GT(sweep_over(road_kind::shm), 0u);
+  BOOST_CHECK_EQUAL(road_spins_found(), before);
+  {
+    // Replies of an echo in this process come well within 2 ms: readers
+    // (the reader threads, and callers reading their own replies) find
+    // them while polling, and every frame still comes back exact.
+    spin_for_test spin{std::chrono::microseconds{2000}};
+    BOOST_CHECK_EQUAL(sweep_over(road_kind::tcp), 0u);
+    BOOST_CHECK_GT(sweep_over(road_kind::shm), 0u);
+    BOOST_CHECK_GT(road_spins_found(), before);
+    auto l = start_echo_listener();
+    for (auto kind : {road_kind::tcp, road_kind::shm}) {
+      road_client c{*l, kind, 8u << 20};
+      auto errors = echo_concurrently(c, 1, 4, 16);
+      BOOST_CHECK_MESSAGE(errors.empty(), to_string(kind) << ": " << errors);
+      traced_client t{*l, kind};
+      auto id = t.until_callers_read(1);
+      for (int i = 0; i < 20; ++i)
+        BOOST_CHECK_MESSAGE(t.call(id++), to_string(kind) << ": call " << i
+                                                          << " read elsewhere");
+    }
+  }
+  // A peer that ends its side while our reader polls: the road ends, at
+  // once rather than after the poll time (10 s here).
+  spin_for_test spin{std::chrono::microseconds{10000000}};
+  auto l = road_listener::start("127.0.0.1", 0, road_timeout_ms,
+                                [](road_message_ptr m) { m->conn->close(); });
+  BOOST_REQUIRE_MESSAGE(l, "listener: " << why(l));
+  for (auto kind : {road_kind::tcp, road_kind::shm}) {
+    road_client c{**l, kind, 0};
+    std::vector<uint64_t> words{1};
+    auto t0 = std::chrono::steady_clock::now();
+    BOOST_REQUIRE(!c.conn->send(road_op::pull, 1, view_of(words)));
+    BOOST_CHECK(c.box->wait_down());
+    BOOST_CHECK(std::chrono::steady_clock::now() - t0 <
+                std::chrono::seconds{5});
+    BOOST_CHECK(!c.box->take(1, 0ms));
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
