@@ -352,6 +352,11 @@ void road_send(self_ptr self, std::shared_ptr<kv_request> req, road_op op,
       err = req->body.index() == 0
                 ? conn->send(op, id, bytes_view{std::get<0>(req->body)})
                 : conn->send(op, id, std::get<1>(req->body), &self->state.loop);
+    if (!err && ++self->state.road_requests == cfg.cut_road_after) {
+      TROUPE_LOG(warning, who(self), "fault injection: ending the fast road to",
+                 " server ", req->rank, " after request ", id);
+      conn->sever(); // its reader reports the loss: road_down_atom
+    }
     return err;
   };
   auto t = std::chrono::steady_clock::now();
@@ -1269,6 +1274,16 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
                    " lost: ", why);
         drop_road(self, rank,
                   caf::make_error(errc::peer_down, "server", rank, why));
+        // What the loss failed waits for a view without that server. If it
+        // is only the road that broke, no such view comes: resend over CAF
+        // now (a server that died fails them again, and they wait anew).
+        if (self->state.servers.count(rank) != 0 &&
+            !self->state.resends.empty()) {
+          TROUPE_LOG(info, who(self), "only the fast road broke (the view",
+                     " still names server ", rank, "): resending ",
+                     self->state.resends.size(), " operations over CAF now");
+          run_resends(self, true);
+        }
       },
       [self](tick_atom) { on_tick(self); },
       [self](reconnect_atom, uint32_t rank) { reconnect(self, rank); },

@@ -56,16 +56,19 @@
 // Roads: init, push and pull frames take the server's fast road
 // (actors/road.hpp) when --kv.road allows and the connection is up, else
 // CAF. A lost road fails what waited on it (errc::peer_down) and later
-// operations use CAF. At most kv.window-bytes of frames are in flight per
-// road, and over CAF at most 4 x kv.max-message-bytes (within the window);
-// more wait in order. A pull reply on a tcp road lands in place: its
-// large slices go from the socket straight into the arrays being pulled
-// (actors/kv_pull.hpp). A pull takes the memory of a finished push's
-// arrays of the same key when there is one (`spare`), not fresh memory.
-// With kv.resend-ms > 0, a road request without
-// a reply after that long is sent again (a lost frame; servers drop
-// duplicates). --fault.drop-pushes / --fault.duplicate-pushes lose or
-// double push frames on purpose, to test exactly that.
+// operations use CAF; if the view still names its server (only the road
+// broke), the operations it failed are resent over CAF at once (servers
+// drop the duplicates of pushes they had), instead of waiting for a view
+// that need not come. --fault.cut-road-after ends a road on purpose. At most
+// kv.window-bytes of frames are in flight per road, and over CAF at most 4 x
+// kv.max-message-bytes (within the window); more wait in order. A pull reply on
+// a tcp road lands in place: its large slices go from the socket straight into
+// the arrays being pulled (actors/kv_pull.hpp). A pull takes the memory of a
+// finished push's arrays of the same key when there is one (`spare`), not fresh
+// memory. With kv.resend-ms > 0, a road request without a reply after that long
+// is sent again (a lost frame; servers drop duplicates). --fault.drop-pushes /
+// --fault.duplicate-pushes lose or double push frames on purpose, to test
+// exactly that.
 #pragma once
 
 #include <chrono>
@@ -173,8 +176,9 @@ struct kv_client_state {
   /// thread (a write there could block on the very peer that waits for
   /// that thread to read): sent on (road_atom).
   std::vector<uint64_t> deferred_calls;
-  bool ticking = false;   // a timeout sweep is scheduled
-  std::mt19937_64 faults; // draws of --fault.drop-pushes / duplicate-pushes
+  bool ticking = false;       // a timeout sweep is scheduled
+  std::mt19937_64 faults;     // draws of --fault.drop-pushes / duplicate-pushes
+  uint64_t road_requests = 0; // sent on roads, for --fault.cut-road-after
   /// Our Init's arrays while the pull after it waits for the keys' values.
   std::shared_ptr<const std::vector<named_array>> awaiting_init;
   /// Runs the copies of large frames (kv.helper-threads).

@@ -180,7 +180,10 @@ node_config::node_config() {
       .add(kv.drop_pushes, "drop-pushes",
            "probability that a worker loses a push frame (road only)")
       .add(kv.duplicate_pushes, "duplicate-pushes",
-           "probability that a worker sends a push frame twice (road only)");
+           "probability that a worker sends a push frame twice (road only)")
+      .add(kv.cut_road_after, "cut-road-after",
+           "a worker ends its fast road to a server right after its N-th"
+           " request on roads, once (the server stays up); 0 = off");
   opt_group{custom_options_, "global"}.add(
       server.checkpoint.resume, "resume",
       "continue from the last checkpoint in --checkpoint.dir");

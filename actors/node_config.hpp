@@ -111,6 +111,10 @@ struct kv_settings {
   double drop_pushes = 0;
   double duplicate_pushes = 0;
   uint64_t fault_seed = 0;
+  /// Fault injection (--fault.cut-road-after): right after its N-th request
+  /// on fast roads, the kv client ends that road, once, as a network that
+  /// drops only that connection would; the server stays up. 0 = off.
+  uint32_t cut_road_after = 0;
 };
 
 /// Settings of the built-in trainer worker (INI group "train").

@@ -214,6 +214,10 @@ public:
   /// Ends the connection: the reader stops, on_down runs (if not yet),
   /// later sends fail. Safe from any thread, more than once.
   void close();
+  /// Breaks the connection as a network that drops it would (fault
+  /// injection): both directions shut, so the readers on either side find
+  /// it ended and on_down runs, as for any connection that ends by itself.
+  void sever() { shut_down(); }
 
   /// The reply to request `id` (not yet sent) lands where `l` places it;
   /// the reader drops the landing with that reply (or failure). Only a

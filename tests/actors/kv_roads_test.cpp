@@ -257,9 +257,58 @@ void pipeline_on(const std::string& road, size_t n) {
 /// that requests wait.
 constexpr size_t window_filling_floats = (16u << 20) / 4 + 1;
 
+/// A worker whose fast road ends right after its `cut`-th request on it
+/// (--fault.cut-road-after), the server staying up: every call still
+/// succeeds, over CAF from then on, at once rather than after the request
+/// timeout, and each pull reads exactly the pushes before it (a push the
+/// server took before the road broke, resent over CAF, is dropped as the
+/// duplicate it is).
+void survive_a_road_cut(const std::string& road, uint32_t cut) {
+  cluster c{"async", 1, 0, 16u << 20, add_update, slice_floats, road, 0};
+  kv_settings ks;
+  ks.request_timeout_ms = 10000;
+  ks.road_text = road;
+  ks.road = *parse_road(road);
+  ks.cut_road_after = cut;
+  kv w{c.b, c.remote_sched, ks};
+  constexpr size_t n = 4097;
+  auto got = w.init({init_array(1, n)});
+  BOOST_REQUIRE_MESSAGE(got, road << ": init: " << why(got));
+  auto v = w.view();
+  BOOST_REQUIRE(v && v->second.servers.size() == 1);
+  auto road_port = v->second.servers.front().road.port;
+  for (uint64_t clock = 0; clock < 6; ++clock) {
+    auto acked = w.push(clock, {grad_array(1, n)});
+    BOOST_REQUIRE_MESSAGE(acked,
+                          road << ": push " << clock << ": " << why(acked));
+    auto pulled = w.pull(clock + 1, {1});
+    BOOST_REQUIRE_MESSAGE(pulled, road << ": pull " << clock + 1 << ": "
+                                       << why(pulled));
+    BOOST_REQUIRE_EQUAL(pulled->size(), 1u);
+    auto bad = check_values(pulled->front(), 1, n, clock + 1);
+    BOOST_CHECK_MESSAGE(bad.empty(),
+                        road << ", clock " << clock << ": " << bad);
+  }
+  // The road is gone indeed (its rings unmapped, its connection closed):
+  // CAF carried the rest.
+  if (ks.road == road_kind::shm)
+    BOOST_CHECK(test::await_ring_mappings_at_most(0));
+  else
+    BOOST_CHECK(test::poll_until(
+        [road_port] { return test::tcp_connections_on(road_port) == 0; }, 10s));
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(kv_roads_tests)
+
+BOOST_AUTO_TEST_CASE(a_road_that_breaks_under_a_live_server_resends_over_caf) {
+  // Cut after the pull of clock 1 (init, push 0, pull 1, push 1: the 4th
+  // request is a push in flight), and after a pull.
+  for (auto road : {"tcp", "auto"})
+    for (uint32_t cut : {4u, 3u})
+      survive_a_road_cut(road, cut);
+}
 
 BOOST_AUTO_TEST_CASE(arrays_of_every_size_come_back_exact_over_the_middleman) {
   sweep_sizes("middleman");

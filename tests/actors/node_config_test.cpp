@@ -53,7 +53,8 @@ BOOST_AUTO_TEST_CASE(flags_set_options) {
       cfg, {"--role=server", "--server.mode=ssp:2", "--cluster.servers=4",
             "--port=4411", "--server.helper-threads=3", "--kv.helper-threads=0",
             "--middleman.heartbeat-interval=50ms", "--kv.scheduler-only",
-            "--road.spin-us=50"}));
+            "--road.spin-us=50", "--fault.cut-road-after=7"}));
+  BOOST_CHECK_EQUAL(cfg.kv.cut_road_after, 7u);
   BOOST_CHECK_EQUAL(cfg.server.helper_threads, 3u);
   BOOST_CHECK_EQUAL(cfg.road_spin_us, 50u);
   BOOST_CHECK_EQUAL(node_config{}.road_spin_us, 0u); // off by default
