@@ -97,6 +97,10 @@ void when_ready(self_ptr self, F fn, std::function<void(caf::error)> fail) {
 
 void drop_road(self_ptr self, uint32_t rank, const caf::error& why);
 
+/// How long operations a lost road failed wait before they are resent over
+/// CAF: time for CAF to hear of a server that died with its road.
+constexpr std::chrono::milliseconds road_reroute_grace{100};
+
 /// Opens the fast road to server `n` if allowed; CAF carries its frames
 /// otherwise. Blocks for at most the request timeout (a local connect).
 void dial_road(self_ptr self, const node_info& n) {
@@ -378,8 +382,10 @@ void road_send(self_ptr self, std::shared_ptr<kv_request> req, road_op op,
       self->send(self, road_atom_v);
     return;
   }
-  if (auto err = send()) // the connection is closed; road_down fails the rest
-    g->fail(err);
+  // A send fails only on a connection that ended (the write that failed
+  // ended it): its road_down is on its way and fails this call with the
+  // rest, which road_lost() resends if only the road broke.
+  send();
 }
 
 /// Sends the calls deferred on a road reader's thread, in order.
@@ -394,9 +400,7 @@ void send_deferred(self_ptr self) {
     auto i = self->state.calls.find(id);
     if (i == self->state.calls.end())
       continue; // failed or timed out meanwhile
-    if (auto err = i->second.send())
-      if (auto g = i->second.g.lock())
-        g->fail(err);
+    i->second.send(); // as in road_send: road_down fails it if it fails
   }
 }
 
@@ -898,6 +902,50 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
   });
 }
 
+/// Server `rank`'s fast road ended. What the loss failed waits to be
+/// resent in a view without that server; if only the road broke, no such
+/// view comes. Those operations wait apart for `road_reroute_grace`, in
+/// which CAF hears of a server that died with its road, then reroute()
+/// resends them over CAF, or leaves them to wait for the view.
+void road_lost(self_ptr self, uint32_t rank, const caf::error& why) {
+  auto& st = self->state;
+  auto before = st.resends.size();
+  drop_road(self, rank, why); // fails its calls: with_resend parks them
+  if (st.resends.size() == before)
+    return;
+  auto& mine = st.rerouting[rank];
+  auto from = st.resends.begin() + static_cast<std::ptrdiff_t>(before);
+  std::move(from, st.resends.end(), std::back_inserter(mine));
+  st.resends.erase(from, st.resends.end());
+  self->delayed_send(self, road_reroute_grace, reroute_atom_v, rank);
+}
+
+/// The grace after server `rank`'s road ended is over: if CAF still holds
+/// the server (it lives; only its road broke), its parked operations are
+/// resent now, over CAF; else they wait for the view like the others.
+void reroute(self_ptr self, uint32_t rank) {
+  auto& st = self->state;
+  auto i = st.rerouting.find(rank);
+  if (i == st.rerouting.end())
+    return;
+  auto due = std::move(i->second);
+  st.rerouting.erase(i);
+  if (st.stopping)
+    return; // stop() failed them
+  if (st.servers.count(rank) != 0) {
+    TROUPE_LOG(info, who(self), "only the fast road to server ", rank,
+               " broke (CAF still reaches it): resending ", due.size(),
+               " operations over CAF");
+    for (auto& r : due)
+      when_ready(self, std::move(r.run), std::move(r.fail));
+    return;
+  }
+  for (auto& r : due)
+    st.resends.push_back(std::move(r));
+  run_resends(self); // the view may have come meanwhile
+  start_tick(self);
+}
+
 /// Resends whose view has come; with `all`, every one, its view come or
 /// not: a server it waited for is back (5), and one whose server is still
 /// gone fails again and waits anew.
@@ -1096,6 +1144,10 @@ void stop(self_ptr self, caf::error err) {
     op.fail(err);
   auto resends = std::move(st.resends);
   st.resends.clear();
+  for (auto& [rank, parked] : st.rerouting)
+    for (auto& r : parked)
+      resends.push_back(std::move(r));
+  st.rerouting.clear();
   for (auto& r : resends)
     r.fail(err);
   for (auto& [rank, weak] : st.inflight)
@@ -1272,19 +1324,10 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
           return; // an older connection
         TROUPE_LOG(warning, who(self), "fast road to server ", rank,
                    " lost: ", why);
-        drop_road(self, rank,
+        road_lost(self, rank,
                   caf::make_error(errc::peer_down, "server", rank, why));
-        // What the loss failed waits for a view without that server. If it
-        // is only the road that broke, no such view comes: resend over CAF
-        // now (a server that died fails them again, and they wait anew).
-        if (self->state.servers.count(rank) != 0 &&
-            !self->state.resends.empty()) {
-          TROUPE_LOG(info, who(self), "only the fast road broke (the view",
-                     " still names server ", rank, "): resending ",
-                     self->state.resends.size(), " operations over CAF now");
-          run_resends(self, true);
-        }
       },
+      [self](reroute_atom, uint32_t rank) { reroute(self, rank); },
       [self](tick_atom) { on_tick(self); },
       [self](reconnect_atom, uint32_t rank) { reconnect(self, rank); },
       [self](pull_atom, uint64_t clock, std::vector<uint64_t>& keys) {

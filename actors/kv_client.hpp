@@ -56,10 +56,12 @@
 // Roads: init, push and pull frames take the server's fast road
 // (actors/road.hpp) when --kv.road allows and the connection is up, else
 // CAF. A lost road fails what waited on it (errc::peer_down) and later
-// operations use CAF; if the view still names its server (only the road
-// broke), the operations it failed are resent over CAF at once (servers
-// drop the duplicates of pushes they had), instead of waiting for a view
-// that need not come. --fault.cut-road-after ends a road on purpose. At most
+// operations to its server use CAF, for the client's life (the road is not
+// dialled again). If CAF still reaches the server 100 ms on (only the road
+// broke), the operations the loss failed are resent over CAF then
+// (servers drop the duplicates of pushes they had), instead of waiting
+// for a view that need not come; else they wait for the view as for any
+// dead server. --fault.cut-road-after ends a road on purpose. At most
 // kv.window-bytes of frames are in flight per road, and over CAF at most 4 x
 // kv.max-message-bytes (within the window); more wait in order. A pull reply on
 // a tcp road lands in place: its large slices go from the socket straight into
@@ -158,7 +160,11 @@ struct kv_client_state {
     std::function<void(caf::error)> fail;
   };
   std::vector<resend> resends; // operations a dead server interrupted
-  bool stopping = false;       // stop() runs: fail, never resend
+  /// Per server: operations its lost road failed, parked for the grace in
+  /// which CAF would hear that the server died (then resent, or moved to
+  /// `resends`).
+  std::map<uint32_t, std::vector<resend>> rerouting;
+  bool stopping = false; // stop() runs: fail, never resend
   /// apply_view fails the operations of departed servers: their resends
   /// wait in `resends` behind those parked before, in order.
   bool failing_departed = false;

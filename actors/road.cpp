@@ -107,10 +107,12 @@ std::atomic<int64_t> spin_us{0};      // set_road_spin
 std::atomic<uint64_t> spins_found{0}; // road_spins_found
 
 /// Polls `fd` for input, yielding the core between polls, for at most
-/// road_spin(): true once it is readable (or ended: the read that follows
-/// sees that), false if the time ran out or spinning is off.
-bool spin_until_readable(int fd) {
-  auto limit = spin_us.load(std::memory_order_relaxed);
+/// road_spin() (and `cap`): true once it is readable (or ended: the read
+/// that follows sees that), false if the time ran out or spinning is off.
+bool spin_until_readable(
+    int fd, std::chrono::microseconds cap = std::chrono::microseconds::max()) {
+  auto limit =
+      std::min<int64_t>(spin_us.load(std::memory_order_relaxed), cap.count());
   if (limit <= 0)
     return false;
   auto until =
@@ -1075,8 +1077,10 @@ bool road_conn::pump_once(std::chrono::milliseconds wait) {
     }
     turn_ = turn::caller_reading;
   }
+  // A caller looks at its mailbox between pumps, and one that asks
+  // without waiting must not wait: it polls no longer than `wait`.
   if (stream_->buffered() < sizeof(wire_header) &&
-      !spin_until_readable(read_fd_)) {
+      !spin_until_readable(read_fd_, wait)) {
     pollfd p{read_fd_, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0)
       return !closed_; // nothing yet (or EINTR): the caller looks again

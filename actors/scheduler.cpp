@@ -606,6 +606,28 @@ void on_down(self_ptr self, const caf::down_msg& dm) { // 1
                 self->system().render(dm.reason));
 }
 
+/// Resuming: the checkpoint's slices must be those this scheduler's
+/// --cluster.slice-floats cuts each key into, or servers would find no
+/// slice of the right size to restore and train those afresh.
+caf::error check_slicing(self_ptr self, const resume_set& set) {
+  auto bound = self->state.cfg.placement.slice_floats;
+  for (auto& [key, size] : self->state.resume_sizes) {
+    auto n = slice_count(size, bound);
+    for (uint32_t i = 0; i < n; ++i) {
+      auto [first, last] = slice_range(size, bound, i);
+      auto at = set.slices.find(slice_id{key, i});
+      if (at == set.slices.end() || at->second.second->floats != last - first)
+        return caf::make_error(
+            errc::invalid_config,
+            str("the checkpoint in ", self->state.cfg.checkpoint.dir,
+                " cuts key ", key, " into other slices than",
+                " --cluster.slice-floats=", bound,
+                " does: resume with the flags the job was started with"));
+    }
+  }
+  return caf::none;
+}
+
 } // namespace
 
 caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
@@ -626,6 +648,11 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
     self->state.job_clocks_per_step = m.clocks_per_step;
     for (auto& [id, at] : (*set)->slices)
       self->state.resume_sizes[id.key] += at.second->floats;
+    if (auto err = check_slicing(self, **set)) {
+      TROUPE_LOG(error, "scheduler", describe(err));
+      self->quit(err);
+      return {};
+    }
     TROUPE_LOG(info, "scheduler", "resuming from checkpoint ", m.generation,
                " in ", ck.dir, " (version ", m.version, ", ",
                (*set)->slices.size(), " slices)");

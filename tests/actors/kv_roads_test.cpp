@@ -303,8 +303,8 @@ void survive_a_road_cut(const std::string& road, uint32_t cut) {
 BOOST_AUTO_TEST_SUITE(kv_roads_tests)
 
 BOOST_AUTO_TEST_CASE(a_road_that_breaks_under_a_live_server_resends_over_caf) {
-  // Cut after the pull of clock 1 (init, push 0, pull 1, push 1: the 4th
-  // request is a push in flight), and after a pull.
+  // Cut with a push in flight (the 3rd request on the road: push 0) and
+  // with a pull in flight (the 4th: pull 1).
   for (auto road : {"tcp", "auto"})
     for (uint32_t cut : {4u, 3u})
       survive_a_road_cut(road, cut);

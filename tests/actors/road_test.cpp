@@ -966,8 +966,8 @@ BOOST_AUTO_TEST_CASE(spinning_readers_deliver_every_frame_and_see_a_peer_end) {
   BOOST_CHECK_EQUAL(road_spins_found(), before);
   {
     // Replies of an echo in this process come well within 2 ms: readers
-    // (the reader threads, and callers reading their own replies) find
-    // them while polling, and every frame still comes back exact.
+    // find them while polling, and every frame still comes back exact, to
+    // reader threads and to callers reading their own replies alike.
     spin_for_test spin{std::chrono::microseconds{2000}};
     BOOST_CHECK_EQUAL(sweep_over(road_kind::tcp), 0u);
     BOOST_CHECK_GT(sweep_over(road_kind::shm), 0u);

@@ -179,8 +179,10 @@ void check_resume_refused(const std::string& dir,
     auto rc = w->wait_exit(60s);
     BOOST_REQUIRE_MESSAGE(rc, "a worker went on: " << w->output());
     BOOST_CHECK_EQUAL(*rc, 1);
-    BOOST_CHECK_MESSAGE(w->wait_for_line(says, 1s), w->output());
-    BOOST_TEST_MESSAGE("refused: " << *w->wait_for_line(says, 1s));
+    auto line = w->wait_for_line(says, 1s);
+    BOOST_CHECK_MESSAGE(line, w->output());
+    if (line)
+      BOOST_TEST_MESSAGE("refused: " << *line);
     BOOST_CHECK_MESSAGE(!w->wait_for_line("final test accuracy", 1s),
                         w->output());
   }
@@ -220,6 +222,18 @@ BOOST_AUTO_TEST_CASE(a_resume_with_another_step_layout_or_model_is_refused) {
   check_resume_refused(dir.path, {"--train.model=mlp:784-64-10"},
                        "floats; the checkpoint in " + dir.path +
                            " holds it with");
+  // Slices of another size would find nothing to restore: the scheduler
+  // refuses at once.
+  child_process sched{node_args({"--role=scheduler", "--scheduler-port=0",
+                                 "--cluster.slice-floats=1000",
+                                 "--checkpoint.dir=" + dir.path, "--resume"})};
+  auto rc = sched.wait_exit(20s);
+  BOOST_REQUIRE_MESSAGE(rc, sched.output());
+  BOOST_CHECK_NE(*rc, 0);
+  BOOST_CHECK_MESSAGE(
+      sched.wait_for_line("into other slices than --cluster.slice-floats=1000",
+                          2s),
+      sched.output());
 }
 
 BOOST_AUTO_TEST_CASE(two_workers_train_fashion_mnist_well_past_chance) {
