@@ -100,6 +100,8 @@ void drop_road(self_ptr self, uint32_t rank, const caf::error& why);
 /// How long operations a lost road failed wait before they are resent over
 /// CAF: time for CAF to hear of a server that died with its road.
 constexpr std::chrono::milliseconds road_reroute_grace{100};
+/// How long after such a loss the road is dialled again.
+constexpr std::chrono::milliseconds road_redial_after{1000};
 
 /// Opens the fast road to server `n` if allowed; CAF carries its frames
 /// otherwise. Blocks for at most the request timeout (a local connect).
@@ -399,7 +401,7 @@ void send_deferred(self_ptr self) {
   for (auto id : ids) {
     auto i = self->state.calls.find(id);
     if (i == self->state.calls.end())
-      continue; // failed or timed out meanwhile
+      continue;       // failed or timed out meanwhile
     i->second.send(); // as in road_send: road_down fails it if it fails
   }
 }
@@ -911,9 +913,7 @@ void road_lost(self_ptr self, uint32_t rank, const caf::error& why) {
   auto& st = self->state;
   auto before = st.resends.size();
   drop_road(self, rank, why); // fails its calls: with_resend parks them
-  if (st.resends.size() == before)
-    return;
-  auto& mine = st.rerouting[rank];
+  auto& mine = st.rerouting[rank]; // maybe none: reroute() redials anyway
   auto from = st.resends.begin() + static_cast<std::ptrdiff_t>(before);
   std::move(from, st.resends.end(), std::back_inserter(mine));
   st.resends.erase(from, st.resends.end());
@@ -922,7 +922,8 @@ void road_lost(self_ptr self, uint32_t rank, const caf::error& why) {
 
 /// The grace after server `rank`'s road ended is over: if CAF still holds
 /// the server (it lives; only its road broke), its parked operations are
-/// resent now, over CAF; else they wait for the view like the others.
+/// resent now, over CAF, and the road is dialled again road_redial_after
+/// on; else they wait for the view like the others.
 void reroute(self_ptr self, uint32_t rank) {
   auto& st = self->state;
   auto i = st.rerouting.find(rank);
@@ -935,15 +936,41 @@ void reroute(self_ptr self, uint32_t rank) {
   if (st.servers.count(rank) != 0) {
     TROUPE_LOG(info, who(self), "only the fast road to server ", rank,
                " broke (CAF still reaches it): resending ", due.size(),
-               " operations over CAF");
+               " operations over CAF, dialling it again in ",
+               road_redial_after.count(), " ms");
     for (auto& r : due)
       when_ready(self, std::move(r.run), std::move(r.fail));
+    self->delayed_send(self, road_redial_after, redial_atom_v, rank);
     return;
   }
   for (auto& r : due)
     st.resends.push_back(std::move(r));
   run_resends(self); // the view may have come meanwhile
   start_tick(self);
+}
+
+/// Dials server `rank`'s fast road again, after it broke while the server
+/// lived on: once nothing to that server is in flight over CAF (a request
+/// on the new road must not overtake one still on CAF), looking again
+/// every road_reroute_grace; while the view names the server and no other
+/// road to it came meanwhile. One dial: if it fails, CAF carries on.
+void redial(self_ptr self, uint32_t rank) {
+  auto& st = self->state;
+  if (st.stopping || st.roads.count(rank) != 0 || st.servers.count(rank) == 0)
+    return;
+  auto n = std::find_if(st.view.servers.begin(), st.view.servers.end(),
+                        [rank](const node_info& x) { return x.rank == rank; });
+  if (n == st.view.servers.end())
+    return;
+  auto w = st.caf_windows.find(rank);
+  if (w != st.caf_windows.end() &&
+      (w->second.in_flight > 0 || !w->second.queued.empty())) {
+    self->delayed_send(self, road_reroute_grace, redial_atom_v, rank);
+    return;
+  }
+  dial_road(self, *n);
+  if (st.roads.count(rank) != 0)
+    TROUPE_LOG(info, who(self), "fast road to server ", rank, " open again");
 }
 
 /// Resends whose view has come; with `all`, every one, its view come or
@@ -1328,6 +1355,7 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
                   caf::make_error(errc::peer_down, "server", rank, why));
       },
       [self](reroute_atom, uint32_t rank) { reroute(self, rank); },
+      [self](redial_atom, uint32_t rank) { redial(self, rank); },
       [self](tick_atom) { on_tick(self); },
       [self](reconnect_atom, uint32_t rank) { reconnect(self, rank); },
       [self](pull_atom, uint64_t clock, std::vector<uint64_t>& keys) {

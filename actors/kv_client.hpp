@@ -56,12 +56,13 @@
 // Roads: init, push and pull frames take the server's fast road
 // (actors/road.hpp) when --kv.road allows and the connection is up, else
 // CAF. A lost road fails what waited on it (errc::peer_down) and later
-// operations to its server use CAF, for the client's life (the road is not
-// dialled again). If CAF still reaches the server 100 ms on (only the road
-// broke), the operations the loss failed are resent over CAF then
-// (servers drop the duplicates of pushes they had), instead of waiting
-// for a view that need not come; else they wait for the view as for any
-// dead server. --fault.cut-road-after ends a road on purpose. At most
+// operations to its server use CAF. If CAF still reaches the server 100 ms
+// on (only the road broke), the operations the loss failed are resent
+// over CAF then (servers drop the duplicates of pushes they had), instead
+// of waiting for a view that need not come, and the road is dialled again
+// a second later, once nothing to that server is in flight over CAF; else
+// they wait for the view as for any dead server. --fault.cut-road-after
+// ends a road on purpose. At most
 // kv.window-bytes of frames are in flight per road, and over CAF at most 4 x
 // kv.max-message-bytes (within the window); more wait in order. A pull reply on
 // a tcp road lands in place: its large slices go from the socket straight into
