@@ -62,7 +62,11 @@ std::chrono::milliseconds timeout_of(self_ptr self) {
 // -- readiness ----------------------------------------------------------------
 
 bool ready(self_ptr self) {
-  return self->state.joined && self->state.connecting == 0;
+  // While operations a lost road failed wait out their grace (reroute),
+  // later ones wait too: none may overtake them (a push for clock c + 1
+  // reaching a server before its push for c is refused).
+  return self->state.joined && self->state.connecting == 0 &&
+         self->state.rerouting.empty();
 }
 
 void flush_waiting(self_ptr self) { // 2
@@ -100,8 +104,10 @@ void drop_road(self_ptr self, uint32_t rank, const caf::error& why);
 /// How long operations a lost road failed wait before they are resent over
 /// CAF: time for CAF to hear of a server that died with its road.
 constexpr std::chrono::milliseconds road_reroute_grace{100};
-/// How long after such a loss the road is dialled again.
+/// How long after such a loss the road is dialled again, and after how
+/// many losses of one server's road it is not: CAF carries on.
 constexpr std::chrono::milliseconds road_redial_after{1000};
+constexpr uint32_t max_road_losses = 3;
 
 /// Opens the fast road to server `n` if allowed; CAF carries its frames
 /// otherwise. Blocks for at most the request timeout (a local connect).
@@ -542,9 +548,7 @@ void on_tick(self_ptr self) {
         call.resend_at = now + std::chrono::milliseconds{st.cfg.resend_ms};
         TROUPE_LOG(debug, who(self), "resending request ", id, " to server ",
                    call.rank);
-        if (auto err = call.send())
-          if (auto g = call.g.lock())
-            g->fail(err);
+        call.send(); // as in road_send: road_down fails it if it fails
       }
   for (auto i = st.calls.begin(); i != st.calls.end();)
     if (i->second.deadline <= now) {
@@ -912,7 +916,7 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
 void road_lost(self_ptr self, uint32_t rank, const caf::error& why) {
   auto& st = self->state;
   auto before = st.resends.size();
-  drop_road(self, rank, why); // fails its calls: with_resend parks them
+  drop_road(self, rank, why);      // fails its calls: with_resend parks them
   auto& mine = st.rerouting[rank]; // maybe none: reroute() redials anyway
   auto from = st.resends.begin() + static_cast<std::ptrdiff_t>(before);
   std::move(from, st.resends.end(), std::back_inserter(mine));
@@ -934,19 +938,27 @@ void reroute(self_ptr self, uint32_t rank) {
   if (st.stopping)
     return; // stop() failed them
   if (st.servers.count(rank) != 0) {
+    auto losses = ++st.road_losses[rank];
     TROUPE_LOG(info, who(self), "only the fast road to server ", rank,
                " broke (CAF still reaches it): resending ", due.size(),
-               " operations over CAF, dialling it again in ",
-               road_redial_after.count(), " ms");
-    for (auto& r : due)
-      when_ready(self, std::move(r.run), std::move(r.fail));
-    self->delayed_send(self, road_redial_after, redial_atom_v, rank);
-    return;
+               " operations over CAF");
+    for (auto& r : due) // in order, before the operations held meanwhile
+      r.run();
+    if (losses < max_road_losses)
+      self->delayed_send(self, road_redial_after, redial_atom_v, rank);
+    else
+      TROUPE_LOG(warning, who(self), "the fast road to server ", rank,
+                 " broke ", losses, " times: CAF carries its frames from now",
+                 " on");
+  } else {
+    // The server is gone after all: they wait for the view with the
+    // others, before them (they failed first).
+    st.resends.insert(st.resends.begin(), std::make_move_iterator(due.begin()),
+                      std::make_move_iterator(due.end()));
+    run_resends(self); // the view may have come meanwhile
+    start_tick(self);
   }
-  for (auto& r : due)
-    st.resends.push_back(std::move(r));
-  run_resends(self); // the view may have come meanwhile
-  start_tick(self);
+  flush_waiting(self);
 }
 
 /// Dials server `rank`'s fast road again, after it broke while the server

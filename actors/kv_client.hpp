@@ -60,9 +60,11 @@
 // on (only the road broke), the operations the loss failed are resent
 // over CAF then (servers drop the duplicates of pushes they had), instead
 // of waiting for a view that need not come, and the road is dialled again
-// a second later, once nothing to that server is in flight over CAF; else
-// they wait for the view as for any dead server. --fault.cut-road-after
-// ends a road on purpose. At most
+// a second later, once nothing to that server is in flight over CAF (after
+// 3 such losses it is not: CAF carries on); else they wait for the view as
+// for any dead server. Operations that come during those 100 ms wait, so
+// that none overtakes those the loss failed. --fault.cut-road-after ends a
+// road on purpose. At most
 // kv.window-bytes of frames are in flight per road, and over CAF at most 4 x
 // kv.max-message-bytes (within the window); more wait in order. A pull reply on
 // a tcp road lands in place: its large slices go from the socket straight into
@@ -165,7 +167,8 @@ struct kv_client_state {
   /// which CAF would hear that the server died (then resent, or moved to
   /// `resends`).
   std::map<uint32_t, std::vector<resend>> rerouting;
-  bool stopping = false; // stop() runs: fail, never resend
+  std::map<uint32_t, uint32_t> road_losses; // per server, its road alone
+  bool stopping = false;                    // stop() runs: fail, never resend
   /// apply_view fails the operations of departed servers: their resends
   /// wait in `resends` behind those parked before, in order.
   bool failing_departed = false;
