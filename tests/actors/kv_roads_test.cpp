@@ -269,24 +269,38 @@ void pipeline_on(const std::string& road, size_t n) {
 /// that requests wait.
 constexpr size_t window_filling_floats = (16u << 20) / 4 + 1;
 
-/// A worker whose fast road ends right after its `cut`-th request on it
-/// (--fault.cut-road-after), the server staying up: every call still
-/// succeeds, over CAF (resent there 100 ms on, rather than failing after
-/// the request timeout), and each pull reads exactly the pushes before it
-/// (a push the server took before the road broke, resent over CAF, is
-/// dropped as the duplicate it is). A second later the road is dialled
-/// again, and calls over it stay exact.
-void survive_a_road_cut(const std::string& road, uint32_t cut) {
-  cluster c{"async", 1, 0, 16u << 20, add_update, slice_floats, road, 0};
+/// Floats of the key the road-cut tests push and pull.
+constexpr size_t cut_floats = 4097;
+
+/// One server (async, no replicas) and a worker whose fast road ends
+/// right after its `cut`-th request on it (--fault.cut-road-after), the
+/// server staying up; key 1 initialised.
+struct cut_road_job {
+  cluster c;
   kv_settings ks;
-  ks.request_timeout_ms = 10000;
-  ks.road_text = road;
-  ks.road = *parse_road(road);
-  ks.cut_road_after = cut;
-  kv w{c.b, c.remote_sched, ks};
-  constexpr size_t n = 4097;
-  auto got = w.init({init_array(1, n)});
-  BOOST_REQUIRE_MESSAGE(got, road << ": init: " << why(got));
+  std::unique_ptr<kv> w;
+  cut_road_job(const std::string& road, uint32_t cut)
+      : c{"async", 1, 0, 16u << 20, add_update, slice_floats, road, 0} {
+    ks.request_timeout_ms = 10000;
+    ks.road_text = road;
+    ks.road = *parse_road(road);
+    ks.cut_road_after = cut;
+    w = std::make_unique<kv>(c.b, c.remote_sched, ks);
+    auto got = w->init({init_array(1, cut_floats)});
+    BOOST_REQUIRE_MESSAGE(got, road << ": init: " << why(got));
+  }
+};
+
+/// Every call of a worker whose road is cut still succeeds, over CAF
+/// (resent there 100 ms on, rather than failing after the request
+/// timeout), and each pull reads exactly the pushes before it (a push the
+/// server took before the road broke, resent over CAF, is dropped as the
+/// duplicate it is). A second later the road is dialled again, and calls
+/// over it stay exact.
+void survive_a_road_cut(const std::string& road, uint32_t cut) {
+  cut_road_job job{road, cut};
+  auto& w = *job.w;
+  constexpr size_t n = cut_floats;
   auto v = w.view();
   BOOST_REQUIRE(v && v->second.servers.size() == 1);
   auto road_port = v->second.servers.front().road.port;
@@ -307,7 +321,7 @@ void survive_a_road_cut(const std::string& road, uint32_t cut) {
     step(clock);
   // The road is back (rings mapped, a connection to its port), and carries
   // the calls from then on.
-  if (ks.road == road_kind::shm)
+  if (job.ks.road == road_kind::shm)
     BOOST_CHECK(
         test::poll_until([] { return test::ring_mappings() > 0; }, 10s));
   else
@@ -324,18 +338,9 @@ void survive_a_road_cut(const std::string& road, uint32_t cut) {
 /// pushes sent after it that the server had taken before the road broke
 /// (async mode promises no fewer, not exactly those).
 void survive_a_road_cut_in_flight(const std::string& road, uint32_t cut) {
-  cluster c{"async", 1, 0, 16u << 20, add_update, slice_floats, road, 0};
-  kv_settings ks;
-  ks.request_timeout_ms = 10000;
-  ks.road_text = road;
-  ks.road = *parse_road(road);
-  ks.cut_road_after = cut;
-  kv w{c.b, c.remote_sched, ks};
-  constexpr size_t n = 4097;
-  auto got = w.init({init_array(1, n)});
-  BOOST_REQUIRE_MESSAGE(got, road << ": init: " << why(got));
+  cut_road_job job{road, cut};
   uint64_t clock = 0;
-  auto bad = pipeline(c, w, 1, n, 8, 48, clock, true);
+  auto bad = pipeline(job.c, *job.w, 1, cut_floats, 8, 48, clock, true);
   BOOST_CHECK_MESSAGE(bad.empty(),
                       road << ", cut after " << cut << ": " << bad);
 }
