@@ -107,8 +107,9 @@ std::atomic<int64_t> spin_us{0};      // set_road_spin
 std::atomic<uint64_t> spins_found{0}; // road_spins_found
 
 /// Polls `fd` for input, yielding the core between polls, for at most
-/// road_spin() (and `cap`): true once it is readable (or ended: the read
-/// that follows sees that), false if the time ran out or spinning is off.
+/// the time set_road_spin() set (and `cap`): true once it is readable (or
+/// ended: the read that follows sees that), false if the time ran out or
+/// spinning is off.
 bool spin_until_readable(
     int fd, std::chrono::microseconds cap = std::chrono::microseconds::max()) {
   auto limit =
@@ -362,10 +363,6 @@ caf::error accept_hello(road_conn& c, uint32_t timeout_ms);
 
 void set_road_spin(std::chrono::microseconds x) {
   spin_us.store(x.count(), std::memory_order_relaxed);
-}
-
-std::chrono::microseconds road_spin() {
-  return std::chrono::microseconds{spin_us.load(std::memory_order_relaxed)};
 }
 
 uint64_t road_spins_found() {

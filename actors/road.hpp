@@ -101,7 +101,6 @@ constexpr int road_keepalive_probes = 3;
 /// time it polls, on a core other threads may need: 0 (off) by default;
 /// --road.spin-us sets it. One setting per process.
 void set_road_spin(std::chrono::microseconds x);
-std::chrono::microseconds road_spin();
 /// Times a reader of this process found its socket readable while it
 /// polled, i.e. read without sleeping first, over the process's life.
 uint64_t road_spins_found();
