@@ -64,9 +64,12 @@ std::chrono::milliseconds timeout_of(self_ptr self) {
 bool ready(self_ptr self) {
   // While operations a lost road failed wait out their grace (reroute),
   // later ones wait too: none may overtake them (a push for clock c + 1
-  // reaching a server before its push for c is refused).
+  // reaching a server before its push for c is refused). So do they while
+  // a road waits to be dialled again for what is in flight over CAF to
+  // drain (redial): else a worker with requests always in flight, as a
+  // pipelined one, would never let it.
   return self->state.joined && self->state.connecting == 0 &&
-         self->state.rerouting.empty();
+         self->state.rerouting.empty() && self->state.redialing.empty();
 }
 
 void flush_waiting(self_ptr self) { // 2
@@ -152,6 +155,7 @@ void dial_road(self_ptr self, const node_info& n) {
 }
 
 void run_resends(self_ptr self, bool all = false);
+void redial(self_ptr self, uint32_t rank);
 
 /// Connects to server `n`; `again` (5): a reconnection to a server of the
 /// current view, which runs the resends that wait once it succeeds.
@@ -476,6 +480,9 @@ void caf_send(self_ptr self, std::shared_ptr<kv_request> req, Atom atom,
       return; // sent before the window was reset
     i->second.in_flight -= bytes;
     drain(i->second, limit);
+    if (i->second.in_flight == 0 && i->second.queued.empty() &&
+        self->state.redialing.count(r) != 0)
+      redial(self, r); // the last request over CAF before the road is back
   };
   self->request(h->second, timeout_of(self), atom, req->flat())
       .then(
@@ -962,27 +969,53 @@ void reroute(self_ptr self, uint32_t rank) {
 }
 
 /// Dials server `rank`'s fast road again, after it broke while the server
-/// lived on: once nothing to that server is in flight over CAF (a request
-/// on the new road must not overtake one still on CAF), looking again
-/// every road_reroute_grace; while the view names the server and no other
-/// road to it came meanwhile. One dial: if it fails, CAF carries on.
+/// lived on: while the view names the server and no other road to it came
+/// meanwhile. A request on the new road must not overtake one still on
+/// CAF: while any to that server is in flight there, later operations
+/// wait (ready() is false), and the last reply over CAF calls this again.
+/// If they have not drained after road_reroute_grace (a request that waits
+/// for a later one of ours, as a pull ahead of its push in sync mode),
+/// the operations go on over CAF and the dial is tried road_redial_after
+/// later, max_road_losses times at most. One dial: if it fails, CAF
+/// carries on.
 void redial(self_ptr self, uint32_t rank) {
   auto& st = self->state;
-  if (st.stopping || st.roads.count(rank) != 0 || st.servers.count(rank) == 0)
-    return;
   auto n = std::find_if(st.view.servers.begin(), st.view.servers.end(),
                         [rank](const node_info& x) { return x.rank == rank; });
-  if (n == st.view.servers.end())
+  if (st.stopping || st.roads.count(rank) != 0 || st.servers.count(rank) == 0 ||
+      n == st.view.servers.end()) {
+    if (st.redialing.erase(rank) > 0)
+      flush_waiting(self);
     return;
+  }
   auto w = st.caf_windows.find(rank);
   if (w != st.caf_windows.end() &&
       (w->second.in_flight > 0 || !w->second.queued.empty())) {
-    self->delayed_send(self, road_reroute_grace, redial_atom_v, rank);
+    auto now = std::chrono::steady_clock::now();
+    auto [held, fresh] =
+        st.redialing.try_emplace(rank, now + road_reroute_grace);
+    if (fresh) {
+      self->delayed_send(self, road_reroute_grace, redial_atom_v, rank);
+    } else if (now >= held->second) {
+      st.redialing.erase(held);
+      if (++st.redial_holds_missed[rank] < max_road_losses) {
+        TROUPE_LOG(info, who(self), "requests to server ", rank,
+                   " over CAF did not drain: its road is dialled later");
+        self->delayed_send(self, road_redial_after, redial_atom_v, rank);
+      } else {
+        TROUPE_LOG(warning, who(self), "requests to server ", rank,
+                   " over CAF never drained: CAF carries its frames from now"
+                   " on");
+      }
+      flush_waiting(self);
+    }
     return;
   }
+  st.redialing.erase(rank);
   dial_road(self, *n);
   if (st.roads.count(rank) != 0)
     TROUPE_LOG(info, who(self), "fast road to server ", rank, " open again");
+  flush_waiting(self);
 }
 
 /// Resends whose view has come; with `all`, every one, its view come or
@@ -1187,6 +1220,7 @@ void stop(self_ptr self, caf::error err) {
     for (auto& r : parked)
       resends.push_back(std::move(r));
   st.rerouting.clear();
+  st.redialing.clear();
   for (auto& r : resends)
     r.fail(err);
   for (auto& [rank, weak] : st.inflight)
@@ -1246,6 +1280,8 @@ void fail_inflight(self_ptr self, uint32_t rank) {
   for (auto& g : failing)
     g->fail(err);
   reset_caf_window(self, rank); // what waited there has failed just now
+  if (self->state.redialing.count(rank) != 0)
+    redial(self, rank); // gone: no road to wait for
 }
 
 void on_down(self_ptr self, const caf::down_msg& dm) {

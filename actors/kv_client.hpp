@@ -168,7 +168,12 @@ struct kv_client_state {
   /// `resends`).
   std::map<uint32_t, std::vector<resend>> rerouting;
   std::map<uint32_t, uint32_t> road_losses; // per server, its road alone
-  bool stopping = false;                    // stop() runs: fail, never resend
+  /// Servers whose road is dialled again once nothing to them is in flight
+  /// over CAF, and until when that may take: operations wait meanwhile
+  /// (ready()).
+  std::map<uint32_t, std::chrono::steady_clock::time_point> redialing;
+  std::map<uint32_t, uint32_t> redial_holds_missed; // per server: those ran out
+  bool stopping = false; // stop() runs: fail, never resend
   /// apply_view fails the operations of departed servers: their resends
   /// wait in `resends` behind those parked before, in order.
   bool failing_departed = false;
