@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <utility>
 
 #include "actors/log.hpp"
 #include "actors/server_optimizer.hpp"
@@ -152,7 +153,8 @@ public:
   /// model whole first), nor with the optimizer on the workers.
   void weights_arrived(uint64_t clock, size_t b, arrays& xs) override {
     if (local_opt_ || b >= blocks_.size() || taken_[b] ||
-        (rank_ == 0 && is_eval_point(clock)) || xs.size() != blocks_[b].size())
+        (rank_ == 0 && (is_eval_point(clock) || missed_eval_ != 0)) ||
+        xs.size() != blocks_[b].size())
       return;
     for (size_t i = 0; i < xs.size(); ++i)
       if (xs[i].values.size() != sizes_[blocks_[b][i]])
@@ -207,6 +209,14 @@ public:
 
   bool done(uint64_t clock) override {
     return clock >= uint64_t{cfg_.epochs} * steps_per_epoch_;
+  }
+
+  /// Rank 0 came back in the middle of an evaluation point's step: the
+  /// report is made at the next step, on its weights (one round on),
+  /// under the evaluation point's clock.
+  void step_skipped(uint64_t clock) override {
+    if (rank_ == 0 && is_eval_point(clock))
+      missed_eval_ = clock;
   }
 
   caf::expected<arrays> step(uint64_t clock, const arrays& weights) override {
@@ -301,6 +311,8 @@ private:
     bool begun = begun_ == clock + 1; // weights_arrived began its forward
     begun_ = 0;
     if (!begun) {
+      if (missed_eval_ != 0) // rank 0 only
+        report(std::exchange(missed_eval_, 0));
       if (rank_ == 0 && is_eval_point(clock))
         report(clock);
       gather_batch(clock);
@@ -411,9 +423,10 @@ private:
   std::vector<size_t> sizes_; // of the parameter arrays, fixed by the model
   std::vector<std::vector<size_t>> blocks_; // parameters() indices per block
   std::vector<size_t> block_of_;            // parameters() index -> block
-  std::vector<bool> taken_; // blocks weights_arrived swapped into the model
-  size_t first_bias_ = 0;   // parameters() index of dense0.b
-  uint64_t begun_ = 0;      // clock + 1 of a forward weights_arrived began
+  std::vector<bool> taken_;  // blocks weights_arrived swapped into the model
+  size_t first_bias_ = 0;    // parameters() index of dense0.b
+  uint64_t begun_ = 0;       // clock + 1 of a forward weights_arrived began
+  uint64_t missed_eval_ = 0; // an evaluation point's step skipped (rank 0)
 
   /// Forgets a forward and blocks weights_arrived took (a failed step).
   void drop_begun() {

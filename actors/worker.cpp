@@ -275,6 +275,7 @@ void skip_rest_of_step(worker_ptr self, size_t first) {
   TROUPE_LOG(info, "worker", "back in the middle of step ", st.clock,
              ": its blocks ", first, " to ", st.blocks.size() - 1,
              " of that step are given up");
+  st.logic->step_skipped(st.clock);
   auto left = std::make_shared<size_t>(st.blocks.size() - first);
   for (auto b = first; b < st.blocks.size(); ++b)
     ask_kv(self, push_atom_v, st.clock * st.blocks.size() + b, arrays{})

@@ -90,6 +90,15 @@ public:
                                std::vector<named_array>& /*weights*/) {
     // nothing taken, nothing begun
   }
+
+  /// Overlapped steps: this worker came back (restarted, or resumed) in
+  /// the middle of the step at `clock`, whose weights are gone: its part
+  /// in the blocks left is given up, and no step() of any kind runs for
+  /// `clock`; the next step is clock + 1. Whatever a logic does once per
+  /// step (a progress report) it may do there. The default does nothing.
+  virtual void step_skipped(uint64_t /*clock*/) {
+    // nothing to make up for
+  }
 };
 
 /// How the worker actor drives its logic.

@@ -3,11 +3,13 @@
 #define BOOST_TEST_MODULE trainer_tests
 #include <boost/test/unit_test.hpp>
 
+#include <fstream>
 #include <map>
 
 #include "actors/trainer.hpp"
 #include "kernels/blas.hpp"
 #include "messages/errors.hpp"
+#include "tests/test_support.hpp"
 
 using namespace troupe;
 namespace tt = boost::test_tools;
@@ -140,6 +142,42 @@ BOOST_AUTO_TEST_CASE(overlapped_steps_hand_over_the_gradients_block_by_block) {
                                                       << tt::per_element());
       }
     }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rank_0_back_mid_step_still_reports_the_evaluation_point) {
+  // 32 samples, 2 workers, batch 4: 4 steps per epoch, so the step at
+  // clock 4 is an evaluation point (epoch 1 done). Rank 0 reports there;
+  // if it came back in the middle of that step (overlapped workers give
+  // the rest of it up), it reports at the next step, under clock 4; a
+  // step skipped elsewhere reports nothing.
+  struct run {
+    int64_t skipped; // -1: none
+    uint64_t stepped;
+    size_t lines;
+  };
+  for (auto r : {run{-1, 4, 1}, run{4, 5, 1}, run{5, 6, 0}, run{-1, 5, 0}}) {
+    test::temp_dir dir;
+    auto cfg = tiny_config("server");
+    cfg.train.metrics_file = dir / "metrics.jsonl";
+    auto m = model::from_spec(cfg.train.model, nullptr);
+    BOOST_REQUIRE(m);
+    auto t = make_trainer(cfg, std::move(*m), tiny_data(), tiny_data());
+    t->start(0, 2);
+    auto w = t->parameters();
+    if (r.skipped >= 0)
+      t->step_skipped(uint64_t(r.skipped));
+    BOOST_REQUIRE(t->step(r.stepped, w));
+    t.reset(); // closes the metrics file
+    std::ifstream in{cfg.train.metrics_file};
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);)
+      lines.push_back(line);
+    BOOST_CHECK_MESSAGE(lines.size() == r.lines,
+                        "skipped " << r.skipped << ", stepped " << r.stepped
+                                   << ": " << lines.size() << " lines");
+    if (r.lines == 1 && !lines.empty())
+      BOOST_CHECK_MESSAGE(lines[0].rfind("{\"epoch\":1,", 0) == 0, lines[0]);
   }
 }
 
