@@ -68,8 +68,10 @@ bool ready(self_ptr self) {
   // a road waits to be dialled again for what is in flight over CAF to
   // drain (redial): else a worker with requests always in flight, as a
   // pipelined one, would never let it.
-  return self->state.joined && self->state.connecting == 0 &&
-         self->state.rerouting.empty() && self->state.redialing.empty();
+  auto& st = self->state;
+  return st.joined && st.connecting == 0 && st.rerouting.empty() &&
+         std::none_of(st.redials.begin(), st.redials.end(),
+                      [](const auto& r) { return r.second.holding; });
 }
 
 void flush_waiting(self_ptr self) { // 2
@@ -88,17 +90,26 @@ std::function<void(caf::error)> fail_to(caf::response_promise rp) {
   return [rp](caf::error err) mutable { rp.deliver(std::move(err)); };
 }
 
+/// Runs `fn` now if ready(), else once it is. A `resend` (an operation a
+/// dead server interrupted) was sent before any operation that waits, so
+/// it waits ahead of them, behind the resends before it: else a push for
+/// clock c + 1 held meanwhile would reach the server before c's resend.
 template <class F>
-void when_ready(self_ptr self, F fn, std::function<void(caf::error)> fail) {
+void when_ready(self_ptr self, F fn, std::function<void(caf::error)> fail,
+                bool resend = false) {
   if (ready(self)) {
     fn();
     return;
   }
   TROUPE_LOG(debug, who(self), "not ready (joined ", self->state.joined,
              ", connecting ", self->state.connecting, "): operation waits");
-  self->state.waiting.push_back(kv_client_state::waiting_op{
-      std::chrono::steady_clock::now() + timeout_of(self), std::move(fn),
-      std::move(fail)});
+  auto& waiting = self->state.waiting;
+  auto at = resend ? std::find_if(waiting.begin(), waiting.end(),
+                                  [](const auto& w) { return !w.resend; })
+                   : waiting.end();
+  waiting.insert(at, kv_client_state::waiting_op{
+                         std::chrono::steady_clock::now() + timeout_of(self),
+                         std::move(fn), std::move(fail), resend});
   start_tick(self);
 }
 
@@ -156,6 +167,7 @@ void dial_road(self_ptr self, const node_info& n) {
 
 void run_resends(self_ptr self, bool all = false);
 void redial(self_ptr self, uint32_t rank);
+bool redial_holding(self_ptr self, uint32_t rank);
 
 /// Connects to server `n`; `again` (5): a reconnection to a server of the
 /// current view, which runs the resends that wait once it succeeds.
@@ -481,7 +493,7 @@ void caf_send(self_ptr self, std::shared_ptr<kv_request> req, Atom atom,
     i->second.in_flight -= bytes;
     drain(i->second, limit);
     if (i->second.in_flight == 0 && i->second.queued.empty() &&
-        self->state.redialing.count(r) != 0)
+        redial_holding(self, r))
       redial(self, r); // the last request over CAF before the road is back
   };
   self->request(h->second, timeout_of(self), atom, req->flat())
@@ -575,9 +587,14 @@ void on_tick(self_ptr self) {
     if (i->deadline <= now) {
       auto fail = std::move(i->fail);
       i = st.waiting.erase(i);
-      fail(caf::make_error(errc::not_connected, "kv client not ready: joined",
-                           st.joined, "servers connecting",
-                           uint64_t{st.connecting}));
+      uint64_t holds = 0;
+      for (auto& [rank, plan] : st.redials)
+        holds += plan.holding ? 1 : 0;
+      fail(caf::make_error(
+          errc::not_connected, "kv client not ready: joined", st.joined,
+          "servers connecting", uint64_t{st.connecting},
+          "lost roads waiting to resend", uint64_t{st.rerouting.size()},
+          "roads waiting to be dialled", holds));
     } else {
       ++i;
     }
@@ -905,7 +922,7 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
     auto fail = [done](caf::error err) { done(std::move(err)); };
     auto& st = self->state;
     if (st.view.epoch > epoch && !st.failing_departed) {
-      when_ready(self, again, fail);
+      when_ready(self, again, fail, true);
       return;
     }
     st.resends.push_back(kv_client_state::resend{
@@ -913,6 +930,31 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
         std::move(again), std::move(fail)});
     start_tick(self);
   });
+}
+
+/// Drops the redial planned for server `rank`, if any: its timers go
+/// stale, and operations its hold kept wait no more.
+void forget_redial(self_ptr self, uint32_t rank) {
+  auto i = self->state.redials.find(rank);
+  if (i == self->state.redials.end())
+    return;
+  bool held = i->second.holding;
+  self->state.redials.erase(i);
+  if (held)
+    flush_waiting(self);
+}
+
+/// Plans redial(rank) `after` from now; an earlier timer goes stale.
+void plan_redial(self_ptr self, uint32_t rank,
+                 std::chrono::milliseconds after) {
+  auto ticket = ++self->state.redial_tickets;
+  self->state.redials[rank].ticket = ticket;
+  self->delayed_send(self, after, redial_atom_v, rank, ticket);
+}
+
+bool redial_holding(self_ptr self, uint32_t rank) {
+  auto i = self->state.redials.find(rank);
+  return i != self->state.redials.end() && i->second.holding;
 }
 
 /// Server `rank`'s fast road ended. What the loss failed waits to be
@@ -923,7 +965,8 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
 void road_lost(self_ptr self, uint32_t rank, const caf::error& why) {
   auto& st = self->state;
   auto before = st.resends.size();
-  drop_road(self, rank, why);      // fails its calls: with_resend parks them
+  forget_redial(self, rank);  // reroute() plans one anew if the server lives
+  drop_road(self, rank, why); // fails its calls: with_resend parks them
   auto& mine = st.rerouting[rank]; // maybe none: reroute() redials anyway
   auto from = st.resends.begin() + static_cast<std::ptrdiff_t>(before);
   std::move(from, st.resends.end(), std::back_inserter(mine));
@@ -952,7 +995,7 @@ void reroute(self_ptr self, uint32_t rank) {
     for (auto& r : due) // in order, before the operations held meanwhile
       r.run();
     if (losses < max_road_losses)
-      self->delayed_send(self, road_redial_after, redial_atom_v, rank);
+      plan_redial(self, rank, road_redial_after);
     else
       TROUPE_LOG(warning, who(self), "the fast road to server ", rank,
                  " broke ", losses, " times: CAF carries its frames from now",
@@ -971,51 +1014,61 @@ void reroute(self_ptr self, uint32_t rank) {
 /// Dials server `rank`'s fast road again, after it broke while the server
 /// lived on: while the view names the server and no other road to it came
 /// meanwhile. A request on the new road must not overtake one still on
-/// CAF: while any to that server is in flight there, later operations
-/// wait (ready() is false), and the last reply over CAF calls this again.
-/// If they have not drained after road_reroute_grace (a request that waits
-/// for a later one of ours, as a pull ahead of its push in sync mode),
-/// the operations go on over CAF and the dial is tried road_redial_after
-/// later, max_road_losses times at most. One dial: if it fails, CAF
-/// carries on.
+/// CAF. If any to that server is in flight there, later operations wait
+/// (ready() is false), and the last reply over CAF calls this again: so a
+/// worker that always has requests in flight gets its road back. If they
+/// have not drained after road_reroute_grace (a request that waits for a
+/// later one of ours, as a pull ahead of its push in sync mode, or a
+/// round held up by another worker), the operations go on, and from then
+/// on this looks every road_reroute_grace for a moment with nothing in
+/// flight, holding nothing. One dial: if it fails, CAF carries on.
 void redial(self_ptr self, uint32_t rank) {
   auto& st = self->state;
+  auto plan = st.redials.find(rank);
+  if (plan == st.redials.end())
+    return; // dialled, or forgotten
   auto n = std::find_if(st.view.servers.begin(), st.view.servers.end(),
                         [rank](const node_info& x) { return x.rank == rank; });
   if (st.stopping || st.roads.count(rank) != 0 || st.servers.count(rank) == 0 ||
       n == st.view.servers.end()) {
-    if (st.redialing.erase(rank) > 0)
-      flush_waiting(self);
+    forget_redial(self, rank);
     return;
   }
   auto w = st.caf_windows.find(rank);
   if (w != st.caf_windows.end() &&
       (w->second.in_flight > 0 || !w->second.queued.empty())) {
-    auto now = std::chrono::steady_clock::now();
-    auto [held, fresh] =
-        st.redialing.try_emplace(rank, now + road_reroute_grace);
-    if (fresh) {
-      self->delayed_send(self, road_reroute_grace, redial_atom_v, rank);
-    } else if (now >= held->second) {
-      st.redialing.erase(held);
-      if (++st.redial_holds_missed[rank] < max_road_losses) {
-        TROUPE_LOG(info, who(self), "requests to server ", rank,
-                   " over CAF did not drain: its road is dialled later");
-        self->delayed_send(self, road_redial_after, redial_atom_v, rank);
-      } else {
-        TROUPE_LOG(warning, who(self), "requests to server ", rank,
-                   " over CAF never drained: CAF carries its frames from now"
-                   " on");
-      }
+    auto& p = plan->second;
+    if (p.holding) { // the hold ran out
+      TROUPE_LOG(info, who(self), "requests to server ", rank,
+                 " over CAF did not drain in ", road_reroute_grace.count(),
+                 " ms: its road waits for a moment with none in flight");
+      p.holding = false;
+      p.polling = true;
       flush_waiting(self);
+    } else if (!p.polling) {
+      TROUPE_LOG(info, who(self), "the road to server ", rank,
+                 " is dialled again once what is in flight there over CAF",
+                 " drains; operations wait until then");
+      p.holding = true;
     }
+    plan_redial(self, rank, road_reroute_grace);
     return;
   }
-  st.redialing.erase(rank);
+  bool held = plan->second.holding;
+  st.redials.erase(plan); // its timers go stale
   dial_road(self, *n);
   if (st.roads.count(rank) != 0)
     TROUPE_LOG(info, who(self), "fast road to server ", rank, " open again");
-  flush_waiting(self);
+  if (held) // what the hold kept takes the new road
+    flush_waiting(self);
+}
+
+/// The timer `ticket` of a redial of server `rank` is up; stale ones (the
+/// road came back, broke again, or another timer took over) do nothing.
+void on_redial_timer(self_ptr self, uint32_t rank, uint64_t ticket) {
+  auto i = self->state.redials.find(rank);
+  if (i != self->state.redials.end() && i->second.ticket == ticket)
+    redial(self, rank);
 }
 
 /// Resends whose view has come; with `all`, every one, its view come or
@@ -1032,7 +1085,7 @@ void run_resends(self_ptr self, bool all) {
       ++i;
     }
   for (auto& r : due)
-    when_ready(self, std::move(r.run), std::move(r.fail));
+    when_ready(self, std::move(r.run), std::move(r.fail), true);
 }
 
 /// The clock this worker resumes at: the smallest of its clocks over the
@@ -1220,7 +1273,7 @@ void stop(self_ptr self, caf::error err) {
     for (auto& r : parked)
       resends.push_back(std::move(r));
   st.rerouting.clear();
-  st.redialing.clear();
+  st.redials.clear();
   for (auto& r : resends)
     r.fail(err);
   for (auto& [rank, weak] : st.inflight)
@@ -1280,8 +1333,7 @@ void fail_inflight(self_ptr self, uint32_t rank) {
   for (auto& g : failing)
     g->fail(err);
   reset_caf_window(self, rank); // what waited there has failed just now
-  if (self->state.redialing.count(rank) != 0)
-    redial(self, rank); // gone: no road to wait for
+  forget_redial(self, rank);    // gone: no road to wait for
 }
 
 void on_down(self_ptr self, const caf::down_msg& dm) {
@@ -1403,7 +1455,9 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
                   caf::make_error(errc::peer_down, "server", rank, why));
       },
       [self](reroute_atom, uint32_t rank) { reroute(self, rank); },
-      [self](redial_atom, uint32_t rank) { redial(self, rank); },
+      [self](redial_atom, uint32_t rank, uint64_t ticket) {
+        on_redial_timer(self, rank, ticket);
+      },
       [self](tick_atom) { on_tick(self); },
       [self](reconnect_atom, uint32_t rank) { reconnect(self, rank); },
       [self](pull_atom, uint64_t clock, std::vector<uint64_t>& keys) {

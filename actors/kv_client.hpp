@@ -154,6 +154,7 @@ struct kv_client_state {
     std::chrono::steady_clock::time_point deadline;
     std::function<void()> run;
     std::function<void(caf::error)> fail;
+    bool resend = false; // sent once before: ahead of the others
   };
   std::vector<waiting_op> waiting; // ops until ready, failed at deadline
   struct resend {
@@ -168,12 +169,15 @@ struct kv_client_state {
   /// `resends`).
   std::map<uint32_t, std::vector<resend>> rerouting;
   std::map<uint32_t, uint32_t> road_losses; // per server, its road alone
-  /// Servers whose road is dialled again once nothing to them is in flight
-  /// over CAF, and until when that may take: operations wait meanwhile
-  /// (ready()).
-  std::map<uint32_t, std::chrono::steady_clock::time_point> redialing;
-  std::map<uint32_t, uint32_t> redial_holds_missed; // per server: those ran out
-  bool stopping = false; // stop() runs: fail, never resend
+  /// A server's road due to be dialled again (kv_client.cpp: redial).
+  struct redial_plan {
+    uint64_t ticket = 0;  // of the one timer that counts; others are stale
+    bool holding = false; // operations wait for CAF to drain (ready())
+    bool polling = false; // a hold ran out: look for a gap, hold no more
+  };
+  std::map<uint32_t, redial_plan> redials;
+  uint64_t redial_tickets = 0; // the last ticket given out
+  bool stopping = false;       // stop() runs: fail, never resend
   /// apply_view fails the operations of departed servers: their resends
   /// wait in `resends` behind those parked before, in order.
   bool failing_departed = false;

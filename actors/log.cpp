@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <memory>
 #include <mutex>
 
 namespace troupe {
@@ -13,6 +14,8 @@ namespace {
 
 std::atomic<int> current_level{static_cast<int>(log_level::info)};
 std::mutex out_mtx;
+std::mutex observer_mtx;
+std::shared_ptr<const log_observer> observer; // under observer_mtx
 
 const char* name_of(log_level lvl) {
   switch (lvl) {
@@ -51,10 +54,26 @@ void log_line(log_level lvl, const std::string& who, const std::string& what) {
   auto ms = duration_cast<milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm tm{};
   gmtime_r(&t, &tm);
-  std::lock_guard<std::mutex> guard{out_mtx};
-  std::fprintf(stderr, "%02d:%02d:%02d.%03d %s %s: %s\n", tm.tm_hour, tm.tm_min,
-               tm.tm_sec, static_cast<int>(ms), name_of(lvl), who.c_str(),
-               what.c_str());
+  {
+    std::lock_guard<std::mutex> guard{out_mtx};
+    std::fprintf(stderr, "%02d:%02d:%02d.%03d %s %s: %s\n", tm.tm_hour,
+                 tm.tm_min, tm.tm_sec, static_cast<int>(ms), name_of(lvl),
+                 who.c_str(), what.c_str());
+  }
+  std::shared_ptr<const log_observer> fn;
+  {
+    std::lock_guard<std::mutex> guard{observer_mtx};
+    fn = observer;
+  }
+  if (fn) // outside the locks: it may log itself
+    (*fn)(lvl, who, what);
+}
+
+void set_log_observer(log_observer fn) {
+  auto next = fn ? std::make_shared<const log_observer>(std::move(fn))
+                 : std::shared_ptr<const log_observer>{};
+  std::lock_guard<std::mutex> guard{observer_mtx};
+  observer = std::move(next);
 }
 
 } // namespace troupe

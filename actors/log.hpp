@@ -2,6 +2,7 @@
 // event on stderr, with time, level and the component that speaks.
 #pragma once
 
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -18,6 +19,14 @@ bool log_enabled(log_level lvl);
 
 /// Writes one line "HH:MM:SS.mmm LEVEL who: what" to stderr, atomically.
 void log_line(log_level lvl, const std::string& who, const std::string& what);
+
+/// Called with each line written, after it is written, on the thread that
+/// writes it (a test waiting for an event that only the log shows).
+using log_observer = std::function<void(log_level lvl, const std::string& who,
+                                        const std::string& what)>;
+
+/// Sets the process's observer of log lines; an empty one removes it.
+void set_log_observer(log_observer fn);
 
 /// Concatenates `xs` with operator<<.
 template <class... Ts> std::string str(const Ts&... xs) {

@@ -7,7 +7,9 @@
 #include "tests/test_support.hpp"
 
 #include <chrono>
+#include <condition_variable>
 #include <deque>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -15,6 +17,7 @@
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "actors/log.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 #include "tests/actors/local_cluster.hpp"
@@ -290,23 +293,26 @@ constexpr size_t window_filling_floats = (16u << 20) / 4 + 1;
 
 /// Floats of the key the road-cut tests push and pull.
 constexpr size_t cut_floats = 4097;
+/// ... and with requests always in flight: 256 KiB, so that CAF, which
+/// carries them while the road is down, always has some in flight.
+constexpr size_t in_flight_floats = 65536;
 
 /// One server (`mode`, no replicas) and a worker whose fast road ends
 /// right after its `cut`-th request on it (--fault.cut-road-after), the
-/// server staying up; key 1 initialised.
+/// server staying up; key 1 initialised with `floats` floats.
 struct cut_road_job {
   cluster c;
   kv_settings ks;
   std::unique_ptr<kv> w;
   cut_road_job(const std::string& road, uint32_t cut,
-               const std::string& mode = "async")
+               const std::string& mode = "async", size_t floats = cut_floats)
       : c{mode, 1, 0, 16u << 20, add_update, slice_floats, road, 0} {
     ks.request_timeout_ms = 10000;
     ks.road_text = road;
     ks.road = *parse_road(road);
     ks.cut_road_after = cut;
     w = std::make_unique<kv>(c.b, c.remote_sched, ks);
-    auto got = w->init({init_array(1, cut_floats)});
+    auto got = w->init({init_array(1, floats)});
     BOOST_REQUIRE_MESSAGE(got, road << ": init: " << why(got));
   }
 };
@@ -365,6 +371,36 @@ void survive_a_road_cut_in_flight(const std::string& road, uint32_t cut) {
                       road << ", cut after " << cut << ": " << bad);
 }
 
+/// Waits for a log line of this process that holds `text`, from its
+/// construction on (the kv client logs what no other sign shows).
+class log_waiter {
+public:
+  explicit log_waiter(std::string text) : text_(std::move(text)) {
+    set_log_observer(
+        [this](log_level, const std::string&, const std::string& what) {
+          if (what.find(text_) == std::string::npos)
+            return;
+          std::lock_guard<std::mutex> guard{mtx_};
+          seen_ = true;
+          cv_.notify_all();
+        });
+  }
+  ~log_waiter() { set_log_observer({}); }
+  log_waiter(const log_waiter&) = delete;
+  log_waiter& operator=(const log_waiter&) = delete;
+  /// True once such a line came, within `timeout`.
+  bool wait(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> guard{mtx_};
+    return cv_.wait_for(guard, timeout, [this] { return seen_; });
+  }
+
+private:
+  std::string text_;
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  bool seen_ = false;
+};
+
 /// True once worker-side road `road` ("tcp" or "auto": shm) to the one
 /// server, on `road_port` if tcp, is open.
 bool road_is_back(const std::string& road, uint16_t road_port) {
@@ -378,12 +414,12 @@ bool road_is_back(const std::string& road, uint16_t road_port) {
 /// never comes; it holds later requests until those drain. Every pull
 /// stays within the pushes sent.
 void get_the_road_back_in_flight(const std::string& road) {
-  cut_road_job job{road, 9};
+  cut_road_job job{road, 9, "async", in_flight_floats};
   auto v = job.w->view();
   BOOST_REQUIRE(v && v->second.servers.size() == 1);
   auto port = v->second.servers.front().road.port;
   uint64_t clock = 0;
-  auto bad = pipeline(job.c, *job.w, 1, cut_floats, 8, 32, clock, true,
+  auto bad = pipeline(job.c, *job.w, 1, in_flight_floats, 8, 32, clock, true,
                       [&road, port] { return road_is_back(road, port); });
   BOOST_CHECK_MESSAGE(bad.empty(), road << ": " << bad);
 }
@@ -404,8 +440,9 @@ BOOST_AUTO_TEST_CASE(a_pull_ahead_of_its_push_does_not_hold_up_the_redial) {
   // Sync mode: a pull for clock 2 waits at the server for round 1, i.e.
   // for a push that this worker sends after it. The redial, due 1 s after
   // the cut, finds the pull in flight over CAF and holds later operations
-  // so that it drains: after 100 ms it must let them go, or the push
-  // waits until the request timeout and the pull with it.
+  // so that it drains: push 1, sent during that hold, must go on once it
+  // runs out (100 ms), or it waits until the request timeout and the pull
+  // with it.
   for (auto road : {"tcp", "auto"}) {
     cut_road_job job{road, 3, "sync"}; // the 3rd request: push 0
     auto& w = *job.w;
@@ -415,12 +452,10 @@ BOOST_AUTO_TEST_CASE(a_pull_ahead_of_its_push_does_not_hold_up_the_redial) {
     auto port = v->second.servers.front().road.port;
     auto acked = w.push(0, {grad_array(1, n)});
     BOOST_REQUIRE_MESSAGE(acked, road << ": push 0: " << why(acked));
+    log_waiter hold{"is dialled again once what is in flight"};
     auto ahead = job.c.self->request(w.handle(), 60s, pull_atom_v, uint64_t{2},
                                      std::vector<uint64_t>{1});
-    // The redial is a timer of the kv client (1 s after the road's loss
-    // was handled, 100 ms after the cut): let it come while the pull is
-    // in flight. Nothing else to wait for: no event says it came.
-    std::this_thread::sleep_for(1500ms);
+    BOOST_REQUIRE_MESSAGE(hold.wait(10s), road << ": no hold began");
     acked = w.push(1, {grad_array(1, n)});
     BOOST_CHECK_MESSAGE(acked,
                         road << ": push 1 behind a pull ahead: " << why(acked));
@@ -432,7 +467,8 @@ BOOST_AUTO_TEST_CASE(a_pull_ahead_of_its_push_does_not_hold_up_the_redial) {
         },
         [&bad](caf::error& err) { bad = describe(err); });
     BOOST_CHECK_MESSAGE(bad.empty(), road << ": pull 2: " << bad);
-    // The road comes back later, and carries the next rounds exactly.
+    // The road comes back once nothing is in flight, and carries the next
+    // rounds exactly.
     BOOST_CHECK(
         test::poll_until([&] { return road_is_back(road, port); }, 10s));
     for (uint64_t clock = 2; clock < 4; ++clock) {
