@@ -193,8 +193,11 @@ std::string default_node_path(std::string& err) {
 /// one round trip of a small message between two processes (a step's
 /// gradients reach the server and its weights come back: at least one)
 /// and the model's bytes copied once each way. A step that does not
-/// overlap its exchange with its computing waits at least that long,
-/// however the exchange is built.
+/// overlap its exchange with its computing, and whose exchange copies the
+/// model once each way (troupe's roads do: a frame is copied into a ring
+/// or a socket and out of it), waits at least that long. Only tensors
+/// shared in place (gradients written where the server reads them,
+/// weights read where it wrote them) would wait less.
 struct exchange_limit {
   double round_trips_per_s = 0; // 64 bytes, unix socket, 1 in flight
   double memcpy_gbps = 0;
@@ -667,7 +670,8 @@ std::string print_targets(const std::vector<row_result>& rows, double floor,
                    overhead(r, floor) <= 0.2);
   if (double least = unoverlapped_overhead(limit_us, floor); least > 0.2)
     std::printf("  (a 20%% overhead is below this machine's exchange limit"
-                " for a step that does not overlap its exchange: %.1f%%)\n",
+                " for a step that does not overlap an exchange copying the"
+                " model once each way: %.1f%%)\n",
                 100 * least);
   return "{" + json + "}";
 }
@@ -698,8 +702,8 @@ double print_exchange(const exchange_limit& x, const floor_result& fl,
       "exchange limit per step (measured beside the floor): one round trip"
       " of 64 bytes between two processes, %.0f us, + the model's %.2f MB"
       " copied once each way at %.2f GB/s (memcpy) = %.0f us;\n a step that"
-      " does not overlap its exchange with its computing (%.0f us at the"
-      " floor) has at least %.1f%% overhead here\n\n",
+      " does not overlap such an exchange with its computing (%.0f us at"
+      " the floor) has at least %.1f%% overhead here\n\n",
       rt_us, fl.model_bytes / 1e6, x.memcpy_gbps, limit, step_us, 100 * least);
   json = strf("{\"round_trip_us\":%.1f,\"memcpy_gbps\":%.4f,\"model_bytes\":"
               "%.0f,\"limit_us\":%.1f,\"floor_step_us\":%.1f,"
