@@ -124,7 +124,8 @@ constexpr std::chrono::milliseconds road_redial_after{1000};
 constexpr uint32_t max_road_losses = 3;
 
 /// Opens the fast road to server `n` if allowed; CAF carries its frames
-/// otherwise. Blocks for at most the request timeout (a local connect).
+/// otherwise. Blocks for at most road_dial_deadline_ms (2 s) per road
+/// kind tried, less than the request timeout if that is less.
 void dial_road(self_ptr self, const node_info& n) {
   auto& cfg = self->state.cfg;
   if (cfg.road == road_kind::middleman || n.road.port == 0)

@@ -1343,12 +1343,15 @@ caf::expected<road_conn_ptr> road_dial(const std::string& host,
     return caf::make_error(errc::not_connected, "no fast road to", host);
   bool shm = want == road_kind::shm && !info.socket.empty() &&
              info.machine == road_machine_id() && ring_bytes > 0;
+  auto dial_ms = std::min(timeout_ms, road_dial_deadline_ms);
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds{dial_ms};
   caf::expected<int> fd{-1};
   if (shm) {
     sockaddr_un ua;
     auto len = abstract_addr(info.socket, ua);
     fd = connect_with_timeout(AF_UNIX, reinterpret_cast<sockaddr*>(&ua), len,
-                              timeout_ms);
+                              dial_ms);
     if (!fd) {
       TROUPE_LOG(warning, "road", "shared-memory road to ", host, " failed (",
                  describe(fd.error()), "): using TCP");
@@ -1356,11 +1359,13 @@ caf::expected<road_conn_ptr> road_dial(const std::string& host,
     }
   }
   if (!shm) {
+    deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds{dial_ms};
     auto sa = ipv4_of(host, info.port);
     if (!sa)
       return std::move(sa.error());
     fd = connect_with_timeout(AF_INET, reinterpret_cast<sockaddr*>(&*sa),
-                              sizeof(*sa), timeout_ms);
+                              sizeof(*sa), dial_ms);
     if (!fd)
       return std::move(fd.error());
   }
@@ -1399,7 +1404,11 @@ caf::expected<road_conn_ptr> road_dial(const std::string& host,
     err = send_all(c->fd(), iov);
   }
   wire_header ack;
-  set_timeout(c->fd(), SO_RCVTIMEO, timeout_ms);
+  // What is left of the dial's time, at least 1 ms (0 would wait forever).
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  set_timeout(c->fd(), SO_RCVTIMEO,
+              static_cast<uint32_t>(std::max<int64_t>(left.count(), 1)));
   if (!err && (!recv_all(c->fd(), &ack, sizeof(ack)) ||
                ack.magic != wire_magic || ack.op != hello.op))
     err = caf::make_error(errc::not_connected, "road: no hello from", host);

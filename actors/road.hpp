@@ -460,9 +460,18 @@ bool road_reply_corked();
 /// namespace (abstract unix sockets are per namespace).
 std::string road_machine_id();
 
+/// How long road_dial waits, at most, for the connection and then for
+/// the server's hello: a connect on one machine or a LAN takes
+/// milliseconds, and a road port that a firewall drops (CAF's port open)
+/// costs a worker this long per server before CAF carries that server's
+/// frames, not its request timeout.
+constexpr uint32_t road_dial_deadline_ms = 2000;
+
 /// Connects a worker to a server's road: shm when `want` is shm and the
-/// server is on this machine, else tcp. Waits up to `timeout_ms` for the
-/// server's hello.
+/// server is on this machine, else tcp. Waits up to `timeout_ms`, and at
+/// most road_dial_deadline_ms, for the connection and the server's hello
+/// together (a failed shm connect, before tcp, may take as long again);
+/// `timeout_ms` bounds the connection's sends.
 caf::expected<road_conn_ptr> road_dial(const std::string& host,
                                        const road_info& info, road_kind want,
                                        size_t ring_bytes, uint32_t timeout_ms,

@@ -4,6 +4,7 @@
 #define BOOST_TEST_MODULE road_tests
 #include <boost/test/unit_test.hpp>
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <map>
 #include <mutex>
 #include <string>
@@ -736,6 +738,44 @@ BOOST_AUTO_TEST_CASE(tcp_roads_probe_a_peer_that_stays_silent) {
   BOOST_CHECK_EQUAL(opt(IPPROTO_TCP, TCP_KEEPINTVL), road_keepalive_gap_s);
   BOOST_CHECK_EQUAL(opt(IPPROTO_TCP, TCP_KEEPCNT), road_keepalive_probes);
   (*c)->close();
+}
+
+BOOST_AUTO_TEST_CASE(a_dial_to_a_port_that_drops_it_gives_up_at_its_deadline) {
+  // A listener whose accept queue is full drops further SYNs, as a
+  // firewall that lets CAF's port through but not the road's would: the
+  // connect hangs. The dial gives up after road_dial_deadline_ms (2 s), not
+  // after the 60 s its caller allows per request, so that CAF carries
+  // that server's frames soon.
+  int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  BOOST_REQUIRE(l >= 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof(sa);
+  BOOST_REQUIRE_EQUAL(::bind(l, reinterpret_cast<sockaddr*>(&sa), n), 0);
+  BOOST_REQUIRE_EQUAL(::listen(l, 0), 0); // room for one, never accepted
+  BOOST_REQUIRE_EQUAL(::getsockname(l, reinterpret_cast<sockaddr*>(&sa), &n),
+                      0);
+  int first = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  BOOST_REQUIRE_EQUAL(::connect(first, reinterpret_cast<sockaddr*>(&sa), n),
+                      0); // the queue is full now
+  road_info info;
+  info.port = ntohs(sa.sin_port);
+  auto box = std::make_shared<inbox>();
+  auto dial = std::async(std::launch::async, [&] {
+    return road_dial("127.0.0.1", info, road_kind::tcp, 0, 60000,
+                     inbox::on_msg(box), inbox::on_down(box));
+  });
+  // Far past the deadline, far short of the 60 s.
+  auto status = dial.wait_for(std::chrono::seconds{30});
+  BOOST_CHECK_MESSAGE(status == std::future_status::ready,
+                      "the dial still waits after 30 s");
+  auto c = dial.get();
+  BOOST_CHECK_MESSAGE(!c, "a dial to a port that drops it connected");
+  if (!c)
+    BOOST_CHECK_MESSAGE(why(c).find("timed out") != std::string::npos, why(c));
+  ::close(first);
+  ::close(l);
 }
 
 BOOST_AUTO_TEST_CASE(closing_from_two_threads_at_once_ends_cleanly) {
