@@ -168,7 +168,7 @@ void dial_road(self_ptr self, const node_info& n) {
 
 void run_resends(self_ptr self, bool all = false);
 void redial(self_ptr self, uint32_t rank);
-bool redial_holding(self_ptr self, uint32_t rank);
+bool redial_waits_for_caf(self_ptr self, uint32_t rank);
 
 /// Connects to server `n`; `again` (5): a reconnection to a server of the
 /// current view, which runs the resends that wait once it succeeds.
@@ -274,14 +274,15 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   // A server that left the view will not answer: its operations fail now,
   // whether or not our own monitor noticed; once the view is whole, so
   // that what they resend is cut under it and goes to its servers. Their
-  // resends queue behind those already waiting (run_resends below keeps
-  // the order: a worker's push for clock c before its push for c + 1).
+  // resends queue behind those already waiting to be resent, and go
+  // before any operation that waits to be sent at all (newer than they):
+  // a worker's push for clock c before its push for c + 1.
   st.failing_departed = true;
   for (auto rank : gone)
     fail_inflight(self, rank);
   st.failing_departed = false;
-  flush_waiting(self);
   run_resends(self);
+  flush_waiting(self);
   if (worker_left && st.awaiting_init)
     init_in_place_of_the_gone(self);
 }
@@ -494,7 +495,7 @@ void caf_send(self_ptr self, std::shared_ptr<kv_request> req, Atom atom,
     i->second.in_flight -= bytes;
     drain(i->second, limit);
     if (i->second.in_flight == 0 && i->second.queued.empty() &&
-        redial_holding(self, r))
+        redial_waits_for_caf(self, r))
       redial(self, r); // the last request over CAF before the road is back
   };
   self->request(h->second, timeout_of(self), atom, req->flat())
@@ -934,14 +935,16 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
 }
 
 /// Drops the redial planned for server `rank`, if any: its timers go
-/// stale, and operations its hold kept wait no more.
+/// stale, and operations its hold kept wait no more (while apply_view
+/// fails a departed server's operations, it lets them go itself, after
+/// those operations' resends).
 void forget_redial(self_ptr self, uint32_t rank) {
   auto i = self->state.redials.find(rank);
   if (i == self->state.redials.end())
     return;
   bool held = i->second.holding;
   self->state.redials.erase(i);
-  if (held)
+  if (held && !self->state.failing_departed)
     flush_waiting(self);
 }
 
@@ -953,9 +956,12 @@ void plan_redial(self_ptr self, uint32_t rank,
   self->delayed_send(self, after, redial_atom_v, rank, ticket);
 }
 
-bool redial_holding(self_ptr self, uint32_t rank) {
+/// True if server `rank`'s road is to be dialled once nothing to it is in
+/// flight over CAF: it holds operations for that, or looks for the gap.
+bool redial_waits_for_caf(self_ptr self, uint32_t rank) {
   auto i = self->state.redials.find(rank);
-  return i != self->state.redials.end() && i->second.holding;
+  return i != self->state.redials.end() &&
+         (i->second.holding || i->second.polling);
 }
 
 /// Server `rank`'s fast road ended. What the loss failed waits to be
@@ -1020,9 +1026,10 @@ void reroute(self_ptr self, uint32_t rank) {
 /// worker that always has requests in flight gets its road back. If they
 /// have not drained after road_reroute_grace (a request that waits for a
 /// later one of ours, as a pull ahead of its push in sync mode, or a
-/// round held up by another worker), the operations go on, and from then
-/// on this looks every road_reroute_grace for a moment with nothing in
-/// flight, holding nothing. One dial: if it fails, CAF carries on.
+/// round held up by another worker), the operations go on, holding
+/// nothing from then on: the next reply that leaves nothing in flight
+/// over CAF dials (as does a look every road_reroute_grace). One dial: if
+/// it fails, CAF carries on.
 void redial(self_ptr self, uint32_t rank) {
   auto& st = self->state;
   auto plan = st.redials.find(rank);

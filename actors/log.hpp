@@ -25,7 +25,10 @@ void log_line(log_level lvl, const std::string& who, const std::string& what);
 using log_observer = std::function<void(log_level lvl, const std::string& who,
                                         const std::string& what)>;
 
-/// Sets the process's observer of log lines; an empty one removes it.
+/// Sets the process's observer of log lines; an empty one removes it. A
+/// line being written meanwhile may still reach the observer replaced: it
+/// must own what it touches (hold it by shared_ptr), not point into a
+/// caller's frame.
 void set_log_observer(log_observer fn);
 
 /// Concatenates `xs` with operator<<.

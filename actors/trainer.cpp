@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <utility>
 
 #include "actors/log.hpp"
@@ -256,6 +257,8 @@ public:
                  " epochs done");
       return;
     }
+    if (missed_eval_ != 0) // the last step was the one given up
+      report(std::exchange(missed_eval_, 0));
     report(clock);
     std::printf("final test accuracy: %.4f\n", evaluate(net_, test_, 0));
     std::fflush(stdout);
@@ -386,21 +389,40 @@ private:
     train_secs_ += secs;
     auto acc = evaluate(net_, test_, cfg_.eval_samples);
     double epoch = double(clock) / double(steps_per_epoch_);
-    double loss = part_steps_ > 0 ? loss_sum_ / part_steps_ : 0.0;
+    // No step of this rank since the last line (it came back, say): no
+    // loss or rate to tell.
+    bool stepped = part_steps_ > 0;
+    double loss = stepped ? loss_sum_ / part_steps_ : 0.0;
     double rate = double(part_steps_ * cfg_.batch) * workers_ / secs;
+    auto fixed = [stepped](double x, int digits) {
+      char buf[64] = "-";
+      if (stepped)
+        std::snprintf(buf, sizeof(buf), "%.*f", digits, x);
+      return std::string{buf};
+    };
+    auto json = [stepped](double x) {
+      std::ostringstream out;
+      if (stepped)
+        out << x;
+      else
+        out << "null";
+      return out.str();
+    };
     auto elapsed = seconds(clock_type::now() - started_);
     // This rank's steps since the last report: its own work and its wait
     // for the rounds (the part's first wait is in the part before).
     auto busy = compute_s_ + wait_s_;
     double wait_share = busy > 0 ? wait_s_ / busy : 0.0;
-    std::printf("epoch %.*f/%u  train loss %.4f  test accuracy %.4f  "
-                "samples/s %.0f  waiting %.0f%%  elapsed %.1f s\n",
-                cfg_.evals_per_epoch > 1 ? 2 : 0, epoch, cfg_.epochs, loss, acc,
-                rate, 100 * wait_share, elapsed);
+    std::printf("epoch %.*f/%u  train loss %s  test accuracy %.4f  "
+                "samples/s %s  waiting %.0f%%  elapsed %.1f s\n",
+                cfg_.evals_per_epoch > 1 ? 2 : 0, epoch, cfg_.epochs,
+                fixed(loss, 4).c_str(), acc, fixed(rate, 0).c_str(),
+                100 * wait_share, elapsed);
     std::fflush(stdout);
     if (metrics_)
-      metrics_ << "{\"epoch\":" << epoch << ",\"train_loss\":" << loss
-               << ",\"test_accuracy\":" << acc << ",\"samples_per_s\":" << rate
+      metrics_ << "{\"epoch\":" << epoch << ",\"train_loss\":" << json(loss)
+               << ",\"test_accuracy\":" << acc
+               << ",\"samples_per_s\":" << json(rate)
                << ",\"train_s\":" << train_secs_ << ",\"elapsed_s\":" << elapsed
                << ",\"compute_s\":" << compute_s_ << ",\"wait_s\":" << wait_s_
                << "}\n"

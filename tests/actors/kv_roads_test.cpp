@@ -372,33 +372,49 @@ void survive_a_road_cut_in_flight(const std::string& road, uint32_t cut) {
 }
 
 /// Waits for a log line of this process that holds `text`, from its
-/// construction on (the kv client logs what no other sign shows).
+/// construction on (the kv client logs what no other sign shows); info
+/// lines are written meanwhile, whatever TROUPE_TEST_LOG says.
 class log_waiter {
 public:
-  explicit log_waiter(std::string text) : text_(std::move(text)) {
+  explicit log_waiter(std::string text)
+      : seen_(std::make_shared<seen>()),
+        was_quiet_(!log_enabled(log_level::info)),
+        was_error_only_(!log_enabled(log_level::warning)) {
+    if (was_quiet_)
+      set_log_level("info");
+    // The observer holds what it touches: a line written as it is
+    // replaced may still reach it (set_log_observer).
     set_log_observer(
-        [this](log_level, const std::string&, const std::string& what) {
-          if (what.find(text_) == std::string::npos)
+        [s = seen_, text = std::move(text)](log_level, const std::string&,
+                                            const std::string& what) {
+          if (what.find(text) == std::string::npos)
             return;
-          std::lock_guard<std::mutex> guard{mtx_};
-          seen_ = true;
-          cv_.notify_all();
+          std::lock_guard<std::mutex> guard{s->mtx};
+          s->yes = true;
+          s->cv.notify_all();
         });
   }
-  ~log_waiter() { set_log_observer({}); }
+  ~log_waiter() {
+    set_log_observer({});
+    if (was_quiet_)
+      set_log_level(was_error_only_ ? "error" : "warning");
+  }
   log_waiter(const log_waiter&) = delete;
   log_waiter& operator=(const log_waiter&) = delete;
   /// True once such a line came, within `timeout`.
   bool wait(std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> guard{mtx_};
-    return cv_.wait_for(guard, timeout, [this] { return seen_; });
+    std::unique_lock<std::mutex> guard{seen_->mtx};
+    return seen_->cv.wait_for(guard, timeout, [this] { return seen_->yes; });
   }
 
 private:
-  std::string text_;
-  std::mutex mtx_;
-  std::condition_variable cv_;
-  bool seen_ = false;
+  struct seen {
+    std::mutex mtx;
+    std::condition_variable cv;
+    bool yes = false;
+  };
+  std::shared_ptr<seen> seen_;
+  bool was_quiet_, was_error_only_;
 };
 
 /// True once worker-side road `road` ("tcp" or "auto": shm) to the one

@@ -176,9 +176,42 @@ BOOST_AUTO_TEST_CASE(rank_0_back_mid_step_still_reports_the_evaluation_point) {
     BOOST_CHECK_MESSAGE(lines.size() == r.lines,
                         "skipped " << r.skipped << ", stepped " << r.stepped
                                    << ": " << lines.size() << " lines");
-    if (r.lines == 1 && !lines.empty())
+    if (r.lines == 1 && !lines.empty()) {
       BOOST_CHECK_MESSAGE(lines[0].rfind("{\"epoch\":1,", 0) == 0, lines[0]);
+      // No step of this rank before it: no loss, no rate (not zeros).
+      BOOST_CHECK_MESSAGE(
+          lines[0].find("\"train_loss\":null") != std::string::npos &&
+              lines[0].find("\"samples_per_s\":null") != std::string::npos,
+          lines[0]);
+    }
   }
+}
+
+BOOST_AUTO_TEST_CASE(rank_0_back_in_the_last_step_reports_it_before_the_end) {
+  // 4 evaluations per epoch of 4 steps: every step is an evaluation point,
+  // the last (clock 7) too. Given up, it is reported at finish(), before
+  // the final line (clock 8).
+  test::temp_dir dir;
+  auto cfg = tiny_config("server");
+  cfg.train.evals_per_epoch = 4;
+  cfg.train.metrics_file = dir / "metrics.jsonl";
+  auto m = model::from_spec(cfg.train.model, nullptr);
+  BOOST_REQUIRE(m);
+  auto t = make_trainer(cfg, std::move(*m), tiny_data(), tiny_data());
+  t->start(0, 2);
+  auto w = t->parameters();
+  BOOST_REQUIRE(!t->done(7));
+  t->step_skipped(7);
+  BOOST_REQUIRE(t->done(8));
+  t->finish(w);
+  t.reset();
+  std::ifstream in{cfg.train.metrics_file};
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  BOOST_REQUIRE_EQUAL(lines.size(), 2u);
+  BOOST_CHECK_MESSAGE(lines[0].rfind("{\"epoch\":1.75,", 0) == 0, lines[0]);
+  BOOST_CHECK_MESSAGE(lines[1].rfind("{\"epoch\":2,", 0) == 0, lines[1]);
 }
 
 BOOST_AUTO_TEST_CASE(arrays_of_the_wrong_shape_are_an_error_not_a_crash) {
