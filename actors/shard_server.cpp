@@ -1016,23 +1016,36 @@ void handle_push(self_ptr self, const push_request& req,
       return;
     }
   // Every store sees every part (maybe with no slice of its own), so each
-  // counts the worker's clock whole.
-  push_reply out{UINT64_MAX, true};
-  std::vector<slice_view> mine;
-  for (auto& h : st.stores) {
-    // A push cut under an older view than the store's is not one of its
-    // parts: counting it would close the worker's clock there without
-    // the slices it holds (the resend would then look like a duplicate).
+  // counts the worker's clock whole. A push cut under an older view than
+  // the store's is not one of its parts: counting it would close the
+  // worker's clock there without the slices it holds (the resend would
+  // then look like a duplicate). Each store is asked first: a part one
+  // refuses is taken by none (else it would change one store, unknown to
+  // the backup, and fail).
+  std::vector<std::vector<slice_view>> mine(st.stores.size());
+  for (size_t k = 0; k < st.stores.size(); ++k) {
+    auto& h = st.stores[k];
     if (req.epoch < h.since)
       continue;
-    mine.clear();
     for (auto& x : values)
       if (h.store.owns(x.id))
-        mine.push_back(x);
-    auto r = h.store.push(req, mine);
-    if (!r) {
+        mine[k].push_back(x);
+    if (auto ok = h.store.check_push(req, mine[k]); !ok) {
       TROUPE_LOG(debug, who(self),
-                 "push refused: ", self->system().render(r.error()));
+                 "push refused: ", self->system().render(ok.error()));
+      rp.deliver(std::move(ok.error()));
+      return;
+    }
+  }
+  push_reply out{UINT64_MAX, true};
+  for (size_t k = 0; k < st.stores.size(); ++k) {
+    auto& h = st.stores[k];
+    if (req.epoch < h.since)
+      continue;
+    auto r = h.store.push(req, mine[k]);
+    if (!r) { // check_push said it would take it
+      TROUPE_LOG(error, who(self), "push taken by one store, refused by",
+                 " another after all: ", self->system().render(r.error()));
       rp.deliver(std::move(r.error()));
       return;
     }

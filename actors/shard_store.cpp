@@ -125,9 +125,9 @@ caf::expected<push_reply> shard_store::push(const push_request& req) {
   return push(req, views_of(req.slices));
 }
 
-caf::expected<push_reply>
-shard_store::push(const push_request& req,
-                  const std::vector<slice_view>& slices) {
+caf::expected<bool>
+shard_store::check_push(const push_request& req,
+                        const std::vector<slice_view>& slices) const {
   auto w = workers_.find(req.worker);
   if (w == workers_.end())
     return caf::make_error(errc::not_a_member, "worker", req.worker);
@@ -136,30 +136,43 @@ shard_store::push(const push_request& req,
     return caf::make_error(errc::malformed_message, "push at clock", req.clock,
                            "beyond", max_clock);
   if (req.clock < wc.clock)
-    return push_reply{version_, true};
+    return true;
   // A push resent under a newer view (a server died) is cut into parts
   // anew: its parts replace those of the older cut, and slices an older
   // part brought are not taken twice. An older cut's part that comes
   // after a newer one is a duplicate: the newer cut brings every slice.
   // (Cuts are known once a part came; after a restore they are not, and
   // part numbers alone tell duplicates.)
-  bool recut = false;
-  if (req.clock == wc.clock && !wc.parts.empty() && wc.cut != 0) {
-    if (req.epoch < wc.cut)
-      return push_reply{version_, true};
-    recut = req.epoch > wc.cut;
-  }
+  bool recut = wc.recut_by(req);
+  if (req.clock == wc.clock && !wc.parts.empty() && wc.cut != 0 &&
+      req.epoch < wc.cut)
+    return true;
   if (req.clock == wc.clock && !recut && wc.parts.count(req.part) != 0)
-    return push_reply{version_, true};
+    return true;
   if (req.clock > wc.clock && !wc.fresh)
     return caf::make_error(errc::clock_gap, "expected", wc.clock, "got",
                            req.clock);
   if (auto err = check_slices(slices))
     return err;
-  for (auto& x : slices)
-    if (!slices_[x.id].ready)
+  for (auto& x : slices) {
+    auto s = slices_.find(x.id);
+    if (s == slices_.end() || !s->second.ready)
       return caf::make_error(errc::unknown_key, "slice not initialised",
                              x.id.key, x.id.index);
+  }
+  return false;
+}
+
+caf::expected<push_reply>
+shard_store::push(const push_request& req,
+                  const std::vector<slice_view>& slices) {
+  auto dup = check_push(req, slices);
+  if (!dup)
+    return std::move(dup.error());
+  if (*dup)
+    return push_reply{version_, true};
+  auto& wc = workers_.find(req.worker)->second; // check_push found it
+  bool recut = wc.recut_by(req);
   if (req.clock > wc.clock) // a fresh worker's first push: its clock
     wc.start_at(req.clock);
   wc.fresh = false;

@@ -74,6 +74,13 @@ public:
   /// The same with the values in `req.slices`.
   caf::expected<push_reply> push(const push_request& req);
 
+  /// What push(header, slices) would do, changing nothing: its error, or
+  /// true for a duplicate it would acknowledge and drop, false for a part
+  /// it would take. A server with several stores asks each before any
+  /// takes a part, so that none takes what another refuses.
+  caf::expected<bool> check_push(const push_request& header,
+                                 const std::vector<slice_view>& slices) const;
+
   /// Checks that `worker` may pull as a worker at `clock`: it is live and
   /// has pushed every clock before `clock` but at most one (a pull waits
   /// for others, never for the puller itself).
@@ -173,6 +180,12 @@ private:
     uint64_t cut = 0;
     std::set<slice_id> taken; // slices of `clock` taken (any cut)
     bool fresh = true;        // no push accepted since it (re)joined
+    /// True if `req`, a part of `clock`, is of a newer cut than the parts
+    /// taken: its parts replace theirs.
+    bool recut_by(const push_request& req) const {
+      return req.clock == clock && !parts.empty() && cut != 0 &&
+             req.epoch > cut;
+    }
     /// At clock `c` with nothing of it taken yet.
     void start_at(uint64_t c) {
       clock = c;

@@ -247,6 +247,72 @@ BOOST_AUTO_TEST_CASE(bad_pushes_are_refused_and_change_nothing) {
   BOOST_CHECK_EQUAL(f.store.version(), 1u);
 }
 
+BOOST_AUTO_TEST_CASE(check_push_says_what_push_would_do_and_changes_nothing) {
+  // A server with several stores asks each with check_push before any
+  // takes a part: its answer must be push's, and asking must change
+  // nothing.
+  auto views = [](const push_request& r) {
+    std::vector<slice_view> v;
+    for (auto& x : r.slices)
+      v.push_back(slice_view{x.id, x.values.data(), x.values.size()});
+    return v;
+  };
+  auto both = [](float x) {
+    return std::vector<slice_data>{{a, {x, x, x}}, {b, {x, x}}};
+  };
+  fixture f{"async"};
+  shard_store cold{*parse_consistency("async")}; // slices not initialised
+  cold.set_owned({{a, 3}, {b, 2}});
+  cold.set_workers({0});
+  struct probe {
+    shard_store* store;
+    push_request req;
+    errc refused; // errc{} if taken or dropped
+    bool duplicate;
+  };
+  std::vector<probe> probes{
+      {&f.store, {1, 0, 1, 0, 1, both(1)}, errc{}, false},
+      {&f.store, {1, 0, 1, 0, 1, both(1)}, errc{}, true},
+      {&f.store, {1, 2, 1, 0, 1, both(1)}, errc::clock_gap, false},
+      {&f.store, {7, 0, 1, 0, 1, both(1)}, errc::not_a_member, false},
+      {&f.store,
+       {1, 1, 1, 0, 1, {{{9, 0}, {1}}}},
+       errc::slice_not_owned,
+       false},
+      {&f.store,
+       {1, 1, 1, 0, 1, {{a, {1, 1, 1}}, {b, {1, 1, 1}}}},
+       errc::bad_shape,
+       false},
+      {&f.store,
+       {1, shard_store::max_clock + 1, 1, 0, 1, both(1)},
+       errc::malformed_message,
+       false},
+      {&cold, {0, 0, 1, 0, 1, both(1)}, errc::unknown_key, false},
+      {&f.store, {1, 1, 1, 0, 1, both(1)}, errc{}, false},
+  };
+  for (size_t i = 0; i < probes.size(); ++i) {
+    auto& p = probes[i];
+    auto v = views(p.req);
+    auto before = f.value_of(a);
+    auto first = p.store->check_push(p.req, v);
+    auto again = p.store->check_push(p.req, v); // asking changed nothing
+    BOOST_CHECK_EQUAL(f.value_of(a), before);
+    auto took = p.store->push(p.req, v);
+    if (p.refused != errc{}) {
+      BOOST_CHECK_MESSAGE(!first && first.error() == p.refused && !again &&
+                              again.error() == p.refused && !took &&
+                              took.error() == p.refused,
+                          "probe " << i << ": not refused as push refuses");
+    } else {
+      BOOST_REQUIRE_MESSAGE(first && again && took, "probe " << i);
+      BOOST_CHECK_MESSAGE(*first == p.duplicate && *again == p.duplicate &&
+                              took->duplicate == p.duplicate,
+                          "probe " << i << ": duplicate told otherwise");
+    }
+  }
+  BOOST_CHECK_EQUAL(f.value_of(a), 2.0f); // clocks 0 and 1 of worker 1
+}
+
 BOOST_AUTO_TEST_CASE(a_workers_first_push_sets_its_clock_here) {
   // A server that joined late (or a restarted one) meets workers at clock
   // 40: their first push sets their clock; later ones must follow on.
