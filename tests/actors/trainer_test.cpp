@@ -64,6 +64,32 @@ void expect_same(const arrays& a, const arrays& b) {
   }
 }
 
+/// A rank-0 trainer (it reports) on the tiny data, writing its metrics
+/// lines to a file of its own; lines() reads them once it is gone.
+struct reporting_trainer {
+  test::temp_dir dir;
+  node_config cfg;
+  std::shared_ptr<worker_logic> t;
+  explicit reporting_trainer(uint32_t evals_per_epoch = 1)
+      : cfg(tiny_config("server")) {
+    cfg.train.evals_per_epoch = evals_per_epoch;
+    cfg.train.metrics_file = dir / "metrics.jsonl";
+    auto m = model::from_spec(cfg.train.model, nullptr);
+    BOOST_REQUIRE(m);
+    t = make_trainer(cfg, std::move(*m), tiny_data(), tiny_data());
+    t->start(0, 2);
+  }
+  /// Ends the trainer (closing its file) and reads its lines.
+  std::vector<std::string> lines() {
+    t.reset();
+    std::ifstream in{cfg.train.metrics_file};
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);)
+      out.push_back(line);
+    return out;
+  }
+};
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(trainer_tests)
@@ -157,22 +183,12 @@ BOOST_AUTO_TEST_CASE(rank_0_back_mid_step_still_reports_the_evaluation_point) {
     size_t lines;
   };
   for (auto r : {run{-1, 4, 1}, run{4, 5, 1}, run{5, 6, 0}, run{-1, 5, 0}}) {
-    test::temp_dir dir;
-    auto cfg = tiny_config("server");
-    cfg.train.metrics_file = dir / "metrics.jsonl";
-    auto m = model::from_spec(cfg.train.model, nullptr);
-    BOOST_REQUIRE(m);
-    auto t = make_trainer(cfg, std::move(*m), tiny_data(), tiny_data());
-    t->start(0, 2);
-    auto w = t->parameters();
+    reporting_trainer rt;
+    auto w = rt.t->parameters();
     if (r.skipped >= 0)
-      t->step_skipped(uint64_t(r.skipped));
-    BOOST_REQUIRE(t->step(r.stepped, w));
-    t.reset(); // closes the metrics file
-    std::ifstream in{cfg.train.metrics_file};
-    std::vector<std::string> lines;
-    for (std::string line; std::getline(in, line);)
-      lines.push_back(line);
+      rt.t->step_skipped(uint64_t(r.skipped));
+    BOOST_REQUIRE(rt.t->step(r.stepped, w));
+    auto lines = rt.lines();
     BOOST_CHECK_MESSAGE(lines.size() == r.lines,
                         "skipped " << r.skipped << ", stepped " << r.stepped
                                    << ": " << lines.size() << " lines");
@@ -191,24 +207,13 @@ BOOST_AUTO_TEST_CASE(rank_0_back_in_the_last_step_reports_it_before_the_end) {
   // 4 evaluations per epoch of 4 steps: every step is an evaluation point,
   // the last (clock 7) too. Given up, it is reported at finish(), before
   // the final line (clock 8).
-  test::temp_dir dir;
-  auto cfg = tiny_config("server");
-  cfg.train.evals_per_epoch = 4;
-  cfg.train.metrics_file = dir / "metrics.jsonl";
-  auto m = model::from_spec(cfg.train.model, nullptr);
-  BOOST_REQUIRE(m);
-  auto t = make_trainer(cfg, std::move(*m), tiny_data(), tiny_data());
-  t->start(0, 2);
-  auto w = t->parameters();
-  BOOST_REQUIRE(!t->done(7));
-  t->step_skipped(7);
-  BOOST_REQUIRE(t->done(8));
-  t->finish(w);
-  t.reset();
-  std::ifstream in{cfg.train.metrics_file};
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);)
-    lines.push_back(line);
+  reporting_trainer rt{4};
+  auto w = rt.t->parameters();
+  BOOST_REQUIRE(!rt.t->done(7));
+  rt.t->step_skipped(7);
+  BOOST_REQUIRE(rt.t->done(8));
+  rt.t->finish(w);
+  auto lines = rt.lines();
   BOOST_REQUIRE_EQUAL(lines.size(), 2u);
   BOOST_CHECK_MESSAGE(lines[0].rfind("{\"epoch\":1.75,", 0) == 0, lines[0]);
   BOOST_CHECK_MESSAGE(lines[1].rfind("{\"epoch\":2,", 0) == 0, lines[1]);
