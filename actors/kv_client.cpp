@@ -71,7 +71,7 @@ bool ready(self_ptr self) {
   auto& st = self->state;
   return st.joined && st.connecting == 0 && st.rerouting.empty() &&
          std::none_of(st.redials.begin(), st.redials.end(),
-                      [](const auto& r) { return r.second.holding; });
+                      [](const auto& r) { return r.second.holding(); });
 }
 
 void flush_waiting(self_ptr self) { // 2
@@ -591,7 +591,7 @@ void on_tick(self_ptr self) {
       i = st.waiting.erase(i);
       uint64_t holds = 0;
       for (auto& [rank, plan] : st.redials)
-        holds += plan.holding ? 1 : 0;
+        holds += plan.holding() ? 1 : 0;
       fail(caf::make_error(
           errc::not_connected, "kv client not ready: joined", st.joined,
           "servers connecting", uint64_t{st.connecting},
@@ -942,7 +942,7 @@ void forget_redial(self_ptr self, uint32_t rank) {
   auto i = self->state.redials.find(rank);
   if (i == self->state.redials.end())
     return;
-  bool held = i->second.holding;
+  bool held = i->second.holding();
   self->state.redials.erase(i);
   if (held && !self->state.failing_departed)
     flush_waiting(self);
@@ -961,7 +961,7 @@ void plan_redial(self_ptr self, uint32_t rank,
 bool redial_waits_for_caf(self_ptr self, uint32_t rank) {
   auto i = self->state.redials.find(rank);
   return i != self->state.redials.end() &&
-         (i->second.holding || i->second.polling);
+         i->second.at != kv_client_state::redial_plan::stage::due;
 }
 
 /// Server `rank`'s fast road ended. What the loss failed waits to be
@@ -1046,23 +1046,23 @@ void redial(self_ptr self, uint32_t rank) {
   if (w != st.caf_windows.end() &&
       (w->second.in_flight > 0 || !w->second.queued.empty())) {
     auto& p = plan->second;
-    if (p.holding) { // the hold ran out
+    using stage = kv_client_state::redial_plan::stage;
+    if (p.at == stage::holding) { // the hold ran out
       TROUPE_LOG(info, who(self), "requests to server ", rank,
                  " over CAF did not drain in ", road_reroute_grace.count(),
                  " ms: its road waits for a moment with none in flight");
-      p.holding = false;
-      p.polling = true;
+      p.at = stage::polling;
       flush_waiting(self);
-    } else if (!p.polling) {
+    } else if (p.at == stage::due) {
       TROUPE_LOG(info, who(self), "the road to server ", rank,
                  " is dialled again once what is in flight there over CAF",
                  " drains; operations wait until then");
-      p.holding = true;
+      p.at = stage::holding;
     }
     plan_redial(self, rank, road_reroute_grace);
     return;
   }
-  bool held = plan->second.holding;
+  bool held = plan->second.holding();
   st.redials.erase(plan); // its timers go stale
   dial_road(self, *n);
   if (st.roads.count(rank) != 0)

@@ -171,9 +171,13 @@ struct kv_client_state {
   std::map<uint32_t, uint32_t> road_losses; // per server, its road alone
   /// A server's road due to be dialled again (kv_client.cpp: redial).
   struct redial_plan {
-    uint64_t ticket = 0;  // of the one timer that counts; others are stale
-    bool holding = false; // operations wait for CAF to drain (ready())
-    bool polling = false; // a hold ran out: look for a gap, hold no more
+    uint64_t ticket = 0; // of the one timer that counts; others are stale
+    enum class stage : uint8_t {
+      due,     // its timer runs: nothing looked at yet
+      holding, // operations wait for CAF to drain (ready())
+      polling, // a hold ran out: a gap in CAF's traffic dials, nothing held
+    } at = stage::due;
+    bool holding() const { return at == stage::holding; }
   };
   std::map<uint32_t, redial_plan> redials;
   uint64_t redial_tickets = 0; // the last ticket given out

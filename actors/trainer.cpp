@@ -9,7 +9,6 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <utility>
 
 #include "actors/log.hpp"
@@ -401,12 +400,7 @@ private:
       return std::string{buf};
     };
     auto json = [stepped](double x) {
-      std::ostringstream out;
-      if (stepped)
-        out << x;
-      else
-        out << "null";
-      return out.str();
+      return stepped ? str(x) : std::string{"null"};
     };
     auto elapsed = seconds(clock_type::now() - started_);
     // This rank's steps since the last report: its own work and its wait
