@@ -819,6 +819,8 @@ int main(int argc, char** argv) {
   floor_result before, after;
   if (err = floor_once(before); !err.empty())
     return fail("check of the compute-only floor", err);
+  std::fprintf(stderr, "compute-only floor: %.0f samples/s\n",
+               before.samples_per_s);
   std::vector<row_result> rows;
   bool all_ok = true;
   for (auto& mode : opt.modes)
@@ -826,10 +828,21 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "running %s, %u worker(s), %u epoch(s) ...",
                    mode.c_str(), w, opt.epochs);
       rows.push_back(run_config(opt, mode, w));
-      all_ok = all_ok && rows.back().error.empty();
-      std::fprintf(stderr, " %s in %.1f s\n",
-                   rows.back().error.empty() ? "done" : "FAILED",
-                   rows.back().wall_s);
+      auto& r = rows.back();
+      all_ok = all_ok && r.error.empty();
+      // The row's figures now, so that a run cut short still tells them;
+      // the report's overhead uses the higher floor of before and after.
+      if (r.error.empty())
+        std::fprintf(stderr,
+                     " done in %.1f s: %.0f samples/s, final accuracy %.4f,"
+                     " waiting %.1f%%, overhead %.1f%% against the first"
+                     " floor\n",
+                     r.wall_s, r.samples_per_s, r.final_accuracy,
+                     100 * r.wait_share,
+                     100 * overhead(r, before.samples_per_s));
+      else
+        std::fprintf(stderr, " FAILED in %.1f s: %s\n", r.wall_s,
+                     r.error.c_str());
     }
   if (err = floor_once(after); !err.empty())
     return fail("check of the compute-only floor (after)", err);
