@@ -554,6 +554,25 @@ const road_result* find_road(const std::vector<road_result>& rs,
   return nullptr;
 }
 
+/// What a road measured, in one line on stderr as soon as it is done, so
+/// that a run cut short still tells it (the report adds the limits).
+void print_progress(const road_result& r, const options& opt) {
+  std::fprintf(stderr, "  %s:", r.road.c_str());
+  const char* sep = "";
+  for (auto& row : r.rows) {
+    bool mib = row.bytes >= (1u << 20);
+    std::fprintf(stderr, "%s %zu %s %.2f GB/s", sep,
+                 row.bytes >> (mib ? 20 : 10), mib ? "MiB" : "KiB", row.gbps());
+    sep = ",";
+  }
+  if (opt.small_rows)
+    std::fprintf(stderr,
+                 "%s small pairs/s %.0f / %.0f (1 / 8 in flight), batched"
+                 " %.0f / %.0f",
+                 sep, r.ops_1, r.ops_8, r.batched_1, r.batched_8);
+  std::fprintf(stderr, "\n");
+}
+
 /// One target line: met or missed, with the figure.
 void print_target(const char* what, double got, double want, const char* unit,
                   double limit = 0) {
@@ -820,6 +839,7 @@ int main(int argc, char** argv) {
     if (!r)
       return fail(("the " + road + " road").c_str(), r.error());
     results.push_back(std::move(*r));
+    print_progress(results.back(), opt);
   }
   // On a shared machine the limits move during the run: measured again
   // after the roads, the higher of the two is the limit, so that a limit
