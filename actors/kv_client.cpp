@@ -1161,18 +1161,19 @@ void send_inits(self_ptr self, const arrays& xs,
       std::move(then));
 }
 
-/// Sends our Init for every key again while the pull after it waits: a
-/// worker left, and it may have been the keys' initialiser, gone before its
-/// Init arrived. Servers keep the first Init of a slice, so where the
-/// initialiser's came first, ours changes nothing.
+/// Sends our Init for every key again while our init is not done (our
+/// Inits on their way, or the pull after them waiting): a worker left, and
+/// it may have been the keys' initialiser, gone before its Init arrived.
+/// Servers keep the first Init of a slice, so where the initialiser's came
+/// first, ours changes nothing.
 void init_in_place_of_the_gone(self_ptr self) {
   auto xs = self->state.awaiting_init;
   std::vector<uint64_t> keys;
   for (auto& x : *xs)
     keys.push_back(x.key);
   TROUPE_LOG(info, who(self),
-             "a worker left while our first pull waits: sending our Init"
-             " in case it was the keys' initialiser");
+             "a worker left before our init was done: sending our Init"
+             " of every key in case it was an initialiser");
   auto g = std::make_shared<gather>();
   g->on_error = [self](caf::error err) {
     TROUPE_LOG(warning, who(self),
@@ -1231,7 +1232,10 @@ void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
     keys.push_back(x.key);
   }
   auto g = std::make_shared<gather>();
-  g->on_error = [reply](caf::error err) { reply(std::move(err)); };
+  g->on_error = [self, reply](caf::error err) {
+    self->state.awaiting_init = nullptr;
+    reply(std::move(err));
+  };
   track(self, UINT32_MAX, g); // failed if we stop
   TROUPE_LOG(debug, who(self), "declaring ", keys.size(), " arrays");
   self->request(self->state.scheduler, timeout_of(self), declare_atom_v,
@@ -1244,13 +1248,16 @@ void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
               return;
             }
             apply_view(self, dr.view);
+            // From the scheduler's answer on, a worker that leaves may be
+            // the initialiser of keys we do not initialise, gone before its
+            // Init arrived: also while our own Inits are on their way.
+            self->state.awaiting_init = xs;
             when_ready(
                 self,
                 [self, xs, keys, g, reply, mine = dr.initialiser] {
                   send_inits(
                       self, *xs, mine,
-                      [self, xs, keys, reply] {
-                        self->state.awaiting_init = xs;
+                      [self, keys, reply] {
                         do_pull(self, 0, keys,
                                 [self, reply](caf::expected<arrays> r) {
                                   self->state.awaiting_init = nullptr;

@@ -563,6 +563,44 @@ BOOST_AUTO_TEST_CASE(keys_whose_initialiser_died_before_its_init_are_set) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(
+    an_initialiser_that_dies_while_our_init_is_sent_is_replaced) {
+  // The silent initialiser of key 1 dies once the scheduler has answered
+  // this worker's declaration (key 2 is new: this worker initialises it),
+  // while this worker's Init of key 2, large, is still on its way: the
+  // view that loses a worker comes before the pull that waits for key 1.
+  // This worker must send key 1's Init too, or that pull waits in vain.
+  constexpr size_t big = size_t{8} << 20; // 32 MiB: tens of ms to send
+  cluster c{"async", 1, 1, 16u << 20, add_update, 1u << 20};
+  auto joined = c.workers.front()->view(); // takes rank 0 first
+  BOOST_REQUIRE_MESSAGE(joined, why(joined));
+  silent_initialiser first{c, 8};
+  BOOST_REQUIRE_NE(first.rank, joined->first); // no rank to inherit
+  auto xs = filled(1, 8, 2.5f);
+  xs.push_back(filled(2, big, 1.5f).front());
+  auto* w = c.workers.front().get();
+  auto pending = std::async(std::launch::async,
+                            [w, xs = std::move(xs)] { return w->init(xs); });
+  // No pause between looks: the Init of key 2 must still be on its way.
+  for (int i = 0;; ++i) {
+    BOOST_REQUIRE_MESSAGE(i < 100000, "the declaration never came");
+    cluster_view v;
+    c.self->request(c.remote_sched, 10s, view_atom_v)
+        .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, v)); },
+                 [](const caf::error& err) { BOOST_FAIL(describe(err)); });
+    if (v.keys.size() == 2)
+      break;
+  }
+  first.die(c);
+  auto got = pending.get();
+  BOOST_REQUIRE_MESSAGE(got, why(got));
+  BOOST_REQUIRE_EQUAL(got->size(), 2u);
+  for (auto& a : *got) {
+    BOOST_CHECK_EQUAL(a.values.size(), a.key == 1 ? 8u : big);
+    BOOST_CHECK(all_equal({a}, a.key == 1 ? 2.5f : 1.5f));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_dead_server_fails_waiting_operations_with_peer_down) {
   cluster c{"sync", 1, 2};
   init_all(c, 8);
