@@ -283,8 +283,17 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   st.failing_departed = false;
   run_resends(self);
   flush_waiting(self);
-  if (worker_left && st.awaiting_init)
-    init_in_place_of_the_gone(self);
+  if (worker_left && st.awaiting_init) // sent once ready, as any operation
+    when_ready(
+        self,
+        [self] {
+          if (self->state.awaiting_init) // not done meanwhile
+            init_in_place_of_the_gone(self);
+        },
+        [self](caf::error err) {
+          TROUPE_LOG(warning, who(self), "Init in place of a departed worker",
+                     " never sent: ", describe(err));
+        });
 }
 
 // -- scatter/gather -----------------------------------------------------------
@@ -1161,19 +1170,24 @@ void send_inits(self_ptr self, const arrays& xs,
       std::move(then));
 }
 
-/// Sends our Init for every key again while our init is not done (our
-/// Inits on their way, or the pull after them waiting): a worker left, and
-/// it may have been the keys' initialiser, gone before its Init arrived.
-/// Servers keep the first Init of a slice, so where the initialiser's came
-/// first, ours changes nothing.
+/// Sends our Init of the keys others initialise while our init is not
+/// done (our own Inits on their way, or the pull after them waiting): a
+/// worker left, and it may have been their initialiser, gone before its
+/// Init arrived. Servers keep the first Init of a slice, so where the
+/// initialiser's came first, ours changes nothing. Our own keys' Inits are
+/// sent already, or fail our init (which is then resent).
 void init_in_place_of_the_gone(self_ptr self) {
   auto xs = self->state.awaiting_init;
+  auto& ours = self->state.initialising;
   std::vector<uint64_t> keys;
   for (auto& x : *xs)
-    keys.push_back(x.key);
+    if (std::find(ours.begin(), ours.end(), x.key) == ours.end())
+      keys.push_back(x.key);
+  if (keys.empty())
+    return;
   TROUPE_LOG(info, who(self),
              "a worker left before our init was done: sending our Init"
-             " of every key in case it was an initialiser");
+             " of the keys others initialise, in case it was theirs");
   auto g = std::make_shared<gather>();
   g->on_error = [self](caf::error err) {
     TROUPE_LOG(warning, who(self),
@@ -1252,6 +1266,7 @@ void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
             // the initialiser of keys we do not initialise, gone before its
             // Init arrived: also while our own Inits are on their way.
             self->state.awaiting_init = xs;
+            self->state.initialising = dr.initialiser;
             when_ready(
                 self,
                 [self, xs, keys, g, reply, mine = dr.initialiser] {

@@ -202,8 +202,11 @@ struct kv_client_state {
   bool ticking = false;       // a timeout sweep is scheduled
   std::mt19937_64 faults;     // draws of --fault.drop-pushes / duplicate-pushes
   uint64_t road_requests = 0; // sent on roads, for --fault.cut-road-after
-  /// Our Init's arrays while the pull after it waits for the keys' values.
+  /// Our Init's arrays from the scheduler's answer to our declaration until
+  /// our init is done (our own Inits on their way, then the pull after
+  /// them), and the keys among them we initialise ourselves.
   std::shared_ptr<const std::vector<named_array>> awaiting_init;
+  std::vector<uint64_t> initialising;
   /// Runs the copies of large frames (kv.helper-threads).
   loop_fn loop = run_serially;
   /// The arrays of pushes, until only this list holds them (their frames

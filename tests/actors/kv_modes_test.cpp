@@ -570,7 +570,7 @@ BOOST_AUTO_TEST_CASE(
   // while this worker's Init of key 2, large, is still on its way: the
   // view that loses a worker comes before the pull that waits for key 1.
   // This worker must send key 1's Init too, or that pull waits in vain.
-  constexpr size_t big = size_t{8} << 20; // 32 MiB: tens of ms to send
+  constexpr size_t big = size_t{4} << 20; // 16 MiB: tens of ms to send
   cluster c{"async", 1, 1, 16u << 20, add_update, 1u << 20};
   auto joined = c.workers.front()->view(); // takes rank 0 first
   BOOST_REQUIRE_MESSAGE(joined, why(joined));
