@@ -54,7 +54,7 @@ std::string replier::source() const {
 backup_link::~backup_link() {
   auto left = std::move(waiting);
   for (auto& [n, then] : left)
-    then(); // the operation stands on the primary alone
+    then(caf::none); // the operation stands on the primary alone
 }
 
 namespace {
@@ -137,17 +137,17 @@ void retry_backup_later(self_ptr self) {
 /// time (a dead or hung one also leaves the view), and dropping the link
 /// runs what waited; a new link is tried a second later.
 void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
-             std::vector<uint64_t> xs, std::function<void()> then) {
+             std::vector<uint64_t> xs, replica_done then) {
   auto& b = self->state.backup;
   if (!b || b->mirrored.count(h.id) == 0) {
-    then();
+    then(caf::none);
     return;
   }
   auto send = [self, link = b.get(), id = h.id, origin = h.origin, op,
                f = std::move(f), xs = std::move(xs), then]() mutable {
     auto& b = self->state.backup;
     if (b.get() != link || !b->handle) { // dropped meanwhile
-      then();
+      then(caf::none);
       return;
     }
     auto n = b->next++;
@@ -164,7 +164,7 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
       b->sent.emplace(n, std::chrono::steady_clock::now());
       return;
     }
-    auto done = [self, link, n] {
+    auto done = [self, link, n](const caf::error& refused) {
       auto& b = self->state.backup;
       if (b.get() != link)
         return; // the old link ran it when it went
@@ -173,20 +173,24 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
         return;
       auto fn = std::move(i->second);
       b->waiting.erase(i);
-      fn();
+      fn(refused);
     };
     auto limit = std::chrono::milliseconds{self->state.request_timeout_ms / 2};
     self->request(b->handle, limit, replicate_atom_v, self->state.rank, id,
                   origin, static_cast<uint8_t>(op), std::move(f), std::move(xs))
-        .then([done](uint64_t) { done(); },
-              [self, link, done](caf::error& err) {
-                done();
-                if (self->state.backup.get() == link) {
-                  drop_backup(
-                      self, ("failed: " + self->system().render(err)).c_str());
-                  retry_backup_later(self);
-                }
-              });
+        .then(
+            [done](uint64_t) { done(caf::none); },
+            [self, link, done](caf::error& err) {
+              // troupe's own errors are the backup's answer: it refused
+              // the operation; CAF's (a timeout, the backup gone) drop
+              // the link, and the operation stands on the primary alone.
+              done(err.category() == caf::atom("troupe") ? err : caf::error{});
+              if (self->state.backup.get() == link) {
+                drop_backup(self,
+                            ("failed: " + self->system().render(err)).c_str());
+                retry_backup_later(self);
+              }
+            });
   };
   if (b->handle)
     send();
@@ -215,7 +219,7 @@ void on_backup_reply(self_ptr self, uint64_t serial, road_message_ptr m) {
   else if (m->op != road_op::reply)
     err = caf::make_error(errc::malformed_message, "backup answered with op",
                           static_cast<uint32_t>(m->op));
-  fn();
+  fn(err);
   auto& cur = self->state.backup;
   if (err && cur && cur->serial == serial) {
     drop_backup(self, ("failed: " + describe(err)).c_str());
@@ -271,13 +275,37 @@ void dial_backup_road(self_ptr self, backup_link& link) {
   check_backup_road(self, serial);
 }
 
-/// Runs `then` once `n` forwards finished.
-std::function<void()> after_all(size_t n, std::function<void()> then) {
-  auto left = std::make_shared<size_t>(n);
-  return [left, then] {
-    if (--*left == 0)
-      then();
+/// Runs `then` once `n` forwards finished, with the first refusal among
+/// them (none if no backup refused its operation).
+replica_done after_all(size_t n, replica_done then) {
+  struct tally {
+    size_t left;
+    caf::error refused;
   };
+  auto t = std::make_shared<tally>(tally{n, caf::error{}});
+  return [t, then](const caf::error& refused) {
+    if (refused && !t->refused)
+      t->refused = refused;
+    if (--t->left == 0)
+      then(t->refused);
+  };
+}
+
+/// What a worker hears for an Init or Push our backup refused: we applied
+/// it, but it is not replicated. The usual cause is a view that declared
+/// us dead while we were not (a heartbeat missed under load): the backup
+/// promoted our store, and the operation must go there. peer_down has the
+/// worker's kv client resend it once a newer view places the slices.
+caf::error not_replicated(self_ptr self, const caf::error& refused) {
+  return caf::make_error(errc::peer_down, "server", self->state.rank,
+                         "could not replicate the operation: its backup",
+                         "refused it:", describe(refused));
+}
+
+/// A forward whose outcome only the link cares about (it is dropped and
+/// tried again on a refusal).
+void ignore_outcome(const caf::error&) {
+  // nothing waits for it
 }
 
 std::vector<uint64_t> owned_triples(const shard_store& s) {
@@ -305,16 +333,16 @@ void forward_layout(self_ptr self, frame restored,
                     const std::set<uint32_t>* kept = nullptr) {
   auto ranks = worker_ranks(self->state.view);
   for (auto& h : self->state.stores) {
-    forward(self, h, op_owned, frame{}, owned_triples(h.store), [] {});
+    forward(self, h, op_owned, frame{}, owned_triples(h.store), ignore_outcome);
     if (&h == &self->state.stores.front() && !restored.bytes.empty())
-      forward(self, h, op_restore, std::move(restored), {}, [] {});
+      forward(self, h, op_restore, std::move(restored), {}, ignore_outcome);
     // Ranks taken by a new process leave first there too, as here: else
     // the backup keeps the old process's clock, and drops as duplicates
     // the pushes we take from the new one.
     if (kept && kept->size() != ranks.size())
       forward(self, h, op_workers, frame{}, {kept->begin(), kept->end()},
-              [] {});
-    forward(self, h, op_workers, frame{}, ranks, [] {});
+              ignore_outcome);
+    forward(self, h, op_workers, frame{}, ranks, ignore_outcome);
   }
 }
 
@@ -405,9 +433,10 @@ void copy_to_backup(self_ptr self, uint64_t serial, uint64_t id) {
   b->mirrored.insert(id);
   // Replicated once the backup has applied the copy (a link dropped first
   // runs this too: then it was not).
-  auto applied = [self, serial, origin = h->origin, version] {
+  auto applied = [self, serial, origin = h->origin,
+                  version](const caf::error& refused) {
     auto& b = self->state.backup;
-    if (!b || b->serial != serial)
+    if (refused || !b || b->serial != serial)
       return;
     TROUPE_LOG(info, who(self), "store of server ", origin,
                " copied to new backup ", b->rank, " at version ", version);
@@ -420,7 +449,7 @@ void copy_to_backup(self_ptr self, uint64_t serial, uint64_t id) {
                    who(self)}));
   };
   forward(self, *h, op_copy, encode(x), owned_triples(h->store), applied);
-  forward(self, *h, op_workers, frame{}, worker_ranks(st.view), [] {});
+  forward(self, *h, op_workers, frame{}, worker_ranks(st.view), ignore_outcome);
 }
 
 /// Copies every store our backup does not replicate yet to it.
@@ -993,9 +1022,13 @@ void handle_init(self_ptr self, init_request req, replier rp) {
     }
   }
   auto reply = encode(push_reply{own_store(self).version(), false});
-  auto done = after_all(st.stores.size(), [rp, reply]() mutable {
-    rp.deliver(reply); // acknowledged once the backup has it
-  });
+  auto done = after_all(
+      st.stores.size(), [self, rp, reply](const caf::error& refused) mutable {
+        if (refused) // never acknowledged unreplicated by a live backup
+          rp.deliver(not_replicated(self, refused));
+        else
+          rp.deliver(reply); // acknowledged once the backup has it
+      });
   auto f = encode(req);
   for (auto& h : st.stores)
     forward(self, h, op_init, f, {}, done);
@@ -1053,9 +1086,13 @@ void handle_push(self_ptr self, const push_request& req,
     out.duplicate = out.duplicate && r->duplicate;
   }
   auto reply = encode(out);
-  auto done = after_all(st.stores.size(), [rp, reply]() mutable {
-    rp.deliver(reply); // acknowledged once the backup has it
-  });
+  auto done = after_all(
+      st.stores.size(), [self, rp, reply](const caf::error& refused) mutable {
+        if (refused) // never acknowledged unreplicated by a live backup
+          rp.deliver(not_replicated(self, refused));
+        else
+          rp.deliver(reply); // acknowledged once the backup has it
+      });
   // The backup gets the push as it came. A duplicate too: the original
   // may still be on its way to the backup, and the backup answers in
   // order, so the duplicate is acknowledged only once the backup holds
@@ -1065,7 +1102,7 @@ void handle_push(self_ptr self, const push_request& req,
     copy.bytes.assign(f.data, f.data + f.size);
   for (auto& h : st.stores) {
     if (req.epoch < h.since)
-      done(); // not a part of this store's: nothing for its replica
+      done(caf::none); // not a part of this store's: nothing for its replica
     else
       forward(self, h, op_push, copy, {}, done);
   }

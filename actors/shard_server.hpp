@@ -130,6 +130,11 @@ struct mirror_store {
   shard_store store;
 };
 
+/// What runs once the backup is done with a forwarded operation: with the
+/// error it refused the operation with, or none (it applied it, or the link
+/// went, and the operation stands on the primary alone).
+using replica_done = std::function<void(const caf::error& refused)>;
+
 /// The connection to our backup and the operations waiting for it.
 struct backup_link {
   uint32_t rank = 0;
@@ -139,7 +144,7 @@ struct backup_link {
   std::vector<std::function<void()>> queued; ///< sent once connected
   /// Acknowledgements waiting for the backup, by forward number: run when
   /// it answers, or when the link goes (a dead backup holds no one up).
-  std::map<uint64_t, std::function<void()>> waiting;
+  std::map<uint64_t, replica_done> waiting;
   uint64_t next = 0;
   uint64_t serial = 0;        ///< tells this link from a later one
   std::set<uint64_t> copying; ///< our stores whose copy waits for a round

@@ -272,48 +272,62 @@ struct thread_holder {
   }
 };
 
-BOOST_AUTO_TEST_CASE(a_duplicate_push_is_acknowledged_once_the_backup_has_it) {
-  // Two servers, each the other's backup. A push sent twice (a resend, or
-  // --fault.duplicate-pushes) reached the primary twice; the second was
-  // acknowledged at once, while the first was still on its way to the
-  // backup: a primary dying then lost an acknowledged push.
-  cluster c{"async", 2, 1};
-  init_all(c, 1000); // one slice: (1, 0)
-  auto v = c.worker(0).view();
-  BOOST_REQUIRE(v);
-  auto& view = v->second;
-  uint32_t primary = UINT32_MAX;
-  for (auto& p : view.placement)
-    if (p.key == 1 && p.index == 0)
-      primary = p.server;
-  std::vector<uint32_t> ranks;
-  for (auto& n : view.servers)
-    ranks.push_back(n.rank);
-  auto backup = backup_of(primary, ranks);
-  BOOST_REQUIRE_NE(primary, backup);
-  auto index_of = [&](uint32_t rank) {
-    for (auto& n : view.servers)
+/// Slice (1, 0) of a cluster of two servers, each the other's backup: its
+/// primary reached over CAF as a worker would, its backup's node, and
+/// pushes to the primary sent by hand (worker 0's rank, its view's epoch).
+struct primary_and_backup {
+  cluster& c;
+  std::pair<uint32_t, cluster_view> v;
+  uint32_t primary = UINT32_MAX, backup = UINT32_MAX;
+  caf::actor to_primary, to_backup;
+  caf::actor_system* backup_node = nullptr;
+
+  explicit primary_and_backup(cluster& cl) : c(cl) {
+    auto got = c.worker(0).view();
+    BOOST_REQUIRE(got);
+    v = *got;
+    for (auto& p : v.second.placement)
+      if (p.key == 1 && p.index == 0)
+        primary = p.server;
+    std::vector<uint32_t> ranks;
+    for (auto& n : v.second.servers)
+      ranks.push_back(n.rank);
+    backup = backup_of(primary, ranks);
+    BOOST_REQUIRE_NE(primary, backup);
+    to_primary = remote(primary);
+    to_backup = remote(backup);
+    backup_node = c.server_systems[index_of(backup)].get();
+  }
+  size_t index_of(uint32_t rank) const {
+    for (auto& n : v.second.servers)
       if (n.rank == rank)
         for (size_t i = 0; i < c.server_ports.size(); ++i)
           if (c.server_ports[i] == n.port)
             return i;
     BOOST_FAIL("no server of rank " << rank);
-    return size_t{0};
-  };
-  auto to_primary = c.b.middleman().remote_actor(
-      "127.0.0.1", c.server_ports[index_of(primary)]);
-  BOOST_REQUIRE(to_primary);
-  auto& backup_node = *c.server_systems[index_of(backup)];
-  auto push_at = [&](uint64_t clock) {
-    return encode(push_request{v->first,
+    return 0;
+  }
+  caf::actor remote(uint32_t rank) {
+    auto h = c.b.middleman().remote_actor("127.0.0.1",
+                                          c.server_ports[index_of(rank)]);
+    BOOST_REQUIRE(h);
+    return *h;
+  }
+  frame push_at(uint64_t clock) const {
+    return encode(push_request{v.first,
                                clock,
-                               view.epoch,
+                               v.second.epoch,
                                0,
                                1,
                                {{{1, 0}, std::vector<float>(1000, 1.0f)}}});
-  };
-  /// The reply to `id` if it comes within `wait`.
-  auto reply_within = [&](caf::message_id id, caf::timespan wait) {
+  }
+  caf::message_id send_push(uint64_t clock) {
+    return c.self->request(to_primary, 20s, push_atom_v, push_at(clock)).id();
+  }
+  /// The reply to `id` (a push's) if it comes within `wait`; an error
+  /// reply goes to *err if given, else fails the test.
+  std::optional<push_reply> reply_within(caf::message_id id, caf::timespan wait,
+                                         caf::error* err = nullptr) {
     std::optional<push_reply> out;
     caf::blocking_actor::accept_one_cond rc;
     c.self->varargs_receive(
@@ -323,28 +337,41 @@ BOOST_AUTO_TEST_CASE(a_duplicate_push_is_acknowledged_once_the_backup_has_it) {
           BOOST_REQUIRE(!decode(f, r));
           out = r;
         },
-        [](caf::error& err) { BOOST_FAIL("push failed: " << describe(err)); },
+        [err](caf::error& e) {
+          if (!err)
+            BOOST_FAIL("push failed: " << describe(e));
+          *err = std::move(e);
+        },
         caf::after(wait) >> [] {});
     return out;
-  };
+  }
+};
+
+BOOST_AUTO_TEST_CASE(a_duplicate_push_is_acknowledged_once_the_backup_has_it) {
+  // Two servers, each the other's backup. A push sent twice (a resend, or
+  // --fault.duplicate-pushes) reached the primary twice; the second was
+  // acknowledged at once, while the first was still on its way to the
+  // backup: a primary dying then lost an acknowledged push.
+  cluster c{"async", 2, 1};
+  init_all(c, 1000); // one slice: (1, 0)
+  primary_and_backup pb{c};
   thread_holder holder;
   bool checked = false;
   // Until the primary mirrors the store on its backup (it copies it there
   // first), a push is acknowledged without the backup: try again.
   for (uint64_t clock = 0; clock < 50 && !checked; ++clock) {
-    holder.hold(backup_node);
-    auto f = push_at(clock);
-    auto first = c.self->request(*to_primary, 20s, push_atom_v, f).id();
-    if (reply_within(first, 300ms)) { // not mirrored yet: try again
+    holder.hold(*pb.backup_node);
+    auto first = pb.send_push(clock);
+    if (pb.reply_within(first, 300ms)) { // not mirrored yet: try again
       holder.release();
       continue;
     }
-    auto second = c.self->request(*to_primary, 20s, push_atom_v, f).id();
-    BOOST_CHECK_MESSAGE(!reply_within(second, 300ms),
+    auto second = pb.send_push(clock);
+    BOOST_CHECK_MESSAGE(!pb.reply_within(second, 300ms),
                         "the duplicate was acknowledged before the backup "
                         "held the push");
     holder.release();
-    auto a = reply_within(first, 20s), b = reply_within(second, 20s);
+    auto a = pb.reply_within(first, 20s), b = pb.reply_within(second, 20s);
     BOOST_REQUIRE(a && b);
     BOOST_CHECK(!a->duplicate);
     BOOST_CHECK(b->duplicate);
@@ -353,6 +380,56 @@ BOOST_AUTO_TEST_CASE(a_duplicate_push_is_acknowledged_once_the_backup_has_it) {
   BOOST_REQUIRE_MESSAGE(checked, "the primary never mirrored on its backup");
   auto got = c.worker(0).pull(0, {1});
   BOOST_REQUIRE(got);
+}
+
+BOOST_AUTO_TEST_CASE(a_push_its_backup_refuses_is_not_acknowledged) {
+  // The scheduler declared the primary dead while it was not (a heartbeat
+  // missed under load): the backup promoted its replica, and refuses the
+  // primary's replica operations from then on. A worker that has not
+  // heard of that view yet pushes to the primary, which applies the push
+  // and forwards it. It was acknowledged all the same: a push the
+  // promoted store never got, lost unnoticed.
+  cluster c{"async", 2, 1};
+  init_all(c, 1000); // one slice: (1, 0)
+  primary_and_backup pb{c};
+  thread_holder holder;
+  uint64_t clock = 0;
+  bool mirrored = false; // once a push waits for the backup, it mirrors
+  for (; clock < 50 && !mirrored; ++clock) {
+    holder.hold(*pb.backup_node);
+    auto id = pb.send_push(clock);
+    mirrored = !pb.reply_within(id, 300ms);
+    holder.release();
+    if (mirrored)
+      BOOST_REQUIRE(pb.reply_within(id, 20s));
+  }
+  BOOST_REQUIRE_MESSAGE(mirrored, "the primary never mirrored on its backup");
+  // The view the backup gets: the primary gone, its slices on the backup
+  // (the scheduler, whose view still has it, sends no newer one meanwhile).
+  auto gone = pb.v.second;
+  gone.epoch += 1;
+  for (auto& p : gone.placement)
+    if (p.server == pb.primary)
+      p.server = pb.backup;
+  gone.servers.erase(std::remove_if(gone.servers.begin(), gone.servers.end(),
+                                    [&pb](const node_info& n) {
+                                      return n.rank == pb.primary;
+                                    }),
+                     gone.servers.end());
+  c.self->send(pb.to_backup, view_atom_v, encode(gone));
+  // A pull from the backup, which answers only after that view, tells
+  // when it has dropped its replica.
+  pull_request probe{pb.v.first, clock, gone.epoch, {}};
+  auto seen = c.self->request(pb.to_backup, 20s, pull_atom_v, encode(probe));
+  bool answered = false;
+  seen.receive([&answered](const frame&) { answered = true; },
+               [&answered](const caf::error&) { answered = true; });
+  BOOST_REQUIRE(answered);
+  caf::error err;
+  auto got = pb.reply_within(pb.send_push(clock), 20s, &err);
+  BOOST_CHECK_MESSAGE(!got, "acknowledged, though the backup refused it");
+  BOOST_CHECK_MESSAGE(err == errc::peer_down, describe(err));
+  BOOST_TEST_MESSAGE(describe(err));
 }
 
 BOOST_AUTO_TEST_CASE(
