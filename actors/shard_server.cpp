@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <random>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
@@ -21,6 +22,18 @@
 #include "messages/type_ids.hpp"
 
 namespace troupe {
+
+uint64_t new_store_id() {
+  // Not made of our pid: servers on other machines, started the same way,
+  // or in containers (PID namespaces) share pids, and two stores of one id
+  // on one backup would be taken for one. Drawn afresh each time, with no
+  // state a forked process would share.
+  std::random_device rd;
+  uint64_t id = 0;
+  while (id == 0)
+    id = (uint64_t{rd()} << 32) ^ rd();
+  return id;
+}
 
 void replier::deliver(const outbound& out, const loop_fn* copy) {
   if (road)
@@ -67,12 +80,6 @@ std::string who(self_ptr self) {
 
 shard_store& own_store(self_ptr self) {
   return self->state.stores.front().store;
-}
-
-/// A store id unique in the cluster: our pid and a per-process count.
-uint64_t new_store_id() {
-  static uint64_t count = 0;
-  return (uint64_t{static_cast<uint32_t>(::getpid())} << 32) | ++count;
 }
 
 /// The hosted store that holds `id`; null if none.

@@ -220,6 +220,11 @@ struct shard_server_state {
 
 using shard_server_actor = caf::stateful_actor<shard_server_state>;
 
+/// A store id unique in the cluster, whatever our pid: 64 random bits, never
+/// 0. Every store a server hosts (its own, replicas it promoted) has one;
+/// a backup keeps the replicas of its primary's stores by id.
+uint64_t new_store_id();
+
 /// Spawnable behavior of a shard server. `fn` is the update hook (the
 /// training issue plugs optimizers in here).
 caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
