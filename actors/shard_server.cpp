@@ -1018,16 +1018,27 @@ void handle_init(self_ptr self, init_request req, replier rp) {
       rp.deliver(caf::make_error(errc::slice_not_owned, x.id.key, x.id.index));
       return;
     }
+  // Each store is asked first, as for a push: a part one refuses is taken
+  // by none (else the others would hold first values their replicas lack,
+  // and take another worker's there).
+  std::vector<init_request> parts;
   for (auto& h : st.stores) {
-    init_request part{req.worker, req.epoch, {}};
+    parts.push_back(init_request{req.worker, req.epoch, {}});
     for (auto& x : req.slices)
       if (h.store.owns(x.id))
-        part.slices.push_back(x);
-    if (auto err = h.store.init(part)) {
+        parts.back().slices.push_back(x);
+    if (auto err = h.store.check_init(parts.back())) {
       rp.deliver(err);
       return;
     }
   }
+  for (size_t k = 0; k < st.stores.size(); ++k)
+    if (auto err = st.stores[k].store.init(parts[k])) { // checked above
+      TROUPE_LOG(error, who(self), "Init taken by one store, refused by",
+                 " another after all: ", self->system().render(err));
+      rp.deliver(err);
+      return;
+    }
   auto reply = encode(push_reply{own_store(self).version(), false});
   auto done = after_all(
       st.stores.size(), [self, rp, reply](const caf::error& refused) mutable {

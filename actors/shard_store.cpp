@@ -108,8 +108,12 @@ caf::error shard_store::check_slices(const std::vector<slice_view>& xs) const {
   return caf::none;
 }
 
+caf::error shard_store::check_init(const init_request& req) const {
+  return check_slices(views_of(req.slices));
+}
+
 caf::error shard_store::init(const init_request& req) {
-  if (auto err = check_slices(views_of(req.slices)))
+  if (auto err = check_init(req))
     return err;
   for (auto& x : req.slices) {
     auto& s = slices_[x.id];

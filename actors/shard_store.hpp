@@ -66,6 +66,10 @@ public:
   /// First values of slices; a slice already initialised keeps its values.
   caf::error init(const init_request& req);
 
+  /// What init(req) would refuse it with, changing nothing (none: it
+  /// would take it). A server with several stores asks each first.
+  caf::error check_init(const init_request& req) const;
+
   /// Accepts one part of a push (all slices or none). `slices` (not
   /// `header.slices`) holds the values, read during the call only.
   caf::expected<push_reply> push(const push_request& header,

@@ -313,6 +313,39 @@ BOOST_AUTO_TEST_CASE(check_push_says_what_push_would_do_and_changes_nothing) {
   BOOST_CHECK_EQUAL(f.value_of(a), 2.0f); // clocks 0 and 1 of worker 1
 }
 
+BOOST_AUTO_TEST_CASE(check_init_says_what_init_would_do_and_changes_nothing) {
+  // A server with several stores asks each with check_init before any
+  // takes its part of an Init.
+  shard_store s{*parse_consistency("async")};
+  s.set_owned({{a, 3}, {b, 2}});
+  s.set_workers({0});
+  struct probe {
+    init_request req;
+    errc refused; // errc{} if taken (or kept out: first values stay)
+  };
+  std::vector<probe> probes{
+      {{0, 1, {{{9, 0}, {1}}}}, errc::slice_not_owned},
+      {{0, 1, {{a, {1, 1, 1}}, {b, {1, 1, 1}}}}, errc::bad_shape},
+      {{0, 1, {{a, {4, 4, 4}}, {b, {4, 4}}}}, errc{}},
+      {{0, 1, {{a, {5, 5, 5}}, {b, {5, 5}}}}, errc{}},
+  };
+  for (size_t i = 0; i < probes.size(); ++i) {
+    auto& p = probes[i];
+    bool ready = s.initialised({a, b});
+    auto first = s.check_init(p.req);
+    BOOST_CHECK_EQUAL(s.initialised({a, b}), ready); // asking changed nothing
+    auto took = s.init(p.req);
+    if (p.refused != errc{})
+      BOOST_CHECK_MESSAGE(first == p.refused && took == p.refused,
+                          "probe " << i << ": not refused as init refuses");
+    else
+      BOOST_CHECK_MESSAGE(!first && !took, "probe " << i);
+  }
+  auto r = s.read({a});
+  BOOST_REQUIRE(r);
+  BOOST_CHECK_EQUAL(r->slices[0].values[0], 4.0f); // the first Init's
+}
+
 BOOST_AUTO_TEST_CASE(a_workers_first_push_sets_its_clock_here) {
   // A server that joined late (or a restarted one) meets workers at clock
   // 40: their first push sets their clock; later ones must follow on.
