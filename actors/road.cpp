@@ -896,9 +896,13 @@ bool road_conn::read_next(bool on_reader) {
 }
 
 bool road_conn::lost_mid_frame() {
-  fail(caf::make_error(errc::peer_down, "road connection lost mid-frame",
-                       errno ? std::string{strerror(errno)}
-                             : std::string{"closed by peer"}));
+  if (errno == EAGAIN || errno == EWOULDBLOCK) // a caller's read deadline
+    fail(caf::make_error(errc::timeout, "road peer sent nothing more of a",
+                         "frame for", send_timeout_ms_, "ms"));
+  else
+    fail(caf::make_error(errc::peer_down, "road connection lost mid-frame",
+                         errno ? std::string{strerror(errno)}
+                               : std::string{"closed by peer"}));
   return false;
 }
 
@@ -1087,6 +1091,23 @@ bool road_conn::pump_once(std::chrono::milliseconds wait) {
     reader_flag() { reading_a_road = true; }
     ~reader_flag() { reading_a_road = before; }
   } flag;
+  // A peer that stops in the middle of a frame (a stopped or swapping
+  // process) must not hold the caller beyond the connection's timeout,
+  // while the reply it waits for may have failed meanwhile: a read that
+  // waits that long fails the connection, as a send would. (The reader
+  // thread may wait: nothing waits on it.)
+  struct read_deadline {
+    int fd;
+    bool set;
+    read_deadline(int f, uint32_t ms) : fd(f), set(ms > 0) {
+      if (set)
+        set_timeout(fd, SO_RCVTIMEO, ms);
+    }
+    ~read_deadline() {
+      if (set)
+        set_timeout(fd, SO_RCVTIMEO, 0);
+    }
+  } deadline{read_fd_, send_timeout_ms_};
   // What arrived together is dispatched together (a push's ack and the
   // reply of the pull sent with it, say).
   bool ok = read_one(false);

@@ -9,6 +9,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -825,12 +826,14 @@ struct traced_client {
       std::make_shared<std::map<uint64_t, std::thread::id>>();
   road_conn_ptr conn;
 
-  traced_client(const road_listener& l, road_kind want) {
+  /// `timeout_ms` bounds the connection's sends (and a caller's reads).
+  traced_client(const road_listener& l, road_kind want,
+                uint32_t timeout_ms = road_timeout_ms) {
     auto put = inbox::on_msg(box);
     auto seen = threads;
     auto box_ = box;
     auto c = road_dial(
-        "127.0.0.1", l.info(), want, 8u << 20, road_timeout_ms,
+        "127.0.0.1", l.info(), want, 8u << 20, timeout_ms,
         [put, seen, box_](road_message_ptr m) {
           {
             std::lock_guard<std::mutex> guard{box_->mtx}; // guards `seen` too
@@ -991,6 +994,63 @@ BOOST_AUTO_TEST_CASE(a_peer_that_dies_while_a_caller_reads_ends_the_road) {
     BOOST_CHECK(c.box->wait_down()); // the owner heard of it
     BOOST_CHECK(c.conn->closed());
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_peer_that_stops_mid_frame_does_not_hold_a_caller) {
+  // To request 1000 this listener sends the header of a 1 MiB reply and
+  // half of its bytes, then nothing more, the connection open: a stopped
+  // or swapping process. The caller reading its own replies waited in its
+  // read for good, past any deadline of its call; now the read gives up
+  // after the connection's timeout and fails the connection.
+  auto l = road_listener::start(
+      "127.0.0.1", 0, road_timeout_ms, [](road_message_ptr m) {
+        if (m->id < 1000) {
+          m->conn->send(road_op::reply, m->id, m->bytes);
+          return;
+        }
+        raw_header h;
+        h.op = static_cast<uint8_t>(road_op::reply);
+        h.id = m->id;
+        h.bytes = 1u << 20;
+        std::vector<uint8_t> half(h.bytes / 2, 0x42);
+        ::send(m->conn->fd(), &h, sizeof(h), MSG_NOSIGNAL);
+        ::send(m->conn->fd(), half.data(), half.size(), MSG_NOSIGNAL);
+      });
+  BOOST_REQUIRE_MESSAGE(l, "listener: " << why(l));
+  traced_client c{**l, road_kind::tcp, 300};
+  c.until_callers_read(1);
+  std::vector<uint64_t> words{1000};
+  {
+    road_caller_scope scope;
+    BOOST_REQUIRE(!c.conn->send(road_op::pull, 1000, view_of(words)));
+    BOOST_REQUIRE(scope.claim_only_conn() == c.conn);
+  }
+  // If the read never gives up, this ends it after 15 s (the test fails:
+  // the reason is then another).
+  std::mutex mtx;
+  std::condition_variable cv;
+  bool finished = false;
+  std::thread watchdog{[&] {
+    std::unique_lock<std::mutex> guard{mtx};
+    if (!cv.wait_for(guard, 15s, [&] { return finished; }))
+      c.conn->close();
+  }};
+  bool ended = false;
+  for (int i = 0; i < 10000 && !ended; ++i)
+    ended = !c.conn->pump_once(std::chrono::milliseconds{2});
+  c.conn->caller_done();
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    finished = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  BOOST_CHECK(ended);
+  BOOST_REQUIRE(c.box->wait_down());
+  BOOST_CHECK_MESSAGE(c.box->reason().find("sent nothing more of a frame") !=
+                          std::string::npos,
+                      c.box->reason());
+  BOOST_CHECK(!c.box->take(1000, 0ms)); // no half reply handed on
 }
 
 /// Readers of this process poll for `x` while the test lives (then 0).
