@@ -54,6 +54,9 @@
 // waking the reader, which then wakes the caller. A send by anyone else
 // gives the connection back to the reader thread, and so does a caller
 // done with replies still outstanding: whatever the peer writes is read.
+// A caller's read that waits mid-frame longer than the connection's send
+// timeout (a stopped peer) fails the connection, so a caller is never held
+// past it.
 //
 // Faults: a dead peer ends the connection (EOF, reset); a silent one makes
 // writes fail after the send timeout. Either way the owner's `on_down`
