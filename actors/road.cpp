@@ -1183,6 +1183,9 @@ caf::error accept_hello(road_conn& c, uint32_t timeout_ms) {
              static_cast<uint64_t>(st[i].st_size) == h.offset && seals >= 0 &&
              (seals & F_SEAL_SHRINK) != 0;
     }
+    // One memfd as both rings: we would read in place what we write.
+    sane =
+        sane && !(st[0].st_dev == st[1].st_dev && st[0].st_ino == st[1].st_ino);
     // Worker writes c2s (fds[0]) and reads s2c (fds[1]); we answer on the
     // reply socket (fds[2]).
     auto err = sane ? c.map_rings(fds[1], fds[0], h.offset)
@@ -1297,6 +1300,21 @@ void road_listener::accept_loop() {
   }
 }
 
+namespace {
+
+/// True if the process at the other end of unix socket `fd` runs as our
+/// user (or as root). Any process of the network namespace can reach the
+/// abstract socket of the shm road.
+bool same_user(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return false;
+  return cred.uid == ::geteuid() || cred.uid == 0;
+}
+
+} // namespace
+
 void road_listener::accept_one(int lfd, road_kind kind) {
   int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
   if (fd < 0) {
@@ -1309,6 +1327,13 @@ void road_listener::accept_one(int lfd, road_kind kind) {
   if (connections() >= max_connections) {
     TROUPE_LOG(warning, "road", "refused a connection: already ",
                max_connections);
+    ::close(fd);
+    return;
+  }
+  if (kind == road_kind::shm && !same_user(fd)) {
+    TROUPE_LOG(warning, "road", "refused a shared-memory connection from",
+               " another user: its rings would be read in place, and it",
+               " could change them as they are read");
     ::close(fd);
     return;
   }

@@ -8,8 +8,12 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -605,6 +609,70 @@ BOOST_AUTO_TEST_CASE(an_shm_hello_without_a_reply_socket_is_refused) {
   }
   road_client good{*l, road_kind::shm, ring};
   BOOST_CHECK(good.conn->has_reply_socket());
+  echo_one(good, 1, 64u << 10);
+}
+
+// The server reads the peer's ring in place and writes its own: one memfd
+// passed as both would have it read what it writes.
+BOOST_AUTO_TEST_CASE(an_shm_hello_with_one_memfd_as_both_rings_is_refused) {
+  auto l = start_echo_listener();
+  constexpr size_t ring = 1u << 20;
+  raw_peer bad{*l, true};
+  raw_header h;
+  h.offset = ring;
+  int pair[2] = {-1, -1};
+  BOOST_REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+  int one = sealed_memfd(ring);
+  bad.write_with_fds(h, {one, one, pair[1]});
+  ::close(one);
+  ::close(pair[1]);
+  BOOST_CHECK_MESSAGE(bad.dropped(), "not dropped");
+  BOOST_CHECK(await_connections(*l, 0));
+  ::close(pair[0]);
+  road_client good{*l, road_kind::shm, ring};
+  echo_one(good, 1, 64u << 10);
+}
+
+// Any process of the network namespace can reach the abstract socket of
+// the shm road; the server reads its rings in place, and a peer could
+// change them as they are read: only our own user (or root) may connect.
+BOOST_AUTO_TEST_CASE(an_shm_connection_from_another_user_is_refused) {
+  if (::geteuid() != 0) {
+    BOOST_TEST_MESSAGE("not root: cannot connect as another user");
+    return;
+  }
+  auto l = start_echo_listener();
+  auto& name = l->info().socket;
+  // A child that becomes user nobody, connects and sends a plain hello
+  // (no rings): exit 0 if the server dropped it, 1 if it answered hello.
+  pid_t kid = ::fork();
+  BOOST_REQUIRE(kid >= 0);
+  if (kid == 0) { // only system calls here, then _exit
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0)
+      ::_exit(2);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::memcpy(sa.sun_path + 1, name.data(), name.size());
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 +
+                                      name.size());
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&sa), len) != 0)
+      ::_exit(3);
+    timeval limit{road_timeout_ms / 1000, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+    raw_header hello;
+    ::send(fd, &hello, sizeof(hello), MSG_NOSIGNAL);
+    raw_header ack;
+    auto n = ::recv(fd, &ack, sizeof(ack), MSG_WAITALL);
+    ::_exit(n == ssize_t(sizeof(ack)) ? 1 : n <= 0 && errno != EAGAIN ? 0 : 4);
+  }
+  int st = 0;
+  BOOST_REQUIRE_EQUAL(::waitpid(kid, &st, 0), kid);
+  BOOST_REQUIRE(WIFEXITED(st));
+  BOOST_CHECK_MESSAGE(WEXITSTATUS(st) == 0, "another user's connection: exit "
+                                                << WEXITSTATUS(st)
+                                                << " (1: answered)");
+  road_client good{*l, road_kind::shm, 1u << 20}; // ours still are
   echo_one(good, 1, 64u << 10);
 }
 
