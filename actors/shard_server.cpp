@@ -309,6 +309,18 @@ caf::error not_replicated(self_ptr self, const caf::error& refused) {
                          "refused it:", describe(refused));
 }
 
+/// Answers a worker's Init or Push with `reply` once its `n` forwards to
+/// the backup are done; never acknowledged unreplicated by a live backup.
+replica_done acknowledge_after(self_ptr self, size_t n, replier rp,
+                               frame reply) {
+  return after_all(n, [self, rp, reply](const caf::error& refused) mutable {
+    if (refused)
+      rp.deliver(not_replicated(self, refused));
+    else
+      rp.deliver(reply);
+  });
+}
+
 /// A forward whose outcome only the link cares about (it is dropped and
 /// tried again on a refusal).
 void ignore_outcome(const caf::error&) {
@@ -1040,13 +1052,7 @@ void handle_init(self_ptr self, init_request req, replier rp) {
       return;
     }
   auto reply = encode(push_reply{own_store(self).version(), false});
-  auto done = after_all(
-      st.stores.size(), [self, rp, reply](const caf::error& refused) mutable {
-        if (refused) // never acknowledged unreplicated by a live backup
-          rp.deliver(not_replicated(self, refused));
-        else
-          rp.deliver(reply); // acknowledged once the backup has it
-      });
+  auto done = acknowledge_after(self, st.stores.size(), rp, reply);
   auto f = encode(req);
   for (auto& h : st.stores)
     forward(self, h, op_init, f, {}, done);
@@ -1104,13 +1110,7 @@ void handle_push(self_ptr self, const push_request& req,
     out.duplicate = out.duplicate && r->duplicate;
   }
   auto reply = encode(out);
-  auto done = after_all(
-      st.stores.size(), [self, rp, reply](const caf::error& refused) mutable {
-        if (refused) // never acknowledged unreplicated by a live backup
-          rp.deliver(not_replicated(self, refused));
-        else
-          rp.deliver(reply); // acknowledged once the backup has it
-      });
+  auto done = acknowledge_after(self, st.stores.size(), rp, reply);
   // The backup gets the push as it came. A duplicate too: the original
   // may still be on its way to the backup, and the backup answers in
   // order, so the duplicate is acknowledged only once the backup holds
