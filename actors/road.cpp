@@ -795,13 +795,13 @@ void road_conn::read_messages() {
 size_t road_conn::small_requests_buffered(size_t enough) const {
   auto& in = *stream_;
   size_t n = 0;
-  for (size_t at = 0; n < enough && in.buffered() - at >= sizeof(wire_header);
-       ++n) {
+  for (size_t at = 0;
+       n < enough && in.buffered() - at >= sizeof(wire_header);) {
     wire_header h;
     std::memcpy(&h, in.peek() + at, sizeof(h));
     at += sizeof(h);
     if (h.op == static_cast<uint8_t>(road_op::release))
-      continue; // a header alone (its `bytes` are the region's)
+      continue; // a header alone (its `bytes` are the region's): no request
     if (h.bytes > max_cork_frame)
       break;
     if (!h.in_ring) { // the frame follows the header
@@ -809,6 +809,7 @@ size_t road_conn::small_requests_buffered(size_t enough) const {
         break;
       at += h.bytes;
     }
+    ++n;
   }
   return n;
 }

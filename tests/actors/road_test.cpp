@@ -789,6 +789,48 @@ BOOST_AUTO_TEST_CASE(
   BOOST_CHECK_EQUAL(road_corked_messages(), corked0);
 }
 
+// A release is no request: a pair (push, pull) with a release between
+// them is a pair still, and the first reply is not corked behind it.
+BOOST_AUTO_TEST_CASE(a_release_between_a_pair_does_not_cork_its_first_reply) {
+  auto l = start_echo_listener();
+  constexpr size_t ring = 1u << 20;
+  raw_peer peer{*l, true};
+  raw_header h;
+  h.offset = ring;
+  int pair[2] = {-1, -1};
+  BOOST_REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+  peer.write_with_fds(h, {sealed_memfd(ring), sealed_memfd(ring), pair[1]});
+  ::close(pair[1]);
+  raw_header ack;
+  BOOST_REQUIRE_EQUAL(::recv(peer.fd, &ack, sizeof(ack), MSG_WAITALL),
+                      ssize_t(sizeof(ack)));
+  // A large request: its echo comes through the server's ring, a region
+  // we release below.
+  auto large = pattern(64 * 1024, 9);
+  auto req = raw_request(10, large);
+  peer.write(req.data(), req.size());
+  raw_header rep;
+  BOOST_REQUIRE_EQUAL(::recv(pair[0], &rep, sizeof(rep), MSG_WAITALL),
+                      ssize_t(sizeof(rep)));
+  BOOST_REQUIRE_EQUAL(rep.id, 10u);
+  BOOST_REQUIRE_EQUAL(rep.in_ring, 1);
+  raw_header release;
+  release.op = uint8_t(road_op::release);
+  release.offset = rep.offset;
+  release.bytes = rep.bytes;
+  auto small = pattern(64, 1), rest = pattern(64, 2);
+  auto burst = raw_request(11, small), pull = raw_request(12, rest);
+  auto* r = reinterpret_cast<const uint8_t*>(&release);
+  burst.insert(burst.end(), r, r + sizeof(release));
+  burst.insert(burst.end(), pull.begin(), pull.end());
+  auto corked0 = road_corked_messages();
+  peer.write(burst.data(), burst.size()); // read together
+  expect_echo(pair[0], 11, small);
+  expect_echo(pair[0], 12, rest);
+  BOOST_CHECK_EQUAL(road_corked_messages(), corked0);
+  ::close(pair[0]);
+}
+
 BOOST_AUTO_TEST_CASE(tcp_roads_probe_a_peer_that_stays_silent) {
   // A peer whose machine vanished sends no FIN: keepalive ends the road.
   auto l = start_echo_listener();
