@@ -269,6 +269,39 @@ inline int sealed_memfd(size_t bytes) {
   return fd;
 }
 
+/// A raw peer on the listener's unix socket that sent an shm hello: rings
+/// `c2s` and `s2c` (memfds of `ring` bytes, closed once sent) and the other
+/// end of a socketpair as the reply socket, whose end `replies` it keeps.
+struct raw_shm_peer {
+  raw_peer peer;
+  int replies = -1;
+
+  raw_shm_peer(const road_listener& l, size_t ring, int c2s, int s2c)
+      : peer{l, true} {
+    raw_header h;
+    h.offset = ring;
+    int pair[2] = {-1, -1};
+    BOOST_REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
+    peer.write_with_fds(h, {c2s, s2c, pair[1]});
+    ::close(pair[1]);
+    ::close(c2s);
+    if (s2c != c2s)
+      ::close(s2c);
+    replies = pair[0];
+  }
+  ~raw_shm_peer() { ::close(replies); }
+  raw_shm_peer(const raw_shm_peer&) = delete;
+  raw_shm_peer& operator=(const raw_shm_peer&) = delete;
+
+  /// Reads the hello's answer, which comes on the connection.
+  void read_hello() {
+    raw_header ack;
+    BOOST_REQUIRE_EQUAL(::recv(peer.fd, &ack, sizeof(ack), MSG_WAITALL),
+                        ssize_t(sizeof(ack)));
+    BOOST_REQUIRE_EQUAL(ack.op, 1);
+  }
+};
+
 /// Polls until the listener counts `n` live connections.
 inline bool await_connections(const road_listener& l, size_t n) {
   return poll_until([&l, n] { return l.connections() == n; }, 10s);

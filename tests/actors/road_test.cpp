@@ -617,18 +617,12 @@ BOOST_AUTO_TEST_CASE(an_shm_hello_without_a_reply_socket_is_refused) {
 BOOST_AUTO_TEST_CASE(an_shm_hello_with_one_memfd_as_both_rings_is_refused) {
   auto l = start_echo_listener();
   constexpr size_t ring = 1u << 20;
-  raw_peer bad{*l, true};
-  raw_header h;
-  h.offset = ring;
-  int pair[2] = {-1, -1};
-  BOOST_REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
-  int one = sealed_memfd(ring);
-  bad.write_with_fds(h, {one, one, pair[1]});
-  ::close(one);
-  ::close(pair[1]);
-  BOOST_CHECK_MESSAGE(bad.dropped(), "not dropped");
+  {
+    int one = sealed_memfd(ring);
+    raw_shm_peer bad{*l, ring, one, one};
+    BOOST_CHECK_MESSAGE(bad.peer.dropped(), "not dropped");
+  }
   BOOST_CHECK(await_connections(*l, 0));
-  ::close(pair[0]);
   road_client good{*l, road_kind::shm, ring};
   echo_one(good, 1, 64u << 10);
 }
@@ -715,26 +709,14 @@ void expect_echo(int fd, uint64_t id, const std::vector<uint64_t>& words) {
 BOOST_AUTO_TEST_CASE(an_shm_server_answers_on_the_reply_socket) {
   auto l = start_echo_listener();
   constexpr size_t ring = 1u << 20;
-  raw_peer peer{*l, true};
-  raw_header h;
-  h.offset = ring;
-  int pair[2] = {-1, -1};
-  BOOST_REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
-  std::vector<int> fds{sealed_memfd(ring), sealed_memfd(ring), pair[1]};
-  peer.write_with_fds(h, fds);
-  for (int fd : fds)
-    ::close(fd);
-  raw_header ack; // the hello's answer comes on the connection
-  BOOST_REQUIRE_EQUAL(::recv(peer.fd, &ack, sizeof(ack), MSG_WAITALL),
-                      ssize_t(sizeof(ack)));
-  BOOST_REQUIRE_EQUAL(ack.op, 1);
+  raw_shm_peer shm{*l, ring, sealed_memfd(ring), sealed_memfd(ring)};
+  shm.read_hello();
   auto words = pattern(64, 7); // inline: below the ring threshold
   auto req = raw_request(7, words);
-  peer.write(req.data(), req.size());
-  expect_echo(pair[0], 7, words); // a reply elsewhere times out here
-  pollfd p{peer.fd, POLLIN, 0};   // nothing came on the connection
+  shm.peer.write(req.data(), req.size());
+  expect_echo(shm.replies, 7, words); // a reply elsewhere times out here
+  pollfd p{shm.peer.fd, POLLIN, 0};   // nothing came on the connection
   BOOST_CHECK_EQUAL(::poll(&p, 1, 0), 0);
-  ::close(pair[0]);
 }
 
 // Small requests that arrive together: their replies, written on the
@@ -794,23 +776,15 @@ BOOST_AUTO_TEST_CASE(
 BOOST_AUTO_TEST_CASE(a_release_between_a_pair_does_not_cork_its_first_reply) {
   auto l = start_echo_listener();
   constexpr size_t ring = 1u << 20;
-  raw_peer peer{*l, true};
-  raw_header h;
-  h.offset = ring;
-  int pair[2] = {-1, -1};
-  BOOST_REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0);
-  peer.write_with_fds(h, {sealed_memfd(ring), sealed_memfd(ring), pair[1]});
-  ::close(pair[1]);
-  raw_header ack;
-  BOOST_REQUIRE_EQUAL(::recv(peer.fd, &ack, sizeof(ack), MSG_WAITALL),
-                      ssize_t(sizeof(ack)));
+  raw_shm_peer shm{*l, ring, sealed_memfd(ring), sealed_memfd(ring)};
+  shm.read_hello();
   // A large request: its echo comes through the server's ring, a region
   // we release below.
   auto large = pattern(64 * 1024, 9);
   auto req = raw_request(10, large);
-  peer.write(req.data(), req.size());
+  shm.peer.write(req.data(), req.size());
   raw_header rep;
-  BOOST_REQUIRE_EQUAL(::recv(pair[0], &rep, sizeof(rep), MSG_WAITALL),
+  BOOST_REQUIRE_EQUAL(::recv(shm.replies, &rep, sizeof(rep), MSG_WAITALL),
                       ssize_t(sizeof(rep)));
   BOOST_REQUIRE_EQUAL(rep.id, 10u);
   BOOST_REQUIRE_EQUAL(rep.in_ring, 1);
@@ -824,11 +798,10 @@ BOOST_AUTO_TEST_CASE(a_release_between_a_pair_does_not_cork_its_first_reply) {
   burst.insert(burst.end(), r, r + sizeof(release));
   burst.insert(burst.end(), pull.begin(), pull.end());
   auto corked0 = road_corked_messages();
-  peer.write(burst.data(), burst.size()); // read together
-  expect_echo(pair[0], 11, small);
-  expect_echo(pair[0], 12, rest);
+  shm.peer.write(burst.data(), burst.size()); // read together
+  expect_echo(shm.replies, 11, small);
+  expect_echo(shm.replies, 12, rest);
   BOOST_CHECK_EQUAL(road_corked_messages(), corked0);
-  ::close(pair[0]);
 }
 
 BOOST_AUTO_TEST_CASE(tcp_roads_probe_a_peer_that_stays_silent) {
