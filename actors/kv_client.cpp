@@ -1245,17 +1245,20 @@ void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
     req.keys.push_back(key_info{x.key, x.values.size()});
     keys.push_back(x.key);
   }
-  auto g = std::make_shared<gather>();
-  g->on_error = [self, reply](caf::error err) {
+  // Our init is over, either way: no Init in place of a departed worker.
+  auto done = [self, reply](caf::expected<arrays> r) {
     self->state.awaiting_init = nullptr;
-    reply(std::move(err));
+    self->state.initialising.clear();
+    reply(std::move(r));
   };
+  auto g = std::make_shared<gather>();
+  g->on_error = [done](caf::error err) { done(std::move(err)); };
   track(self, UINT32_MAX, g); // failed if we stop
   TROUPE_LOG(debug, who(self), "declaring ", keys.size(), " arrays");
   self->request(self->state.scheduler, timeout_of(self), declare_atom_v,
                 encode(req))
       .then(
-          [self, xs, keys, g, reply](const frame& f) {
+          [self, xs, keys, g, done](const frame& f) {
             declare_reply dr;
             if (auto err = decode(f, dr)) {
               g->fail(err);
@@ -1269,17 +1272,10 @@ void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
             self->state.initialising = dr.initialiser;
             when_ready(
                 self,
-                [self, xs, keys, g, reply, mine = dr.initialiser] {
+                [self, xs, keys, g, done, mine = dr.initialiser] {
                   send_inits(
                       self, *xs, mine,
-                      [self, keys, reply] {
-                        do_pull(self, 0, keys,
-                                [self, reply](caf::expected<arrays> r) {
-                                  self->state.awaiting_init = nullptr;
-                                  reply(std::move(r));
-                                });
-                      },
-                      g);
+                      [self, keys, done] { do_pull(self, 0, keys, done); }, g);
                 },
                 [g](caf::error err) { g->fail(std::move(err)); });
           },
