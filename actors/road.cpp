@@ -594,11 +594,27 @@ void copy_pieces(const std::vector<outbound::piece>& pieces, uint8_t* dst,
 
 caf::error road_conn::send(road_op op, uint64_t id, const outbound& out,
                            const loop_fn* copy) {
-  return write_pieces(op, id, out.pieces(), out.bytes(), copy);
+  return write_guarded(op, id, out.pieces(), out.bytes(), copy);
 }
 
 caf::error road_conn::send(road_op op, uint64_t id, bytes_view f) {
-  return write_pieces(op, id, {outbound::piece{f.data, f.size}}, f.size);
+  return write_guarded(op, id, {outbound::piece{f.data, f.size}}, f.size);
+}
+
+caf::error road_conn::write_guarded(road_op op, uint64_t id,
+                                    const std::vector<outbound::piece>& pieces,
+                                    size_t bytes, const loop_fn* copy) {
+  try {
+    return write_pieces(op, id, pieces, bytes, copy);
+  } catch (const std::exception& e) {
+    // No memory for the cork or the copy's chunks, a copy loop that could
+    // not start: the message may be half in the cork or the ring, so the
+    // connection ends (its rings and buffers with it) and the caller sees
+    // why, as for any failed write.
+    auto err = caf::make_error(errc::peer_down, "road send failed", e.what());
+    fail(err);
+    return err;
+  }
 }
 
 caf::error road_conn::write_pieces(road_op op, uint64_t id,
@@ -696,6 +712,7 @@ void road_conn::take_releases(std::vector<release_header>& headers,
 /// Receive buffers kept per connection, and the smallest worth keeping.
 constexpr size_t pooled_buffers = 4;
 constexpr size_t min_pooled_words = 64 * 1024 / 8;
+constexpr size_t max_pooled_words = road_pool_budget / 8;
 
 std::unique_ptr<uint64_t[]> road_conn::take_buffer(size_t words,
                                                    size_t& capacity) {
@@ -714,18 +731,28 @@ std::unique_ptr<uint64_t[]> road_conn::take_buffer(size_t words,
 }
 
 void road_conn::give_buffer(std::unique_ptr<uint64_t[]> buf, size_t capacity) {
-  if (capacity < min_pooled_words)
+  if (capacity < min_pooled_words || capacity > max_pooled_words)
     return;
   std::lock_guard<std::mutex> guard{pool_mtx_};
-  if (pool_.size() < pooled_buffers) {
-    pool_.emplace_back(capacity, std::move(buf));
-  } else { // keep the largest
-    auto smallest = std::min_element(
-        pool_.begin(), pool_.end(),
-        [](const auto& x, const auto& y) { return x.first < y.first; });
-    if (smallest->first < capacity)
-      *smallest = std::make_pair(capacity, std::move(buf));
-  }
+  // Keep the largest, up to pooled_buffers of them and road_pool_budget
+  // bytes in all: smaller ones go first to make room.
+  pool_.emplace_back(capacity, std::move(buf));
+  std::sort(pool_.begin(), pool_.end(),
+            [](const auto& x, const auto& y) { return x.first > y.first; });
+  size_t words = 0;
+  size_t keep = 0;
+  while (keep < pool_.size() && keep < pooled_buffers &&
+         words + pool_[keep].first <= max_pooled_words)
+    words += pool_[keep++].first;
+  pool_.resize(keep);
+}
+
+size_t road_conn::pooled_bytes() const {
+  std::lock_guard<std::mutex> guard{pool_mtx_};
+  size_t words = 0;
+  for (auto& x : pool_)
+    words += x.first;
+  return words * 8;
 }
 
 void road_conn::released(uint64_t offset, uint64_t bytes) {
@@ -1345,14 +1372,22 @@ void road_listener::accept_one(int lfd, road_kind kind) {
   }
 }
 
-void road_listener::start_conn(int fd, road_kind kind) {
-  road_conn_ptr c;
+namespace {
+
+/// A connection that owns `fd`; closes it if none could be made.
+road_conn_ptr adopt(int fd, road_kind kind, uint32_t send_timeout_ms) {
   try {
-    c = std::make_shared<road_conn>(fd, kind, send_timeout_ms_);
+    return std::make_shared<road_conn>(fd, kind, send_timeout_ms);
   } catch (...) {
     ::close(fd); // the connection never owned it
     throw;
   }
+}
+
+} // namespace
+
+void road_listener::start_conn(int fd, road_kind kind) {
+  auto c = adopt(fd, kind, send_timeout_ms_);
   // The hello is read on the connection's own thread: a silent peer holds
   // up no one else. `this` outlives the handler: ~road_listener joins the
   // reader of every connection it still holds.
@@ -1416,8 +1451,13 @@ caf::expected<road_conn_ptr> road_dial(const std::string& host,
     if (!fd)
       return std::move(fd.error());
   }
-  auto c = std::make_shared<road_conn>(
-      *fd, shm ? road_kind::shm : road_kind::tcp, timeout_ms);
+  road_conn_ptr c;
+  try {
+    c = adopt(*fd, shm ? road_kind::shm : road_kind::tcp, timeout_ms);
+  } catch (const std::exception& e) { // no memory for it
+    return caf::make_error(errc::not_connected, "road: no connection to", host,
+                           e.what());
+  }
   wire_header hello;
   hello.op = static_cast<uint8_t>(road_op::hello);
   std::vector<iovec> iov{{&hello, sizeof(hello)}};

@@ -108,6 +108,12 @@ void set_road_spin(std::chrono::microseconds x);
 /// polled, i.e. read without sleeping first, over the process's life.
 uint64_t road_spins_found();
 
+/// Bytes of receive buffers a road connection keeps for reuse, at most:
+/// a frame larger than this gets a buffer of its own each time (a server
+/// with many workers sending 256 MiB frames would otherwise keep a GiB
+/// per connection).
+constexpr size_t road_pool_budget = size_t{64} << 20;
+
 /// Which road kv frames take.
 enum class road_kind : uint8_t { middleman, tcp, shm };
 
@@ -257,8 +263,11 @@ public:
   void release(uint64_t offset, uint64_t bytes);
   /// A receive buffer of at least `words` words, reused when one is free.
   std::unique_ptr<uint64_t[]> take_buffer(size_t words, size_t& capacity);
-  /// Gives a receive buffer back for reuse.
+  /// Gives a receive buffer back for reuse: kept while the pool holds
+  /// fewer than 4 and road_pool_budget bytes in all, else freed.
   void give_buffer(std::unique_ptr<uint64_t[]> buf, size_t capacity);
+  /// Bytes of receive buffers kept for reuse (for tests).
+  size_t pooled_bytes() const;
   /// The connection's socket (the hello goes over it).
   int fd() const { return fd_; }
   /// True if this shm connection answers or reads on a reply socket.
@@ -309,6 +318,10 @@ private:
   void note_send(road_op op);
   /// Wakes a reader thread waiting for its turn (the connection ended).
   void wake_reader();
+  /// write_pieces; an exception it throws fails the connection instead.
+  caf::error write_guarded(road_op op, uint64_t id,
+                           const std::vector<outbound::piece>& pieces,
+                           size_t bytes, const loop_fn* copy = nullptr);
   caf::error write_pieces(road_op op, uint64_t id,
                           const std::vector<outbound::piece>& pieces,
                           size_t bytes, const loop_fn* copy = nullptr);
@@ -367,7 +380,7 @@ private:
   turn turn_ = turn::reader;  // turn_mtx_
   bool callers_want_ = false; // turn_mtx_: a caller asked for the turn
   uint64_t outstanding_ = 0;  // turn_mtx_: requests sent, not answered
-  std::mutex pool_mtx_;
+  mutable std::mutex pool_mtx_;
   std::vector<std::pair<size_t, std::unique_ptr<uint64_t[]>>> pool_;
   std::atomic<uint64_t> inline_bytes_{0};
   std::atomic<uint64_t> ring_bytes_sent_{0};

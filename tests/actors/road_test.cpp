@@ -249,6 +249,57 @@ BOOST_AUTO_TEST_CASE(a_frame_copied_into_the_ring_by_helpers_comes_back_exact) {
               0);
 }
 
+BOOST_AUTO_TEST_CASE(a_send_whose_copy_throws_fails_the_connection_instead) {
+  // A copy loop that cannot start (no memory, no thread) once the frame has
+  // its ring region: the send reports it, and the connection ends, as for
+  // any failed write, instead of throwing through the caller with the
+  // region taken and the write lock's state unknown.
+  loop_fn failing = [](size_t, const loop_body&) { throw std::bad_alloc{}; };
+  auto l = start_echo_listener();
+  road_client c{*l, road_kind::shm, sweep_ring_bytes};
+  pull_reply_frame f{{1u << 18}}; // 1 MiB: past the size split over loops
+  caf::error err;
+  BOOST_REQUIRE_NO_THROW(err = c.conn->send(road_op::push, 1, f.out, &failing));
+  BOOST_REQUIRE(err);
+  BOOST_TEST_MESSAGE("send: " << describe(err));
+  BOOST_CHECK(c.conn->closed());
+  BOOST_CHECK(c.box->wait_down());
+  BOOST_CHECK(c.conn->send(road_op::push, 2, view_of(pattern(8, 2))));
+}
+
+BOOST_AUTO_TEST_CASE(the_receive_buffer_pool_keeps_no_more_than_its_budget) {
+  auto l = start_echo_listener();
+  road_client c{*l, road_kind::tcp, 0};
+  auto& conn = *c.conn;
+  auto give = [&](size_t bytes) {
+    size_t cap = 0;
+    auto buf = conn.take_buffer(bytes / 8, cap);
+    BOOST_REQUIRE_GE(cap, bytes / 8);
+    auto at = buf.get();
+    conn.give_buffer(std::move(buf), cap);
+    return at;
+  };
+  // Buffers of frames larger than the budget are not kept (their pages are
+  // never touched here, so this costs no memory).
+  for (int i = 0; i < 4; ++i)
+    give(size_t{256} << 20);
+  BOOST_CHECK_EQUAL(conn.pooled_bytes(), 0u);
+  // Of four 20 MiB buffers held at once, as many as fit the budget stay.
+  std::vector<std::pair<std::unique_ptr<uint64_t[]>, size_t>> held(4);
+  for (auto& x : held)
+    x.first = conn.take_buffer((size_t{20} << 20) / 8, x.second);
+  for (auto& x : held)
+    conn.give_buffer(std::move(x.first), x.second);
+  BOOST_CHECK_EQUAL(conn.pooled_bytes(), size_t{60} << 20);
+  BOOST_CHECK_LE(conn.pooled_bytes(), road_pool_budget);
+  // A kept buffer is reused.
+  size_t cap = 0;
+  auto reused = conn.take_buffer((size_t{1} << 20) / 8, cap);
+  BOOST_CHECK_EQUAL(cap, (size_t{20} << 20) / 8);
+  conn.give_buffer(std::move(reused), cap);
+  BOOST_CHECK_EQUAL(conn.pooled_bytes(), size_t{60} << 20);
+}
+
 BOOST_AUTO_TEST_CASE(a_frame_above_the_limit_is_refused_by_the_receiver) {
   auto l = start_echo_listener();
   road_client c{*l, road_kind::tcp, 0};
