@@ -110,15 +110,6 @@ void report_resumed(self_ptr self) {
 
 // -- replication: the primary side --------------------------------------------
 
-enum replica_op : uint8_t {
-  op_owned = 1,
-  op_workers,
-  op_init,
-  op_push,
-  op_restore,
-  op_copy // a whole store for a backup that came late: layout and state
-};
-
 /// Drops the link to our backup; what waited for it goes on without it.
 void drop_backup(self_ptr self, const char* why) {
   auto& b = self->state.backup;
@@ -160,9 +151,8 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
     auto n = b->next++;
     b->waiting.emplace(n, std::move(then));
     if (b->road) { // the link's order is the road's
-      replicate_request r{self->state.rank, id,
-                          origin,           static_cast<uint8_t>(op),
-                          std::move(xs),    f};
+      replicate_request r{self->state.rank,         b->tag,        id, origin,
+                          static_cast<uint8_t>(op), std::move(xs), f};
       if (auto err = b->road->send(road_op::replicate, n, encode(r))) {
         drop_backup(self, ("road failed: " + describe(err)).c_str());
         retry_backup_later(self);
@@ -183,8 +173,9 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
       fn(refused);
     };
     auto limit = std::chrono::milliseconds{self->state.request_timeout_ms / 2};
-    self->request(b->handle, limit, replicate_atom_v, self->state.rank, id,
-                  origin, static_cast<uint8_t>(op), std::move(f), std::move(xs))
+    self->request(b->handle, limit, replicate_atom_v, self->state.rank, b->tag,
+                  id, origin, static_cast<uint8_t>(op), std::move(f),
+                  std::move(xs))
         .then(
             [done](uint64_t) { done(caf::none); },
             [self, link, done](caf::error& err) {
@@ -508,6 +499,7 @@ void update_backup(self_ptr self) {
   st.backup->rank = b;
   st.backup->node = *node;
   st.backup->serial = ++st.backup_serial;
+  st.backup->tag = replica_link_tag(st.joined_epoch, st.backup->serial);
   for (auto& h : st.stores)
     if (h.store.pristine())
       st.backup->mirrored.insert(h.id);
@@ -530,12 +522,48 @@ owned_of(const std::vector<uint64_t>& xs) {
   return owned;
 }
 
+/// Refuses an operation of link `link` of `primary` on store `id` if that
+/// link is older than the newest we took from it, or if we serve the store
+/// ourselves; a newer link makes the primary's replicas stale until their
+/// copy comes (see Fencing in shard_server.hpp).
+caf::error fence(self_ptr self, uint32_t primary, uint64_t link, uint64_t id) {
+  auto& st = self->state;
+  auto hosted =
+      std::find_if(st.stores.begin(), st.stores.end(),
+                   [id](const hosted_store& h) { return h.id == id; });
+  if (hosted != st.stores.end())
+    return caf::make_error(errc::not_a_member, "store", id, "of server",
+                           hosted->origin, "is served here since view",
+                           hosted->since,
+                           "(its primary was declared dead): not replicated");
+  auto& newest = st.primary_links[primary];
+  if (link < newest)
+    return caf::make_error(errc::not_a_member, "replica operation of link",
+                           link, "of server", primary, "after its newer link",
+                           newest);
+  if (link > newest) {
+    if (newest != 0)
+      for (auto& [mid, m] : st.mirrors)
+        if (m.primary == primary && !m.stale_since && !m.store.pristine()) {
+          m.stale_since = m.store.version();
+          TROUPE_LOG(warning, who(self), "server ", primary,
+                     " replaced its link to us: our replica of store ", mid,
+                     " (version ", m.store.version(),
+                     ") may lack what it acknowledged alone, until its copy");
+        }
+    newest = link;
+  }
+  return caf::none;
+}
+
 /// Applies one replica operation from our primary (over CAF or the road).
 caf::expected<uint64_t> apply_replica(self_ptr self, uint32_t primary,
-                                      uint64_t id, uint32_t origin, uint8_t op,
-                                      bytes_view f,
+                                      uint64_t link, uint64_t id,
+                                      uint32_t origin, uint8_t op, bytes_view f,
                                       const std::vector<uint64_t>& xs) {
   auto& st = self->state;
+  if (auto err = fence(self, primary, link, id))
+    return err;
   if (op == op_copy) // a whole store: whatever we held of it goes
     st.mirrors.erase(id);
   auto i = st.mirrors.find(id);
@@ -545,7 +573,8 @@ caf::expected<uint64_t> apply_replica(self_ptr self, uint32_t primary,
                              "replica operation before its layout");
     i = st.mirrors
             .emplace(id, mirror_store{primary, origin,
-                                      shard_store{st.cfg.mode, st.fresh_fn}})
+                                      shard_store{st.cfg.mode, st.fresh_fn},
+                                      std::nullopt})
             .first;
     i->second.store.set_loop(st.loop);
     TROUPE_LOG(debug, who(self), "replicating the store of server ", origin,
@@ -724,6 +753,23 @@ caf::error check_incarnation(self_ptr self, uint32_t worker, uint64_t epoch) {
   return caf::none;
 }
 
+/// A replica promoted before the copy its primary's newer link owed it:
+/// what the primary acknowledged alone in between is lost. Said loudly.
+void report_stale_promotion(self_ptr self, uint32_t primary, uint64_t version,
+                            uint64_t stale_since) {
+  auto& st = self->state;
+  auto what =
+      str("the replica of server ", primary,
+          "'s store was promoted at version ", version,
+          " without the copy its primary owed it since version ", stale_since,
+          ": updates the primary acknowledged alone meanwhile are lost");
+  TROUPE_LOG(error, who(self), what);
+  self->send(
+      st.scheduler, event_atom_v,
+      encode(event_record{now_ms(), "lost", role::server, st.rank,
+                          static_cast<uint32_t>(::getpid()), what, who(self)}));
+}
+
 /// Replicas of a server that left and whose slices `v` gives us become
 /// stores we serve (promotion); replicas no longer ours are dropped.
 void promote_replicas(self_ptr self, const cluster_view& v,
@@ -736,9 +782,20 @@ void promote_replicas(self_ptr self, const cluster_view& v,
         [primary](const node_info& n) { return n.rank == primary; });
     auto slices = i->second.store.owned();
     bool ours = !slices.empty() && owned.count(slices.begin()->first) != 0;
-    if (!alive && ours) {
+    auto id = i->first;
+    bool hosted =
+        std::any_of(st.stores.begin(), st.stores.end(),
+                    [id](const hosted_store& h) { return h.id == id; });
+    if (hosted) { // fence() keeps this from happening: never serve it twice
+      TROUPE_LOG(error, who(self), "dropped a replica of store ", id,
+                 ", which we serve already");
+      i = st.mirrors.erase(i);
+    } else if (!alive && ours) {
       TROUPE_LOG(info, who(self), "promoted: serving the ", slices.size(),
                  " slices of server ", primary, " from their replica");
+      if (auto stale = i->second.stale_since)
+        report_stale_promotion(self, primary, i->second.store.version(),
+                               *stale);
       if (st.lost_epoch == 0) // reported as resumed at the next update
         st.lost_version = own_store(self).version();
       st.lost_epoch = v.epoch;
@@ -1211,6 +1268,7 @@ void start(self_ptr self, const std::string& host, uint16_t port) {
               return;
             }
             self->state.rank = reply.rank;
+            self->state.joined_epoch = reply.view.epoch;
             self->state.stores.front().origin = reply.rank;
             self->state.joined = true;
             TROUPE_LOG(info, who(self), "joined, mode ",
@@ -1290,8 +1348,8 @@ void accept_road(self_ptr self, road_message_ptr m) {
     replicate_request r;
     auto err = decode(f, r);
     auto v = err ? caf::expected<uint64_t>{std::move(err)}
-                 : apply_replica(self, r.primary, r.store, r.origin, r.op,
-                                 r.payload, r.numbers);
+                 : apply_replica(self, r.primary, r.link, r.store, r.origin,
+                                 r.op, r.payload, r.numbers);
     if (!v) {
       TROUPE_LOG(warning, who(self),
                  "replica operation refused: ", describe(v.error()));
@@ -1369,10 +1427,10 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
       [self](checkpoint_atom, uint64_t serial, const std::string& err) {
         checkpoint_written(self, serial, err);
       },
-      [self](replicate_atom, uint32_t primary, uint64_t id, uint32_t origin,
-             uint8_t op, const frame& f,
+      [self](replicate_atom, uint32_t primary, uint64_t link, uint64_t id,
+             uint32_t origin, uint8_t op, const frame& f,
              const std::vector<uint64_t>& xs) -> caf::result<uint64_t> {
-        auto r = apply_replica(self, primary, id, origin, op, f, xs);
+        auto r = apply_replica(self, primary, link, id, origin, op, f, xs);
         if (!r)
           return std::move(r.error());
         return *r;

@@ -17,8 +17,8 @@
 //                             of our stores once they reach version `at`
 //                             (sync; other modes write now); answers the
 //                             file name once it is written and synced
-//   (replicate_atom, uint32_t primary, uint64_t store, uint32_t origin,
-//    uint8_t op, frame, vector<uint64_t>) -> uint64_t
+//   (replicate_atom, uint32_t primary, uint64_t link, uint64_t store,
+//    uint32_t origin, uint8_t op, frame, vector<uint64_t>) -> uint64_t
 //                             from the server we back up: one operation
 //                             on the replica of its store `store`
 //
@@ -51,6 +51,18 @@
 // running it (two servers that back each other up could otherwise each
 // wait, on the other's reader, for the other to read).
 //
+// Fencing. Each operation carries its link's number, (the primary's join
+// epoch, link serial): larger for a later link of the same process and for
+// any link of a process that took the rank later. The backup refuses
+// operations of a link older than the newest it has seen from that rank
+// (a late one would roll the replica back), and operations on a store it
+// serves itself (a primary declared dead that still sends: its store was
+// promoted here, and must not be replicated anew beside it). A newer link
+// means the older one was dropped, and what the primary acknowledged
+// alone since then is missing from the replicas it fed: they are stale
+// until the new link's copy replaces them. A stale replica promoted is
+// reported as a "lost" event, with the version it holds.
+//
 // States and transitions (numbers cited in the code):
 //   joining -1-> running      1: RegisterReply with our rank and a view
 //   joining -2-> stopped      2: registration failed or timed out
@@ -79,6 +91,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -128,6 +141,21 @@ struct mirror_store {
   uint32_t primary = 0; ///< rank of the server that serves the store
   uint32_t origin = 0;
   shard_store store;
+  /// Set when a newer link of the primary arrived before this replica's
+  /// copy: the version it held then (operations the primary acknowledged
+  /// alone may be missing).
+  std::optional<uint64_t> stale_since;
+};
+
+/// The operations a primary forwards to its backup (replicate_atom's and
+/// the Replicate frame's `op`).
+enum replica_op : uint8_t {
+  op_owned = 1, ///< numbers: the owned slices, (key, index, floats) triples
+  op_workers,   ///< numbers: the live worker ranks
+  op_init,      ///< frame: an Init
+  op_push,      ///< frame: a Push
+  op_restore,   ///< frame: a Checkpoint of one store, restored into it
+  op_copy       ///< a whole store for a backup that came late: layout, state
 };
 
 /// What runs once the backup is done with a forwarded operation: with the
@@ -147,6 +175,7 @@ struct backup_link {
   std::map<uint64_t, replica_done> waiting;
   uint64_t next = 0;
   uint64_t serial = 0;        ///< tells this link from a later one
+  uint64_t tag = 0;           ///< sent with each operation (fencing)
   std::set<uint64_t> copying; ///< our stores whose copy waits for a round
   /// The backup's fast road, opened once CAF connected and before any
   /// forward: then every replica operation of the link takes it, in order;
@@ -196,6 +225,9 @@ struct shard_server_state {
   caf::actor scheduler;
   uint32_t rank = 0;
   bool joined = false;
+  uint64_t joined_epoch = 0; // the view we joined in
+  /// Primary rank -> the newest link of it whose operations we took.
+  std::map<uint32_t, uint64_t> primary_links;
   cluster_view view;
   cluster_view early_view; // newest view received before we joined
   std::vector<waiting_pull> pulls;
@@ -224,6 +256,13 @@ using shard_server_actor = caf::stateful_actor<shard_server_state>;
 /// 0. Every store a server hosts (its own, replicas it promoted) has one;
 /// a backup keeps the replicas of its primary's stores by id.
 uint64_t new_store_id();
+
+/// The number a primary's link to its backup carries (fencing): the epoch
+/// of the view the primary joined in, then the link's serial in that
+/// process.
+constexpr uint64_t replica_link_tag(uint64_t joined_epoch, uint64_t serial) {
+  return joined_epoch << 32 | (serial & 0xffffffffu);
+}
 
 /// Spawnable behavior of a shard server. `fn` is the update hook (the
 /// training issue plugs optimizers in here).

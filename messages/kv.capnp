@@ -84,4 +84,8 @@ struct Replicate {
   numbers @4 :List(UInt64);  # its numbers: owned (key, index, floats)
                              # triples, or live worker ranks
   payload @5 :Data;          # its frame (init, push, restore), or empty
+  link    @6 :UInt64;        # the primary's link to this backup: a later
+                             # link has a larger number, and the backup
+                             # refuses operations of links older than the
+                             # newest it has seen (replica_link_tag)
 }

@@ -193,6 +193,7 @@ outbound encode(const replicate_request& x) {
       static_cast<uint32_t>(std::min<size_t>(words, 1u << 29)));
   auto b = msg->initRoot<schema::Replicate>();
   b.setPrimary(x.primary);
+  b.setLink(x.link);
   b.setStore(x.store);
   b.setOrigin(x.origin);
   b.setOp(x.op);
@@ -297,6 +298,7 @@ caf::error decode(bytes_view f, replicate_request& x) {
   return decode_guarded(f, "Replicate", [&x](frame_reader& rd) {
     auto r = rd.get<schema::Replicate>();
     x.primary = r.getPrimary();
+    x.link = r.getLink();
     x.store = r.getStore();
     x.origin = r.getOrigin();
     x.op = r.getOp();

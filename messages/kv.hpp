@@ -70,6 +70,7 @@ struct push_reply {
 /// `payload` points into the frame it came in.
 struct replicate_request {
   uint32_t primary = 0;
+  uint64_t link = 0;
   uint64_t store = 0;
   uint32_t origin = 0;
   uint8_t op = 0;

@@ -471,7 +471,7 @@ BOOST_AUTO_TEST_CASE(
   push_request p{0, 0, v->second.epoch,
                  0, 1, {{{1, 0}, std::vector<float>(1000, 1.0f)}}};
   auto push = encode(p);
-  replicate_request r{0, 42, 0, 4 /* push */, {}, bytes_view{push}};
+  replicate_request r{0, 1, 42, 0, 4 /* push */, {}, bytes_view{push}};
   BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 2, encode(r)));
   auto err = refused(2);
   BOOST_CHECK(err == errc::malformed_message);
@@ -479,10 +479,10 @@ BOOST_AUTO_TEST_CASE(
                           std::string::npos,
                       describe(err));
   // A payload that is no frame at all, after a valid layout.
-  replicate_request layout{0, 42, 0, 1 /* owned */, {1, 0, 1000}, {}};
+  replicate_request layout{0, 1, 42, 0, 1 /* owned */, {1, 0, 1000}, {}};
   BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 3, encode(layout)));
   BOOST_CHECK(answer(3)->op == road_op::reply);
-  replicate_request junk{0, 42, 0, 4, {}, bytes_view{garbage}};
+  replicate_request junk{0, 1, 42, 0, 4, {}, bytes_view{garbage}};
   BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 4, encode(junk)));
   BOOST_CHECK(refused(4) == errc::malformed_message);
   (*conn)->close();

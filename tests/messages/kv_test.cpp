@@ -240,6 +240,29 @@ BOOST_AUTO_TEST_CASE(
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_replicate_keeps_its_link_numbers_and_payload) {
+  // The payload is a frame (here a Push's), referenced when large.
+  for (size_t n : {0, 3, 70000}) {
+    frame payload;
+    if (n > 0)
+      payload = encode(push_request{1, 2, 3, 0, 1, {{{4, 0}, iota_floats(n)}}});
+    replicate_request r{7, (uint64_t{5} << 32) | 3, 0xfeedbeefcafe0001, 8,
+                        4, {1, 0, 1000, 2, 1, 24},  bytes_view{payload}};
+    auto flat = encode(r).flatten();
+    replicate_request q;
+    BOOST_REQUIRE(!decode(flat, q));
+    BOOST_CHECK_EQUAL(q.primary, 7u);
+    BOOST_CHECK_EQUAL(q.link, r.link);
+    BOOST_CHECK_EQUAL(q.store, r.store);
+    BOOST_CHECK_EQUAL(q.origin, 8u);
+    BOOST_CHECK_EQUAL(q.op, 4u);
+    BOOST_CHECK(q.numbers == r.numbers);
+    BOOST_REQUIRE_EQUAL(q.payload.size, payload.bytes.size());
+    BOOST_CHECK(
+        std::equal(payload.bytes.begin(), payload.bytes.end(), q.payload.data));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(failures_keep_troupe_codes_and_text) {
   auto f = encode_failure(caf::make_error(errc::clock_gap, "worker", 3));
   auto err = decode_failure(f);
