@@ -1386,6 +1386,26 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
       self->quit(scheduler_gone());
     }
   });
+  // Told to stop (SIGTERM, the end of a job): leave the view first. The
+  // scheduler would otherwise learn of our exit from the connection, and
+  // if that closes before our user_shutdown reaches it (our process exits
+  // at once), it records a crash.
+  self->set_exit_handler([self](caf::exit_msg& em) { // 8
+    if (em.reason != caf::exit_reason::user_shutdown || !self->state.joined) {
+      self->quit(em.reason);
+      return;
+    }
+    if (self->state.leaving)
+      return;
+    self->state.leaving = true;
+    auto limit = std::min<uint32_t>(self->state.request_timeout_ms, 2000);
+    self->request(self->state.scheduler, std::chrono::milliseconds{limit},
+                  leave_atom_v)
+        .then([self](uint64_t) { self->quit(caf::exit_reason::user_shutdown); },
+              [self](caf::error&) {
+                self->quit(caf::exit_reason::user_shutdown);
+              });
+  });
   return {
       [self](start_atom, const std::string& host, uint16_t port) {
         start(self, host, port);

@@ -75,6 +75,8 @@
 //   running -7-> running      7: request from an earlier incarnation of its
 //                                rank (a process declared dead whose rank a
 //                                restarted one took): refused, not_a_member
+//   running -8-> stopped      8: told to stop (user_shutdown): leaves the
+//                                view first, so it is not taken for a crash
 //
 // Checkpoints (--checkpoint.dir). Each hosted store is snapshotted (slices,
 // optimizer state, clocks) when it reaches the version the scheduler cut
@@ -226,6 +228,7 @@ struct shard_server_state {
   uint32_t rank = 0;
   bool joined = false;
   uint64_t joined_epoch = 0; // the view we joined in
+  bool leaving = false;      // told to stop: leaving the view first
   /// Primary rank -> the newest link of it whose operations we took.
   std::map<uint32_t, uint64_t> primary_links;
   cluster_view view;

@@ -275,4 +275,36 @@ BOOST_AUTO_TEST_CASE(
       dump(evs));
 }
 
+BOOST_AUTO_TEST_CASE(
+    a_server_told_to_stop_leaves_the_view_instead_of_crashing) {
+  // SIGTERM (the end of a job): the server's actor quits and its process
+  // exits at once. The scheduler learnt of it from the connection, and
+  // when that closed before the server's user_shutdown reached it, it
+  // recorded a crash. Now the server leaves the view first ("done").
+  scheduler_process s{2, 1};
+  scheduler_client sched{s.port};
+  auto s0 = start_server(s, "async");
+  auto s1 = start_server(s, "async");
+  BOOST_REQUIRE(sched.wait_for_view(
+      [](const cluster_view& v) { return v.servers.size() == 2; }));
+  auto view = sched.view();
+  auto me = std::find_if(view.servers.begin(), view.servers.end(),
+                         [&s1](const node_info& n) {
+                           return n.pid == static_cast<uint32_t>(s1->pid());
+                         });
+  BOOST_REQUIRE(me != view.servers.end());
+  auto rank = me->rank;
+  s1->signal(SIGTERM);
+  auto rc = s1->wait_exit(30s);
+  BOOST_REQUIRE_MESSAGE(rc, s1->output());
+  BOOST_CHECK_EQUAL(*rc, 0);
+  auto gone = sched.wait_for_event([rank](const event_record& e) {
+    return e.about == role::server && e.rank == rank &&
+           (is(e, "left") || is(e, "crashed"));
+  });
+  BOOST_REQUIRE_MESSAGE(gone, dump(sched.events()));
+  BOOST_CHECK_MESSAGE(is(*gone, "left") && gone->detail.rfind("done", 0) == 0,
+                      to_json(*gone));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
