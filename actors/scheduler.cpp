@@ -565,10 +565,13 @@ uint64_t on_leave(self_ptr self) {
   TROUPE_LOG(info, "scheduler", to_string(i->info.kind), " ", i->info.rank,
              " (pid ", i->info.pid, ") is done and leaves the cluster");
   self->demonitor(i->handle);
-  if (i->info.kind == role::worker)
+  bool worker = i->info.kind == role::worker;
+  if (worker)
     self->state.finished_workers.insert(i->info.rank);
   remove_member(self, i, "left", "done");
-  if (nodes_of(self, role::worker).empty()) // the job's final state
+  // The last worker done: the job's final state. (Servers leave when told
+  // to stop, at the end of a job: that is no new state to keep.)
+  if (worker && nodes_of(self, role::worker).empty())
     start_checkpoint(self, caf::response_promise{});
   return self->state.epoch;
 }

@@ -522,65 +522,10 @@ owned_of(const std::vector<uint64_t>& xs) {
   return owned;
 }
 
-/// Refuses an operation of link `link` of `primary` on store `id` if that
-/// link is older than the newest we took from it, or if we serve the store
-/// ourselves; a newer link makes the primary's replicas stale until their
-/// copy comes (see Fencing in shard_server.hpp).
-caf::error fence(self_ptr self, uint32_t primary, uint64_t link, uint64_t id) {
-  auto& st = self->state;
-  auto hosted =
-      std::find_if(st.stores.begin(), st.stores.end(),
-                   [id](const hosted_store& h) { return h.id == id; });
-  if (hosted != st.stores.end())
-    return caf::make_error(errc::not_a_member, "store", id, "of server",
-                           hosted->origin, "is served here since view",
-                           hosted->since,
-                           "(its primary was declared dead): not replicated");
-  auto& newest = st.primary_links[primary];
-  if (link < newest)
-    return caf::make_error(errc::not_a_member, "replica operation of link",
-                           link, "of server", primary, "after its newer link",
-                           newest);
-  if (link > newest) {
-    if (newest != 0)
-      for (auto& [mid, m] : st.mirrors)
-        if (m.primary == primary && !m.stale_since && !m.store.pristine()) {
-          m.stale_since = m.store.version();
-          TROUPE_LOG(warning, who(self), "server ", primary,
-                     " replaced its link to us: our replica of store ", mid,
-                     " (version ", m.store.version(),
-                     ") may lack what it acknowledged alone, until its copy");
-        }
-    newest = link;
-  }
-  return caf::none;
-}
-
-/// Applies one replica operation from our primary (over CAF or the road).
-caf::expected<uint64_t> apply_replica(self_ptr self, uint32_t primary,
-                                      uint64_t link, uint64_t id,
-                                      uint32_t origin, uint8_t op, bytes_view f,
-                                      const std::vector<uint64_t>& xs) {
-  auto& st = self->state;
-  if (auto err = fence(self, primary, link, id))
-    return err;
-  if (op == op_copy) // a whole store: whatever we held of it goes
-    st.mirrors.erase(id);
-  auto i = st.mirrors.find(id);
-  if (i == st.mirrors.end()) {
-    if (op != op_owned && op != op_copy) // a replica starts with its layout
-      return caf::make_error(errc::malformed_message,
-                             "replica operation before its layout");
-    i = st.mirrors
-            .emplace(id, mirror_store{primary, origin,
-                                      shard_store{st.cfg.mode, st.fresh_fn},
-                                      std::nullopt})
-            .first;
-    i->second.store.set_loop(st.loop);
-    TROUPE_LOG(debug, who(self), "replicating the store of server ", origin,
-               " for server ", primary);
-  }
-  auto& m = i->second.store;
+/// One operation on replica `m`; op_copy sets its layout, then its state.
+caf::expected<uint64_t> apply_to_replica(shard_store& m, uint8_t op,
+                                         bytes_view f,
+                                         const std::vector<uint64_t>& xs) {
   switch (op) {
   case op_owned: {
     auto owned = owned_of(xs);
@@ -646,6 +591,111 @@ caf::expected<uint64_t> apply_replica(self_ptr self, uint32_t primary,
   default:
     return caf::make_error(errc::malformed_message, "replica operation", op);
   }
+}
+
+/// Refuses an operation of link `link` of `primary` on store `id` if that
+/// link is older than the newest we took from it or refused an operation
+/// already (the primary drops a link at its first refusal), or if we serve
+/// the store ourselves. A newer link makes every replica of the primary
+/// stale until its copy comes (see Fencing in shard_server.hpp).
+caf::error fence(self_ptr self, uint32_t primary, uint64_t link, uint64_t id) {
+  auto& st = self->state;
+  auto& l = st.primary_links[primary];
+  if (link < l.newest)
+    return caf::make_error(errc::not_a_member, "replica operation of link",
+                           link, "of server", primary, "after its newer link",
+                           l.newest);
+  if (link > l.newest) {
+    if (l.newest != 0)
+      for (auto& [mid, m] : st.mirrors)
+        if (m.primary == primary && !m.stale_since) {
+          m.stale_since = m.store.version();
+          TROUPE_LOG(warning, who(self), "server ", primary,
+                     " replaced its link to us: our replica of store ", mid,
+                     " (version ", m.store.version(),
+                     ") may lack what it acknowledged alone, until its copy");
+        }
+    l = primary_link{link, false};
+  } else if (l.refused) {
+    return caf::make_error(errc::not_a_member, "link", link, "of server",
+                           primary,
+                           "refused an operation already: the primary drops"
+                           " it");
+  }
+  auto hosted =
+      std::find_if(st.stores.begin(), st.stores.end(),
+                   [id](const hosted_store& h) { return h.id == id; });
+  if (hosted != st.stores.end())
+    return caf::make_error(errc::not_a_member, "store", id, "of server",
+                           hosted->origin, "is served here since view",
+                           hosted->since,
+                           "(its primary was declared dead): not replicated");
+  return caf::none;
+}
+
+/// A whole store for a backup that came late (op_copy): layout, then state
+/// as a restore. It replaces what we held of the store only once it is
+/// applied whole: a copy that fails leaves the replica as it was (stale).
+caf::expected<uint64_t> apply_copy(self_ptr self, uint32_t primary, uint64_t id,
+                                   uint32_t origin, bytes_view f,
+                                   const std::vector<uint64_t>& xs) {
+  auto& st = self->state;
+  mirror_store m{primary, origin, shard_store{st.cfg.mode, st.fresh_fn},
+                 std::nullopt};
+  m.store.set_loop(st.loop);
+  auto r = apply_to_replica(m.store, op_copy, f, xs);
+  if (!r)
+    return r;
+  st.mirrors.erase(id);
+  st.mirrors.emplace(id, std::move(m));
+  return r;
+}
+
+/// Applies one replica operation from our primary, fenced.
+caf::expected<uint64_t> apply_replica_op(self_ptr self, uint32_t primary,
+                                         uint64_t id, uint32_t origin,
+                                         uint8_t op, bytes_view f,
+                                         const std::vector<uint64_t>& xs) {
+  auto& st = self->state;
+  if (op == op_copy)
+    return apply_copy(self, primary, id, origin, f, xs);
+  auto i = st.mirrors.find(id);
+  if (i == st.mirrors.end()) {
+    if (op != op_owned) // a replica starts with its layout
+      return caf::make_error(errc::malformed_message,
+                             "replica operation before its layout");
+    i = st.mirrors
+            .emplace(id, mirror_store{primary, origin,
+                                      shard_store{st.cfg.mode, st.fresh_fn},
+                                      std::nullopt})
+            .first;
+    i->second.store.set_loop(st.loop);
+    TROUPE_LOG(debug, who(self), "replicating the store of server ", origin,
+               " for server ", primary);
+  }
+  // A replica still pristine that the newest link feeds without a copy was
+  // pristine at the primary when that link came (else the copy would come
+  // first): nothing was acknowledged alone, it is current.
+  auto& stale = i->second.stale_since;
+  bool current = stale && i->second.store.pristine();
+  auto r = apply_to_replica(i->second.store, op, f, xs);
+  if (r && current)
+    stale.reset();
+  return r;
+}
+
+/// Applies one replica operation from our primary (over CAF or the road).
+caf::expected<uint64_t> apply_replica(self_ptr self, uint32_t primary,
+                                      uint64_t link, uint64_t id,
+                                      uint32_t origin, uint8_t op, bytes_view f,
+                                      const std::vector<uint64_t>& xs) {
+  auto err = fence(self, primary, link, id);
+  auto r = err ? caf::expected<uint64_t>{std::move(err)}
+               : apply_replica_op(self, primary, id, origin, op, f, xs);
+  auto& l = self->state.primary_links[primary];
+  if (!r && l.newest == link)
+    l.refused = true; // the primary drops the link: so do we
+  return r;
 }
 
 // -- pulls --------------------------------------------------------------------
@@ -1381,6 +1431,10 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
   self->monitor(scheduler);
   self->set_down_handler([self](const caf::down_msg& dm) {
     if (dm.source == self->state.scheduler.address()) { // 6
+      if (self->state.leaving) { // we were stopping anyway (8)
+        self->quit(caf::exit_reason::user_shutdown);
+        return;
+      }
       TROUPE_LOG(error, who(self),
                  "scheduler down: ", self->system().render(dm.reason));
       self->quit(scheduler_gone());

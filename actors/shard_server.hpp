@@ -55,13 +55,16 @@
 // epoch, link serial): larger for a later link of the same process and for
 // any link of a process that took the rank later. The backup refuses
 // operations of a link older than the newest it has seen from that rank
-// (a late one would roll the replica back), and operations on a store it
-// serves itself (a primary declared dead that still sends: its store was
-// promoted here, and must not be replicated anew beside it). A newer link
-// means the older one was dropped, and what the primary acknowledged
-// alone since then is missing from the replicas it fed: they are stale
-// until the new link's copy replaces them. A stale replica promoted is
-// reported as a "lost" event, with the version it holds.
+// (a late one would roll the replica back), the rest of a link once it
+// refused one operation (the primary drops the link then), and operations
+// on a store it serves itself (a primary declared dead that still sends:
+// its store was promoted here, and must not be replicated anew beside
+// it). A newer link means the older one was dropped, and what the primary
+// acknowledged alone since then is missing from the replicas it fed: they
+// are stale until the new link's copy replaces them (a copy replaces a
+// replica only once applied whole), or, for a replica still pristine, until
+// the new link feeds it (the store was pristine at the primary too). A
+// stale replica promoted is reported as a "lost" event, with its version.
 //
 // States and transitions (numbers cited in the code):
 //   joining -1-> running      1: RegisterReply with our rank and a view
@@ -136,6 +139,12 @@ struct hosted_store {
   /// Epoch of the view from which we serve it: requests sent in older
   /// views were not meant for it (they were cut for our other stores).
   uint64_t since = 0;
+};
+
+/// The newest link of a primary a backup took operations from (fencing).
+struct primary_link {
+  uint64_t newest = 0;
+  bool refused = false; ///< it refused one: the primary drops the link
 };
 
 /// A replica of a store of the server we back up.
@@ -230,7 +239,7 @@ struct shard_server_state {
   uint64_t joined_epoch = 0; // the view we joined in
   bool leaving = false;      // told to stop: leaving the view first
   /// Primary rank -> the newest link of it whose operations we took.
-  std::map<uint32_t, uint64_t> primary_links;
+  std::map<uint32_t, primary_link> primary_links;
   cluster_view view;
   cluster_view early_view; // newest view received before we joined
   std::vector<waiting_pull> pulls;

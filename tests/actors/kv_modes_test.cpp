@@ -478,11 +478,13 @@ BOOST_AUTO_TEST_CASE(
   BOOST_CHECK_MESSAGE(describe(err).find("before its layout") !=
                           std::string::npos,
                       describe(err));
-  // A payload that is no frame at all, after a valid layout.
-  replicate_request layout{0, 1, 42, 0, 1 /* owned */, {1, 0, 1000}, {}};
+  // A payload that is no frame at all, after a valid layout: on a new link,
+  // as a primary makes after a refusal (the backup refuses the rest of a
+  // link that had one refused).
+  replicate_request layout{0, 2, 42, 0, 1 /* owned */, {1, 0, 1000}, {}};
   BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 3, encode(layout)));
   BOOST_CHECK(answer(3)->op == road_op::reply);
-  replicate_request junk{0, 1, 42, 0, 4, {}, bytes_view{garbage}};
+  replicate_request junk{0, 2, 42, 0, 4, {}, bytes_view{garbage}};
   BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 4, encode(junk)));
   BOOST_CHECK(refused(4) == errc::malformed_message);
   (*conn)->close();

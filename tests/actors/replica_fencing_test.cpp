@@ -10,12 +10,14 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <caf/actor_system.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "actors/named_array.hpp"
 #include "actors/server_checkpoint.hpp"
 #include "actors/shard_server.hpp"
 #include "messages/checkpoint.hpp"
@@ -44,6 +46,10 @@ struct backup_under_test {
   std::vector<uint64_t> keys; // of the views the test sends, after the first
 
   backup_under_test() {
+    // An init of its own waits for the server to join: the view has it.
+    auto got = c.worker(0).init({named_array{1, std::vector<float>(8)}});
+    if (!got)
+      BOOST_FAIL("init: " << describe(got.error()));
     auto v = c.worker(0).view();
     BOOST_REQUIRE(v);
     view = v->second;
@@ -78,8 +84,7 @@ struct backup_under_test {
         BOOST_FAIL("refused: " << describe(x.error()));
       return *x;
     };
-    ok(replicate(primary, link, store, op_owned, {}, {k, 0, floats}));
-    ok(replicate(primary, link, store, op_workers, {}, {worker}));
+    layout(primary, link, store, k);
     ok(replicate(primary, link, store, op_init,
                  encode(init_request{worker,
                                      view.epoch,
@@ -88,6 +93,17 @@ struct backup_under_test {
     for (uint64_t clock = 0; clock < pushes; ++clock)
       version = ok(replicate(primary, link, store, op_push, push_at(clock, k)));
     return version;
+  }
+
+  /// The layout (slice (k, 0)) and live worker of store `store`, as
+  /// `primary`'s link `link` sends them: a replica still pristine.
+  void layout(uint32_t primary, uint64_t link, uint64_t store,
+              uint64_t k = key) {
+    for (auto r :
+         {replicate(primary, link, store, op_owned, {}, {k, 0, floats}),
+          replicate(primary, link, store, op_workers, {}, {worker})})
+      if (!r)
+        BOOST_FAIL("refused: " << describe(r.error()));
   }
 
   frame push_at(uint64_t clock, uint64_t k = key) const {
@@ -273,6 +289,65 @@ BOOST_AUTO_TEST_CASE(a_copy_on_the_new_link_makes_the_replica_current_again) {
   BOOST_REQUIRE(t.replicate(primary, two, store, op_workers, {}, {worker}));
   t.promote();
   expect_no_other_lost(t);
+}
+
+BOOST_AUTO_TEST_CASE(a_pristine_replica_is_stale_too_until_its_copy) {
+  // Link 1 brought only the layout; the primary then lost the link, and
+  // took the Init and a push alone. The store is no longer pristine there,
+  // so the new link owes a copy (in sync, at the end of the round): the
+  // primary dies first. The replica promoted holds no values at all.
+  backup_under_test t;
+  constexpr uint32_t primary = 81;
+  t.layout(primary, replica_link_tag(3, 1), 4747);
+  BOOST_REQUIRE(t.replicate(primary, replica_link_tag(3, 2), 4748, op_owned, {},
+                            {key + 1, 0, floats}));
+  t.promote();
+  auto lost = t.events_of("lost", 10s);
+  BOOST_REQUIRE_EQUAL(lost.size(), 1u);
+  BOOST_CHECK_MESSAGE(lost.front().detail.find("of server 81's store") !=
+                          std::string::npos,
+                      lost.front().detail);
+}
+
+BOOST_AUTO_TEST_CASE(a_replica_pristine_at_the_new_link_is_current_once_fed) {
+  // The store was pristine at the primary too when the new link came: the
+  // link feeds it without a copy, and nothing was acknowledged alone.
+  backup_under_test t;
+  constexpr uint32_t primary = 82;
+  constexpr uint64_t store = 4849;
+  t.layout(primary, replica_link_tag(3, 1), store);
+  t.layout(primary, replica_link_tag(3, 2), store);
+  t.promote();
+  expect_no_other_lost(t);
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_copy_keeps_the_replica_and_ends_its_link) {
+  // A copy that cannot be applied (here: no checkpoint frame) replaced the
+  // replica with an empty one of the same layout, promoted in silence; and
+  // the link's next operations were taken on it.
+  backup_under_test t;
+  constexpr uint32_t primary = 83;
+  constexpr uint64_t store = 4950;
+  BOOST_REQUIRE_EQUAL(t.feed(primary, replica_link_tag(3, 1), store, 3), 3u);
+  auto two = replica_link_tag(3, 2);
+  auto copy =
+      t.replicate(primary, two, store, op_copy,
+                  frame{std::vector<uint8_t>(64, 0x5A)}, {key, 0, floats});
+  BOOST_REQUIRE(!copy);
+  BOOST_CHECK(copy.error() == errc::malformed_message);
+  expect_refused(t.replicate(primary, two, store, op_workers, {}, {worker}),
+                 "refused an operation already");
+  // A newer link is taken again; the replica is the one link 1 fed.
+  auto now = t.replicate(primary, replica_link_tag(3, 3), store, op_workers, {},
+                         {worker});
+  BOOST_REQUIRE(now);
+  BOOST_CHECK_EQUAL(*now, 3u);
+  t.promote();
+  auto lost = t.events_of("lost", 10s);
+  BOOST_REQUIRE_EQUAL(lost.size(), 1u);
+  BOOST_CHECK_MESSAGE(lost.front().detail.find("promoted at version 3") !=
+                          std::string::npos,
+                      lost.front().detail);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
