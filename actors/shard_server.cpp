@@ -1452,6 +1452,7 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
     if (self->state.leaving)
       return;
     self->state.leaving = true;
+    TROUPE_LOG(info, who(self), "told to stop: leaving the view");
     auto limit = std::min<uint32_t>(self->state.request_timeout_ms, 2000);
     self->request(self->state.scheduler, std::chrono::milliseconds{limit},
                   leave_atom_v)

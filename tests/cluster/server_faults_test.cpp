@@ -326,4 +326,24 @@ BOOST_AUTO_TEST_CASE(servers_told_to_stop_leave_the_view_instead_of_crashing) {
                       dump(evs));
 }
 
+BOOST_AUTO_TEST_CASE(a_server_stopping_when_the_scheduler_dies_exits_cleanly) {
+  // Told to stop, the server asks the scheduler to let it leave; the
+  // scheduler (stopped here, so the request waits) dies meanwhile, as it
+  // does when a deploy script stops everything at once. The server was
+  // stopping anyway: it exits 0, not as a server whose scheduler failed.
+  scheduler_process s{1, 1};
+  scheduler_client sched{s.port};
+  auto srv = start_server(s, "async");
+  BOOST_REQUIRE(sched.wait_for_view(
+      [](const cluster_view& v) { return v.servers.size() == 1; }));
+  s.proc->signal(SIGSTOP);
+  srv->signal(SIGTERM);
+  auto leaving = srv->wait_for_line("told to stop: leaving the view", 10s);
+  s.proc->signal(SIGKILL);
+  BOOST_REQUIRE_MESSAGE(leaving, srv->output());
+  auto rc = srv->wait_exit(30s);
+  BOOST_REQUIRE_MESSAGE(rc, srv->output());
+  BOOST_CHECK_MESSAGE(*rc == 0, srv->output());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
