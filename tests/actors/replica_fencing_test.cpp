@@ -106,6 +106,16 @@ struct backup_under_test {
         BOOST_FAIL("refused: " << describe(r.error()));
   }
 
+  /// A newer link's first operation, on another store of the primary
+  /// (its layout, slice (k, 0)): the primary's replicas become stale.
+  void open_link(uint32_t primary, uint64_t link, uint64_t other_store,
+                 uint64_t k) {
+    auto r =
+        replicate(primary, link, other_store, op_owned, {}, {k, 0, floats});
+    if (!r)
+      BOOST_FAIL("refused: " << describe(r.error()));
+  }
+
   frame push_at(uint64_t clock, uint64_t k = key) const {
     return encode(push_request{worker,
                                clock,
@@ -177,6 +187,16 @@ struct backup_under_test {
   }
 };
 
+/// Waits for the server's "lost" event: exactly one, saying `says`.
+void expect_one_lost(backup_under_test& t, const std::string& says) {
+  auto lost = t.events_of("lost", 10s);
+  BOOST_REQUIRE_EQUAL(lost.size(), 1u);
+  BOOST_TEST_MESSAGE(lost.front().detail);
+  BOOST_CHECK_EQUAL(lost.front().rank, t.rank);
+  BOOST_CHECK_MESSAGE(lost.front().detail.find(says) != std::string::npos,
+                      lost.front().detail);
+}
+
 /// A replica made stale (a newer link's first operation, on another
 /// store) and promoted: its "lost" event, the first the test expects, comes
 /// after any the server sent before (one sender, one receiver: in order).
@@ -185,14 +205,9 @@ void expect_no_other_lost(backup_under_test& t) {
   constexpr uint32_t primary = 90;
   constexpr uint64_t k = 90;
   BOOST_REQUIRE_EQUAL(t.feed(primary, replica_link_tag(3, 1), 9090, 1, k), 1u);
-  BOOST_REQUIRE(t.replicate(primary, replica_link_tag(3, 2), 9091, op_owned, {},
-                            {k + 1, 0, floats}));
+  t.open_link(primary, replica_link_tag(3, 2), 9091, k + 1);
   t.promote(k);
-  auto lost = t.events_of("lost", 10s);
-  BOOST_REQUIRE_EQUAL(lost.size(), 1u);
-  BOOST_CHECK_MESSAGE(lost.front().detail.find("of server 90's store") !=
-                          std::string::npos,
-                      lost.front().detail);
+  expect_one_lost(t, "of server 90's store");
 }
 
 void expect_refused(const caf::expected<uint64_t>& x, const std::string& why) {
@@ -265,17 +280,9 @@ BOOST_AUTO_TEST_CASE(a_replica_promoted_before_its_copy_is_reported_lost) {
   constexpr uint32_t primary = 79;
   constexpr uint64_t store = 4444, other = 4445;
   BOOST_REQUIRE_EQUAL(t.feed(primary, replica_link_tag(3, 1), store, 3), 3u);
-  // The new link's first operation, on another store of the primary.
-  BOOST_REQUIRE(t.replicate(primary, replica_link_tag(3, 2), other, op_owned,
-                            {}, {key + 1, 0, floats}));
+  t.open_link(primary, replica_link_tag(3, 2), other, key + 1);
   t.promote();
-  auto lost = t.events_of("lost", 10s);
-  BOOST_REQUIRE_EQUAL(lost.size(), 1u);
-  BOOST_TEST_MESSAGE(lost.front().detail);
-  BOOST_CHECK_EQUAL(lost.front().rank, t.rank);
-  BOOST_CHECK_MESSAGE(lost.front().detail.find("since version 3") !=
-                          std::string::npos,
-                      lost.front().detail);
+  expect_one_lost(t, "since version 3");
 }
 
 BOOST_AUTO_TEST_CASE(a_copy_on_the_new_link_makes_the_replica_current_again) {
@@ -299,14 +306,9 @@ BOOST_AUTO_TEST_CASE(a_pristine_replica_is_stale_too_until_its_copy) {
   backup_under_test t;
   constexpr uint32_t primary = 81;
   t.layout(primary, replica_link_tag(3, 1), 4747);
-  BOOST_REQUIRE(t.replicate(primary, replica_link_tag(3, 2), 4748, op_owned, {},
-                            {key + 1, 0, floats}));
+  t.open_link(primary, replica_link_tag(3, 2), 4748, key + 1);
   t.promote();
-  auto lost = t.events_of("lost", 10s);
-  BOOST_REQUIRE_EQUAL(lost.size(), 1u);
-  BOOST_CHECK_MESSAGE(lost.front().detail.find("of server 81's store") !=
-                          std::string::npos,
-                      lost.front().detail);
+  expect_one_lost(t, "of server 81's store");
 }
 
 BOOST_AUTO_TEST_CASE(a_replica_pristine_at_the_new_link_is_current_once_fed) {
@@ -343,11 +345,7 @@ BOOST_AUTO_TEST_CASE(a_failed_copy_keeps_the_replica_and_ends_its_link) {
   BOOST_REQUIRE(now);
   BOOST_CHECK_EQUAL(*now, 3u);
   t.promote();
-  auto lost = t.events_of("lost", 10s);
-  BOOST_REQUIRE_EQUAL(lost.size(), 1u);
-  BOOST_CHECK_MESSAGE(lost.front().detail.find("promoted at version 3") !=
-                          std::string::npos,
-                      lost.front().detail);
+  expect_one_lost(t, "promoted at version 3");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
