@@ -238,7 +238,8 @@ void reconnect(self_ptr self, uint32_t rank) {
 
 void fail_inflight(self_ptr self, uint32_t rank);
 
-void init_in_place_of_the_gone(self_ptr self);
+void init_in_place_of_the_gone(self_ptr self,
+                               const kv_client_state::open_init& open);
 
 void apply_view(self_ptr self, cluster_view v) { // 3
   auto& st = self->state;
@@ -283,17 +284,19 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   st.failing_departed = false;
   run_resends(self);
   flush_waiting(self);
-  if (worker_left && st.awaiting_init) // sent once ready, as any operation
-    when_ready(
-        self,
-        [self] {
-          if (self->state.awaiting_init) // not done meanwhile
-            init_in_place_of_the_gone(self);
-        },
-        [self](caf::error err) {
-          TROUPE_LOG(warning, who(self), "Init in place of a departed worker",
-                     " never sent: ", describe(err));
-        });
+  if (worker_left) // sent once ready, as any operation
+    for (auto& [serial, open] : st.open_inits)
+      when_ready(
+          self,
+          [self, serial = serial] {
+            auto i = self->state.open_inits.find(serial);
+            if (i != self->state.open_inits.end()) // not done meanwhile
+              init_in_place_of_the_gone(self, i->second);
+          },
+          [self](caf::error err) {
+            TROUPE_LOG(warning, who(self), "Init in place of a departed worker",
+                       " never sent: ", describe(err));
+          });
 }
 
 // -- scatter/gather -----------------------------------------------------------
@@ -1176,9 +1179,10 @@ void send_inits(self_ptr self, const arrays& xs,
 /// Init arrived. Servers keep the first Init of a slice, so where the
 /// initialiser's came first, ours changes nothing. Our own keys' Inits are
 /// sent already, or fail our init (which is then resent).
-void init_in_place_of_the_gone(self_ptr self) {
-  auto xs = self->state.awaiting_init;
-  auto& ours = self->state.initialising;
+void init_in_place_of_the_gone(self_ptr self,
+                               const kv_client_state::open_init& open) {
+  auto xs = open.arrays;
+  auto& ours = open.initialising;
   std::vector<uint64_t> keys;
   for (auto& x : *xs)
     if (std::find(ours.begin(), ours.end(), x.key) == ours.end())
@@ -1246,9 +1250,9 @@ void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
     keys.push_back(x.key);
   }
   // Our init is over, either way: no Init in place of a departed worker.
-  auto done = [self, reply](caf::expected<arrays> r) {
-    self->state.awaiting_init = nullptr;
-    self->state.initialising.clear();
+  auto serial = self->state.next_init++;
+  auto done = [self, serial, reply](caf::expected<arrays> r) {
+    self->state.open_inits.erase(serial);
     reply(std::move(r));
   };
   auto g = std::make_shared<gather>();
@@ -1258,7 +1262,7 @@ void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
   self->request(self->state.scheduler, timeout_of(self), declare_atom_v,
                 encode(req))
       .then(
-          [self, xs, keys, g, done](const frame& f) {
+          [self, xs, keys, g, done, serial](const frame& f) {
             declare_reply dr;
             if (auto err = decode(f, dr)) {
               g->fail(err);
@@ -1268,8 +1272,7 @@ void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
             // From the scheduler's answer on, a worker that leaves may be
             // the initialiser of keys we do not initialise, gone before its
             // Init arrived: also while our own Inits are on their way.
-            self->state.awaiting_init = xs;
-            self->state.initialising = dr.initialiser;
+            self->state.open_inits[serial] = {xs, dr.initialiser};
             when_ready(
                 self,
                 [self, xs, keys, g, done, mine = dr.initialiser] {

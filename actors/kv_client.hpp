@@ -202,11 +202,17 @@ struct kv_client_state {
   bool ticking = false;       // a timeout sweep is scheduled
   std::mt19937_64 faults;     // draws of --fault.drop-pushes / duplicate-pushes
   uint64_t road_requests = 0; // sent on roads, for --fault.cut-road-after
-  /// Our Init's arrays from the scheduler's answer to our declaration until
-  /// our init is done (our own Inits on their way, then the pull after
-  /// them), and the keys among them we initialise ourselves.
-  std::shared_ptr<const std::vector<named_array>> awaiting_init;
-  std::vector<uint64_t> initialising;
+  /// An init from the scheduler's answer to its declaration until it is
+  /// done (its own Inits on their way, then the pull after them): its
+  /// arrays, and the keys among them we initialise ourselves.
+  struct open_init {
+    std::shared_ptr<const std::vector<named_array>> arrays;
+    std::vector<uint64_t> initialising;
+  };
+  /// The inits open now, by serial (several may be: init calls from
+  /// several senders).
+  std::map<uint64_t, open_init> open_inits;
+  uint64_t next_init = 1;
   /// Runs the copies of large frames (kv.helper-threads).
   loop_fn loop = run_serially;
   /// The arrays of pushes, until only this list holds them (their frames

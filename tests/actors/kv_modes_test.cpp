@@ -680,6 +680,40 @@ BOOST_AUTO_TEST_CASE(
   }
 }
 
+BOOST_AUTO_TEST_CASE(two_open_inits_each_replace_a_dead_initialiser) {
+  // Two inits at once, from two senders to the kv client's actor. The
+  // client kept one open init: the second's declaration took its place,
+  // and its end cleared it. So when the silent initialiser of the first's
+  // key 1 died, nothing sent key 1's Init, and the first's pull waited for
+  // values that never came, until its timeout.
+  cluster c{"async", 1, 1};
+  auto joined = c.workers.front()->view(); // takes rank 0 first
+  BOOST_REQUIRE_MESSAGE(joined, why(joined));
+  silent_initialiser first{c, 8};
+  BOOST_REQUIRE_NE(first.rank, joined->first); // no rank to inherit
+  auto& w = *c.workers.front();
+  caf::scoped_actor other{c.b};
+  auto xs = filled(1, 8, 2.5f);
+  xs.push_back(filled(2, 8, 1.5f).front());
+  auto pending = other->request(w.handle(), 30s, init_atom_v, xs);
+  // Key 2 is new: once the view has it, the scheduler has answered the
+  // first init's declaration.
+  first.wait_for_view(c,
+                      [](const cluster_view& v) { return v.keys.size() == 2; });
+  auto second = w.init(filled(3, 8, 0.5f));
+  BOOST_REQUIRE_MESSAGE(second, why(second));
+  first.die(c);
+  std::optional<std::vector<named_array>> got;
+  pending.receive([&got](std::vector<named_array>& x) { got = std::move(x); },
+                  [](caf::error& err) {
+                    BOOST_FAIL("the first init failed: " << describe(err));
+                  });
+  BOOST_REQUIRE(got);
+  BOOST_REQUIRE_EQUAL(got->size(), 2u);
+  for (auto& a : *got)
+    BOOST_CHECK(all_equal({a}, a.key == 1 ? 2.5f : 1.5f));
+}
+
 BOOST_AUTO_TEST_CASE(a_dead_server_fails_waiting_operations_with_peer_down) {
   cluster c{"sync", 1, 2};
   init_all(c, 8);
