@@ -284,11 +284,14 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   st.failing_departed = false;
   run_resends(self);
   flush_waiting(self);
+  std::vector<uint64_t> open; // when_ready may run at once: not over the map
+  for (auto& [serial, init] : st.open_inits)
+    open.push_back(serial);
   if (worker_left) // sent once ready, as any operation
-    for (auto& [serial, open] : st.open_inits)
+    for (auto serial : open)
       when_ready(
           self,
-          [self, serial = serial] {
+          [self, serial] {
             auto i = self->state.open_inits.find(serial);
             if (i != self->state.open_inits.end()) // not done meanwhile
               init_in_place_of_the_gone(self, i->second);

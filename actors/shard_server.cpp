@@ -593,6 +593,18 @@ caf::expected<uint64_t> apply_to_replica(shard_store& m, uint8_t op,
   }
 }
 
+/// Every replica of `primary` may lack operations it acknowledged alone
+/// (`why`), until its copy on a newer link: stale.
+void mark_stale(self_ptr self, uint32_t primary, const char* why) {
+  for (auto& [id, m] : self->state.mirrors)
+    if (m.primary == primary && !m.stale_since) {
+      m.stale_since = m.store.version();
+      TROUPE_LOG(warning, who(self), "server ", primary, " ", why,
+                 ": our replica of store ", id, " (version ", m.store.version(),
+                 ") may lack what it acknowledged alone, until its copy");
+    }
+}
+
 /// Refuses an operation of link `link` of `primary` on store `id` if that
 /// link is older than the newest we took from it or refused an operation
 /// already (the primary drops a link at its first refusal), or if we serve
@@ -607,14 +619,7 @@ caf::error fence(self_ptr self, uint32_t primary, uint64_t link, uint64_t id) {
                            l.newest);
   if (link > l.newest) {
     if (l.newest != 0)
-      for (auto& [mid, m] : st.mirrors)
-        if (m.primary == primary && !m.stale_since) {
-          m.stale_since = m.store.version();
-          TROUPE_LOG(warning, who(self), "server ", primary,
-                     " replaced its link to us: our replica of store ", mid,
-                     " (version ", m.store.version(),
-                     ") may lack what it acknowledged alone, until its copy");
-        }
+      mark_stale(self, primary, "replaced its link to us");
     l = primary_link{link, false};
   } else if (l.refused) {
     return caf::make_error(errc::not_a_member, "link", link, "of server",
@@ -693,8 +698,13 @@ caf::expected<uint64_t> apply_replica(self_ptr self, uint32_t primary,
   auto r = err ? caf::expected<uint64_t>{std::move(err)}
                : apply_replica_op(self, primary, id, origin, op, f, xs);
   auto& l = self->state.primary_links[primary];
-  if (!r && l.newest == link)
-    l.refused = true; // the primary drops the link: so do we
+  if (!r && l.newest == link && !l.refused) {
+    // The primary drops the link, and acknowledges alone what it had sent
+    // on it after this operation (we refuse those): so do we, and its
+    // replicas are stale from here.
+    l.refused = true;
+    mark_stale(self, primary, "had an operation refused");
+  }
   return r;
 }
 

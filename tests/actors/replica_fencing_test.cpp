@@ -348,4 +348,20 @@ BOOST_AUTO_TEST_CASE(a_failed_copy_keeps_the_replica_and_ends_its_link) {
   expect_one_lost(t, "promoted at version 3");
 }
 
+BOOST_AUTO_TEST_CASE(a_refused_operation_makes_the_replicas_stale) {
+  // The primary drops the link at the refusal, and acknowledges alone what
+  // it had sent on it after (refused here too): until the next link's
+  // first operation marked them, its replicas were promoted in silence.
+  backup_under_test t;
+  constexpr uint32_t primary = 84;
+  constexpr uint64_t store = 5051;
+  auto one = replica_link_tag(3, 1);
+  BOOST_REQUIRE_EQUAL(t.feed(primary, one, store, 3), 3u);
+  auto gap = t.replicate(primary, one, store, op_push, t.push_at(5));
+  BOOST_REQUIRE(!gap); // clock 5 after 2: a gap
+  BOOST_TEST_MESSAGE(describe(gap.error()));
+  t.promote();
+  expect_one_lost(t, "promoted at version 3");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
