@@ -111,7 +111,8 @@ frame events_after(self_ptr self, uint64_t n) {
 void record(self_ptr self, event_record e) {
   auto& evs = self->state.events;
   bool bad = e.kind == "crashed" || e.kind == "gave-up" ||
-             e.kind == "agent-down" || e.kind == "exited" || e.kind == "lost";
+             e.kind == "agent-down" || e.kind == "exited" || e.kind == "lost" ||
+             e.kind == "unreplicated";
   if (bad)
     TROUPE_LOG(warning, "scheduler", "event ", to_json(e));
   else

@@ -111,12 +111,31 @@ void report_resumed(self_ptr self) {
 // -- replication: the primary side --------------------------------------------
 
 /// Drops the link to our backup; what waited for it goes on without it.
+/// A backup the view still names is not told we dropped it: if we die
+/// before a new link's copies reach it, what we acknowledged alone is not
+/// there, and it cannot know. So we say it (an "unreplicated" event).
 void drop_backup(self_ptr self, const char* why) {
-  auto& b = self->state.backup;
+  auto& st = self->state;
+  auto& b = st.backup;
   if (!b)
     return;
   TROUPE_LOG(warning, who(self), "backup ", b->rank, " ", why,
              ": our stores are unreplicated");
+  auto& servers = st.view.servers;
+  if (std::find(servers.begin(), servers.end(), b->node) != servers.end()) {
+    std::string versions;
+    for (auto& h : st.stores)
+      versions += str(versions.empty() ? "" : ", ", h.store.version());
+    self->send(st.scheduler, event_atom_v,
+               encode(event_record{
+                   now_ms(), "unreplicated", role::server, st.rank,
+                   static_cast<uint32_t>(::getpid()),
+                   str("backup ", b->rank, " ", why, ": our ", st.stores.size(),
+                       " stores (versions ", versions,
+                       ") stand on this server alone until the backup has"
+                       " their copies"),
+                   who(self)}));
+  }
   auto queued = std::move(b->queued);
   b.reset();
   for (auto& q : queued)

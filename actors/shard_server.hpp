@@ -42,7 +42,8 @@
 // (event "replicated"). Until the copy is taken the store is unreplicated.
 // A backup that cannot be reached, or leaves an operation unanswered for
 // half the request timeout, is dropped (workers are answered in
-// time) and a new link to it tried a second later, copies included.
+// time: an "unreplicated" event says our stores stand on us alone) and a
+// new link to it tried a second later, copies included.
 // Replica operations travel on the backup's fast road (a Replicate frame,
 // road_op::replicate, answered with a PushReply or a Failure) when the
 // primary could dial it once CAF connected, else all over CAF: one link

@@ -430,6 +430,16 @@ BOOST_AUTO_TEST_CASE(a_push_its_backup_refuses_is_not_acknowledged) {
   BOOST_CHECK_MESSAGE(!got, "acknowledged, though the backup refused it");
   BOOST_CHECK_MESSAGE(err == errc::peer_down, describe(err));
   BOOST_TEST_MESSAGE(describe(err));
+  // The primary dropped its link at the refusal, and the view it has still
+  // names that backup, which cannot know what the primary takes alone from
+  // now on: the primary says so.
+  auto alone = c.events_of("unreplicated", 10s);
+  BOOST_REQUIRE(!alone.empty());
+  BOOST_TEST_MESSAGE(alone.front().detail);
+  BOOST_CHECK_EQUAL(alone.front().rank, pb.primary);
+  BOOST_CHECK_MESSAGE(
+      alone.front().detail.find("backup " + std::to_string(pb.backup)) == 0,
+      alone.front().detail);
 }
 
 BOOST_AUTO_TEST_CASE(

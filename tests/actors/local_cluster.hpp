@@ -20,6 +20,7 @@
 #include "actors/log.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/shard_server.hpp"
+#include "messages/membership.hpp"
 #include "messages/type_ids.hpp"
 
 namespace troupe::test {
@@ -122,6 +123,35 @@ struct cluster {
     for (auto& s : servers)
       caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(sched, caf::exit_reason::user_shutdown);
+  }
+
+  /// The scheduler's events of kind `kind`; waits up to `wait` for one,
+  /// in long polls that the scheduler answers as soon as an event is in.
+  std::vector<event_record> events_of(const std::string& kind,
+                                      std::chrono::milliseconds wait) {
+    auto until = std::chrono::steady_clock::now() + wait;
+    std::vector<event_record> out;
+    uint64_t seen = 0;
+    for (bool first = true;; first = false) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      if (!first && left.count() <= 0)
+        return out;
+      std::vector<event_record> got;
+      bool late = false;
+      self->request(sched, std::max(left, std::chrono::milliseconds{1}),
+                    events_atom_v, seen)
+          .receive([&got](const frame& f) { BOOST_REQUIRE(!decode(f, got)); },
+                   [&late](const caf::error&) { late = true; });
+      if (late)
+        return out;
+      seen += got.size();
+      for (auto& e : got)
+        if (e.kind == kind)
+          out.push_back(e);
+      if (!out.empty())
+        return out;
+    }
   }
 
   /// Worker with rank `r`.

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <caf/actor_system.hpp>
@@ -161,35 +160,11 @@ struct backup_under_test {
                  [&answered](const caf::error&) { answered = true; });
     BOOST_REQUIRE(answered);
   }
-
-  /// The scheduler's events of kind `kind`, waiting up to `wait` for one.
-  std::vector<event_record> events_of(const std::string& kind,
-                                      std::chrono::milliseconds wait) {
-    auto until = std::chrono::steady_clock::now() + wait;
-    for (;;) {
-      std::vector<event_record> out;
-      c.self->request(c.sched, 10s, events_atom_v)
-          .receive(
-              [&](const frame& f) {
-                std::vector<event_record> all;
-                BOOST_REQUIRE(!decode(f, all));
-                for (auto& e : all)
-                  if (e.kind == kind)
-                    out.push_back(e);
-              },
-              [](const caf::error& err) {
-                BOOST_FAIL("no event log: " << describe(err));
-              });
-      if (!out.empty() || std::chrono::steady_clock::now() >= until)
-        return out;
-      std::this_thread::sleep_for(10ms); // polling the log, bounded
-    }
-  }
 };
 
 /// Waits for the server's "lost" event: exactly one, saying `says`.
 void expect_one_lost(backup_under_test& t, const std::string& says) {
-  auto lost = t.events_of("lost", 10s);
+  auto lost = t.c.events_of("lost", 10s);
   BOOST_REQUIRE_EQUAL(lost.size(), 1u);
   BOOST_TEST_MESSAGE(lost.front().detail);
   BOOST_CHECK_EQUAL(lost.front().rank, t.rank);
