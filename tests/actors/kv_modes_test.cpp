@@ -611,6 +611,16 @@ struct silent_initialiser {
   }
 };
 
+/// A silent initialiser that registers after the cluster's one worker (so
+/// it inherits no rank) and declares key 1 (`n` floats) first.
+silent_initialiser silent_after_worker(cluster& c, size_t n) {
+  auto joined = c.workers.front()->view(); // takes rank 0 first
+  BOOST_REQUIRE_MESSAGE(joined, why(joined));
+  silent_initialiser s{c, n};
+  BOOST_REQUIRE_NE(s.rank, joined->first); // no rank to inherit
+  return s;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_CASE(keys_whose_initialiser_died_before_its_init_are_set) {
@@ -618,10 +628,7 @@ BOOST_AUTO_TEST_CASE(keys_whose_initialiser_died_before_its_init_are_set) {
   // the initialiser.
   {
     cluster c{"async", 1, 1};
-    auto joined = c.workers.front()->view(); // takes rank 0 first
-    BOOST_REQUIRE_MESSAGE(joined, why(joined));
-    silent_initialiser first{c, 8};
-    BOOST_REQUIRE_NE(first.rank, joined->first); // no rank to inherit
+    auto first = silent_after_worker(c, 8);
     first.die(c);
     auto got = c.workers.front()->init(filled(1, 8, 2.5f));
     BOOST_REQUIRE_MESSAGE(got, why(got));
@@ -631,10 +638,7 @@ BOOST_AUTO_TEST_CASE(keys_whose_initialiser_died_before_its_init_are_set) {
   // worker sends its own Init when the view loses a worker.
   {
     cluster c{"async", 1, 1};
-    auto joined = c.workers.front()->view(); // takes rank 0 first
-    BOOST_REQUIRE_MESSAGE(joined, why(joined));
-    silent_initialiser first{c, 8};
-    BOOST_REQUIRE_NE(first.rank, joined->first); // no rank to inherit
+    auto first = silent_after_worker(c, 8);
     // Key 2 is new, so its declaration changes the view: once the view
     // has it, the scheduler has answered this worker's declaration (key 1:
     // not the initialiser, the silent one is alive) and its pull waits.
@@ -661,10 +665,7 @@ BOOST_AUTO_TEST_CASE(
   // This worker must send key 1's Init too, or that pull waits in vain.
   constexpr size_t big = size_t{4} << 20; // 16 MiB: tens of ms to send
   cluster c{"async", 1, 1, 16u << 20, add_update, 1u << 20};
-  auto joined = c.workers.front()->view(); // takes rank 0 first
-  BOOST_REQUIRE_MESSAGE(joined, why(joined));
-  silent_initialiser first{c, 8};
-  BOOST_REQUIRE_NE(first.rank, joined->first); // no rank to inherit
+  auto first = silent_after_worker(c, 8);
   auto xs = filled(1, 8, 2.5f);
   xs.push_back(filled(2, big, 1.5f).front());
   auto* w = c.workers.front().get();
@@ -697,10 +698,7 @@ BOOST_AUTO_TEST_CASE(two_open_inits_each_replace_a_dead_initialiser) {
   // key 1 died, nothing sent key 1's Init, and the first's pull waited for
   // values that never came, until its timeout.
   cluster c{"async", 1, 1};
-  auto joined = c.workers.front()->view(); // takes rank 0 first
-  BOOST_REQUIRE_MESSAGE(joined, why(joined));
-  silent_initialiser first{c, 8};
-  BOOST_REQUIRE_NE(first.rank, joined->first); // no rank to inherit
+  auto first = silent_after_worker(c, 8);
   auto& w = *c.workers.front();
   caf::scoped_actor other{c.b};
   auto xs = filled(1, 8, 2.5f);
