@@ -284,22 +284,23 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   st.failing_departed = false;
   run_resends(self);
   flush_waiting(self);
+  if (!worker_left)
+    return;
   std::vector<uint64_t> open; // when_ready may run at once: not over the map
   for (auto& [serial, init] : st.open_inits)
     open.push_back(serial);
-  if (worker_left) // sent once ready, as any operation
-    for (auto serial : open)
-      when_ready(
-          self,
-          [self, serial] {
-            auto i = self->state.open_inits.find(serial);
-            if (i != self->state.open_inits.end()) // not done meanwhile
-              init_in_place_of_the_gone(self, i->second);
-          },
-          [self](caf::error err) {
-            TROUPE_LOG(warning, who(self), "Init in place of a departed worker",
-                       " never sent: ", describe(err));
-          });
+  for (auto serial : open) // sent once ready, as any operation
+    when_ready(
+        self,
+        [self, serial] {
+          auto i = self->state.open_inits.find(serial);
+          if (i != self->state.open_inits.end()) // not done meanwhile
+            init_in_place_of_the_gone(self, i->second);
+        },
+        [self](caf::error err) {
+          TROUPE_LOG(warning, who(self), "Init in place of a departed worker",
+                     " never sent: ", describe(err));
+        });
 }
 
 // -- scatter/gather -----------------------------------------------------------

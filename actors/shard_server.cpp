@@ -90,21 +90,31 @@ shard_store* store_of(self_ptr self, const slice_id& id) {
   return nullptr;
 }
 
+/// The store we host with id `id`; null if none.
+hosted_store* hosted(self_ptr self, uint64_t id) {
+  for (auto& h : self->state.stores)
+    if (h.id == id)
+      return &h;
+  return nullptr;
+}
+
+/// Sends the scheduler an event of ours: `kind`, with `detail` for people.
+void report(self_ptr self, const char* kind, std::string detail) {
+  auto& st = self->state;
+  self->send(st.scheduler, event_atom_v,
+             encode(event_record{now_ms(), kind, role::server, st.rank,
+                                 static_cast<uint32_t>(::getpid()),
+                                 std::move(detail), who(self)}));
+}
+
 /// Reports the first update after a worker was lost (a "resumed" event).
 void report_resumed(self_ptr self) {
   auto& st = self->state;
   if (st.lost_epoch == 0 || own_store(self).version() <= st.lost_version)
     return;
-  auto workers = st.view.workers.size();
-  event_record e{now_ms(),
-                 "resumed",
-                 role::server,
-                 st.rank,
-                 static_cast<uint32_t>(::getpid()),
-                 str("version ", own_store(self).version(), " applied with ",
-                     workers, " workers after view ", st.lost_epoch),
-                 who(self)};
-  self->send(st.scheduler, event_atom_v, encode(e));
+  report(self, "resumed",
+         str("version ", own_store(self).version(), " applied with ",
+             st.view.workers.size(), " workers after view ", st.lost_epoch));
   st.lost_epoch = 0;
 }
 
@@ -126,15 +136,11 @@ void drop_backup(self_ptr self, const char* why) {
     std::string versions;
     for (auto& h : st.stores)
       versions += str(versions.empty() ? "" : ", ", h.store.version());
-    self->send(st.scheduler, event_atom_v,
-               encode(event_record{
-                   now_ms(), "unreplicated", role::server, st.rank,
-                   static_cast<uint32_t>(::getpid()),
-                   str("backup ", b->rank, " ", why, ": our ", st.stores.size(),
-                       " stores (versions ", versions,
-                       ") stand on this server alone until the backup has"
-                       " their copies"),
-                   who(self)}));
+    report(self, "unreplicated",
+           str("backup ", b->rank, " ", why, ": our ", st.stores.size(),
+               " stores (versions ", versions,
+               ") stand on this server alone until the backup has their"
+               " copies"));
   }
   auto queued = std::move(b->queued);
   b.reset();
@@ -168,9 +174,10 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
       return;
     }
     auto n = b->next++;
+    auto tag = replica_link_tag(self->state.joined_epoch, b->serial);
     b->waiting.emplace(n, std::move(then));
     if (b->road) { // the link's order is the road's
-      replicate_request r{self->state.rank,         b->tag,        id, origin,
+      replicate_request r{self->state.rank,         tag,           id, origin,
                           static_cast<uint8_t>(op), std::move(xs), f};
       if (auto err = b->road->send(road_op::replicate, n, encode(r))) {
         drop_backup(self, ("road failed: " + describe(err)).c_str());
@@ -192,9 +199,8 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
       fn(refused);
     };
     auto limit = std::chrono::milliseconds{self->state.request_timeout_ms / 2};
-    self->request(b->handle, limit, replicate_atom_v, self->state.rank, b->tag,
-                  id, origin, static_cast<uint8_t>(op), std::move(f),
-                  std::move(xs))
+    self->request(b->handle, limit, replicate_atom_v, self->state.rank, tag, id,
+                  origin, static_cast<uint8_t>(op), std::move(f), std::move(xs))
         .then(
             [done](uint64_t) { done(caf::none); },
             [self, link, done](caf::error& err) {
@@ -431,10 +437,8 @@ void connect_backup(self_ptr self, backup_link* link, std::string host,
 void copy_to_backup(self_ptr self, uint64_t serial, uint64_t id) {
   auto& st = self->state;
   auto& b = st.backup;
-  auto h = std::find_if(st.stores.begin(), st.stores.end(),
-                        [id](const hosted_store& x) { return x.id == id; });
-  if (!b || b->serial != serial || h == st.stores.end() ||
-      b->mirrored.count(id) != 0)
+  auto h = hosted(self, id);
+  if (!b || b->serial != serial || !h || b->mirrored.count(id) != 0)
     return;
   if (!h->store.between_rounds()) { // pushes wait in a round: after it
     if (!b->copying.insert(id).second)
@@ -469,13 +473,9 @@ void copy_to_backup(self_ptr self, uint64_t serial, uint64_t id) {
       return;
     TROUPE_LOG(info, who(self), "store of server ", origin,
                " copied to new backup ", b->rank, " at version ", version);
-    self->send(self->state.scheduler, event_atom_v,
-               encode(event_record{
-                   now_ms(), "replicated", role::server, self->state.rank,
-                   static_cast<uint32_t>(::getpid()),
-                   str("store of server ", origin, " copied to server ",
-                       b->rank, " at version ", version),
-                   who(self)}));
+    report(self, "replicated",
+           str("store of server ", origin, " copied to server ", b->rank,
+               " at version ", version));
   };
   forward(self, *h, op_copy, encode(x), owned_triples(h->store), applied);
   forward(self, *h, op_workers, frame{}, worker_ranks(st.view), ignore_outcome);
@@ -518,7 +518,6 @@ void update_backup(self_ptr self) {
   st.backup->rank = b;
   st.backup->node = *node;
   st.backup->serial = ++st.backup_serial;
-  st.backup->tag = replica_link_tag(st.joined_epoch, st.backup->serial);
   for (auto& h : st.stores)
     if (h.store.pristine())
       st.backup->mirrored.insert(h.id);
@@ -646,15 +645,20 @@ caf::error fence(self_ptr self, uint32_t primary, uint64_t link, uint64_t id) {
                            "refused an operation already: the primary drops"
                            " it");
   }
-  auto hosted =
-      std::find_if(st.stores.begin(), st.stores.end(),
-                   [id](const hosted_store& h) { return h.id == id; });
-  if (hosted != st.stores.end())
+  if (auto h = hosted(self, id))
     return caf::make_error(errc::not_a_member, "store", id, "of server",
-                           hosted->origin, "is served here since view",
-                           hosted->since,
+                           h->origin, "is served here since view", h->since,
                            "(its primary was declared dead): not replicated");
   return caf::none;
+}
+
+/// An empty replica of a store `origin` created, which `primary` serves.
+mirror_store new_mirror(self_ptr self, uint32_t primary, uint32_t origin) {
+  auto& st = self->state;
+  mirror_store m{primary, origin, shard_store{st.cfg.mode, st.fresh_fn},
+                 std::nullopt};
+  m.store.set_loop(st.loop);
+  return m;
 }
 
 /// A whole store for a backup that came late (op_copy): layout, then state
@@ -663,15 +667,13 @@ caf::error fence(self_ptr self, uint32_t primary, uint64_t link, uint64_t id) {
 caf::expected<uint64_t> apply_copy(self_ptr self, uint32_t primary, uint64_t id,
                                    uint32_t origin, bytes_view f,
                                    const std::vector<uint64_t>& xs) {
-  auto& st = self->state;
-  mirror_store m{primary, origin, shard_store{st.cfg.mode, st.fresh_fn},
-                 std::nullopt};
-  m.store.set_loop(st.loop);
+  auto m = new_mirror(self, primary, origin);
   auto r = apply_to_replica(m.store, op_copy, f, xs);
   if (!r)
     return r;
-  st.mirrors.erase(id);
-  st.mirrors.emplace(id, std::move(m));
+  auto& mirrors = self->state.mirrors;
+  mirrors.erase(id);
+  mirrors.emplace(id, std::move(m));
   return r;
 }
 
@@ -688,12 +690,7 @@ caf::expected<uint64_t> apply_replica_op(self_ptr self, uint32_t primary,
     if (op != op_owned) // a replica starts with its layout
       return caf::make_error(errc::malformed_message,
                              "replica operation before its layout");
-    i = st.mirrors
-            .emplace(id, mirror_store{primary, origin,
-                                      shard_store{st.cfg.mode, st.fresh_fn},
-                                      std::nullopt})
-            .first;
-    i->second.store.set_loop(st.loop);
+    i = st.mirrors.emplace(id, new_mirror(self, primary, origin)).first;
     TROUPE_LOG(debug, who(self), "replicating the store of server ", origin,
                " for server ", primary);
   }
@@ -836,17 +833,13 @@ caf::error check_incarnation(self_ptr self, uint32_t worker, uint64_t epoch) {
 /// what the primary acknowledged alone in between is lost. Said loudly.
 void report_stale_promotion(self_ptr self, uint32_t primary, uint64_t version,
                             uint64_t stale_since) {
-  auto& st = self->state;
   auto what =
       str("the replica of server ", primary,
           "'s store was promoted at version ", version,
           " without the copy its primary owed it since version ", stale_since,
           ": updates the primary acknowledged alone meanwhile are lost");
   TROUPE_LOG(error, who(self), what);
-  self->send(
-      st.scheduler, event_atom_v,
-      encode(event_record{now_ms(), "lost", role::server, st.rank,
-                          static_cast<uint32_t>(::getpid()), what, who(self)}));
+  report(self, "lost", what);
 }
 
 /// Replicas of a server that left and whose slices `v` gives us become
@@ -861,12 +854,8 @@ void promote_replicas(self_ptr self, const cluster_view& v,
         [primary](const node_info& n) { return n.rank == primary; });
     auto slices = i->second.store.owned();
     bool ours = !slices.empty() && owned.count(slices.begin()->first) != 0;
-    auto id = i->first;
-    bool hosted =
-        std::any_of(st.stores.begin(), st.stores.end(),
-                    [id](const hosted_store& h) { return h.id == id; });
-    if (hosted) { // fence() keeps this from happening: never serve it twice
-      TROUPE_LOG(error, who(self), "dropped a replica of store ", id,
+    if (hosted(self, i->first)) { // fence() keeps this from happening
+      TROUPE_LOG(error, who(self), "dropped a replica of store ", i->first,
                  ", which we serve already");
       i = st.mirrors.erase(i);
     } else if (!alive && ours) {
@@ -917,12 +906,8 @@ void share_out(self_ptr self, const std::map<slice_id, uint32_t>& owned) {
     TROUPE_LOG(error, who(self), lost,
                " slices of a dead server came with no replica: their values"
                " are lost");
-    self->send(st.scheduler, event_atom_v,
-               encode(event_record{now_ms(), "lost", role::server, st.rank,
-                                   static_cast<uint32_t>(::getpid()),
-                                   str(lost, " slices of a dead server had no"
-                                             " replica here"),
-                                   who(self)}));
+    report(self, "lost",
+           str(lost, " slices of a dead server had no replica here"));
   }
   own_store(self).set_owned(rest);
   st.stores.erase(std::remove_if(st.stores.begin() + 1, st.stores.end(),
@@ -955,12 +940,9 @@ frame restore_from_checkpoint(self_ptr self) {
   auto gen = st.resume->manifest.generation;
   TROUPE_LOG(info, who(self), "restored ", *n, " slices from checkpoint ", gen,
              " at version ", own_store(self).version());
-  self->send(st.scheduler, event_atom_v,
-             encode(event_record{now_ms(), "restored", role::server, st.rank,
-                                 static_cast<uint32_t>(::getpid()),
-                                 str(*n, " slices from checkpoint ", gen,
-                                     " at version ", own_store(self).version()),
-                                 who(self)}));
+  report(self, "restored",
+         str(*n, " slices from checkpoint ", gen, " at version ",
+             own_store(self).version()));
   checkpoint_data x;
   x.stores.push_back(std::move(snap));
   return encode(x);
@@ -1044,8 +1026,7 @@ caf::response_promise take_checkpoint(self_ptr self, uint64_t gen,
   bool sync = own_store(self).mode().kind == consistency::kind_t::sync;
   std::vector<uint64_t> ids(p.waiting.begin(), p.waiting.end());
   for (auto id : ids) {
-    auto h = std::find_if(st.stores.begin(), st.stores.end(),
-                          [id](const hosted_store& x) { return x.id == id; });
+    auto h = hosted(self, id);
     auto snap = [self, serial, id] { snapshot_store(self, serial, id); };
     auto err = sync ? h->store.at_version(at, snap) : (snap(), caf::error{});
     if (err) { // past the cut: the scheduler tries again higher

@@ -187,7 +187,6 @@ struct backup_link {
   std::map<uint64_t, replica_done> waiting;
   uint64_t next = 0;
   uint64_t serial = 0;        ///< tells this link from a later one
-  uint64_t tag = 0;           ///< sent with each operation (fencing)
   std::set<uint64_t> copying; ///< our stores whose copy waits for a round
   /// The backup's fast road, opened once CAF connected and before any
   /// forward: then every replica operation of the link takes it, in order;
