@@ -154,6 +154,35 @@ void on_event(self_ptr self, const frame& f) {
   record(self, std::move(e));
 }
 
+/// A server dropped its link to backup `backup` while the view names it:
+/// the backup is told before any view that could promote its replicas
+/// of the sender's stores (they may lack what the sender acknowledged
+/// alone since). From a server that is no member (declared dead), or
+/// naming none, nothing follows.
+void on_stale(self_ptr self, uint32_t backup, uint64_t link) {
+  auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  using member = scheduler_state::member;
+  const member* primary = nullptr;
+  const member* to = nullptr;
+  for (auto& m : self->state.members) {
+    if (m.info.kind != role::server)
+      continue;
+    if (m.handle.address() == from)
+      primary = &m;
+    if (m.info.rank == backup)
+      to = &m;
+  }
+  if (!primary || !to || primary == to) {
+    TROUPE_LOG(warning, "scheduler",
+               "dropped a notice of a dropped link to"
+               " server ",
+               backup, ": ",
+               !primary ? "not from a member server" : "no such backup");
+    return;
+  }
+  self->send(to->handle, stale_atom_v, primary->info.rank, link);
+}
+
 /// A server left: its slices go to its backup, which holds their replicas
 /// (chain replication), if the backup lives. Returns the slices moved.
 size_t promote_backup(self_ptr self, uint32_t dead,
@@ -681,6 +710,9 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
       [self](barrier_atom, const frame& f) { return on_barrier(self, f); },
       [self](view_atom) { return encode(current_view(self)); },
       [self](event_atom, const frame& f) { on_event(self, f); },
+      [self](stale_atom, uint32_t backup, uint64_t link) {
+        on_stale(self, backup, link);
+      },
       [self](events_atom) { return encode(self->state.events); },
       [self](leave_atom) { return on_leave(self); },
       [self](checkpoint_atom) {

@@ -13,6 +13,13 @@
 //                                       leaves the view now: its process
 //                                       may exit without looking crashed]
 //   (event_atom, frame Event)        an agent or server reports an event
+//   (stale_atom, uint32_t backup, uint64_t link)
+//                                    a server dropped its replica link
+//                                    `link` to `backup`, which stays in the
+//                                    view: passed on to the backup as
+//                                    (stale_atom, primary rank, link),
+//                                    before any view that would promote
+//                                    (actors/shard_server.hpp, Fencing)
 //   (events_atom)                    -> frame EventLog  [every event so far]
 //   (events_atom, uint64_t n)        -> frame EventLog  [the events after the
 //                                       first n, once there is one: a

@@ -133,6 +133,11 @@ void drop_backup(self_ptr self, const char* why) {
              ": our stores are unreplicated");
   auto& servers = st.view.servers;
   if (std::find(servers.begin(), servers.end(), b->node) != servers.end()) {
+    // Through the scheduler, which promotes our stores if we die: it tells
+    // the backup before any view that would (one sender, in order), so a
+    // replica promoted before the new link's copy is reported lost.
+    self->send(st.scheduler, stale_atom_v, b->rank,
+               replica_link_tag(st.joined_epoch, b->serial));
     std::string versions;
     for (auto& h : st.stores)
       versions += str(versions.empty() ? "" : ", ", h.store.version());
@@ -650,6 +655,23 @@ caf::error fence(self_ptr self, uint32_t primary, uint64_t link, uint64_t id) {
                            h->origin, "is served here since view", h->since,
                            "(its primary was declared dead): not replicated");
   return caf::none;
+}
+
+/// The scheduler says `primary` dropped its link `link` to us while we
+/// stayed in the view: what it acknowledged since is on it alone. The
+/// rest of that link is refused, as after a refusal of ours.
+void on_link_dropped(self_ptr self, uint32_t primary, uint64_t link) {
+  auto& st = self->state;
+  if (self->current_sender() != st.scheduler) {
+    TROUPE_LOG(warning, who(self),
+               "ignored a dropped-link notice not from the scheduler");
+    return;
+  }
+  auto& l = st.primary_links[primary];
+  if (link < l.newest)
+    return; // a newer link came since: its copies make the replicas current
+  mark_stale(self, primary, "dropped its link to us");
+  l = primary_link{link, true};
 }
 
 /// An empty replica of a store `origin` created, which `primary` serves.
@@ -1533,6 +1555,9 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
       },
       [self](replicate_atom, tick_atom, uint64_t serial) {
         check_backup_road(self, serial);
+      },
+      [self](stale_atom, uint32_t primary, uint64_t link) {
+        on_link_dropped(self, primary, link);
       },
   };
 }

@@ -21,6 +21,11 @@
 //    uint32_t origin, uint8_t op, frame, vector<uint64_t>) -> uint64_t
 //                             from the server we back up: one operation
 //                             on the replica of its store `store`
+//   (stale_atom, uint32_t primary, uint64_t link)
+//                             from the scheduler: `primary` dropped its
+//                             link `link` to us while we stayed in the view
+//   us -> scheduler: (stale_atom, uint32_t backup, uint64_t link) when we
+//                             drop such a link
 //
 // Chain replication. Each server's stores are replicated on its backup,
 // the next server of the ring (backup_of in actors/placement.hpp): the
@@ -66,6 +71,12 @@
 // replica only once applied whole), or, for a replica still pristine, until
 // the new link feeds it (the store was pristine at the primary too). A
 // stale replica promoted is reported as a "lost" event, with its version.
+// A primary that drops a link while its backup stays in the view says so
+// through the scheduler (stale_atom), which tells the backup before any
+// view that could promote the replicas: they are stale from then on too,
+// even if the primary dies before a newer link reaches the backup (a
+// notice for a link older than the newest the backup saw changes nothing:
+// that link's copies came or are due).
 //
 // States and transitions (numbers cited in the code):
 //   joining -1-> running      1: RegisterReply with our rank and a view

@@ -47,5 +47,6 @@ CAF_ADD_ATOM(troupe, troupe, checkpoint_atom, "checkpoint")
 CAF_ADD_ATOM(troupe, troupe, reconnect_atom, "reconnect")
 CAF_ADD_ATOM(troupe, troupe, reroute_atom, "reroute")
 CAF_ADD_ATOM(troupe, troupe, redial_atom, "redial")
+CAF_ADD_ATOM(troupe, troupe, stale_atom, "stale")
 
 CAF_END_TYPE_ID_BLOCK(troupe)

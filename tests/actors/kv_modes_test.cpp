@@ -443,6 +443,89 @@ BOOST_AUTO_TEST_CASE(a_push_its_backup_refuses_is_not_acknowledged) {
 }
 
 BOOST_AUTO_TEST_CASE(
+    a_primary_dead_after_dropping_its_backup_is_reported_lost) {
+  // The backup is slow (its thread held): the primary drops the link after
+  // half the request timeout and acknowledges alone, the backup staying in
+  // the view. It dies before a new link's copy reaches the backup, whose
+  // replica lacks what was acknowledged alone. The replica was promoted in
+  // silence: no new link had come to mark it stale.
+  cluster c{"async", 2, 1};
+  init_all(c, 1000); // one slice: (1, 0)
+  primary_and_backup pb{c};
+  thread_holder holder;
+  uint64_t clock = 0;
+  bool alone = false; // a push acknowledged once the backup was dropped
+  for (; clock < 50 && !alone; ++clock) {
+    holder.hold(*pb.backup_node);
+    auto id = pb.send_push(clock);
+    if (pb.reply_within(id, 300ms)) { // not mirrored yet: try again
+      holder.release();
+      continue;
+    }
+    // Waits for the backup: dropped after 5 s (half of 10 s).
+    alone = pb.reply_within(id, 15s).has_value();
+    BOOST_REQUIRE_MESSAGE(alone, "no acknowledgement without the backup");
+  }
+  BOOST_REQUIRE_MESSAGE(alone, "the primary never mirrored on its backup");
+  // One more, which the primary takes with no link at all.
+  BOOST_REQUIRE(pb.reply_within(pb.send_push(clock), 10s));
+  caf::anon_send_exit(c.servers[pb.index_of(pb.primary)],
+                      caf::exit_reason::kill);
+  holder.release();
+  auto lost = c.events_of("lost", 20s);
+  BOOST_REQUIRE_MESSAGE(!lost.empty(), "the promotion said nothing");
+  BOOST_TEST_MESSAGE(lost.front().detail);
+  BOOST_CHECK_EQUAL(lost.front().rank, pb.backup);
+  BOOST_CHECK_MESSAGE(
+      lost.front().detail.find("of server " + std::to_string(pb.primary)) !=
+          std::string::npos,
+      lost.front().detail);
+}
+
+BOOST_AUTO_TEST_CASE(a_dropped_backup_current_again_by_its_copy_loses_nothing) {
+  // As above, but the backup answers again and the primary's new link
+  // copies the store to it before the primary dies: the replica told stale
+  // is current again, and its promotion loses nothing.
+  cluster c{"async", 2, 1};
+  init_all(c, 1000);
+  primary_and_backup pb{c};
+  thread_holder holder;
+  uint64_t clock = 0;
+  bool alone = false;
+  for (; clock < 50 && !alone; ++clock) {
+    holder.hold(*pb.backup_node);
+    auto id = pb.send_push(clock);
+    if (pb.reply_within(id, 300ms)) {
+      holder.release();
+      continue;
+    }
+    alone = pb.reply_within(id, 15s).has_value();
+    BOOST_REQUIRE_MESSAGE(alone, "no acknowledgement without the backup");
+  }
+  BOOST_REQUIRE_MESSAGE(alone, "the primary never mirrored on its backup");
+  holder.release();
+  auto copied = c.events_of("replicated", 20s);
+  BOOST_REQUIRE_MESSAGE(!copied.empty(), "no copy on a new link");
+  BOOST_TEST_MESSAGE(copied.front().detail);
+  caf::anon_send_exit(c.servers[pb.index_of(pb.primary)],
+                      caf::exit_reason::kill);
+  // A push the backup serves: it has promoted the replica by then. Told
+  // to stop, it leaves the view, after any "lost" of its promotion (one
+  // sender to the scheduler, in order).
+  auto got = c.worker(0).push(clock, filled(1, 1000, 1.0f));
+  BOOST_REQUIRE_MESSAGE(got, why(got));
+  caf::anon_send_exit(c.servers[pb.index_of(pb.backup)],
+                      caf::exit_reason::user_shutdown);
+  auto left = c.events_of("left", 20s);
+  BOOST_REQUIRE_MESSAGE(
+      std::any_of(left.begin(), left.end(),
+                  [&pb](const event_record& e) { return e.rank == pb.backup; }),
+      "the backup did not leave");
+  auto lost = c.events_of("lost", 0s);
+  BOOST_CHECK_MESSAGE(lost.empty(), lost.front().detail);
+}
+
+BOOST_AUTO_TEST_CASE(
     a_server_refuses_malformed_replica_operations_on_its_road) {
   cluster c{"async", 1, 1};
   init_all(c, 1000);
