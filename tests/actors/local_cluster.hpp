@@ -47,6 +47,13 @@ std::unique_ptr<node_config> make_config() {
   auto cfg = std::make_unique<node_config>();
   cfg->load<caf::io::middleman>();
   cfg->kv.request_timeout_ms = 10000;
+  // Every node of these clusters is in this process, and no test here
+  // takes a hung peer for dead: a connection that misses heartbeats for
+  // 2 s (the default) while ctest runs multi-process tests beside it on 2
+  // cores broke mid-test, once, and the pushes sent by hand on it were
+  // never answered. Ended actors still send down messages at once.
+  cfg->set("middleman.connection-timeout",
+           caf::timespan{std::chrono::seconds{10}});
   return cfg;
 }
 
