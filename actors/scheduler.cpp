@@ -154,12 +154,14 @@ void on_event(self_ptr self, const frame& f) {
   record(self, std::move(e));
 }
 
-/// A server dropped its link to backup `backup` while the view names it:
-/// the backup is told before any view that could promote its replicas
-/// of the sender's stores (they may lack what the sender acknowledged
-/// alone since). From a server that is no member (declared dead), or
-/// naming none, nothing follows.
-void on_stale(self_ptr self, uint32_t backup, uint64_t link) {
+/// A server dropped its link to backup `backup` while the view named it,
+/// and has operations to acknowledge that the backup may lack: the backup
+/// is told before any view that could promote its replicas of the
+/// sender's stores, then the sender may answer (returns our epoch). A
+/// sender that is no member (declared dead) may not: its acknowledgements
+/// would be of stores promoted elsewhere. A backup that is no member any
+/// more promotes nothing: nothing to tell.
+caf::result<uint64_t> on_stale(self_ptr self, uint32_t backup, uint64_t link) {
   auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
   using member = scheduler_state::member;
   const member* primary = nullptr;
@@ -172,15 +174,17 @@ void on_stale(self_ptr self, uint32_t backup, uint64_t link) {
     if (m.info.rank == backup)
       to = &m;
   }
-  if (!primary || !to || primary == to) {
+  if (!primary) {
     TROUPE_LOG(warning, "scheduler",
-               "dropped a notice of a dropped link to"
+               "refused a notice of a dropped link to"
                " server ",
-               backup, ": ",
-               !primary ? "not from a member server" : "no such backup");
-    return;
+               backup, " from a server that is no member");
+    return caf::make_error(errc::not_a_member,
+                           "a dropped-link notice from no member server");
   }
-  self->send(to->handle, stale_atom_v, primary->info.rank, link);
+  if (to && to != primary)
+    self->send(to->handle, stale_atom_v, primary->info.rank, link);
+  return self->state.epoch;
 }
 
 /// A server left: its slices go to its backup, which holds their replicas
@@ -711,7 +715,7 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
       [self](view_atom) { return encode(current_view(self)); },
       [self](event_atom, const frame& f) { on_event(self, f); },
       [self](stale_atom, uint32_t backup, uint64_t link) {
-        on_stale(self, backup, link);
+        return on_stale(self, backup, link);
       },
       [self](events_atom) { return encode(self->state.events); },
       [self](leave_atom) { return on_leave(self); },

@@ -13,12 +13,14 @@
 //                                       leaves the view now: its process
 //                                       may exit without looking crashed]
 //   (event_atom, frame Event)        an agent or server reports an event
-//   (stale_atom, uint32_t backup, uint64_t link)
+//   (stale_atom, uint32_t backup, uint64_t link) -> uint64_t epoch
 //                                    a server dropped its replica link
 //                                    `link` to `backup`, which stays in the
 //                                    view: passed on to the backup as
 //                                    (stale_atom, primary rank, link),
-//                                    before any view that would promote
+//                                    before any view that would promote,
+//                                    then answered; refused (not_a_member)
+//                                    to a server that is no member
 //                                    (actors/shard_server.hpp, Fencing)
 //   (events_atom)                    -> frame EventLog  [every event so far]
 //   (events_atom, uint64_t n)        -> frame EventLog  [the events after the

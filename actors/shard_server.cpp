@@ -120,10 +120,62 @@ void report_resumed(self_ptr self) {
 
 // -- replication: the primary side --------------------------------------------
 
+/// The scheduler answered our notice of link `link` (`err`: it did not
+/// pass it on): the acknowledgements alone that waited go out, or fail.
+void notice_answered(self_ptr self, uint64_t link, const caf::error& err) {
+  auto& a = self->state.alone;
+  if (!a || a->link != link)
+    return; // a later drop's notice took over what waited
+  auto held = std::move(a->held);
+  a->held.clear();
+  a->asked = false;
+  a->confirmed = !err;
+  if (err)
+    TROUPE_LOG(warning, who(self), "the scheduler did not tell backup ",
+               a->backup, " that we dropped our link (", describe(err),
+               "): ", held.size(),
+               " operations it may lack are not acknowledged");
+  auto why = caf::make_error(errc::peer_down,
+                             "our backup could not be told that it may lack"
+                             " this operation");
+  for (auto& fn : held)
+    fn(err ? why : caf::error{});
+}
+
+/// Sends the scheduler the notice of our dropped link, once.
+void ask_scheduler(self_ptr self) {
+  auto& st = self->state;
+  auto& a = *st.alone;
+  if (a.asked)
+    return;
+  a.asked = true;
+  auto link = a.link;
+  self->request(st.scheduler,
+                std::chrono::milliseconds{st.request_timeout_ms / 2},
+                stale_atom_v, a.backup, link)
+      .then(
+          [self, link](uint64_t) { notice_answered(self, link, {}); },
+          [self, link](caf::error& err) { notice_answered(self, link, err); });
+}
+
+/// Runs `then` for an operation our backup may not have applied
+/// (acknowledged alone): at once, unless we dropped a link to a backup
+/// the view still names and the scheduler has not yet told it.
+void stands_alone(self_ptr self, replica_done then) {
+  auto& a = self->state.alone;
+  if (!a || a->confirmed) {
+    then(caf::none);
+    return;
+  }
+  a->held.push_back(std::move(then));
+  ask_scheduler(self);
+}
+
 /// Drops the link to our backup; what waited for it goes on without it.
 /// A backup the view still names is not told we dropped it: if we die
 /// before a new link's copies reach it, what we acknowledged alone is not
-/// there, and it cannot know. So we say it (an "unreplicated" event).
+/// there, and it cannot know. So we say it (an "unreplicated" event), and
+/// acknowledge alone only once the scheduler has told it (stands_alone).
 void drop_backup(self_ptr self, const char* why) {
   auto& st = self->state;
   auto& b = st.backup;
@@ -133,11 +185,15 @@ void drop_backup(self_ptr self, const char* why) {
              ": our stores are unreplicated");
   auto& servers = st.view.servers;
   if (std::find(servers.begin(), servers.end(), b->node) != servers.end()) {
-    // Through the scheduler, which promotes our stores if we die: it tells
-    // the backup before any view that would (one sender, in order), so a
-    // replica promoted before the new link's copy is reported lost.
-    self->send(st.scheduler, stale_atom_v, b->rank,
-               replica_link_tag(st.joined_epoch, b->serial));
+    // What an earlier notice held waits for this one, which covers it.
+    auto held =
+        st.alone ? std::move(st.alone->held) : std::vector<replica_done>{};
+    st.alone = alone_notice{};
+    st.alone->backup = b->rank;
+    st.alone->link = replica_link_tag(st.joined_epoch, b->serial);
+    st.alone->held = std::move(held);
+    if (!st.alone->held.empty())
+      ask_scheduler(self);
     std::string versions;
     for (auto& h : st.stores)
       versions += str(versions.empty() ? "" : ", ", h.store.version());
@@ -147,10 +203,14 @@ void drop_backup(self_ptr self, const char* why) {
                ") stand on this server alone until the backup has their"
                " copies"));
   }
+  auto waiting = std::move(b->waiting);
+  b->waiting.clear();
   auto queued = std::move(b->queued);
   b.reset();
+  for (auto& [n, then] : waiting)
+    stands_alone(self, std::move(then));
   for (auto& q : queued)
-    q(); // finds no link: runs its `then`
+    q(); // finds no link: stands alone
 }
 
 /// A backup that failed us but stays in the view: try a new link in a
@@ -168,14 +228,14 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
              std::vector<uint64_t> xs, replica_done then) {
   auto& b = self->state.backup;
   if (!b || b->mirrored.count(h.id) == 0) {
-    then(caf::none);
+    stands_alone(self, std::move(then));
     return;
   }
   auto send = [self, link = b.get(), id = h.id, origin = h.origin, op,
                f = std::move(f), xs = std::move(xs), then]() mutable {
     auto& b = self->state.backup;
     if (b.get() != link || !b->handle) { // dropped meanwhile
-      then(caf::none);
+      stands_alone(self, std::move(then));
       return;
     }
     auto n = b->next++;
@@ -206,19 +266,20 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
     auto limit = std::chrono::milliseconds{self->state.request_timeout_ms / 2};
     self->request(b->handle, limit, replicate_atom_v, self->state.rank, tag, id,
                   origin, static_cast<uint8_t>(op), std::move(f), std::move(xs))
-        .then(
-            [done](uint64_t) { done(caf::none); },
-            [self, link, done](caf::error& err) {
-              // troupe's own errors are the backup's answer: it refused
-              // the operation; CAF's (a timeout, the backup gone) drop
-              // the link, and the operation stands on the primary alone.
-              done(err.category() == caf::atom("troupe") ? err : caf::error{});
-              if (self->state.backup.get() == link) {
-                drop_backup(self,
-                            ("failed: " + self->system().render(err)).c_str());
-                retry_backup_later(self);
-              }
-            });
+        .then([done](uint64_t) { done(caf::none); },
+              [self, link, done](caf::error& err) {
+                // troupe's own errors are the backup's answer: it refused
+                // the operation; CAF's (a timeout, the backup gone) drop
+                // the link, and the operation stands on the primary alone
+                // (dropping it runs what waited, this one included).
+                if (err.category() == caf::atom("troupe"))
+                  done(err);
+                if (self->state.backup.get() == link) {
+                  drop_backup(
+                      self, ("failed: " + self->system().render(err)).c_str());
+                  retry_backup_later(self);
+                }
+              });
   };
   if (b->handle)
     send();
@@ -319,15 +380,19 @@ replica_done after_all(size_t n, replica_done then) {
   };
 }
 
-/// What a worker hears for an Init or Push our backup refused: we applied
-/// it, but it is not replicated. The usual cause is a view that declared
-/// us dead while we were not (a heartbeat missed under load): the backup
+/// What a worker hears for an Init or Push our backup refused, or may lack
+/// and could not be told of (stands_alone): we applied it, but it is not
+/// replicated. The usual cause of a refusal is a view that declared us
+/// dead while we were not (a heartbeat missed under load): the backup
 /// promoted our store, and the operation must go there. peer_down has the
-/// worker's kv client resend it once a newer view places the slices.
+/// worker's kv client resend it once a newer view places the slices (or at
+/// once, a duplicate for us, if we are still its server).
 caf::error not_replicated(self_ptr self, const caf::error& refused) {
+  bool told = refused == errc::peer_down; // stands_alone's: not a refusal
   return caf::make_error(errc::peer_down, "server", self->state.rank,
-                         "could not replicate the operation: its backup",
-                         "refused it:", describe(refused));
+                         str("could not replicate the operation: ",
+                             told ? "" : "its backup refused it: ",
+                             describe(refused)));
 }
 
 /// Answers a worker's Init or Push with `reply` once its `n` forwards to

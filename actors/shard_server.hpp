@@ -24,8 +24,10 @@
 //   (stale_atom, uint32_t primary, uint64_t link)
 //                             from the scheduler: `primary` dropped its
 //                             link `link` to us while we stayed in the view
-//   us -> scheduler: (stale_atom, uint32_t backup, uint64_t link) when we
-//                             drop such a link
+//   us -> scheduler: (stale_atom, uint32_t backup, uint64_t link)
+//                             -> uint64_t, before we acknowledge alone an
+//                             operation a link we dropped to a backup the
+//                             view still names may not have brought
 //
 // Chain replication. Each server's stores are replicated on its backup,
 // the next server of the ring (backup_of in actors/placement.hpp): the
@@ -71,12 +73,16 @@
 // replica only once applied whole), or, for a replica still pristine, until
 // the new link feeds it (the store was pristine at the primary too). A
 // stale replica promoted is reported as a "lost" event, with its version.
-// A primary that drops a link while its backup stays in the view says so
-// through the scheduler (stale_atom), which tells the backup before any
-// view that could promote the replicas: they are stale from then on too,
-// even if the primary dies before a newer link reaches the backup (a
-// notice for a link older than the newest the backup saw changes nothing:
-// that link's copies came or are due).
+// A primary that drops a link while its backup stays in the view, and
+// then has an operation the backup may lack to acknowledge (one the link
+// carried unanswered, or one taken before a newer link's copy), first
+// tells the scheduler (stale_atom), which tells the backup before any view
+// that could promote the replicas, then answers: the replicas are stale
+// from then on, even if the primary dies before a newer link reaches the
+// backup. Acknowledgements alone wait for that answer; without one (a
+// scheduler that is gone, or takes us for dead) they fail (peer_down) and
+// workers resend. A notice for a link older than the newest the backup saw
+// changes nothing: that link's copies came or are due.
 //
 // States and transitions (numbers cited in the code):
 //   joining -1-> running      1: RegisterReply with our rank and a view
@@ -230,6 +236,19 @@ struct checkpoint_writer {
   ~checkpoint_writer() { join(); }
 };
 
+/// A link dropped while the view still named its backup. Operations the
+/// backup may lack are acknowledged (acknowledged alone) only once the
+/// scheduler has passed this notice on to the backup (stale_atom): the
+/// backup then reports its replicas lost if it promotes them before a
+/// newer link's copy. Until it confirms, their acknowledgements wait here.
+struct alone_notice {
+  uint32_t backup = 0;
+  uint64_t link = 0;      ///< the dropped link's number
+  bool asked = false;     ///< the scheduler has the notice, no answer yet
+  bool confirmed = false; ///< passed on: acknowledgements alone go out
+  std::vector<replica_done> held; ///< acknowledgements alone waiting
+};
+
 struct shard_server_state {
   static inline const char* name = "shard-server";
   struct waiting_pull {
@@ -251,6 +270,8 @@ struct shard_server_state {
   bool leaving = false;      // told to stop: leaving the view first
   /// Primary rank -> the newest link of it whose operations we took.
   std::map<uint32_t, primary_link> primary_links;
+  /// Our last link dropped while its backup stayed in the view, if any.
+  std::optional<alone_notice> alone;
   cluster_view view;
   cluster_view early_view; // newest view received before we joined
   std::vector<waiting_pull> pulls;

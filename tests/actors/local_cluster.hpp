@@ -132,13 +132,27 @@ struct cluster {
     caf::anon_send_exit(sched, caf::exit_reason::user_shutdown);
   }
 
-  /// The scheduler's events of kind `kind`; waits up to `wait` for one,
-  /// in long polls that the scheduler answers as soon as an event is in.
+  /// Every event the scheduler recorded so far (fails the test if it
+  /// does not answer within `wait`).
+  std::vector<event_record> events(std::chrono::milliseconds wait) {
+    std::vector<event_record> got;
+    self->request(sched, wait, events_atom_v)
+        .receive([&got](const frame& f) { BOOST_REQUIRE(!decode(f, got)); },
+                 [](const caf::error& err) {
+                   BOOST_FAIL("no event log: " << describe(err));
+                 });
+    return got;
+  }
+
+  /// The scheduler's events of kind `kind` after the first `after` it
+  /// recorded; waits up to `wait` for one, in long polls that the
+  /// scheduler answers as soon as an event is in.
   std::vector<event_record> events_of(const std::string& kind,
-                                      std::chrono::milliseconds wait) {
+                                      std::chrono::milliseconds wait,
+                                      uint64_t after = 0) {
     auto until = std::chrono::steady_clock::now() + wait;
     std::vector<event_record> out;
-    uint64_t seen = 0;
+    uint64_t seen = after;
     for (bool first = true;; first = false) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           until - std::chrono::steady_clock::now());
