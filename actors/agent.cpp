@@ -23,6 +23,7 @@
 #include "actors/kv.hpp"
 #include "actors/log.hpp"
 #include "actors/netns.hpp"
+#include "actors/stray_errors.hpp"
 #include "actors/supervisor.hpp"
 #include "messages/errors.hpp"
 #include "messages/membership.hpp"
@@ -40,6 +41,7 @@ using namespace std::chrono;
 caf::behavior agent_link(caf::event_based_actor* self, caf::actor scheduler,
                          std::shared_ptr<std::atomic<bool>> scheduler_down) {
   self->monitor(scheduler);
+  log_stray_errors(self, [] { return std::string{"agent"}; });
   self->set_down_handler([self, scheduler_down](const caf::down_msg& dm) {
     TROUPE_LOG(error, "agent",
                "scheduler down: ", self->system().render(dm.reason));

@@ -21,6 +21,7 @@
 #include "actors/named_array.hpp"
 #include "actors/placement.hpp"
 #include "actors/run_here.hpp"
+#include "actors/stray_errors.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -1426,6 +1427,7 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
   self->monitor(scheduler);
   self->set_down_handler(
       [self](const caf::down_msg& dm) { on_down(self, dm); });
+  log_stray_errors(self, [self] { return who(self); });
   join(self);
   return {
       [self](view_atom, const frame& f) {

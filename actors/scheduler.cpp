@@ -11,6 +11,7 @@
 #include "actors/log.hpp"
 #include "actors/placement.hpp"
 #include "actors/server_checkpoint.hpp"
+#include "actors/stray_errors.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -671,6 +672,7 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
   self->state.cfg = cfg;
   self->set_down_handler(
       [self](const caf::down_msg& dm) { on_down(self, dm); });
+  log_stray_errors(self, [] { return std::string{"scheduler"}; });
   auto& ck = cfg.checkpoint;
   if (ck.resume) { // one clear line now rather than failing servers later
     auto set = load_resume_set(ck, false); // servers check their flags

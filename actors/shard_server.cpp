@@ -18,6 +18,7 @@
 #include "actors/log.hpp"
 #include "actors/placement.hpp"
 #include "actors/run_here.hpp"
+#include "actors/stray_errors.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -389,10 +390,10 @@ replica_done after_all(size_t n, replica_done then) {
 /// once, a duplicate for us, if we are still its server).
 caf::error not_replicated(self_ptr self, const caf::error& refused) {
   bool told = refused == errc::peer_down; // stands_alone's: not a refusal
-  return caf::make_error(errc::peer_down, "server", self->state.rank,
-                         str("could not replicate the operation: ",
-                             told ? "" : "its backup refused it: ",
-                             describe(refused)));
+  return caf::make_error(
+      errc::peer_down, "server", self->state.rank,
+      str("could not replicate the operation: ",
+          told ? "" : "its backup refused it: ", describe(refused)));
 }
 
 /// Answers a worker's Init or Push with `reply` once its `n` forwards to
@@ -1526,6 +1527,7 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
   self->state.cfg = cfg;
   self->state.scheduler = scheduler;
   self->monitor(scheduler);
+  log_stray_errors(self, [self] { return who(self); });
   self->set_down_handler([self](const caf::down_msg& dm) {
     if (dm.source == self->state.scheduler.address()) { // 6
       if (self->state.leaving) { // we were stopping anyway (8)

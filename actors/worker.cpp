@@ -15,6 +15,7 @@
 #include "actors/kv.hpp"
 #include "actors/log.hpp"
 #include "actors/spin_scheduler.hpp"
+#include "actors/stray_errors.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -386,6 +387,7 @@ caf::behavior worker(worker_ptr self, caf::actor kv,
     return {};
   }
   self->monitor(kv);
+  log_stray_errors(self, [] { return std::string{"worker"}; });
   self->set_down_handler([self](const caf::down_msg& dm) {
     if (dm.source == self->state.kv.address())
       stop(self, dm.reason ? dm.reason

@@ -572,6 +572,27 @@ BOOST_AUTO_TEST_CASE(a_dropped_backup_current_again_by_its_copy_loses_nothing) {
     BOOST_CHECK_MESSAGE(e.kind != "lost", "lost: " << e.detail);
 }
 
+BOOST_AUTO_TEST_CASE(an_error_message_nobody_asked_for_ends_no_role) {
+  // CAF ends an actor that gets an error message answering none of its
+  // requests; a peer that drops a message it does not know sends one back.
+  // The server, the scheduler and a kv client each get one: all go on.
+  cluster c{"async", 1, 1};
+  init_all(c, 8);
+  auto stray = caf::make_error(errc::malformed_message, "a stray error");
+  caf::anon_send(c.servers.front(), stray);
+  caf::anon_send(c.sched, stray);
+  caf::anon_send(c.worker(0).handle(), stray);
+  auto& w = c.worker(0);
+  BOOST_REQUIRE(w.push(0, filled(1, 8, 1.0f)));
+  auto got = w.pull(1, {1});
+  BOOST_REQUIRE_MESSAGE(got, why(got));
+  BOOST_CHECK(all_equal(*got, 1.0f));
+  // Each had the error before the requests above (one sender to each:
+  // in order), and answers still.
+  BOOST_CHECK(c.worker(0).view());
+  BOOST_CHECK(!c.events(10s).empty());
+}
+
 BOOST_AUTO_TEST_CASE(
     a_server_refuses_malformed_replica_operations_on_its_road) {
   cluster c{"async", 1, 1};
