@@ -66,9 +66,13 @@ std::string replier::source() const {
 }
 
 backup_link::~backup_link() {
+  // Only when the server ends (drop_backup runs `waiting` first): what
+  // the backup has not answered is not acknowledged, and the worker
+  // resends it to whoever serves the slices next.
   auto left = std::move(waiting);
   for (auto& [n, then] : left)
-    then(caf::none); // the operation stands on the primary alone
+    then(caf::make_error(errc::peer_down,
+                         "the server ended before its backup answered"));
 }
 
 namespace {
@@ -151,8 +155,10 @@ void ask_scheduler(self_ptr self) {
     return;
   a.asked = true;
   auto link = a.link;
+  // The drop took up to three quarters of the workers' request timeout
+  // (half, or half and a road tick): the answer must come in what is left.
   self->request(st.scheduler,
-                std::chrono::milliseconds{st.request_timeout_ms / 2},
+                std::chrono::milliseconds{st.request_timeout_ms / 5},
                 stale_atom_v, a.backup, link)
       .then(
           [self, link](uint64_t) { notice_answered(self, link, {}); },
@@ -193,8 +199,9 @@ void drop_backup(self_ptr self, const char* why) {
     st.alone->backup = b->rank;
     st.alone->link = replica_link_tag(st.joined_epoch, b->serial);
     st.alone->held = std::move(held);
-    if (!st.alone->held.empty())
-      ask_scheduler(self);
+    // Asked at once, whatever waits: a notice left unsent could be
+    // replaced by a later drop's, and this backup never told.
+    ask_scheduler(self);
     std::string versions;
     for (auto& h : st.stores)
       versions += str(versions.empty() ? "" : ", ", h.store.version());
@@ -220,6 +227,14 @@ void retry_backup_later(self_ptr self) {
   self->delayed_send(self, std::chrono::seconds{1}, reconnect_atom_v);
 }
 
+/// Our link to the backup if it is link `serial` still, else null. Links
+/// are told apart by serial, never by address: a new link's memory may be
+/// the old one's, and a late answer on the old one must not touch it.
+backup_link* current_link(self_ptr self, uint64_t serial) {
+  auto& b = self->state.backup;
+  return b && b->serial == serial ? b.get() : nullptr;
+}
+
 /// Sends one operation on store `h` to our backup, then runs `then` (at
 /// once if the store has no replica). A backup silent for half the
 /// request timeout is dropped, so that workers' requests are answered in
@@ -232,10 +247,10 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
     stands_alone(self, std::move(then));
     return;
   }
-  auto send = [self, link = b.get(), id = h.id, origin = h.origin, op,
+  auto send = [self, serial = b->serial, id = h.id, origin = h.origin, op,
                f = std::move(f), xs = std::move(xs), then]() mutable {
     auto& b = self->state.backup;
-    if (b.get() != link || !b->handle) { // dropped meanwhile
+    if (!current_link(self, serial) || !b->handle) { // dropped meanwhile
       stands_alone(self, std::move(then));
       return;
     }
@@ -253,9 +268,9 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
       b->sent.emplace(n, std::chrono::steady_clock::now());
       return;
     }
-    auto done = [self, link, n](const caf::error& refused) {
-      auto& b = self->state.backup;
-      if (b.get() != link)
+    auto done = [self, serial, n](const caf::error& refused) {
+      auto b = current_link(self, serial);
+      if (!b)
         return; // the old link ran it when it went
       auto i = b->waiting.find(n);
       if (i == b->waiting.end())
@@ -268,14 +283,14 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
     self->request(b->handle, limit, replicate_atom_v, self->state.rank, tag, id,
                   origin, static_cast<uint8_t>(op), std::move(f), std::move(xs))
         .then([done](uint64_t) { done(caf::none); },
-              [self, link, done](caf::error& err) {
+              [self, serial, done](caf::error& err) {
                 // troupe's own errors are the backup's answer: it refused
                 // the operation; CAF's (a timeout, the backup gone) drop
                 // the link, and the operation stands on the primary alone
                 // (dropping it runs what waited, this one included).
                 if (err.category() == caf::atom("troupe"))
                   done(err);
-                if (self->state.backup.get() == link) {
+                if (current_link(self, serial)) {
                   drop_backup(
                       self, ("failed: " + self->system().render(err)).c_str());
                   retry_backup_later(self);
@@ -458,19 +473,19 @@ void forward_layout(self_ptr self, frame restored,
 /// finds the connection the other side made.
 constexpr int backup_connect_tries = 3;
 
-/// Connects `link` to its backup at host:port; queued forwards go once
-/// connected. A backup that cannot be reached is dropped.
-void connect_backup(self_ptr self, backup_link* link, std::string host,
+/// Connects link `serial` to its backup at host:port; queued forwards go
+/// once connected. A backup that cannot be reached is dropped.
+void connect_backup(self_ptr self, uint64_t serial, std::string host,
                     uint16_t port, int tries) {
   auto mm = self->home_system().middleman().actor_handle();
   auto limit = std::min<uint32_t>(self->state.request_timeout_ms, 1000);
   self->request(mm, std::chrono::milliseconds{limit}, caf::connect_atom_v, host,
                 port)
       .then(
-          [self, link](const caf::node_id&, caf::strong_actor_ptr& ptr,
-                       const std::set<std::string>&) {
-            auto& cur = self->state.backup;
-            if (cur.get() != link)
+          [self, serial](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                         const std::set<std::string>&) {
+            auto cur = current_link(self, serial);
+            if (!cur)
               return;
             if (!ptr) {
               drop_backup(self, "has no actor");
@@ -484,13 +499,14 @@ void connect_backup(self_ptr self, backup_link* link, std::string host,
             for (auto& q : queued)
               q();
           },
-          [self, link, host, port, tries](caf::error& err) {
-            if (self->state.backup.get() != link)
+          [self, serial, host, port, tries](caf::error& err) {
+            auto cur = current_link(self, serial);
+            if (!cur)
               return;
             if (err == caf::sec::request_timeout && tries > 1) {
-              TROUPE_LOG(warning, who(self), "connecting to backup ",
-                         link->rank, " timed out; trying again");
-              connect_backup(self, link, host, port, tries - 1);
+              TROUPE_LOG(warning, who(self), "connecting to backup ", cur->rank,
+                         " timed out; trying again");
+              connect_backup(self, serial, host, port, tries - 1);
               return;
             }
             drop_backup(self,
@@ -592,7 +608,7 @@ void update_backup(self_ptr self) {
   for (auto& h : st.stores)
     if (h.store.pristine())
       st.backup->mirrored.insert(h.id);
-  connect_backup(self, st.backup.get(), node->host, node->port,
+  connect_backup(self, st.backup->serial, node->host, node->port,
                  backup_connect_tries);
   copy_unmirrored(self); // queued behind the connection, in order
 }

@@ -25,9 +25,9 @@
 //                             from the scheduler: `primary` dropped its
 //                             link `link` to us while we stayed in the view
 //   us -> scheduler: (stale_atom, uint32_t backup, uint64_t link)
-//                             -> uint64_t, before we acknowledge alone an
-//                             operation a link we dropped to a backup the
-//                             view still names may not have brought
+//                             -> uint64_t, when we drop a link to a backup
+//                             the view still names (acknowledgements
+//                             alone wait for the answer)
 //
 // Chain replication. Each server's stores are replicated on its backup,
 // the next server of the ring (backup_of in actors/placement.hpp): the
@@ -73,16 +73,17 @@
 // replica only once applied whole), or, for a replica still pristine, until
 // the new link feeds it (the store was pristine at the primary too). A
 // stale replica promoted is reported as a "lost" event, with its version.
-// A primary that drops a link while its backup stays in the view, and
-// then has an operation the backup may lack to acknowledge (one the link
-// carried unanswered, or one taken before a newer link's copy), first
-// tells the scheduler (stale_atom), which tells the backup before any view
+// A primary that drops a link while its backup stays in the view tells the
+// scheduler at once (stale_atom), which tells the backup before any view
 // that could promote the replicas, then answers: the replicas are stale
 // from then on, even if the primary dies before a newer link reaches the
-// backup. Acknowledgements alone wait for that answer; without one (a
-// scheduler that is gone, or takes us for dead) they fail (peer_down) and
-// workers resend. A notice for a link older than the newest the backup saw
-// changes nothing: that link's copies came or are due.
+// backup. An operation the backup may lack (one the link carried
+// unanswered, or one taken before a newer link's copy) is acknowledged
+// only once that answer came; without one within a fifth of the request
+// timeout (a scheduler that is gone, or takes us for dead) it fails
+// (peer_down) and the worker resends. A notice for a link older than the
+// newest the backup saw changes nothing: that link's copies came or are
+// due. Links are told apart by serial, never by address.
 //
 // States and transitions (numbers cited in the code):
 //   joining -1-> running      1: RegisterReply with our rank and a view
