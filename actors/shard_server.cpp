@@ -66,13 +66,31 @@ std::string replier::source() const {
 }
 
 backup_link::~backup_link() {
-  // Only when the server ends (drop_backup runs `waiting` first): what
-  // the backup has not answered is not acknowledged, and the worker
-  // resends it to whoever serves the slices next.
+  // drop_backup and the server's end (~shard_server_state) run `waiting`
+  // first; anything left is not acknowledged.
   auto left = std::move(waiting);
   for (auto& [n, then] : left)
-    then(caf::make_error(errc::peer_down,
-                         "the server ended before its backup answered"));
+    then(caf::make_error(errc::peer_down, "the link to the backup ended"));
+}
+
+shard_server_state::~shard_server_state() {
+  // The server ends (while every member still lives): what our backup has
+  // not answered, and what waited for the scheduler to tell it, is not
+  // acknowledged; the workers resend it to whoever serves the slices next.
+  auto why = caf::make_error(errc::peer_down,
+                             "the server ended before its backup answered");
+  if (backup) {
+    auto waiting = std::move(backup->waiting);
+    backup->waiting.clear();
+    for (auto& [n, then] : waiting)
+      then(why);
+  }
+  if (alone) {
+    auto held = std::move(alone->held);
+    alone->held.clear();
+    for (auto& then : held)
+      then(why);
+  }
 }
 
 namespace {
@@ -570,13 +588,15 @@ void copy_to_backup(self_ptr self, uint64_t serial, uint64_t id) {
 
 /// Copies every store our backup does not replicate yet to it.
 void copy_unmirrored(self_ptr self) {
-  auto& b = *self->state.backup;
+  auto serial = self->state.backup->serial;
   std::vector<uint64_t> ids; // copying sends; collect first, then copy
   for (auto& h : self->state.stores)
-    if (b.mirrored.count(h.id) == 0)
+    if (self->state.backup->mirrored.count(h.id) == 0)
       ids.push_back(h.id);
+  // A copy whose send fails drops the link: the rest go with it.
   for (auto id : ids)
-    copy_to_backup(self, b.serial, id);
+    if (current_link(self, serial))
+      copy_to_backup(self, serial, id);
 }
 
 /// Connects to our backup per view `v`: a new backup replicates the stores

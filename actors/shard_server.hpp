@@ -252,6 +252,7 @@ struct alone_notice {
 
 struct shard_server_state {
   static inline const char* name = "shard-server";
+  ~shard_server_state();
   struct waiting_pull {
     pull_request req;
     replier to;
