@@ -177,9 +177,8 @@ caf::result<uint64_t> on_stale(self_ptr self, uint32_t backup, uint64_t link) {
   }
   if (!primary) {
     TROUPE_LOG(warning, "scheduler",
-               "refused a notice of a dropped link to"
-               " server ",
-               backup, " from a server that is no member");
+               "refused a notice of a dropped link to server ", backup,
+               " from a server that is no member");
     return caf::make_error(errc::not_a_member,
                            "a dropped-link notice from no member server");
   }

@@ -66,26 +66,23 @@ std::string replier::source() const {
 }
 
 backup_link::~backup_link() {
-  // drop_backup and the server's end (~shard_server_state) run `waiting`
-  // first; anything left is not acknowledged.
+  // drop_backup runs `waiting` first; at the server's end what is left
+  // is not acknowledged: the workers resend it to whoever serves the
+  // slices next.
   auto left = std::move(waiting);
   for (auto& [n, then] : left)
-    then(caf::make_error(errc::peer_down, "the link to the backup ended"));
+    then(caf::make_error(errc::peer_down,
+                         "the server ended before its backup answered"));
 }
 
 shard_server_state::~shard_server_state() {
-  // The server ends (while every member still lives): what our backup has
-  // not answered, and what waited for the scheduler to tell it, is not
-  // acknowledged; the workers resend it to whoever serves the slices next.
-  auto why = caf::make_error(errc::peer_down,
-                             "the server ended before its backup answered");
-  if (backup) {
-    auto waiting = std::move(backup->waiting);
-    backup->waiting.clear();
-    for (auto& [n, then] : waiting)
-      then(why);
-  }
+  // The server ends: its link goes first, while every member its
+  // acknowledgements touch still lives; what waited for the scheduler to
+  // tell the backup is not acknowledged either.
+  backup.reset();
   if (alone) {
+    auto why = caf::make_error(errc::peer_down,
+                               "the server ended before its backup was told");
     auto held = std::move(alone->held);
     alone->held.clear();
     for (auto& then : held)
@@ -210,13 +207,13 @@ void drop_backup(self_ptr self, const char* why) {
              ": our stores are unreplicated");
   auto& servers = st.view.servers;
   if (std::find(servers.begin(), servers.end(), b->node) != servers.end()) {
-    // What an earlier notice held waits for this one, which covers it.
-    auto held =
-        st.alone ? std::move(st.alone->held) : std::vector<replica_done>{};
-    st.alone = alone_notice{};
+    // What an earlier notice held waits for this one, which covers it
+    // (that one's answer, if it is still to come, is for another link).
+    if (!st.alone)
+      st.alone.emplace();
     st.alone->backup = b->rank;
     st.alone->link = replica_link_tag(st.joined_epoch, b->serial);
-    st.alone->held = std::move(held);
+    st.alone->asked = st.alone->confirmed = false;
     // Asked at once, whatever waits: a notice left unsent could be
     // replaced by a later drop's, and this backup never told.
     ask_scheduler(self);
