@@ -66,13 +66,17 @@ std::string replier::source() const {
 }
 
 backup_link::~backup_link() {
-  // drop_backup runs `waiting` first; at the server's end what is left
-  // is not acknowledged: the workers resend it to whoever serves the
-  // slices next.
+  // drop_backup runs `waiting` and `queued` first; at the server's end
+  // what is left is not acknowledged: the workers resend it to whoever
+  // serves the slices next.
   auto left = std::move(waiting);
+  auto unsent = std::move(queued);
   for (auto& [n, then] : left)
     then(caf::make_error(errc::peer_down,
                          "the server ended before its backup answered"));
+  for (auto& q : unsent)
+    q.then(caf::make_error(errc::peer_down,
+                           "the server ended before its backup connected"));
 }
 
 shard_server_state::~shard_server_state() {
@@ -233,7 +237,7 @@ void drop_backup(self_ptr self, const char* why) {
   for (auto& [n, then] : waiting)
     stands_alone(self, std::move(then));
   for (auto& q : queued)
-    q(); // finds no link: stands alone
+    q.send(std::move(q.then)); // finds no link: stands alone
 }
 
 /// A backup that failed us but stays in the view: try a new link in a
@@ -263,7 +267,8 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
     return;
   }
   auto send = [self, serial = b->serial, id = h.id, origin = h.origin, op,
-               f = std::move(f), xs = std::move(xs), then]() mutable {
+               f = std::move(f),
+               xs = std::move(xs)](replica_done then) mutable {
     auto& b = self->state.backup;
     if (!current_link(self, serial) || !b->handle) { // dropped meanwhile
       stands_alone(self, std::move(then));
@@ -313,9 +318,9 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
               });
   };
   if (b->handle)
-    send();
+    send(std::move(then));
   else
-    b->queued.emplace_back(std::move(send));
+    b->queued.push_back({std::move(send), std::move(then)});
 }
 
 /// Each shared-memory ring of a road to a backup (one per direction).
@@ -512,7 +517,7 @@ void connect_backup(self_ptr self, uint64_t serial, std::string host,
             auto queued = std::move(cur->queued);
             cur->queued.clear();
             for (auto& q : queued)
-              q();
+              q.send(std::move(q.then));
           },
           [self, serial, host, port, tries](caf::error& err) {
             auto cur = current_link(self, serial);

@@ -193,13 +193,21 @@ enum replica_op : uint8_t {
 /// went, and the operation stands on the primary alone).
 using replica_done = std::function<void(const caf::error& refused)>;
 
+/// A forward waiting for its link's connection: `send` runs with `then`
+/// once connected (or, the link gone, `then` stands alone); at the
+/// server's end `then` fails.
+struct queued_forward {
+  std::function<void(replica_done)> send;
+  replica_done then;
+};
+
 /// The connection to our backup and the operations waiting for it.
 struct backup_link {
   uint32_t rank = 0;
   node_info node;
-  caf::actor handle;                         ///< null while connecting
-  std::set<uint64_t> mirrored;               ///< our stores it replicates
-  std::vector<std::function<void()>> queued; ///< sent once connected
+  caf::actor handle;                  ///< null while connecting
+  std::set<uint64_t> mirrored;        ///< our stores it replicates
+  std::vector<queued_forward> queued; ///< sent once connected
   /// Acknowledgements waiting for the backup, by forward number: run when
   /// it answers, or when the link goes (a dead backup holds no one up).
   std::map<uint64_t, replica_done> waiting;

@@ -12,6 +12,12 @@
 
 #include "tests/test_support.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <caf/actor_system.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
@@ -92,7 +98,8 @@ caf::actor spawn_overtaking_scheduler(caf::actor_system& sys,
             // A server whose backup (rank 0 at "h") is unreachable reports
             // it, and acknowledges alone once we have told the backup.
             [=](event_atom, const frame&) {},
-            [=](stale_atom, uint32_t, uint64_t) { return newer.epoch; }};
+            [=](stale_atom, uint32_t, uint64_t) { return newer.epoch; },
+            [=](leave_atom) { return newer.epoch; }};
   });
 }
 
@@ -977,6 +984,76 @@ BOOST_AUTO_TEST_CASE(a_view_that_overtakes_the_register_reply_is_not_lost) {
                [&](caf::error& err) { result = std::move(err); });
   BOOST_CHECK_MESSAGE(!result, describe(result));
   caf::anon_send_exit(srv, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(fake, caf::exit_reason::user_shutdown);
+}
+
+/// A TCP listener on a free loopback port that accepts and never speaks:
+/// a CAF peer connecting to it waits for a handshake that never comes.
+struct silent_listener {
+  int fd = -1, accepted = -1;
+  uint16_t port = 0;
+  silent_listener() {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    BOOST_REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    BOOST_REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0);
+    BOOST_REQUIRE(::listen(fd, 8) == 0);
+    BOOST_REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) ==
+                  0);
+    port = ntohs(a.sin_port);
+  }
+  /// True once a peer connected within `ms`.
+  bool await_peer(int ms) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, ms) != 1)
+      return false;
+    accepted = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+    return accepted >= 0;
+  }
+  ~silent_listener() {
+    if (accepted >= 0)
+      ::close(accepted);
+    ::close(fd);
+  }
+};
+
+BOOST_AUTO_TEST_CASE(
+    a_server_ending_while_its_backup_connects_fails_what_waited) {
+  // The server's backup is being connected (it accepted and says
+  // nothing), so the Init it forwards waits for the connection; the
+  // server is told to stop. What waited must fail (peer_down, the client
+  // resends), not vanish unanswered until the requester's timeout.
+  silent_listener backup;
+  auto cfg = troupe::test::make_config();
+  caf::actor_system sys{*cfg};
+  cluster_view v;
+  v.epoch = 2;
+  v.slice_floats = 4;
+  v.servers = {{role::server, 0, "h", 1, 1, {}},
+               {role::server, 1, "127.0.0.1", backup.port, 2, {}}};
+  v.workers = {{role::worker, 0, "", 0, 3, {}}};
+  v.keys = {{1, 4}};
+  v.placement = {{1, 0, 0}};
+  BOOST_REQUIRE_EQUAL(backup_of(0, {0, 1}), 1u);
+  auto fake = spawn_overtaking_scheduler(sys, register_reply{0, v}, v);
+  server_settings ss;
+  ss.replicas = 1;
+  auto srv = sys.spawn(shard_server, ss, fake, update_fn{add_update});
+  caf::anon_send(srv, start_atom_v, std::string{"h"}, uint16_t{1});
+  // Joined, and connecting to its backup.
+  BOOST_REQUIRE_MESSAGE(backup.await_peer(10000),
+                        "no connection to the backup");
+  caf::scoped_actor self{sys};
+  init_request init{0, 2, {{{1, 0}, {1, 2, 3, 4}}}};
+  caf::error result = caf::make_error(caf::sec::unexpected_response);
+  auto answer = self->request(srv, 8s, init_atom_v, encode(init));
+  caf::anon_send_exit(srv, caf::exit_reason::user_shutdown);
+  std::move(answer).receive([&](const frame&) { result = caf::none; },
+                            [&](caf::error& err) { result = std::move(err); });
+  BOOST_CHECK_MESSAGE(result == errc::peer_down, describe(result));
   caf::anon_send_exit(fake, caf::exit_reason::user_shutdown);
 }
 
