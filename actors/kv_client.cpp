@@ -617,6 +617,7 @@ void on_tick(self_ptr self) {
     } else {
       ++i;
     }
+  run_resends(self); // those a live server failed, after their pause
   for (auto i = st.resends.begin(); i != st.resends.end();)
     if (i->deadline <= now) {
       auto fail = std::move(i->fail);
@@ -918,12 +919,20 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
     // No server at all in our view: nowhere to resend to.
     bool nowhere = self->state.view.servers.empty();
     if (r || left == 0 || nowhere || self->state.stopping ||
-        (r.error() != errc::peer_down && r.error() != errc::not_connected)) {
+        (r.error() != errc::peer_down && r.error() != errc::not_connected &&
+         r.error() != errc::unreplicated)) {
       done(std::move(r));
       return;
     }
-    TROUPE_LOG(info, who(self), "a server went down mid-request (",
-               describe(r.error()), "): resending once the view changes");
+    // A live server's: resent to it after a pause if no view comes first
+    // (it may be the scheduler that was slow to tell its backup).
+    std::optional<std::chrono::steady_clock::time_point> retry_at;
+    if (r.error() == errc::unreplicated)
+      retry_at = std::chrono::steady_clock::now() + timeout_of(self) / 8;
+    TROUPE_LOG(info, who(self), "a server ",
+               retry_at ? "could not replicate an operation" : "went down",
+               " mid-request (", describe(r.error()), "): resending once the",
+               " view changes", retry_at ? ", or after a pause" : "");
     // If the new view has no place for the slices (no server left), the
     // caller hears of the death, not of the empty view.
     auto first = r.error();
@@ -946,7 +955,7 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
     }
     st.resends.push_back(kv_client_state::resend{
         epoch, std::chrono::steady_clock::now() + timeout_of(self),
-        std::move(again), std::move(fail)});
+        std::move(again), std::move(fail), retry_at});
     start_tick(self);
   });
 }
@@ -1096,14 +1105,17 @@ void on_redial_timer(self_ptr self, uint32_t rank, uint64_t ticket) {
     redial(self, rank);
 }
 
-/// Resends whose view has come; with `all`, every one, its view come or
+/// Resends whose view has come, or whose pause after a live server's
+/// errc::unreplicated is over; with `all`, every one, its view come or
 /// not: a server it waited for is back (5), and one whose server is still
 /// gone fails again and waits anew.
 void run_resends(self_ptr self, bool all) {
   auto& st = self->state;
+  auto now = std::chrono::steady_clock::now();
   std::vector<kv_client_state::resend> due;
   for (auto i = st.resends.begin(); i != st.resends.end();)
-    if (all || st.view.epoch > i->after_epoch) {
+    if (all || st.view.epoch > i->after_epoch ||
+        (i->retry_at && *i->retry_at <= now)) {
       due.push_back(std::move(*i));
       i = st.resends.erase(i);
     } else {

@@ -51,7 +51,11 @@
 //   (errc::peer_down); a silent one within kv.request-timeout-ms
 //   (errc::timeout). Push, pull and push_pull interrupted by a dead server
 //   are resent (up to 3 times) once a newer view has placed its slices on
-//   its backup; servers drop the duplicates by (worker, clock, part).
+//   its backup; servers drop the duplicates by (worker, clock, part). One
+//   a live server applied but could not replicate (errc::unreplicated:
+//   its backup refused it, or could not be told it may lack it) is resent
+//   so too, or after an eighth of kv.request-timeout-ms to the same server
+//   if no view came by then.
 //
 // Roads: init, push and pull frames take the server's fast road
 // (actors/road.hpp) when --kv.road allows and the connection is up, else
@@ -81,6 +85,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -162,6 +167,9 @@ struct kv_client_state {
     std::chrono::steady_clock::time_point deadline;
     std::function<void()> run;
     std::function<void(caf::error)> fail;
+    /// Also runs then, in the same view: a live server did not
+    /// acknowledge (errc::unreplicated); never for a dead one.
+    std::optional<std::chrono::steady_clock::time_point> retry_at;
   };
   std::vector<resend> resends; // operations a dead server interrupted
   /// Per server: operations its lost road failed, parked for the grace in

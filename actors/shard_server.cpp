@@ -159,7 +159,7 @@ void notice_answered(self_ptr self, uint64_t link, const caf::error& err) {
                a->backup, " that we dropped our link (", describe(err),
                "): ", held.size(),
                " operations it may lack are not acknowledged");
-  auto why = caf::make_error(errc::peer_down,
+  auto why = caf::make_error(errc::unreplicated,
                              "our backup could not be told that it may lack"
                              " this operation");
   for (auto& fn : held)
@@ -418,17 +418,20 @@ replica_done after_all(size_t n, replica_done then) {
 
 /// What a worker hears for an Init or Push our backup refused, or may lack
 /// and could not be told of (stands_alone): we applied it, but it is not
-/// replicated. The usual cause of a refusal is a view that declared us
-/// dead while we were not (a heartbeat missed under load): the backup
-/// promoted our store, and the operation must go there. peer_down has the
-/// worker's kv client resend it once a newer view places the slices (or at
-/// once, a duplicate for us, if we are still its server).
+/// replicated (unreplicated). The usual cause of a refusal is a view that
+/// declared us dead while we were not (a heartbeat missed under load): the
+/// backup promoted our store, and the operation must go there. The
+/// worker's kv client resends it once a newer view places the slices, or
+/// after a pause to us (a duplicate for us, acknowledged once the backup
+/// has been told). peer_down (we end) stays peer_down: no pause helps.
 caf::error not_replicated(self_ptr self, const caf::error& refused) {
-  bool told = refused == errc::peer_down; // stands_alone's: not a refusal
-  return caf::make_error(
-      errc::peer_down, "server", self->state.rank,
-      str("could not replicate the operation: ",
-          told ? "" : "its backup refused it: ", describe(refused)));
+  bool ending = refused == errc::peer_down;
+  bool untold = refused == errc::unreplicated; // stands_alone's
+  return caf::make_error(ending ? errc::peer_down : errc::unreplicated,
+                         "server", self->state.rank,
+                         str("could not replicate the operation: ",
+                             ending || untold ? "" : "its backup refused it: ",
+                             describe(refused)));
 }
 
 /// Answers a worker's Init or Push with `reply` once its `n` forwards to

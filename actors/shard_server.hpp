@@ -81,7 +81,7 @@
 // unanswered, or one taken before a newer link's copy) is acknowledged
 // only once that answer came; without one within a fifth of the request
 // timeout (a scheduler that is gone, or takes us for dead) it fails
-// (peer_down) and the worker resends. A notice for a link older than the
+// (unreplicated) and the worker resends. A notice for a link older than the
 // newest the backup saw changes nothing: that link's copies came or are
 // due. Links are told apart by serial, never by address.
 //

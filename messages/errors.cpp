@@ -40,6 +40,8 @@ std::string to_string(errc x) {
     return "bad_file";
   case errc::peer_down:
     return "peer_down";
+  case errc::unreplicated:
+    return "unreplicated";
   }
   return "errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

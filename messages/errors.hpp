@@ -35,6 +35,11 @@ enum class errc : uint8_t {
   bad_file,
   /// The peer died before answering. The control path decides what follows.
   peer_down,
+  /// The server applied the operation but cannot say its backup holds it
+  /// (the backup refused it, or could not be told the server dropped it):
+  /// not acknowledged. Resend once a newer view places the slices, or
+  /// after a pause to the same server (it drops the duplicate).
+  unreplicated,
 };
 
 /// What a member gets when the scheduler dies: the job is over, and says

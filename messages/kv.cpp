@@ -257,7 +257,8 @@ caf::error decode_failure(bytes_view f) {
     if (text.size() > max_failure_chars)
       return bad("failure text too long");
     std::string what{text.cStr()};
-    if (r.getCode() == 0 || r.getCode() > static_cast<uint8_t>(errc::peer_down))
+    if (r.getCode() == 0 ||
+        r.getCode() > static_cast<uint8_t>(errc::unreplicated))
       out = caf::make_error(caf::sec::runtime_error, std::move(what));
     else
       out = caf::make_error(static_cast<errc>(r.getCode()), std::move(what));

@@ -475,7 +475,7 @@ BOOST_AUTO_TEST_CASE(a_push_its_backup_refuses_is_not_acknowledged) {
   caf::error err;
   auto got = pb.reply_within(pb.send_push(clock), 20s, &err);
   BOOST_CHECK_MESSAGE(!got, "acknowledged, though the backup refused it");
-  BOOST_CHECK_MESSAGE(err == errc::peer_down, describe(err));
+  BOOST_CHECK_MESSAGE(err == errc::unreplicated, describe(err));
   BOOST_TEST_MESSAGE(describe(err));
   // The primary dropped its link at the refusal, and the view it has still
   // names that backup, which cannot know what the primary takes alone from
@@ -531,11 +531,40 @@ BOOST_AUTO_TEST_CASE(acknowledgements_alone_wait_until_the_backup_is_told) {
   scheduler_holder.release();
   t.holder.release();
   BOOST_CHECK_MESSAGE(!got, "acknowledged alone before the backup was told");
-  BOOST_CHECK_MESSAGE(err == errc::peer_down, describe(err));
+  BOOST_CHECK_MESSAGE(err == errc::unreplicated, describe(err));
   BOOST_TEST_MESSAGE(describe(err));
   auto next = t.pb.reply_within(t.pb.send_push(t.clock), 20s, &err);
   BOOST_CHECK_MESSAGE(
       next, "not acknowledged once the scheduler answers: " << describe(err));
+}
+
+BOOST_AUTO_TEST_CASE(a_push_a_slow_scheduler_left_unacknowledged_is_resent) {
+  // As above, through a worker's kv client: its push fails (unreplicated)
+  // with the one sent by hand. The scheduler answers again, and no newer
+  // view comes (no server died): the client waited for one, and failed
+  // the push after its request timeout. It resends to the same server
+  // after a pause, which acknowledges it once the backup is told.
+  push_waiting_for_backup t;
+  thread_holder scheduler_holder;
+  scheduler_holder.hold(t.c.a);
+  auto& w = t.c.worker(0);
+  auto pushed = std::async(std::launch::async, [&w, clock = t.clock] {
+    return w.push(clock, filled(1, 1000, 1.0f));
+  });
+  // Both wait for the backup, then for the notice, and fail together.
+  caf::error err;
+  BOOST_REQUIRE(!t.pb.reply_within(t.id, 15s, &err));
+  BOOST_REQUIRE_MESSAGE(err == errc::unreplicated, describe(err));
+  scheduler_holder.release();
+  t.holder.release();
+  auto got = pushed.get();
+  BOOST_CHECK_MESSAGE(got, "not resent to the live server: " << why(got));
+  auto v = w.view();
+  BOOST_REQUIRE(v);
+  BOOST_CHECK_MESSAGE(v->second.epoch == t.pb.v.second.epoch,
+                      "a newer view came (epoch " << v->second.epoch
+                                                  << "): it would resend"
+                                                     " the push anyway");
 }
 
 BOOST_AUTO_TEST_CASE(a_server_told_to_stop_acknowledges_nothing_alone) {
