@@ -196,13 +196,16 @@ BOOST_AUTO_TEST_CASE(a_cut_off_worker_leaves_the_view_and_rejoins_when_healed,
 BOOST_AUTO_TEST_CASE(a_cut_off_server_is_replaced_and_no_update_is_lost,
                      *boost::unit_test::precondition(can_cut)) {
   // Counter workers add 1 per clock in sync mode: with every acknowledged
-  // push kept exactly once, each ends with steps x workers.
+  // push kept exactly once, each ends with steps x workers. The job must
+  // outlast the cut (2.5 s from 2.5 s on) and the restarted server's
+  // rejoin after it: 20,000 steps ended before the heal on a machine
+  // doing 5,000 a second.
   scheduler_process s{2, 2, on_cluster_host({})};
   scheduler_client log{s.port, cluster_host};
   auto agent = start_agent(
       s, 2, 2,
       on_cluster_host({"--worker.task=counter", "--optimizer.name=sum",
-                       "--worker.steps=20000", "--worker.keys=3",
+                       "--worker.steps=60000", "--worker.keys=3",
                        "--worker.key-floats=2000", "--server.mode=sync",
                        "--fault.plan=cut:server-1@2500+2500"}));
   auto cut = log.wait_for_event(injected("cut", "server-1"));
@@ -220,7 +223,7 @@ BOOST_AUTO_TEST_CASE(a_cut_off_server_is_replaced_and_no_update_is_lost,
   });
   BOOST_CHECK_MESSAGE(rejoined, dump(log.events()));
   expect_clean_end(*agent);
-  expect_exact_sums(*agent, 40000);
+  expect_exact_sums(*agent, 120000);
 }
 
 BOOST_AUTO_TEST_CASE(
