@@ -168,6 +168,13 @@ void dial_road(self_ptr self, const node_info& n) {
 }
 
 void run_resends(self_ptr self, bool all = false);
+
+/// Puts resends in the order their operations were asked for.
+void by_seq(std::vector<kv_client_state::resend>& xs) {
+  std::stable_sort(xs.begin(), xs.end(),
+                   [](const auto& x, const auto& y) { return x.seq < y.seq; });
+}
+
 void redial(self_ptr self, uint32_t rank);
 bool redial_waits_for_caf(self_ptr self, uint32_t rank);
 
@@ -909,13 +916,18 @@ constexpr int max_resends = 3;
 /// Runs `attempt`; if it fails because a server died (peer_down, or
 /// not_connected: its handle is gone while the view still names it), runs
 /// it again once a newer view placed that server's slices elsewhere (on its
-/// backup, which holds their replicas). Pushes carry (worker, clock,
-/// part), so servers drop what they had already: resending is safe.
+/// backup, which holds their replicas); if a live server could not
+/// replicate it (unreplicated), then too, or after a pause (run_resends).
+/// Pushes carry (worker, clock, part), so servers drop what they had
+/// already: resending is safe. `seq`: the operation's place in the order
+/// of resends (0: a new operation, given the next).
 template <class T>
 void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
-                 reply_to<T> done, int left = max_resends) {
+                 reply_to<T> done, int left = max_resends, uint64_t seq = 0) {
   auto epoch = self->state.view.epoch;
-  attempt([self, attempt, done, left, epoch](caf::expected<T> r) {
+  if (seq == 0)
+    seq = ++self->state.resend_seq;
+  attempt([self, attempt, done, left, epoch, seq](caf::expected<T> r) {
     // No server at all in our view: nowhere to resend to.
     bool nowhere = self->state.view.servers.empty();
     if (r || left == 0 || nowhere || self->state.stopping ||
@@ -936,7 +948,7 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
     // If the new view has no place for the slices (no server left), the
     // caller hears of the death, not of the empty view.
     auto first = r.error();
-    auto again = [self, attempt, done, left, first] {
+    auto again = [self, attempt, done, left, first, seq] {
       with_resend<T>(
           self, attempt,
           [done, first](caf::expected<T> x) {
@@ -945,7 +957,7 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
             else
               done(std::move(x));
           },
-          left - 1);
+          left - 1, seq);
     };
     auto fail = [done](caf::error err) { done(std::move(err)); };
     auto& st = self->state;
@@ -955,7 +967,7 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
     }
     st.resends.push_back(kv_client_state::resend{
         epoch, std::chrono::steady_clock::now() + timeout_of(self),
-        std::move(again), std::move(fail), retry_at});
+        std::move(again), std::move(fail), retry_at, seq});
     start_tick(self);
   });
 }
@@ -1025,6 +1037,7 @@ void reroute(self_ptr self, uint32_t rank) {
     TROUPE_LOG(info, who(self), "only the fast road to server ", rank,
                " broke (CAF still reaches it): resending ", due.size(),
                " operations over CAF");
+    by_seq(due);
     for (auto& r : due) // in order, before the operations held meanwhile
       r.run();
     if (losses < max_road_losses)
@@ -1112,13 +1125,19 @@ void on_redial_timer(self_ptr self, uint32_t rank, uint64_t ticket) {
 void run_resends(self_ptr self, bool all) {
   auto& st = self->state;
   auto now = std::chrono::steady_clock::now();
+  by_seq(st.resends);
   std::vector<kv_client_state::resend> due;
+  // One whose pause is over waits on behind one asked for before it that
+  // still waits (for a view, or its own pause): sent first, it could reach
+  // the slices' next server before that one (a clock it skipped there).
+  bool behind = false;
   for (auto i = st.resends.begin(); i != st.resends.end();)
     if (all || st.view.epoch > i->after_epoch ||
-        (i->retry_at && *i->retry_at <= now)) {
+        (!behind && i->retry_at && *i->retry_at <= now)) {
       due.push_back(std::move(*i));
       i = st.resends.erase(i);
     } else {
+      behind = true;
       ++i;
     }
   for (auto& r : due)

@@ -53,9 +53,10 @@
 //   are resent (up to 3 times) once a newer view has placed its slices on
 //   its backup; servers drop the duplicates by (worker, clock, part). One
 //   a live server applied but could not replicate (errc::unreplicated:
-//   its backup refused it, or could not be told it may lack it) is resent
-//   so too, or after an eighth of kv.request-timeout-ms to the same server
-//   if no view came by then.
+//   its backup could not be told in time that it may lack it) is resent so
+//   too, or after an eighth of kv.request-timeout-ms to the same server if
+//   no view came by then and no operation asked for before it still waits
+//   for one. Resends go in the order their operations were asked for.
 //
 // Roads: init, push and pull frames take the server's fast road
 // (actors/road.hpp) when --kv.road allows and the connection is up, else
@@ -170,8 +171,15 @@ struct kv_client_state {
     /// Also runs then, in the same view: a live server did not
     /// acknowledge (errc::unreplicated); never for a dead one.
     std::optional<std::chrono::steady_clock::time_point> retry_at;
+    /// The operation's place in the order callers asked for them: resends
+    /// go in that order, whatever order they failed in (a server that
+    /// gets clock c + 1 before c refuses it).
+    uint64_t seq = 0;
   };
-  std::vector<resend> resends; // operations a dead server interrupted
+  /// Operations a dead server interrupted, or a live one could not
+  /// replicate.
+  std::vector<resend> resends;
+  uint64_t resend_seq = 0; // the last resend::seq given
   /// Per server: operations its lost road failed, parked for the grace in
   /// which CAF would hear that the server died (then resent, or moved to
   /// `resends`).

@@ -89,8 +89,8 @@ shard_server_state::~shard_server_state() {
                                "the server ended before its backup was told");
     auto held = std::move(alone->held);
     alone->held.clear();
-    for (auto& then : held)
-      then(why);
+    for (auto& h : held)
+      h.then(why);
   }
 }
 
@@ -159,11 +159,57 @@ void notice_answered(self_ptr self, uint64_t link, const caf::error& err) {
                a->backup, " that we dropped our link (", describe(err),
                "): ", held.size(),
                " operations it may lack are not acknowledged");
-  auto why = caf::make_error(errc::unreplicated,
+  // Taken for dead (not_a_member), we will not be told otherwise: the
+  // slices' next server is in the view to come. Else (no answer in time)
+  // a second try may get one.
+  auto why = caf::make_error(err == errc::not_a_member ? errc::peer_down
+                                                       : errc::unreplicated,
                              "our backup could not be told that it may lack"
                              " this operation");
-  for (auto& fn : held)
-    fn(err ? why : caf::error{});
+  for (auto& h : held)
+    h.then(err ? why : caf::error{});
+}
+
+/// How long the scheduler has to answer a notice, and an acknowledgement
+/// alone to wait for it: the drop took up to three quarters of the
+/// workers' request timeout (half, or half and a road tick), and the
+/// answer must come in what is left.
+std::chrono::milliseconds notice_limit(self_ptr self) {
+  return std::chrono::milliseconds{self->state.request_timeout_ms / 5};
+}
+
+/// Fails the acknowledgements alone that waited their while (unreplicated:
+/// the worker tries again), and checks again when the next one's is over.
+void expire_held(self_ptr self) {
+  auto& a = self->state.alone;
+  if (!a)
+    return;
+  a->expiry_armed = false;
+  auto now = std::chrono::steady_clock::now();
+  std::vector<alone_notice::held_ack> over;
+  auto first_left = std::chrono::steady_clock::time_point::max();
+  for (auto i = a->held.begin(); i != a->held.end();)
+    if (i->until <= now) {
+      over.push_back(std::move(*i));
+      i = a->held.erase(i);
+    } else {
+      first_left = std::min(first_left, i->until);
+      ++i;
+    }
+  if (!a->held.empty()) {
+    a->expiry_armed = true;
+    self->delayed_send(self, first_left - now, stale_atom_v, tick_atom_v);
+  }
+  if (over.empty())
+    return;
+  TROUPE_LOG(warning, who(self), "no answer from the scheduler for ",
+             over.size(), " operations backup ", a->backup,
+             " may lack: not acknowledged");
+  auto why = caf::make_error(errc::unreplicated,
+                             "the scheduler did not confirm in time that our"
+                             " backup was told it may lack this operation");
+  for (auto& h : over)
+    h.then(why);
 }
 
 /// Sends the scheduler the notice of our dropped link, once.
@@ -174,11 +220,7 @@ void ask_scheduler(self_ptr self) {
     return;
   a.asked = true;
   auto link = a.link;
-  // The drop took up to three quarters of the workers' request timeout
-  // (half, or half and a road tick): the answer must come in what is left.
-  self->request(st.scheduler,
-                std::chrono::milliseconds{st.request_timeout_ms / 5},
-                stale_atom_v, a.backup, link)
+  self->request(st.scheduler, notice_limit(self), stale_atom_v, a.backup, link)
       .then(
           [self, link](uint64_t) { notice_answered(self, link, {}); },
           [self, link](caf::error& err) { notice_answered(self, link, err); });
@@ -193,7 +235,12 @@ void stands_alone(self_ptr self, replica_done then) {
     then(caf::none);
     return;
   }
-  a->held.push_back(std::move(then));
+  a->held.push_back(
+      {std::chrono::steady_clock::now() + notice_limit(self), std::move(then)});
+  if (!a->expiry_armed) {
+    a->expiry_armed = true;
+    self->delayed_send(self, notice_limit(self), stale_atom_v, tick_atom_v);
+  }
   ask_scheduler(self);
 }
 
@@ -418,19 +465,20 @@ replica_done after_all(size_t n, replica_done then) {
 
 /// What a worker hears for an Init or Push our backup refused, or may lack
 /// and could not be told of (stands_alone): we applied it, but it is not
-/// replicated (unreplicated). The usual cause of a refusal is a view that
-/// declared us dead while we were not (a heartbeat missed under load): the
-/// backup promoted our store, and the operation must go there. The
-/// worker's kv client resends it once a newer view places the slices, or
-/// after a pause to us (a duplicate for us, acknowledged once the backup
-/// has been told). peer_down (we end) stays peer_down: no pause helps.
+/// replicated. The usual cause of a refusal is a view that declared us
+/// dead while we were not (a heartbeat missed under load): the backup
+/// promoted our store, and the operation must go there. peer_down has the
+/// worker's kv client resend it once a newer view places the slices (or at
+/// once, a duplicate for us, if we are still its server). A backup that
+/// the scheduler was slow to tell (unreplicated) may be told on a second
+/// try: the kv client also resends to us after a pause.
 caf::error not_replicated(self_ptr self, const caf::error& refused) {
-  bool ending = refused == errc::peer_down;
   bool untold = refused == errc::unreplicated; // stands_alone's
-  return caf::make_error(ending ? errc::peer_down : errc::unreplicated,
+  bool ending = refused == errc::peer_down;    // ours or stands_alone's
+  return caf::make_error(untold ? errc::unreplicated : errc::peer_down,
                          "server", self->state.rank,
                          str("could not replicate the operation: ",
-                             ending || untold ? "" : "its backup refused it: ",
+                             untold || ending ? "" : "its backup refused it: ",
                              describe(refused)));
 }
 
@@ -1605,6 +1653,7 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
       [self](start_atom, const std::string& host, uint16_t port) {
         start(self, host, port);
       },
+      [self](stale_atom, tick_atom) { expire_held(self); },
       [self](reconnect_atom) { // our backup was unreachable: try again
         if (self->state.backup)
           return;

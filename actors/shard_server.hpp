@@ -255,7 +255,16 @@ struct alone_notice {
   uint64_t link = 0;      ///< the dropped link's number
   bool asked = false;     ///< the scheduler has the notice, no answer yet
   bool confirmed = false; ///< passed on: acknowledgements alone go out
-  std::vector<replica_done> held; ///< acknowledgements alone waiting
+  /// An acknowledgement alone waiting, until `until`: a drop after it asks
+  /// anew, and the answer to the older notice no longer counts, so drops
+  /// that follow each other faster than the scheduler answers would hold
+  /// it for good.
+  struct held_ack {
+    std::chrono::steady_clock::time_point until;
+    replica_done then;
+  };
+  std::vector<held_ack> held;
+  bool expiry_armed = false; ///< a check of `until` is due
 };
 
 struct shard_server_state {

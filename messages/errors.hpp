@@ -35,10 +35,11 @@ enum class errc : uint8_t {
   bad_file,
   /// The peer died before answering. The control path decides what follows.
   peer_down,
-  /// The server applied the operation but cannot say its backup holds it
-  /// (the backup refused it, or could not be told the server dropped it):
-  /// not acknowledged. Resend once a newer view places the slices, or
-  /// after a pause to the same server (it drops the duplicate).
+  /// The server applied the operation, but its backup may lack it and the
+  /// scheduler did not confirm in time that it told the backup so: not
+  /// acknowledged. Resend once a newer view places the slices, or after a
+  /// pause to the same server (it drops the duplicate, and acknowledges it
+  /// once the backup has been told).
   unreplicated,
 };
 
