@@ -469,14 +469,18 @@ replica_done after_all(size_t n, replica_done then) {
 /// dead while we were not (a heartbeat missed under load): the backup
 /// promoted our store, and the operation must go there. peer_down has the
 /// worker's kv client resend it once a newer view places the slices (or at
-/// once, a duplicate for us, if we are still its server). A backup that
-/// the scheduler was slow to tell (unreplicated) may be told on a second
-/// try: the kv client also resends to us after a pause.
+/// once, a duplicate for us, if we are still its server). Any other
+/// (unreplicated: a backup the scheduler was slow to tell, which a second
+/// try may get told; a refusal no view follows, after which we stand
+/// alone) has it also resend to us after a pause.
 caf::error not_replicated(self_ptr self, const caf::error& refused) {
   bool untold = refused == errc::unreplicated; // stands_alone's
   bool ending = refused == errc::peer_down;    // ours or stands_alone's
-  return caf::make_error(untold ? errc::unreplicated : errc::peer_down,
-                         "server", self->state.rank,
+  // The backup serves our store, or fences our link: a view that declared
+  // us dead is out, and the next one places the slices there.
+  bool fenced = refused == errc::not_a_member;
+  auto code = ending || fenced ? errc::peer_down : errc::unreplicated;
+  return caf::make_error(code, "server", self->state.rank,
                          str("could not replicate the operation: ",
                              untold || ending ? "" : "its backup refused it: ",
                              describe(refused)));
