@@ -628,9 +628,17 @@ void on_tick(self_ptr self) {
   for (auto i = st.resends.begin(); i != st.resends.end();)
     if (i->deadline <= now) {
       auto fail = std::move(i->fail);
+      // One a live server answered waited behind one asked for before it.
+      auto err =
+          i->retry_at
+              ? caf::make_error(errc::unreplicated,
+                                "a server could not replicate it, and an"
+                                " operation asked for before it still waits"
+                                " for a view")
+              : caf::make_error(errc::peer_down,
+                                "a server died and no newer view came");
       i = st.resends.erase(i);
-      fail(caf::make_error(errc::peer_down,
-                           "a server died and no newer view came"));
+      fail(std::move(err));
     } else {
       ++i;
     }
