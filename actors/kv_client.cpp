@@ -45,6 +45,29 @@ struct kv_gather {
   }
 };
 
+void order_resends(std::vector<kv_client_state::resend>& xs) {
+  std::stable_sort(xs.begin(), xs.end(),
+                   [](const auto& x, const auto& y) { return x.seq < y.seq; });
+}
+
+std::vector<kv_client_state::resend>
+take_due_resends(std::vector<kv_client_state::resend>& parked, uint64_t epoch,
+                 std::chrono::steady_clock::time_point now, bool all) {
+  order_resends(parked);
+  std::vector<kv_client_state::resend> due;
+  bool behind = false; // one asked for before stays parked
+  for (auto i = parked.begin(); i != parked.end();)
+    if (all || epoch > i->after_epoch ||
+        (!behind && i->retry_at && *i->retry_at <= now)) {
+      due.push_back(std::move(*i));
+      i = parked.erase(i);
+    } else {
+      behind = true;
+      ++i;
+    }
+  return due;
+}
+
 namespace {
 
 using self_ptr = kv_client_actor*;
@@ -168,12 +191,6 @@ void dial_road(self_ptr self, const node_info& n) {
 }
 
 void run_resends(self_ptr self, bool all = false);
-
-/// Puts resends in the order their operations were asked for.
-void by_seq(std::vector<kv_client_state::resend>& xs) {
-  std::stable_sort(xs.begin(), xs.end(),
-                   [](const auto& x, const auto& y) { return x.seq < y.seq; });
-}
 
 void redial(self_ptr self, uint32_t rank);
 bool redial_waits_for_caf(self_ptr self, uint32_t rank);
@@ -1045,7 +1062,7 @@ void reroute(self_ptr self, uint32_t rank) {
     TROUPE_LOG(info, who(self), "only the fast road to server ", rank,
                " broke (CAF still reaches it): resending ", due.size(),
                " operations over CAF");
-    by_seq(due);
+    order_resends(due);
     for (auto& r : due) // in order, before the operations held meanwhile
       r.run();
     if (losses < max_road_losses)
@@ -1132,22 +1149,8 @@ void on_redial_timer(self_ptr self, uint32_t rank, uint64_t ticket) {
 /// gone fails again and waits anew.
 void run_resends(self_ptr self, bool all) {
   auto& st = self->state;
-  auto now = std::chrono::steady_clock::now();
-  by_seq(st.resends);
-  std::vector<kv_client_state::resend> due;
-  // One whose pause is over waits on behind one asked for before it that
-  // still waits (for a view, or its own pause): sent first, it could reach
-  // the slices' next server before that one (a clock it skipped there).
-  bool behind = false;
-  for (auto i = st.resends.begin(); i != st.resends.end();)
-    if (all || st.view.epoch > i->after_epoch ||
-        (!behind && i->retry_at && *i->retry_at <= now)) {
-      due.push_back(std::move(*i));
-      i = st.resends.erase(i);
-    } else {
-      behind = true;
-      ++i;
-    }
+  auto due = take_due_resends(st.resends, st.view.epoch,
+                              std::chrono::steady_clock::now(), all);
   for (auto& r : due)
     when_ready(self, std::move(r.run), std::move(r.fail), true);
 }

@@ -242,6 +242,19 @@ struct kv_client_state {
   ~kv_client_state();
 };
 
+/// Puts resends in the order their operations were asked for (`seq`).
+void order_resends(std::vector<kv_client_state::resend>& xs);
+
+/// Takes out of `parked` the resends to run now, in the order their
+/// operations were asked for: with `all`, every one; else those parked in
+/// a view older than `epoch`, and those whose pause (`retry_at`) is over
+/// at `now`, unless one asked for before them stays parked (sent first,
+/// such a one could reach the slices' next server before that one, a
+/// clock skipped there).
+std::vector<kv_client_state::resend>
+take_due_resends(std::vector<kv_client_state::resend>& parked, uint64_t epoch,
+                 std::chrono::steady_clock::time_point now, bool all);
+
 using kv_client_actor = caf::stateful_actor<kv_client_state>;
 
 /// The kv client runs on the thread its work arrives on (a road reader, a
