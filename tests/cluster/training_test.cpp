@@ -128,7 +128,9 @@ void check_resume(std::vector<std::string> extra, uint64_t clocks) {
     for (int i = 0; i < 1000 && cut < 100 * clocks; ++i) {
       gen = client.checkpoint();
       job.s.proc->drain(); // a log line per checkpoint: keep the pipe open
-      BOOST_REQUIRE(gen);
+      BOOST_REQUIRE_MESSAGE(gen, "checkpoint " << i << " after cut " << cut
+                                               << ": "
+                                               << troupe::test::why(gen));
       auto m = troupe::read_manifest(dir.path);
       BOOST_REQUIRE(m);
       cut = m->version;
