@@ -191,7 +191,6 @@ void dial_road(self_ptr self, const node_info& n) {
 }
 
 void run_resends(self_ptr self, bool all = false);
-
 void redial(self_ptr self, uint32_t rank);
 bool redial_waits_for_caf(self_ptr self, uint32_t rank);
 

@@ -179,27 +179,20 @@ std::chrono::milliseconds notice_limit(self_ptr self) {
 }
 
 /// Fails the acknowledgements alone that waited their while (unreplicated:
-/// the worker tries again), and checks again when the next one's is over.
+/// the worker tries again); each hold has a check of its own due then.
 void expire_held(self_ptr self) {
   auto& a = self->state.alone;
   if (!a)
     return;
-  a->expiry_armed = false;
   auto now = std::chrono::steady_clock::now();
   std::vector<alone_notice::held_ack> over;
-  auto first_left = std::chrono::steady_clock::time_point::max();
   for (auto i = a->held.begin(); i != a->held.end();)
     if (i->until <= now) {
       over.push_back(std::move(*i));
       i = a->held.erase(i);
     } else {
-      first_left = std::min(first_left, i->until);
       ++i;
     }
-  if (!a->held.empty()) {
-    a->expiry_armed = true;
-    self->delayed_send(self, first_left - now, stale_atom_v, tick_atom_v);
-  }
   if (over.empty())
     return;
   TROUPE_LOG(warning, who(self), "no answer from the scheduler for ",
@@ -237,10 +230,7 @@ void stands_alone(self_ptr self, replica_done then) {
   }
   a->held.push_back(
       {std::chrono::steady_clock::now() + notice_limit(self), std::move(then)});
-  if (!a->expiry_armed) {
-    a->expiry_armed = true;
-    self->delayed_send(self, notice_limit(self), stale_atom_v, tick_atom_v);
-  }
+  self->delayed_send(self, notice_limit(self), stale_atom_v, tick_atom_v);
   ask_scheduler(self);
 }
 

@@ -80,8 +80,10 @@
 // backup. An operation the backup may lack (one the link carried
 // unanswered, or one taken before a newer link's copy) is acknowledged
 // only once that answer came; without one within a fifth of the request
-// timeout (a scheduler that is gone, or takes us for dead) it fails
-// (unreplicated) and the worker resends. A notice for a link older than the
+// timeout (a scheduler that is gone or slow) it fails (unreplicated: the
+// worker resends, to us after a pause if no view comes), and a scheduler
+// that takes us for dead makes it fail with peer_down (the worker resends
+// in the view to come). A notice for a link older than the
 // newest the backup saw changes nothing: that link's copies came or are
 // due. Links are told apart by serial, never by address.
 //
@@ -264,7 +266,6 @@ struct alone_notice {
     replica_done then;
   };
   std::vector<held_ack> held;
-  bool expiry_armed = false; ///< a check of `until` is due
 };
 
 struct shard_server_state {

@@ -35,11 +35,12 @@ enum class errc : uint8_t {
   bad_file,
   /// The peer died before answering. The control path decides what follows.
   peer_down,
-  /// The server applied the operation, but its backup may lack it and the
-  /// scheduler did not confirm in time that it told the backup so: not
+  /// The server applied the operation, but its backup may lack it (the
+  /// scheduler did not confirm in time that it told the backup so, or the
+  /// backup refused it while the server stays the slices' server): not
   /// acknowledged. Resend once a newer view places the slices, or after a
   /// pause to the same server (it drops the duplicate, and acknowledges it
-  /// once the backup has been told).
+  /// once it stands replicated or the backup has been told).
   unreplicated,
 };
 

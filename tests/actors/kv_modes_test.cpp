@@ -111,10 +111,8 @@ spawn_overtaking_scheduler(caf::actor_system& sys, register_reply reply,
             [=](stale_atom, uint32_t, uint64_t) -> caf::result<uint64_t> {
               if (notice == notice_answer::refused)
                 return caf::make_error(errc::not_a_member, "taken for dead");
-              if (notice == notice_answer::none) {
-                self->make_response_promise(); // dropped: no answer
-                return caf::make_error(caf::sec::unexpected_response);
-              }
+              if (notice == notice_answer::none)
+                return self->make_response_promise(); // dropped: no answer
               return newer.epoch;
             },
             [=](leave_atom) { return newer.epoch; }};
