@@ -64,7 +64,10 @@ trap 'echo "interrupted"; exit 130' INT TERM
 . "$here/deploy/scheduler.sh"
 start_scheduler "$bin" "$logs/scheduler.log" "${common[@]}" || exit 1
 
-server_kill=${TROUPE_SERVER_KILL:-kill:server-$((RANDOM % 2))@$((3000 + RANDOM % 9000))}
+# Faults fall 2.5-5.5 s in (server: 3-5.5 s): within training on every
+# machine measured, where 10 epochs end 8 s in on the fastest (kills up to
+# 12 s in came after the end there, and the demo showed fewer faults).
+server_kill=${TROUPE_SERVER_KILL:-kill:server-$((RANDOM % 2))@$((3000 + RANDOM % 2500))}
 items=()
 if [ "$server_kill" != none ]; then
   items+=("$server_kill")
@@ -86,7 +89,7 @@ set +e
 "$bin" --role=agent --scheduler-port="$port" "${common[@]}" \
   --agent.servers=2 --agent.workers=2 --agent.max-restarts=3 \
   --fault.random-kills=2 --fault.random-targets=worker \
-  --fault.random-from-ms=3000 --fault.random-to-ms=12000 "${plan[@]}" \
+  --fault.random-from-ms=2500 --fault.random-to-ms=5500 "${plan[@]}" \
   "$@" 2>&1 | tee "$logs/agent.log" |
   grep --line-buffered -E 'epoch [0-9]|final test|agent: |\*\*\*'
 agent_rc=${PIPESTATUS[0]}
