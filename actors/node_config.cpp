@@ -124,10 +124,13 @@ node_config::node_config() {
            "threads (0..16) sharing the copies of large frames, 0 = none")
       .add(kv.scheduler_only, "scheduler-only",
            "run the kv client on CAF's scheduler threads only (off)");
-  opt_group{custom_options_, "road"}.add(
-      road_spin_us, "spin-us",
-      "road readers poll this long (us) before they sleep: no wake-up for a"
-      " message that comes meanwhile, at the CPU it burns; 0 = off");
+  opt_group{custom_options_, "road"}
+      .add(road_spin_us, "spin-us",
+           "road readers poll this long (us) before they sleep: no wake-up for"
+           " a message that comes meanwhile, at the CPU it burns; 0 = off")
+      .add(road_caller_spin_us, "caller-spin-us",
+           "a blocking kv call polls this long (us) for its reply before it"
+           " sleeps; 0 = off (default 200)");
   opt_group{custom_options_, "optimizer"}
       .add(optimizer.name, "name", "sum | sgd | momentum | nesterov | adam")
       .add(optimizer.on, "on", "server | worker (sync mode only)")
@@ -277,6 +280,10 @@ caf::error node_config::finish() {
     return caf::make_error(errc::invalid_config,
                            "--road.spin-us must be 0..10000, got",
                            road_spin_us);
+  if (road_caller_spin_us > 10000)
+    return caf::make_error(errc::invalid_config,
+                           "--road.caller-spin-us must be 0..10000, got",
+                           road_caller_spin_us);
   auto road = parse_road(kv.road_text);
   if (!road)
     return std::move(road.error());

@@ -227,6 +227,10 @@ struct node_config : caf::actor_system_config {
   /// How long readers of this process's roads poll before they sleep, in
   /// us (--road.spin-us, actors/road.hpp): 0 = off, at most 10000.
   uint32_t road_spin_us = 0;
+  /// How long a blocking kv call of this process polls for its reply
+  /// before it sleeps, in us (--road.caller-spin-us, actors/road.hpp):
+  /// 0 = off, at most 10000.
+  uint32_t road_caller_spin_us = road_caller_spin_default_us;
 
   scheduler_settings scheduler;
   server_settings server;

@@ -155,6 +155,7 @@ int main(int argc, char** argv) {
   if (auto err = cfg.finish())
     return fail("checking options", err) + 1;
   set_road_spin(std::chrono::microseconds{cfg.road_spin_us});
+  set_road_caller_spin(std::chrono::microseconds{cfg.road_caller_spin_us});
   if (cfg.role_name == "agent") {
     stop_on_signals();
     caf::actor_system sys{cfg};

@@ -103,17 +103,21 @@ caf::error send_all(int fd, std::vector<iovec>& iov,
   return caf::none;
 }
 
-std::atomic<int64_t> spin_us{0};      // set_road_spin
+std::atomic<int64_t> spin_us{0}; // set_road_spin
+std::atomic<int64_t> caller_spin_us{
+    road_caller_spin_default_us};     // set_road_caller_spin
 std::atomic<uint64_t> spins_found{0}; // road_spins_found
 
 /// Polls `fd` for input, yielding the core between polls, for at most
-/// the time set_road_spin() set (and `cap`): true once it is readable (or
-/// ended: the read that follows sees that), false if the time ran out or
-/// spinning is off.
+/// `setting` (a reader's: set_road_spin(), by default; a blocking
+/// caller's: set_road_caller_spin()) and `cap`: true once it is readable
+/// (or ended: the read that follows sees that), false if the time ran out
+/// or spinning is off.
 bool spin_until_readable(
-    int fd, std::chrono::microseconds cap = std::chrono::microseconds::max()) {
+    int fd, std::chrono::microseconds cap = std::chrono::microseconds::max(),
+    const std::atomic<int64_t>& setting = spin_us) {
   auto limit =
-      std::min<int64_t>(spin_us.load(std::memory_order_relaxed), cap.count());
+      std::min<int64_t>(setting.load(std::memory_order_relaxed), cap.count());
   if (limit <= 0)
     return false;
   auto until =
@@ -363,6 +367,10 @@ caf::error accept_hello(road_conn& c, uint32_t timeout_ms);
 
 void set_road_spin(std::chrono::microseconds x) {
   spin_us.store(x.count(), std::memory_order_relaxed);
+}
+
+void set_road_caller_spin(std::chrono::microseconds x) {
+  caller_spin_us.store(x.count(), std::memory_order_relaxed);
 }
 
 uint64_t road_spins_found() {
@@ -1109,7 +1117,7 @@ bool road_conn::pump_once(std::chrono::milliseconds wait) {
   // A caller looks at its mailbox between pumps, and one that asks
   // without waiting must not wait: it polls no longer than `wait`.
   if (stream_->buffered() < sizeof(wire_header) &&
-      !spin_until_readable(read_fd_, wait)) {
+      !spin_until_readable(read_fd_, wait, caller_spin_us)) {
     pollfd p{read_fd_, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0)
       return !closed_; // nothing yet (or EINTR): the caller looks again

@@ -44,7 +44,8 @@ using steady = std::chrono::steady_clock;
 const char* usage =
     "usage: kv_throughput [--servers=N] [--mode=async|sync] [--seconds=S]"
     " [--road=all|middleman|tcp|shm] [--rows=all|large|small]"
-    " [--road-spin-us=N] [--scheduler-only] [--node=PATH]\n"
+    " [--road-spin-us=N] [--road-caller-spin-us=N] [--scheduler-only]"
+    " [--node=PATH]\n"
     "  --road     roads to measure, each on a fresh cluster (default all)\n"
     "  --rows     which rows: the large values (4 KiB..16 MiB), the small"
     " pairs, or all (default all)\n"
@@ -55,6 +56,9 @@ const char* usage =
     "  --seconds  timed transfer per row, 0 < S <= 60 (default 0.5)\n"
     "  --road-spin-us  readers of the roads, ours and the servers', poll"
     " this long before they sleep (--road.spin-us; default 0 = off)\n"
+    "  --road-caller-spin-us  our blocking kv calls poll this long for"
+    " their reply before they sleep (--road.caller-spin-us; default 200,"
+    " 0 = off)\n"
     "  --scheduler-only  our kv client runs on CAF's scheduler threads only"
     " (--kv.scheduler-only), for comparison\n"
     "  --node     troupe-node binary (default: beside this program, then in"
@@ -71,6 +75,7 @@ struct options {
   bool large_rows = true; // push+pull of 4 KiB..16 MiB values
   bool small_rows = true; // small pairs, one at a time and 8 in flight
   uint32_t spin_us = 0;   // --road.spin-us of both ends (0 = off)
+  uint32_t caller_spin_us = road_caller_spin_default_us; // ours (0 = off)
 };
 
 double since(steady::time_point t0) {
@@ -131,6 +136,11 @@ std::string parse_flags(const std::vector<std::string>& args, options& opt) {
       if (value.empty() || *end != '\0' || n > 10000)
         return "--road-spin-us must be 0..10000, got '" + value + "'";
       opt.spin_us = static_cast<uint32_t>(n);
+    } else if (name == "--road-caller-spin-us") {
+      auto n = std::strtoul(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || n > 10000)
+        return "--road-caller-spin-us must be 0..10000, got '" + value + "'";
+      opt.caller_spin_us = static_cast<uint32_t>(n);
     } else if (a == "--scheduler-only") {
       opt.scheduler_only = true;
     } else if (name == "--node") {
@@ -626,7 +636,8 @@ void print_large_rows(const std::vector<road_result>& rs, double tcp,
 void print_small_rows(const std::vector<road_result>& rs, const rt_limits& rt,
                       size_t small_floats) {
   std::printf("small key (%zu floats), push+pull pairs per second (ratio to"
-              " the raw limit: a pair is two round trips)\n",
+              " the raw limit: a pair is two round trips; the raw limit's"
+              " ends sleep, one at a time a kv call polls for its reply)\n",
               small_floats);
   print_pairs("1 in flight", rs, rt, 1, 2, &road_result::ops_1);
   print_pairs("8 in flight", rs, rt, 8, 2, &road_result::ops_8);
@@ -704,11 +715,13 @@ void print_json(const options& opt, double tcp, double mem, const rt_limits& rt,
               "\"round_trips_per_s\":{\"unix_1\":%.1f,\"unix_8\":%.1f,"
               "\"tcp_1\":%.1f,\"tcp_8\":%.1f},"
               "\"cpu_steal\":%s,\"roads\":{%s},\"servers\":%u,\"mode\":"
-              "\"%s\",\"scheduler_only\":%s,\"road_spin_us\":%u}\n",
+              "\"%s\",\"scheduler_only\":%s,\"road_spin_us\":%u,"
+              "\"road_caller_spin_us\":%u}\n",
               tcp, mem, rt.unix_1, rt.unix_8, rt.tcp_1, rt.tcp_8,
               cpu.known() ? std::to_string(cpu.steal).c_str() : "null",
               json.c_str(), opt.servers, opt.mode.c_str(),
-              opt.scheduler_only ? "true" : "false", opt.spin_us);
+              opt.scheduler_only ? "true" : "false", opt.spin_us,
+              opt.caller_spin_us);
 }
 
 /// Prints the table, the targets, then one line of JSON with every figure.
@@ -718,15 +731,17 @@ void print_report(const options& opt, double tcp, double mem,
   auto steal = bench::percent(cpu.steal, "unknown");
   std::printf("troupe kv: 1 worker (this process), %u server(s), %s mode;"
               " each road on a fresh cluster; road readers poll %u us before"
-              " they sleep (--road-spin-us)\n"
+              " they sleep (--road-spin-us), our blocking calls %u us"
+              " (--road-caller-spin-us)\n"
               "limits measured in this run, the higher of a measurement before"
               " and one after the roads: plain TCP on loopback %.2f GB/s,"
               " memcpy %.2f GB/s;\nraw round trips/s of 64-byte messages"
               " between two processes, 1 / 8 in flight: unix sockets"
               " %.0f / %.0f, TCP %.0f / %.0f\n"
               "CPU time stolen by the host during the run: %s\n\n%12s",
-              opt.servers, opt.mode.c_str(), opt.spin_us, tcp, mem, rt.unix_1,
-              rt.unix_8, rt.tcp_1, rt.tcp_8, steal.c_str(), "");
+              opt.servers, opt.mode.c_str(), opt.spin_us, opt.caller_spin_us,
+              tcp, mem, rt.unix_1, rt.unix_8, rt.tcp_1, rt.tcp_8, steal.c_str(),
+              "");
   for (auto& r : rs)
     std::printf(" %20s", r.road.c_str());
   std::printf("\n");
@@ -824,6 +839,7 @@ int main(int argc, char** argv) {
     return fail("finding troupe-node", node.error());
   opt.node = *node;
   set_road_spin(std::chrono::microseconds{opt.spin_us});
+  set_road_caller_spin(std::chrono::microseconds{opt.caller_spin_us});
   auto cpu0 = bench::read_cpu_times();
   auto tcp = tcp_loopback_gbps(opt.seconds);
   if (!tcp)

@@ -1193,8 +1193,49 @@ struct spin_for_test {
   ~spin_for_test() { set_road_spin(std::chrono::microseconds{0}); }
 };
 
+/// Blocking callers of this process poll for `x` while the test lives (then
+/// the default again).
+struct caller_spin_for_test {
+  explicit caller_spin_for_test(std::chrono::microseconds x) {
+    set_road_caller_spin(x);
+  }
+  ~caller_spin_for_test() {
+    set_road_caller_spin(
+        std::chrono::microseconds{road_caller_spin_default_us});
+  }
+};
+
+BOOST_AUTO_TEST_CASE(a_blocking_caller_polls_for_its_reply_and_reads_it_exact) {
+  // Reader threads never poll here (--road.spin-us is 0): whatever is
+  // found while polling, a caller found.
+  auto l = start_echo_listener();
+  for (auto kind : {road_kind::tcp, road_kind::shm}) {
+    traced_client c{*l, kind};
+    auto id = c.until_callers_read(1);
+    {
+      caller_spin_for_test off{std::chrono::microseconds{0}};
+      auto before = road_spins_found();
+      for (int i = 0; i < 20; ++i)
+        BOOST_CHECK_MESSAGE(c.call(id++), to_string(kind) << ": call " << i
+                                                          << " read elsewhere");
+      BOOST_CHECK_EQUAL(road_spins_found(), before); // off: nobody polled
+    }
+    // An echo in this process answers well within 10 ms: callers find
+    // their replies while they poll, read here and byte-exact (call()
+    // checks), the road still theirs after.
+    caller_spin_for_test on{std::chrono::microseconds{10000}};
+    auto before = road_spins_found();
+    for (int i = 0; i < 20; ++i)
+      BOOST_CHECK_MESSAGE(c.call(id++), to_string(kind) << ": call " << i
+                                                        << " read elsewhere");
+    BOOST_CHECK_GT(road_spins_found(), before);
+    BOOST_CHECK_EQUAL(c.conn->outstanding(), 0u);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(spinning_readers_deliver_every_frame_and_see_a_peer_end) {
   // Off, nobody polls.
+  caller_spin_for_test callers_off{std::chrono::microseconds{0}};
   auto before = road_spins_found();
   BOOST_CHECK_GT(sweep_over(road_kind::shm), 0u);
   BOOST_CHECK_EQUAL(road_spins_found(), before);
