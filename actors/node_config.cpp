@@ -130,7 +130,10 @@ node_config::node_config() {
            " a message that comes meanwhile, at the CPU it burns; 0 = off")
       .add(road_caller_spin_us, "caller-spin-us",
            "a blocking kv call polls this long (us) for its reply before it"
-           " sleeps; 0 = off (default 200)");
+           " sleeps; 0 = off (default 200)")
+      .add(road_single_conn, "single-conn",
+           "tcp roads: one connection both ways, the server's answers too"
+           " (off: a reply connection of its own, one socket per direction)");
   opt_group{custom_options_, "optimizer"}
       .add(optimizer.name, "name", "sum | sgd | momentum | nesterov | adam")
       .add(optimizer.on, "on", "server | worker (sync mode only)")

@@ -231,6 +231,9 @@ struct node_config : caf::actor_system_config {
   /// before it sleeps, in us (--road.caller-spin-us, actors/road.hpp):
   /// 0 = off, at most 10000.
   uint32_t road_caller_spin_us = road_caller_spin_default_us;
+  /// This process's tcp roads take one connection both ways instead of a
+  /// reply connection apart (--road.single-conn, actors/road.hpp). Off.
+  bool road_single_conn = false;
 
   scheduler_settings scheduler;
   server_settings server;

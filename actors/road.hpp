@@ -12,7 +12,9 @@
 //        pull's destination arrays) is read apart instead: its segment
 //        table and first segment into the buffer, then each segment the
 //        landing places straight into its destination, so a pulled
-//        tensor is copied once, by the kernel.
+//        tensor is copied once, by the kernel. The server answers on a
+//        second connection the worker dials (unless --road.single-conn):
+//        each direction has a socket of its own, as on the shm road.
 //   shm  Same machine (equal road_info::machine): an abstract unix socket
 //        plus two memfd rings, one per direction, that the worker creates
 //        and passes at hello (SCM_RIGHTS). A frame is copied once into the
@@ -114,6 +116,13 @@ void set_road_spin(std::chrono::microseconds x);
 constexpr uint32_t road_caller_spin_default_us = 200;
 /// Sets that poll for this process (--road.caller-spin-us); 0 = off.
 void set_road_caller_spin(std::chrono::microseconds x);
+/// Whether this process's tcp roads ask the server to answer on a second
+/// connection (on by default; --road.single-conn turns it off), so that each direction
+/// has a socket of its own. On loopback here, with 8 small requests in
+/// flight: 35-38k -> 49-55k push+pull pairs/s (batched 41-47k -> 71-78k);
+/// one at a time, each direction's pure ACKs, which one socket both ways
+/// folds into the replies, cost 20-21k -> 13-14k (bench/kv_throughput).
+void set_road_reply_connection(bool on);
 /// Times a reader of this process (a reader thread or a blocking caller)
 /// found its socket readable while it polled, i.e. read without sleeping
 /// first, over the process's life.
@@ -147,7 +156,8 @@ enum class road_op : uint8_t {
 };
 
 class road_conn;
-class road_stream; // the buffered reading side of a connection (road.cpp)
+class road_stream;  // the buffered reading side of a connection (road.cpp)
+class road_pairing; // a listener's tcp connections awaiting their pair
 
 /// Where the segments of one reply's frame may be read straight to, on a
 /// tcp road: the kv client's pull destinations, so that a pulled tensor is
@@ -265,9 +275,12 @@ public:
   /// Starts the reader thread.
   void start(road_handler on_msg, road_down_handler on_down);
   /// Starts the reader thread of an accepted connection: it reads the
-  /// hello (waiting up to `timeout_ms`) before any message.
+  /// hello (waiting up to `timeout_ms`) before any message. A tcp hello
+  /// may pair the connection with another through `pairing` (the first
+  /// answers on the second; the second then ends here, quietly).
   void start_accepted(uint32_t timeout_ms, road_handler on_msg,
-                      road_down_handler on_down);
+                      road_down_handler on_down,
+                      std::shared_ptr<road_pairing> pairing = nullptr);
   /// Gives a region of our out ring back (the peer released it).
   void released(uint64_t offset, uint64_t bytes);
   /// Tells the peer we are done with a region of its ring.
@@ -281,6 +294,9 @@ public:
   size_t pooled_bytes() const;
   /// The connection's socket (the hello goes over it).
   int fd() const { return fd_; }
+  /// The socket our messages go out on: fd(), or the reply socket where a
+  /// server answers on one.
+  int write_fd() const { return write_fd_; }
   /// True if this shm connection answers or reads on a reply socket.
   bool has_reply_socket() const { return side_fd_ >= 0; }
   const ring& in_ring() const { return in_; }
@@ -339,6 +355,9 @@ private:
   void read_loop();
   void read_messages();
   void fail(caf::error err);
+  /// Ends a connection whose socket another connection now answers on
+  /// (a tcp reply connection): no shutdown, on_down runs with no error.
+  void end_handed_over();
   /// Shuts both sockets down: the readers on either side wake to EOF.
   void shut_down();
   /// A release message on the wire (a 40-byte header).
@@ -426,6 +445,7 @@ private:
   void forget(uint64_t serial);
 
   road_info info_;
+  std::shared_ptr<road_pairing> pairing_;
   int tcp_fd_ = -1;
   int unix_fd_ = -1;
   int wake_fd_ = -1; // eventfd that ends accept_loop

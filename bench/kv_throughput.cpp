@@ -44,7 +44,8 @@ using steady = std::chrono::steady_clock;
 const char* usage =
     "usage: kv_throughput [--servers=N] [--mode=async|sync] [--seconds=S]"
     " [--road=all|middleman|tcp|shm] [--rows=all|large|small]"
-    " [--road-spin-us=N] [--road-caller-spin-us=N] [--scheduler-only]"
+    " [--road-spin-us=N] [--road-caller-spin-us=N] [--road-reply-conn=on|off]"
+    " [--scheduler-only]"
     " [--node=PATH]\n"
     "  --road     roads to measure, each on a fresh cluster (default all)\n"
     "  --rows     which rows: the large values (4 KiB..16 MiB), the small"
@@ -59,6 +60,8 @@ const char* usage =
     "  --road-caller-spin-us  our blocking kv calls poll this long for"
     " their reply before they sleep (--road.caller-spin-us; default 200,"
     " 0 = off)\n"
+    "  --road-reply-conn  our tcp roads get a reply connection of their own"
+    " (default on; off: --road.single-conn)\n"
     "  --scheduler-only  our kv client runs on CAF's scheduler threads only"
     " (--kv.scheduler-only), for comparison\n"
     "  --node     troupe-node binary (default: beside this program, then in"
@@ -76,6 +79,7 @@ struct options {
   bool small_rows = true; // small pairs, one at a time and 8 in flight
   uint32_t spin_us = 0;   // --road.spin-us of both ends (0 = off)
   uint32_t caller_spin_us = road_caller_spin_default_us; // ours (0 = off)
+  bool reply_conn = true; // our tcp roads: replies on a connection apart
 };
 
 double since(steady::time_point t0) {
@@ -141,6 +145,10 @@ std::string parse_flags(const std::vector<std::string>& args, options& opt) {
       if (value.empty() || *end != '\0' || n > 10000)
         return "--road-caller-spin-us must be 0..10000, got '" + value + "'";
       opt.caller_spin_us = static_cast<uint32_t>(n);
+    } else if (name == "--road-reply-conn") {
+      if (value != "on" && value != "off")
+        return "--road-reply-conn must be on or off, got '" + value + "'";
+      opt.reply_conn = value == "on";
     } else if (a == "--scheduler-only") {
       opt.scheduler_only = true;
     } else if (name == "--node") {
@@ -716,12 +724,12 @@ void print_json(const options& opt, double tcp, double mem, const rt_limits& rt,
               "\"tcp_1\":%.1f,\"tcp_8\":%.1f},"
               "\"cpu_steal\":%s,\"roads\":{%s},\"servers\":%u,\"mode\":"
               "\"%s\",\"scheduler_only\":%s,\"road_spin_us\":%u,"
-              "\"road_caller_spin_us\":%u}\n",
+              "\"road_caller_spin_us\":%u,\"road_reply_conn\":%s}\n",
               tcp, mem, rt.unix_1, rt.unix_8, rt.tcp_1, rt.tcp_8,
               cpu.known() ? std::to_string(cpu.steal).c_str() : "null",
               json.c_str(), opt.servers, opt.mode.c_str(),
               opt.scheduler_only ? "true" : "false", opt.spin_us,
-              opt.caller_spin_us);
+              opt.caller_spin_us, opt.reply_conn ? "true" : "false");
 }
 
 /// Prints the table, the targets, then one line of JSON with every figure.
@@ -732,7 +740,8 @@ void print_report(const options& opt, double tcp, double mem,
   std::printf("troupe kv: 1 worker (this process), %u server(s), %s mode;"
               " each road on a fresh cluster; road readers poll %u us before"
               " they sleep (--road-spin-us), our blocking calls %u us"
-              " (--road-caller-spin-us)\n"
+              " (--road-caller-spin-us); tcp replies on a connection apart:"
+              " %s (--road-reply-conn)\n"
               "limits measured in this run, the higher of a measurement before"
               " and one after the roads: plain TCP on loopback %.2f GB/s,"
               " memcpy %.2f GB/s;\nraw round trips/s of 64-byte messages"
@@ -740,8 +749,8 @@ void print_report(const options& opt, double tcp, double mem,
               " %.0f / %.0f, TCP %.0f / %.0f\n"
               "CPU time stolen by the host during the run: %s\n\n%12s",
               opt.servers, opt.mode.c_str(), opt.spin_us, opt.caller_spin_us,
-              tcp, mem, rt.unix_1, rt.unix_8, rt.tcp_1, rt.tcp_8, steal.c_str(),
-              "");
+              opt.reply_conn ? "on" : "off", tcp, mem, rt.unix_1, rt.unix_8,
+              rt.tcp_1, rt.tcp_8, steal.c_str(), "");
   for (auto& r : rs)
     std::printf(" %20s", r.road.c_str());
   std::printf("\n");
@@ -840,6 +849,7 @@ int main(int argc, char** argv) {
   opt.node = *node;
   set_road_spin(std::chrono::microseconds{opt.spin_us});
   set_road_caller_spin(std::chrono::microseconds{opt.caller_spin_us});
+  set_road_reply_connection(opt.reply_conn);
   auto cpu0 = bench::read_cpu_times();
   auto tcp = tcp_loopback_gbps(opt.seconds);
   if (!tcp)

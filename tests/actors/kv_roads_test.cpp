@@ -81,7 +81,7 @@ std::string check_values(const named_array& x, uint64_t key, size_t n,
 
 /// Checks that worker `w`'s kv frames take `road`: shared memory maps
 /// rings (two per server, mapped by both ends in this process), tcp holds
-/// a connection to each server's road port, middleman neither.
+/// connections to each server's road port, middleman neither.
 void check_road_in_use(kv& w, const std::string& road) {
   auto v = w.view();
   BOOST_REQUIRE_MESSAGE(v, why(v));
@@ -93,7 +93,8 @@ void check_road_in_use(kv& w, const std::string& road) {
   auto servers = v->second.servers.size();
   BOOST_CHECK_EQUAL(test::ring_mappings(),
                     road == "auto" ? 4 * servers : size_t{0});
-  BOOST_CHECK_EQUAL(conns, road == "tcp" ? servers : size_t{0});
+  BOOST_CHECK_EQUAL(conns, road == "tcp" ? servers * test::tcp_road_connections
+                                         : size_t{0});
 }
 
 /// Bytes of the slices of an array of `n` floats that a pull reply carries
@@ -352,7 +353,11 @@ void survive_a_road_cut(const std::string& road, uint32_t cut) {
         test::poll_until([] { return test::ring_mappings() > 0; }, 10s));
   else
     BOOST_CHECK(test::poll_until(
-        [road_port] { return test::tcp_connections_on(road_port) == 1; }, 10s));
+        [road_port] {
+          return test::tcp_connections_on(road_port) ==
+                 test::tcp_road_connections;
+        },
+        10s));
   for (; clock < 9; ++clock)
     step(clock);
 }
@@ -421,7 +426,7 @@ private:
 /// server, on `road_port` if tcp, is open.
 bool road_is_back(const std::string& road, uint16_t road_port) {
   if (road == "tcp")
-    return test::tcp_connections_on(road_port) == 1;
+    return test::tcp_connections_on(road_port) == test::tcp_road_connections;
   return test::ring_mappings() > 0;
 }
 

@@ -173,7 +173,7 @@ struct raw_header {
   uint32_t magic = 0x31505254; // "TRP1"
   uint8_t op = 1;              // hello
   uint8_t in_ring = 0;
-  uint16_t zero1 = 0;
+  uint16_t flags = 0; // tcp hello: 1 answer on a reply connection, 2 it is one
   uint32_t zero2 = 0;
   uint32_t zero3 = 0;
   uint64_t id = 0;

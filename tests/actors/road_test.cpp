@@ -627,6 +627,88 @@ BOOST_AUTO_TEST_CASE(a_unix_hello_that_claims_rings_without_them_is_refused) {
   echo_one(good, 1, 64u << 10);
 }
 
+BOOST_AUTO_TEST_CASE(a_tcp_road_answers_on_a_reply_connection_of_its_own) {
+  auto l = start_echo_listener();
+  for (bool apart : {true, false}) {
+    set_road_reply_connection(apart);
+    {
+      road_client c{*l, road_kind::tcp, 0};
+      BOOST_CHECK_EQUAL(c.conn->has_reply_socket(), apart);
+      auto errors = echo_concurrently(c, 4, 8, 16);
+      BOOST_CHECK_MESSAGE(errors.empty(), "apart " << apart << ": " << errors);
+      // The reply connection, handed over, counts as none of its own.
+      BOOST_CHECK(await_connections(*l, 1));
+    }
+    BOOST_CHECK(await_connections(*l, 0));
+  }
+  set_road_reply_connection(true);
+}
+
+// A reply connection pairs with the connection whose hello announced it,
+// by the random token both hellos carry; whatever does not pair is refused
+// within the hello's timeout (1 s here), and nothing waits behind.
+BOOST_AUTO_TEST_CASE(a_reply_connection_that_pairs_with_nothing_is_refused) {
+  auto l = start_echo_listener(1000);
+  struct bad_case {
+    const char* what;
+    bool unix_socket;
+    uint16_t flags;
+    uint64_t token;
+  };
+  for (auto c :
+       {bad_case{"a reply connection nobody announced", false, 2, 77},
+        bad_case{"an announced reply connection never dialled", false, 1, 78},
+        bad_case{"unknown hello flags", false, 3, 79},
+        bad_case{"a reply connection without a token", false, 2, 0},
+        bad_case{"hello flags on the shm road", true, 1, 80}}) {
+    BOOST_TEST_MESSAGE(c.what);
+    raw_peer bad{*l, c.unix_socket};
+    raw_header h;
+    h.flags = c.flags;
+    h.id = c.token;
+    bad.write(&h, sizeof(h));
+    BOOST_CHECK_MESSAGE(bad.dropped(), c.what << ": not dropped");
+    BOOST_CHECK_MESSAGE(await_connections(*l, 0), c.what);
+  }
+  // Two reply connections with one token: the second is refused at once,
+  // the first pairs with the connection that announced it.
+  raw_peer first{*l, false};
+  raw_header h;
+  h.flags = 1;
+  h.id = 4242;
+  first.write(&h, sizeof(h));
+  raw_peer reply{*l, false};
+  h.flags = 2;
+  reply.write(&h, sizeof(h));
+  raw_header ack;
+  BOOST_REQUIRE_EQUAL(::recv(first.fd, &ack, sizeof(ack), MSG_WAITALL),
+                      ssize_t(sizeof(ack)));
+  BOOST_CHECK_EQUAL(ack.op, 1);
+  raw_peer twin{*l, false};
+  twin.write(&h, sizeof(h));
+  BOOST_CHECK_MESSAGE(twin.dropped(), "a second reply connection");
+  // Requests on the first connection are answered on the reply connection.
+  std::vector<uint64_t> words{7, 8, 9};
+  raw_header req;
+  req.op = static_cast<uint8_t>(road_op::pull);
+  req.id = 5;
+  req.bytes = words.size() * 8;
+  first.write(&req, sizeof(req));
+  first.write(words.data(), req.bytes);
+  raw_header rep;
+  BOOST_REQUIRE_EQUAL(::recv(reply.fd, &rep, sizeof(rep), MSG_WAITALL),
+                      ssize_t(sizeof(rep)));
+  BOOST_CHECK_EQUAL(rep.op, static_cast<uint8_t>(road_op::reply));
+  BOOST_CHECK_EQUAL(rep.id, 5u);
+  std::vector<uint64_t> back(words.size());
+  BOOST_REQUIRE_EQUAL(::recv(reply.fd, back.data(), req.bytes, MSG_WAITALL),
+                      ssize_t(req.bytes));
+  BOOST_CHECK(back == words);
+  BOOST_CHECK(await_connections(*l, 1));
+  road_client good{*l, road_kind::tcp, 0};
+  echo_one(good, 1, 64u << 10);
+}
+
 // An shm hello brings the two rings and the reply socket the server answers
 // on; without a proper reply socket the server refuses the connection.
 BOOST_AUTO_TEST_CASE(an_shm_hello_without_a_reply_socket_is_refused) {
@@ -1147,8 +1229,8 @@ BOOST_AUTO_TEST_CASE(a_peer_that_stops_mid_frame_does_not_hold_a_caller) {
         h.id = m->id;
         h.bytes = 1u << 20;
         std::vector<uint8_t> half(h.bytes / 2, 0x42);
-        ::send(m->conn->fd(), &h, sizeof(h), MSG_NOSIGNAL);
-        ::send(m->conn->fd(), half.data(), half.size(), MSG_NOSIGNAL);
+        ::send(m->conn->write_fd(), &h, sizeof(h), MSG_NOSIGNAL);
+        ::send(m->conn->write_fd(), half.data(), half.size(), MSG_NOSIGNAL);
       });
   BOOST_REQUIRE_MESSAGE(l, "listener: " << why(l));
   traced_client c{**l, road_kind::tcp, 300};

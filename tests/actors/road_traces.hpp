@@ -45,6 +45,10 @@ inline bool await_ring_mappings_at_most(
   return poll_until([&pid, n] { return ring_mappings(pid) <= n; }, limit);
 }
 
+/// Connections a tcp road holds to its server's road port: the worker's,
+/// and the reply connection the server answers on (actors/road.hpp).
+constexpr size_t tcp_road_connections = 2;
+
 /// ESTABLISHED IPv4 sockets bound to local port `port` in this network
 /// namespace (every process of a loopback cluster shares it).
 inline size_t tcp_connections_on(uint16_t port) {
