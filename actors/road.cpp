@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -23,7 +24,6 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
-#include <random>
 
 #include "actors/log.hpp"
 #include "messages/errors.hpp"
@@ -1346,7 +1346,11 @@ caf::error accept_hello(road_conn& c, uint32_t timeout_ms,
                            static_cast<uint32_t>(h.flags));
   }
   auto timeout = std::chrono::milliseconds{timeout_ms};
-  auto gone = [&c] { return c.closed(); };
+  auto gone = [&c] { // closed here, or the peer ended its side
+    pollfd p{c.fd(), POLLRDHUP, 0};
+    return c.closed() ||
+           (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP)));
+  };
   if (h.flags == hello_reply_conn) { // our socket is another's reply socket
     close_fds();
     if (!pairing->offer(h.id, c.fd(), peer_ipv4(c.fd()), timeout, gone))
@@ -1396,6 +1400,7 @@ caf::error accept_hello(road_conn& c, uint32_t timeout_ms,
   }
   wire_header ack;
   ack.op = static_cast<uint8_t>(road_op::hello);
+  ack.flags = h.flags; // the worker checks we answer where it asked
   std::vector<iovec> iov{{&ack, sizeof(ack)}};
   return send_all(c.fd(), iov);
 }
@@ -1465,6 +1470,10 @@ road_listener::~road_listener() {
   }
   for (auto& c : conns)
     c->close();
+}
+
+size_t road_listener::reply_connections_waiting() const {
+  return pairing_->offered();
 }
 
 size_t road_listener::connections() const {
@@ -1596,8 +1605,9 @@ uint32_t ms_left(std::chrono::steady_clock::time_point deadline) {
 caf::error
 dial_reply_connection(road_conn& c, wire_header& hello, const sockaddr_in& addr,
                       std::chrono::steady_clock::time_point deadline) {
-  std::random_device entropy;
-  uint64_t token = (uint64_t{entropy()} << 32) | entropy();
+  uint64_t token = 0;
+  if (::getrandom(&token, sizeof(token), 0) != sizeof(token))
+    return sys_error("road: no random token for the reply connection");
   hello.flags = hello_replies_apart;
   hello.id = token == 0 ? 1 : token;
   std::vector<iovec> iov{{&hello, sizeof(hello)}};
@@ -1702,6 +1712,10 @@ caf::expected<road_conn_ptr> road_dial(const std::string& host,
   if (!err && (!recv_all(c->fd(), &ack, sizeof(ack)) ||
                ack.magic != wire_magic || ack.op != hello.op))
     err = caf::make_error(errc::not_connected, "road: no hello from", host);
+  if (!err && ack.flags != hello.flags) // a server that answers elsewhere
+    err = caf::make_error(errc::not_connected, "road: the server at", host,
+                          "does not answer on a reply connection (an older"
+                          " build?): start workers with --road.single-conn");
   set_timeout(c->fd(), SO_RCVTIMEO, 0);
   if (err) {
     c->close();

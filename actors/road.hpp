@@ -117,9 +117,9 @@ constexpr uint32_t road_caller_spin_default_us = 200;
 /// Sets that poll for this process (--road.caller-spin-us); 0 = off.
 void set_road_caller_spin(std::chrono::microseconds x);
 /// Whether this process's tcp roads ask the server to answer on a second
-/// connection (on by default; --road.single-conn turns it off), so that each direction
-/// has a socket of its own. On loopback here, with 8 small requests in
-/// flight: 35-38k -> 49-55k push+pull pairs/s (batched 41-47k -> 71-78k);
+/// connection (on by default; --road.single-conn turns it off), so that each
+/// direction has a socket of its own. On loopback here, with 8 small requests
+/// in flight: 35-38k -> 49-55k push+pull pairs/s (batched 41-47k -> 71-78k);
 /// one at a time, each direction's pure ACKs, which one socket both ways
 /// folds into the replies, cost 20-21k -> 13-14k (bench/kv_throughput).
 void set_road_reply_connection(bool on);
@@ -297,7 +297,11 @@ public:
   /// The socket our messages go out on: fd(), or the reply socket where a
   /// server answers on one.
   int write_fd() const { return write_fd_; }
-  /// True if this shm connection answers or reads on a reply socket.
+  /// The socket our reader reads: fd(), or the reply socket where a worker
+  /// reads its answers on one.
+  int read_fd() const { return read_fd_; }
+  /// True if this connection answers or reads on a reply socket (shm, and
+  /// tcp unless --road.single-conn).
   bool has_reply_socket() const { return side_fd_ >= 0; }
   const ring& in_ring() const { return in_; }
 
@@ -433,6 +437,8 @@ public:
   const road_info& info() const { return info_; }
   /// Live connections (for tests and logs).
   size_t connections() const;
+  /// Tcp reply connections offered and not yet taken (for tests).
+  size_t reply_connections_waiting() const;
 
 private:
   road_listener() = default;

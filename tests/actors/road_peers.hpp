@@ -186,7 +186,9 @@ static_assert(sizeof(raw_header) == 40);
 struct raw_peer {
   int fd = -1;
 
-  raw_peer(const road_listener& l, bool unix_socket) {
+  /// `from`: the local IPv4 address a tcp peer connects from.
+  raw_peer(const road_listener& l, bool unix_socket,
+           const char* from = "127.0.0.1") {
     if (unix_socket) {
       sockaddr_un sa{};
       sa.sun_family = AF_UNIX;
@@ -202,6 +204,11 @@ struct raw_peer {
       sa.sin_port = htons(l.info().port);
       sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
       fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      BOOST_REQUIRE(::inet_pton(AF_INET, from, &local.sin_addr) == 1);
+      BOOST_REQUIRE(
+          ::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) == 0);
       BOOST_REQUIRE(
           ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
     }

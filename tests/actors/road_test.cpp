@@ -627,10 +627,17 @@ BOOST_AUTO_TEST_CASE(a_unix_hello_that_claims_rings_without_them_is_refused) {
   echo_one(good, 1, 64u << 10);
 }
 
+/// Tcp roads of this process take a reply connection or not while the test
+/// lives (then the default again: they do).
+struct reply_connection_for_test {
+  explicit reply_connection_for_test(bool on) { set_road_reply_connection(on); }
+  ~reply_connection_for_test() { set_road_reply_connection(true); }
+};
+
 BOOST_AUTO_TEST_CASE(a_tcp_road_answers_on_a_reply_connection_of_its_own) {
   auto l = start_echo_listener();
   for (bool apart : {true, false}) {
-    set_road_reply_connection(apart);
+    reply_connection_for_test setting{apart};
     {
       road_client c{*l, road_kind::tcp, 0};
       BOOST_CHECK_EQUAL(c.conn->has_reply_socket(), apart);
@@ -641,7 +648,6 @@ BOOST_AUTO_TEST_CASE(a_tcp_road_answers_on_a_reply_connection_of_its_own) {
     }
     BOOST_CHECK(await_connections(*l, 0));
   }
-  set_road_reply_connection(true);
 }
 
 // A reply connection pairs with the connection whose hello announced it,
@@ -669,24 +675,50 @@ BOOST_AUTO_TEST_CASE(a_reply_connection_that_pairs_with_nothing_is_refused) {
     bad.write(&h, sizeof(h));
     BOOST_CHECK_MESSAGE(bad.dropped(), c.what << ": not dropped");
     BOOST_CHECK_MESSAGE(await_connections(*l, 0), c.what);
+    BOOST_CHECK(
+        poll_until([&l] { return l->reply_connections_waiting() == 0; }, 10s));
   }
-  // Two reply connections with one token: the second is refused at once,
-  // the first pairs with the connection that announced it.
-  raw_peer first{*l, false};
+  {
+    // A reply connection from another address than the connection that
+    // announced it: refused, both of them.
+    raw_peer first{*l, false};
+    raw_header h;
+    h.flags = 1;
+    h.id = 5151;
+    first.write(&h, sizeof(h));
+    raw_peer other{*l, false, "127.0.0.2"};
+    h.flags = 2;
+    other.write(&h, sizeof(h));
+    BOOST_CHECK_MESSAGE(first.dropped(), "paired with another host");
+    BOOST_CHECK_MESSAGE(other.dropped(), "taken by another host");
+    BOOST_CHECK(await_connections(*l, 0));
+    BOOST_CHECK(
+        poll_until([&l] { return l->reply_connections_waiting() == 0; }, 10s));
+  }
+  // Two reply connections with one token: the second is refused at once
+  // (well before this listener's 20 s hello timeout), the first pairs
+  // with the connection that announced it.
+  l = start_echo_listener(20000);
   raw_header h;
-  h.flags = 1;
-  h.id = 4242;
-  first.write(&h, sizeof(h));
-  raw_peer reply{*l, false};
   h.flags = 2;
+  h.id = 4242;
+  raw_peer reply{*l, false};
   reply.write(&h, sizeof(h));
+  BOOST_REQUIRE(
+      poll_until([&l] { return l->reply_connections_waiting() == 1; }, 10s));
+  raw_peer twin{*l, false};
+  twin.write(&h, sizeof(h));
+  BOOST_CHECK_MESSAGE(twin.dropped(5s), "a second reply connection");
+  raw_peer first{*l, false};
+  h.flags = 1;
+  first.write(&h, sizeof(h));
   raw_header ack;
   BOOST_REQUIRE_EQUAL(::recv(first.fd, &ack, sizeof(ack), MSG_WAITALL),
                       ssize_t(sizeof(ack)));
   BOOST_CHECK_EQUAL(ack.op, 1);
-  raw_peer twin{*l, false};
-  twin.write(&h, sizeof(h));
-  BOOST_CHECK_MESSAGE(twin.dropped(), "a second reply connection");
+  BOOST_CHECK_EQUAL(ack.flags, 1); // answers on the reply connection
+  BOOST_CHECK(
+      poll_until([&l] { return l->reply_connections_waiting() == 0; }, 10s));
   // Requests on the first connection are answered on the reply connection.
   std::vector<uint64_t> words{7, 8, 9};
   raw_header req;
@@ -944,16 +976,22 @@ BOOST_AUTO_TEST_CASE(tcp_roads_probe_a_peer_that_stays_silent) {
   auto c = road_dial("127.0.0.1", l->info(), road_kind::tcp, 0, 2000,
                      inbox::on_msg(box), inbox::on_down(box));
   BOOST_REQUIRE_MESSAGE(c, why(c));
-  auto opt = [&](int level, int name) {
+  auto opt = [&](int fd, int level, int name) {
     int v = -1;
     socklen_t n = sizeof(v);
-    BOOST_REQUIRE_EQUAL(::getsockopt((*c)->fd(), level, name, &v, &n), 0);
+    BOOST_REQUIRE_EQUAL(::getsockopt(fd, level, name, &v, &n), 0);
     return v;
   };
-  BOOST_CHECK_EQUAL(opt(SOL_SOCKET, SO_KEEPALIVE), 1);
-  BOOST_CHECK_EQUAL(opt(IPPROTO_TCP, TCP_KEEPIDLE), road_keepalive_idle_s);
-  BOOST_CHECK_EQUAL(opt(IPPROTO_TCP, TCP_KEEPINTVL), road_keepalive_gap_s);
-  BOOST_CHECK_EQUAL(opt(IPPROTO_TCP, TCP_KEEPCNT), road_keepalive_probes);
+  // Both sockets: the one we write and the reply connection we read.
+  BOOST_REQUIRE((*c)->read_fd() != (*c)->fd());
+  for (int fd : {(*c)->fd(), (*c)->read_fd()}) {
+    BOOST_CHECK_EQUAL(opt(fd, SOL_SOCKET, SO_KEEPALIVE), 1);
+    BOOST_CHECK_EQUAL(opt(fd, IPPROTO_TCP, TCP_KEEPIDLE),
+                      road_keepalive_idle_s);
+    BOOST_CHECK_EQUAL(opt(fd, IPPROTO_TCP, TCP_KEEPINTVL),
+                      road_keepalive_gap_s);
+    BOOST_CHECK_EQUAL(opt(fd, IPPROTO_TCP, TCP_KEEPCNT), road_keepalive_probes);
+  }
   (*c)->close();
 }
 
@@ -992,6 +1030,49 @@ BOOST_AUTO_TEST_CASE(a_dial_to_a_port_that_drops_it_gives_up_at_its_deadline) {
   if (!c)
     BOOST_CHECK_MESSAGE(why(c).find("timed out") != std::string::npos, why(c));
   ::close(first);
+  ::close(l);
+}
+
+BOOST_AUTO_TEST_CASE(a_server_that_answers_no_reply_connection_is_named) {
+  // A server of an older build acks the first hello without its flags and
+  // would answer there, where the worker no longer reads: the dial fails
+  // and says what to do, rather than every request timing out.
+  int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  BOOST_REQUIRE(l >= 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof(sa);
+  BOOST_REQUIRE_EQUAL(::bind(l, reinterpret_cast<sockaddr*>(&sa), n), 0);
+  BOOST_REQUIRE_EQUAL(::listen(l, 4), 0);
+  BOOST_REQUIRE_EQUAL(::getsockname(l, reinterpret_cast<sockaddr*>(&sa), &n),
+                      0);
+  std::thread old_server{[l] {
+    int fds[2] = {::accept(l, nullptr, nullptr), ::accept(l, nullptr, nullptr)};
+    raw_header h;
+    if (fds[0] >= 0 &&
+        ::recv(fds[0], &h, sizeof(h), MSG_WAITALL) == ssize_t(sizeof(h))) {
+      raw_header ack; // flags 0: one connection both ways
+      ::send(fds[0], &ack, sizeof(ack), MSG_NOSIGNAL);
+    }
+    for (int fd : fds) { // until the worker gives up
+      char buf[64];
+      while (fd >= 0 && ::recv(fd, buf, sizeof(buf), 0) > 0) {
+      }
+      if (fd >= 0)
+        ::close(fd);
+    }
+  }};
+  road_info info;
+  info.port = ntohs(sa.sin_port);
+  auto box = std::make_shared<inbox>();
+  auto c = road_dial("127.0.0.1", info, road_kind::tcp, 0, 5000,
+                     inbox::on_msg(box), inbox::on_down(box));
+  BOOST_CHECK_MESSAGE(!c, "dialled a server that answers elsewhere");
+  if (!c)
+    BOOST_CHECK_MESSAGE(why(c).find("--road.single-conn") != std::string::npos,
+                        why(c));
+  old_server.join(); // the failed dial closed both connections
   ::close(l);
 }
 
