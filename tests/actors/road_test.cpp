@@ -995,22 +995,30 @@ BOOST_AUTO_TEST_CASE(tcp_roads_probe_a_peer_that_stays_silent) {
   (*c)->close();
 }
 
+/// A plain TCP socket listening on loopback with `backlog`, at `sa`.
+int plain_listener(int backlog, sockaddr_in& sa) {
+  int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  BOOST_REQUIRE(l >= 0);
+  sa = sockaddr_in{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof(sa);
+  BOOST_REQUIRE_EQUAL(::bind(l, reinterpret_cast<sockaddr*>(&sa), n), 0);
+  BOOST_REQUIRE_EQUAL(::listen(l, backlog), 0);
+  BOOST_REQUIRE_EQUAL(::getsockname(l, reinterpret_cast<sockaddr*>(&sa), &n),
+                      0);
+  return l;
+}
+
 BOOST_AUTO_TEST_CASE(a_dial_to_a_port_that_drops_it_gives_up_at_its_deadline) {
   // A listener whose accept queue is full drops further SYNs, as a
   // firewall that lets CAF's port through but not the road's would: the
   // connect hangs. The dial gives up after road_dial_deadline_ms (2 s), not
   // after the 60 s its caller allows per request, so that CAF carries
   // that server's frames soon.
-  int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  BOOST_REQUIRE(l >= 0);
   sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int l = plain_listener(0, sa); // room for one, never accepted
   socklen_t n = sizeof(sa);
-  BOOST_REQUIRE_EQUAL(::bind(l, reinterpret_cast<sockaddr*>(&sa), n), 0);
-  BOOST_REQUIRE_EQUAL(::listen(l, 0), 0); // room for one, never accepted
-  BOOST_REQUIRE_EQUAL(::getsockname(l, reinterpret_cast<sockaddr*>(&sa), &n),
-                      0);
   int first = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   BOOST_REQUIRE_EQUAL(::connect(first, reinterpret_cast<sockaddr*>(&sa), n),
                       0); // the queue is full now
@@ -1037,16 +1045,8 @@ BOOST_AUTO_TEST_CASE(a_server_that_answers_no_reply_connection_is_named) {
   // A server of an older build acks the first hello without its flags and
   // would answer there, where the worker no longer reads: the dial fails
   // and says what to do, rather than every request timing out.
-  int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  BOOST_REQUIRE(l >= 0);
   sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t n = sizeof(sa);
-  BOOST_REQUIRE_EQUAL(::bind(l, reinterpret_cast<sockaddr*>(&sa), n), 0);
-  BOOST_REQUIRE_EQUAL(::listen(l, 4), 0);
-  BOOST_REQUIRE_EQUAL(::getsockname(l, reinterpret_cast<sockaddr*>(&sa), &n),
-                      0);
+  int l = plain_listener(4, sa);
   std::thread old_server{[l] {
     int fds[2] = {::accept(l, nullptr, nullptr), ::accept(l, nullptr, nullptr)};
     raw_header h;
