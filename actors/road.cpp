@@ -519,8 +519,8 @@ road_conn::~road_conn() {
   if (in_.base)
     ::munmap(in_.base, in_.bytes);
   ::close(fd_);
-  if (side_fd_ >= 0)
-    ::close(side_fd_);
+  if (int side = side_fd_; side >= 0)
+    ::close(side);
 }
 
 void road_conn::use_reply_socket(int fd, bool we_read) {
@@ -809,8 +809,8 @@ void road_conn::close() {
 
 void road_conn::shut_down() {
   ::shutdown(fd_, SHUT_RDWR);
-  if (side_fd_ >= 0)
-    ::shutdown(side_fd_, SHUT_RDWR);
+  if (int side = side_fd_; side >= 0)
+    ::shutdown(side, SHUT_RDWR);
 }
 
 void road_conn::end_handed_over() {

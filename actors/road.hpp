@@ -377,9 +377,11 @@ private:
   static constexpr size_t max_pending_releases = 16;
 
   int fd_;
-  int side_fd_ = -1; // the reply socket, if any
-  int read_fd_;      // fd_ or the reply socket (the worker's end)
-  int write_fd_;     // fd_ or the reply socket (the server's end)
+  /// The reply socket, if any. Atomic: a server sets it on an accepted
+  /// connection's reader thread while close() may shut it down elsewhere.
+  std::atomic<int> side_fd_{-1};
+  int read_fd_;  // fd_ or the reply socket (the worker's end)
+  int write_fd_; // fd_ or the reply socket (the server's end)
   uint32_t send_timeout_ms_;
   road_kind kind_;
   uint64_t serial_;
