@@ -105,6 +105,25 @@ BOOST_AUTO_TEST_CASE(overlapped_sync_steps_train_the_model_of_whole_steps) {
   BOOST_CHECK_LE(std::abs(acc(overlapped) - acc(whole)), 0.005);
 }
 
+/// What every node of `job` printed so far (its last 2000 bytes each), to
+/// tell why a step of a test failed: the checkpoint request once failed
+/// with request_timeout under `ctest -j2`, the cut not reached in 60 s.
+std::string said_so_far(one_epoch& job) {
+  std::string out;
+  std::pair<const char*, child_process*> nodes[] = {
+      {"scheduler", job.s.proc.get()},
+      {"server", job.srv.get()},
+      {"worker 0", job.w0.get()},
+      {"worker 1", job.w1.get()}};
+  for (auto [name, p] : nodes) {
+    p->drain();
+    auto& all = p->output();
+    out += std::string{"\n--- "} + name + " said:\n" +
+           all.substr(all.size() > 2000 ? all.size() - 2000 : 0);
+  }
+  return out;
+}
+
 /// Sync training is deterministic: a job killed after a checkpoint and
 /// resumed from it must end with the very same accuracy line, which it can
 /// only do if weights, momentum and the lr schedule all came back. `extra`
@@ -129,8 +148,8 @@ void check_resume(std::vector<std::string> extra, uint64_t clocks) {
       gen = client.checkpoint();
       job.s.proc->drain(); // a log line per checkpoint: keep the pipe open
       BOOST_REQUIRE_MESSAGE(gen, "checkpoint " << i << " after cut " << cut
-                                               << ": "
-                                               << troupe::test::why(gen));
+                                               << ": " << troupe::test::why(gen)
+                                               << said_so_far(job));
       auto m = troupe::read_manifest(dir.path);
       BOOST_REQUIRE(m);
       cut = m->version;
