@@ -279,14 +279,12 @@ caf::error node_config::finish() {
   if (kv.helper_threads > 16)
     return caf::make_error(errc::invalid_config,
                            "--kv.helper-threads must be 0..16");
-  if (road_spin_us > 10000)
-    return caf::make_error(errc::invalid_config,
-                           "--road.spin-us must be 0..10000, got",
-                           road_spin_us);
-  if (road_caller_spin_us > 10000)
-    return caf::make_error(errc::invalid_config,
-                           "--road.caller-spin-us must be 0..10000, got",
-                           road_caller_spin_us);
+  for (auto [us, flag] :
+       {std::pair{road_spin_us, "--road.spin-us"},
+        std::pair{road_caller_spin_us, "--road.caller-spin-us"}})
+    if (us > 10000)
+      return caf::make_error(errc::invalid_config,
+                             std::string{flag} + " must be 0..10000, got", us);
   auto road = parse_road(kv.road_text);
   if (!road)
     return std::move(road.error());

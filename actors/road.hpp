@@ -119,7 +119,7 @@ void set_road_caller_spin(std::chrono::microseconds x);
 /// Whether this process's tcp roads ask the server to answer on a second
 /// connection (on by default; --road.single-conn turns it off), so that each
 /// direction has a socket of its own. On loopback here, with 8 small requests
-/// in flight: 35-38k -> 49-55k push+pull pairs/s (batched 41-47k -> 71-78k);
+/// in flight: 35-38k -> 45-61k push+pull pairs/s (batched 42-47k -> 49-78k);
 /// one at a time, each direction's pure ACKs, which one socket both ways
 /// folds into the replies, cost 20-21k -> 13-14k (bench/kv_throughput).
 void set_road_reply_connection(bool on);

@@ -45,8 +45,7 @@ const char* usage =
     "usage: kv_throughput [--servers=N] [--mode=async|sync] [--seconds=S]"
     " [--road=all|middleman|tcp|shm] [--rows=all|large|small]"
     " [--road-spin-us=N] [--road-caller-spin-us=N] [--road-reply-conn=on|off]"
-    " [--scheduler-only]"
-    " [--node=PATH]\n"
+    " [--scheduler-only] [--node=PATH]\n"
     "  --road     roads to measure, each on a fresh cluster (default all)\n"
     "  --rows     which rows: the large values (4 KiB..16 MiB), the small"
     " pairs, or all (default all)\n"
@@ -98,6 +97,18 @@ int fail(const char* what, const caf::error& err) {
 }
 
 /// Reads `--name=value` flags into `opt`; returns an error line, or "".
+/// Reads a poll time of 0..10000 us for flag `name` into `out`; "" if it
+/// is one, else what is wrong.
+std::string parse_us(const std::string& name, const std::string& value,
+                     uint32_t& out) {
+  char* end = nullptr;
+  auto n = std::strtoul(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || n > 10000)
+    return name + " must be 0..10000, got '" + value + "'";
+  out = static_cast<uint32_t>(n);
+  return "";
+}
+
 std::string parse_flags(const std::vector<std::string>& args, options& opt) {
   for (auto& a : args) {
     auto eq = std::min(a.find('='), a.size());
@@ -135,16 +146,10 @@ std::string parse_flags(const std::vector<std::string>& args, options& opt) {
         return "--road must be all, middleman, tcp or shm, got '" + value + "'";
       if (value != "all")
         opt.roads = {value};
-    } else if (name == "--road-spin-us") {
-      auto n = std::strtoul(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || n > 10000)
-        return "--road-spin-us must be 0..10000, got '" + value + "'";
-      opt.spin_us = static_cast<uint32_t>(n);
-    } else if (name == "--road-caller-spin-us") {
-      auto n = std::strtoul(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || n > 10000)
-        return "--road-caller-spin-us must be 0..10000, got '" + value + "'";
-      opt.caller_spin_us = static_cast<uint32_t>(n);
+    } else if (name == "--road-spin-us" || name == "--road-caller-spin-us") {
+      auto& out = name == "--road-spin-us" ? opt.spin_us : opt.caller_spin_us;
+      if (auto msg = parse_us(name, value, out); !msg.empty())
+        return msg;
     } else if (name == "--road-reply-conn") {
       if (value != "on" && value != "off")
         return "--road-reply-conn must be on or off, got '" + value + "'";

@@ -627,17 +627,39 @@ BOOST_AUTO_TEST_CASE(a_unix_hello_that_claims_rings_without_them_is_refused) {
   echo_one(good, 1, 64u << 10);
 }
 
-/// Tcp roads of this process take a reply connection or not while the test
-/// lives (then the default again: they do).
-struct reply_connection_for_test {
-  explicit reply_connection_for_test(bool on) { set_road_reply_connection(on); }
-  ~reply_connection_for_test() { set_road_reply_connection(true); }
+/// A process-wide road setting (set_road_spin and its kind) at `now`
+/// while the test lives, then back at `after` (its default).
+template <class T> struct setting_for_test {
+  void (*set)(T);
+  T after;
+  setting_for_test(void (*s)(T), T now, T then) : set(s), after(then) {
+    set(now);
+  }
+  ~setting_for_test() { set(after); }
 };
+
+/// Tcp roads of this process take a reply connection (the default) or not.
+setting_for_test<bool> reply_connection_for_test(bool on) {
+  return {set_road_reply_connection, on, true};
+}
+
+/// Readers of this process poll for `x` (then 0, the default).
+setting_for_test<std::chrono::microseconds>
+spin_for_test(std::chrono::microseconds x) {
+  return {set_road_spin, x, std::chrono::microseconds{0}};
+}
+
+/// Blocking callers of this process poll for `x` (then the default).
+setting_for_test<std::chrono::microseconds>
+caller_spin_for_test(std::chrono::microseconds x) {
+  return {set_road_caller_spin, x,
+          std::chrono::microseconds{road_caller_spin_default_us}};
+}
 
 BOOST_AUTO_TEST_CASE(a_tcp_road_answers_on_a_reply_connection_of_its_own) {
   auto l = start_echo_listener();
   for (bool apart : {true, false}) {
-    reply_connection_for_test setting{apart};
+    auto setting = reply_connection_for_test(apart);
     {
       road_client c{*l, road_kind::tcp, 0};
       BOOST_CHECK_EQUAL(c.conn->has_reply_socket(), apart);
@@ -1350,24 +1372,6 @@ BOOST_AUTO_TEST_CASE(a_peer_that_stops_mid_frame_does_not_hold_a_caller) {
   BOOST_CHECK(!c.box->take(1000, 0ms)); // no half reply handed on
 }
 
-/// Readers of this process poll for `x` while the test lives (then 0).
-struct spin_for_test {
-  explicit spin_for_test(std::chrono::microseconds x) { set_road_spin(x); }
-  ~spin_for_test() { set_road_spin(std::chrono::microseconds{0}); }
-};
-
-/// Blocking callers of this process poll for `x` while the test lives (then
-/// the default again).
-struct caller_spin_for_test {
-  explicit caller_spin_for_test(std::chrono::microseconds x) {
-    set_road_caller_spin(x);
-  }
-  ~caller_spin_for_test() {
-    set_road_caller_spin(
-        std::chrono::microseconds{road_caller_spin_default_us});
-  }
-};
-
 BOOST_AUTO_TEST_CASE(a_blocking_caller_polls_for_its_reply_and_reads_it_exact) {
   // Reader threads never poll here (--road.spin-us is 0): whatever is
   // found while polling, a caller found.
@@ -1376,7 +1380,7 @@ BOOST_AUTO_TEST_CASE(a_blocking_caller_polls_for_its_reply_and_reads_it_exact) {
     traced_client c{*l, kind};
     auto id = c.until_callers_read(1);
     {
-      caller_spin_for_test off{std::chrono::microseconds{0}};
+      auto off = caller_spin_for_test(std::chrono::microseconds{0});
       auto before = road_spins_found();
       for (int i = 0; i < 20; ++i)
         BOOST_CHECK_MESSAGE(c.call(id++), to_string(kind) << ": call " << i
@@ -1386,7 +1390,7 @@ BOOST_AUTO_TEST_CASE(a_blocking_caller_polls_for_its_reply_and_reads_it_exact) {
     // An echo in this process answers well within 10 ms: callers find
     // their replies while they poll, read here and byte-exact (call()
     // checks), the road still theirs after.
-    caller_spin_for_test on{std::chrono::microseconds{10000}};
+    auto on = caller_spin_for_test(std::chrono::microseconds{10000});
     auto before = road_spins_found();
     for (int i = 0; i < 20; ++i)
       BOOST_CHECK_MESSAGE(c.call(id++), to_string(kind) << ": call " << i
@@ -1398,7 +1402,7 @@ BOOST_AUTO_TEST_CASE(a_blocking_caller_polls_for_its_reply_and_reads_it_exact) {
 
 BOOST_AUTO_TEST_CASE(spinning_readers_deliver_every_frame_and_see_a_peer_end) {
   // Off, nobody polls.
-  caller_spin_for_test callers_off{std::chrono::microseconds{0}};
+  auto callers_off = caller_spin_for_test(std::chrono::microseconds{0});
   auto before = road_spins_found();
   BOOST_CHECK_GT(sweep_over(road_kind::shm), 0u);
   BOOST_CHECK_EQUAL(road_spins_found(), before);
@@ -1406,7 +1410,7 @@ BOOST_AUTO_TEST_CASE(spinning_readers_deliver_every_frame_and_see_a_peer_end) {
     // Replies of an echo in this process come well within 2 ms: readers
     // find them while polling, and every frame still comes back exact, to
     // reader threads and to callers reading their own replies alike.
-    spin_for_test spin{std::chrono::microseconds{2000}};
+    auto spin = spin_for_test(std::chrono::microseconds{2000});
     BOOST_CHECK_EQUAL(sweep_over(road_kind::tcp), 0u);
     BOOST_CHECK_GT(sweep_over(road_kind::shm), 0u);
     BOOST_CHECK_GT(road_spins_found(), before);
@@ -1424,7 +1428,7 @@ BOOST_AUTO_TEST_CASE(spinning_readers_deliver_every_frame_and_see_a_peer_end) {
   }
   // A peer that ends its side while our reader polls: the road ends, at
   // once rather than after the poll time (10 s here).
-  spin_for_test spin{std::chrono::microseconds{10000000}};
+  auto spin = spin_for_test(std::chrono::microseconds{10000000});
   auto l = road_listener::start("127.0.0.1", 0, road_timeout_ms,
                                 [](road_message_ptr m) { m->conn->close(); });
   BOOST_REQUIRE_MESSAGE(l, "listener: " << why(l));
