@@ -128,9 +128,6 @@ struct kv::impl {
       road_conn& c;
       ~done_reading() { c.caller_done(); }
     } guard{conn};
-    // A reply that reaches the mailbox some other way (a failure, a time
-    // out) is seen within a poll: never wait on the road for long.
-    constexpr std::chrono::milliseconds poll{2};
     bool asked = false;
     for (;;) {
       // A receive that finds nothing still sleeps out the timer slack: look
@@ -141,10 +138,10 @@ struct kv::impl {
             once, id, on_value, on_error,
             caf::after(std::chrono::milliseconds{0}) >> [] {});
       }
-      if (done || std::chrono::steady_clock::now() >= deadline)
+      if (done)
         break;
       asked = true;
-      if (!conn.pump_once(poll))
+      if (!read_road_until_mail(*self.ptr(), conn, deadline))
         break;
     }
     if (!asked) // the reply beat us: still ask for the road for next time

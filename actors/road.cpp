@@ -521,6 +521,8 @@ road_conn::~road_conn() {
   ::close(fd_);
   if (int side = side_fd_; side >= 0)
     ::close(side);
+  if (int efd = wake_efd_; efd >= 0)
+    ::close(efd);
 }
 
 void road_conn::use_reply_socket(int fd, bool we_read) {
@@ -851,6 +853,9 @@ void road_conn::read_messages() {
   // Descriptors a peer sends later are dropped by the kernel.
   reading_conn = this;
   while (wait_for_turn()) {
+    if (wake_efd_ >= 0 && stream_->buffered() < sizeof(wire_header) &&
+        !await_input())
+      continue; // a caller wants the road: wait_for_turn leaves it
     if (!read_one(true))
       break;
     if (corked_ && small_requests_buffered(1) == 0)
@@ -1101,9 +1106,26 @@ road_conn_ptr road_caller_scope::claim_only_conn() {
 }
 
 void road_conn::leave_to_callers_if_asked() {
-  // With nothing outstanding, nothing arrives until a caller sends.
-  if (callers_want_ && outstanding_ == 0 && turn_ == turn::reader)
+  // With nothing outstanding, nothing arrives until a caller sends; with
+  // replies outstanding, a caller waits for them on the road.
+  if (callers_want_ && (outstanding_ == 0 || caller_waiting_) &&
+      turn_ == turn::reader) {
     turn_ = turn::callers_idle;
+    turn_cv_.notify_all();
+  }
+}
+
+bool road_conn::await_input() {
+  if (spin_until_readable(read_fd_))
+    return true;
+  pollfd p[2] = {{read_fd_, POLLIN, 0}, {wake_efd_, POLLIN, 0}};
+  while (::poll(p, 2, -1) < 0 && errno == EINTR) {
+  }
+  if ((p[1].revents & POLLIN) == 0)
+    return true;
+  uint64_t n = 0;
+  [[maybe_unused]] auto got = ::read(wake_efd_, &n, sizeof(n));
+  return false;
 }
 
 bool road_conn::wait_for_turn() {
@@ -1138,12 +1160,26 @@ void road_conn::wake_reader() {
 
 bool road_conn::pump_once(std::chrono::milliseconds wait) {
   {
-    std::lock_guard<std::mutex> guard{turn_mtx_};
+    std::unique_lock<std::mutex> guard{turn_mtx_};
     if (closed_)
       return false;
     if (turn_ == turn::reader) {
       callers_want_ = true; // the reader thread leaves once it may
-      return false;
+      if (outstanding_ == 0)
+        return false;
+      // Replies are due: the reader thread waits for them, woken for us.
+      caller_waiting_ = true;
+      if (wake_efd_ < 0)
+        wake_efd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (wake_efd_ < 0)
+        return false;
+      uint64_t one = 1;
+      [[maybe_unused]] auto put = ::write(wake_efd_, &one, sizeof(one));
+      if (!turn_cv_.wait_for(
+              guard, wait, [this] { return turn_ != turn::reader || closed_; }))
+        return true; // not yet: the caller looks at its mailbox again
+      if (closed_)
+        return false;
     }
     turn_ = turn::caller_reading;
   }
@@ -1187,6 +1223,7 @@ bool road_conn::pump_once(std::chrono::milliseconds wait) {
 
 void road_conn::caller_done() {
   std::lock_guard<std::mutex> guard{turn_mtx_};
+  caller_waiting_ = false;
   if (turn_ == turn::reader)
     return;
   if (outstanding_ == 0) {
@@ -1200,6 +1237,11 @@ void road_conn::caller_done() {
 uint64_t road_conn::outstanding() const {
   std::lock_guard<std::mutex> guard{turn_mtx_};
   return outstanding_;
+}
+
+bool road_conn::read_by_callers() const {
+  std::lock_guard<std::mutex> guard{turn_mtx_};
+  return turn_ != turn::reader;
 }
 
 // -- server side

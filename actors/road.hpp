@@ -53,9 +53,13 @@
 // reply is outstanding, the reader thread leaves the connection to callers
 // and sleeps; a caller that sent on it reads and dispatches what comes
 // (pump_once) while it waits, so its reply wakes it directly instead of
-// waking the reader, which then wakes the caller. A send by anyone else
-// gives the connection back to the reader thread, and so does a caller
-// done with replies still outstanding: whatever the peer writes is read.
+// waking the reader, which then wakes the caller. A caller that waits
+// while replies are outstanding (several requests in flight) wakes the
+// reader thread through an eventfd, which the reader then also waits on
+// for input, and it leaves at its next message boundary. A send by anyone
+// else gives the connection back to the reader thread, and so does a
+// caller done with replies still outstanding: whatever the peer writes is
+// read.
 // A caller's read that waits mid-frame longer than the connection's send
 // timeout (a stopped peer) fails the connection, so a caller is never held
 // past it.
@@ -310,15 +314,20 @@ public:
   /// On a thread waiting for a reply sent in a road_caller_scope: reads and
   /// dispatches a message here, with any others already buffered behind it
   /// (waiting up to `wait` for one), if the
-  /// reader thread has left the connection to callers. Else asks it to
-  /// (it does once no reply is outstanding) and returns false, as it does
-  /// once the connection has ended: then wait as usual.
+  /// reader thread has left the connection to callers. Else asks it to:
+  /// with replies outstanding, the reader thread is woken to leave at its
+  /// next message boundary, and this waits up to `wait` for that (true
+  /// either way: look at the mailbox, then pump again); with none, it
+  /// leaves once the next request is answered: false, wait as usual, as
+  /// once the connection has ended.
   bool pump_once(std::chrono::milliseconds wait);
   /// This caller stops reading: the connection stays with callers if no
   /// reply is outstanding, else goes back to the reader thread.
   void caller_done();
   /// Requests sent and not yet answered (for tests).
   uint64_t outstanding() const;
+  /// True while callers, not the reader thread, read the road (for tests).
+  bool read_by_callers() const;
 
 private:
   /// Who reads the connection: its reader thread, or callers (one at a
@@ -415,7 +424,17 @@ private:
   std::condition_variable turn_cv_;
   turn turn_ = turn::reader;  // turn_mtx_
   bool callers_want_ = false; // turn_mtx_: a caller asked for the turn
-  uint64_t outstanding_ = 0;  // turn_mtx_: requests sent, not answered
+  /// turn_mtx_: a caller waits for the turn in pump_once with replies
+  /// outstanding: the reader thread leaves at its next message boundary.
+  bool caller_waiting_ = false;
+  /// An eventfd that wakes the reader thread from its wait for input so
+  /// that it leaves the road to a waiting caller: made at a caller's first
+  /// such wait (-1 before; a server's connections never make one).
+  std::atomic<int> wake_efd_{-1};
+  /// The reader thread: waits until the socket has input (true) or a
+  /// caller wakes it to take the turn (false).
+  bool await_input();
+  uint64_t outstanding_ = 0; // turn_mtx_: requests sent, not answered
   mutable std::mutex pool_mtx_;
   std::vector<std::pair<size_t, std::unique_ptr<uint64_t[]>>> pool_;
   std::atomic<uint64_t> inline_bytes_{0};

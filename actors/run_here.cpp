@@ -1,11 +1,14 @@
 // An execution unit that runs the actor it schedules on the calling thread.
 #include "actors/run_here.hpp"
 
+#include "actors/road.hpp"
+
 #include <algorithm>
 
 #include <caf/actor_control_block.hpp>
 #include <caf/actor_registry.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/blocking_actor.hpp>
 #include <caf/local_actor.hpp>
 #include <caf/message_id.hpp>
 #include <caf/resumable.hpp>
@@ -118,6 +121,20 @@ void run_here_while(caf::local_actor* self, const std::function<void()>& send) {
   run_here_unit unit{&sys, caller_budget};
   context_swap swap{self, &unit};
   send();
+}
+
+bool read_road_until_mail(caf::blocking_actor& self, road_conn& conn,
+                          std::chrono::steady_clock::time_point deadline) {
+  // A message that reaches the mailbox some other way (a failure, a time
+  // out) is seen within a poll: never wait on the road for long.
+  constexpr std::chrono::milliseconds poll{2};
+  // It reads at least once: a message the caller left in its mailbox (a
+  // late reply it no longer waits for) must not keep it from reading.
+  do
+    if (std::chrono::steady_clock::now() >= deadline || !conn.pump_once(poll))
+      return false;
+  while (self.mailbox().empty());
+  return true;
 }
 
 } // namespace troupe

@@ -5,6 +5,7 @@
 // that carries its request.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -14,6 +15,8 @@
 #include <caf/message.hpp>
 
 namespace troupe {
+
+class road_conn;
 
 /// Enqueues `msg` (anonymous) to `to`; if `to` was waiting for messages, it
 /// runs here, on this thread, for up to `max_messages` messages or until
@@ -37,5 +40,18 @@ void send_and_run_here(caf::actor to, caf::message msg,
 /// instead of waking a scheduler thread while this thread only waits for
 /// the reply. The system is kept from shutting down until this returns.
 void run_here_while(caf::local_actor* self, const std::function<void()>& send);
+
+/// For a blocking actor (a scoped_actor outside CAF's scheduler) whose
+/// requests went out on `conn` in a road_caller_scope that it claimed
+/// (claim_only_conn): reads `conn` on this thread, each message dispatched
+/// here (the kv client runs here for a reply, which lands in `self`'s
+/// mailbox), at least once and until `self`'s mailbox holds a message:
+/// true. The replies
+/// then wake no thread at all. False, and the caller waits as usual (the
+/// reply comes the usual way), once `deadline` has passed, or the road is
+/// not the caller's to read: it ended, or its reader thread kept it. The
+/// caller gives the road back with conn.caller_done() when it is done.
+bool read_road_until_mail(caf::blocking_actor& self, road_conn& conn,
+                          std::chrono::steady_clock::time_point deadline);
 
 } // namespace troupe

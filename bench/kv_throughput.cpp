@@ -18,6 +18,7 @@
 #include <deque>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +29,7 @@
 
 #include "actors/kv.hpp"
 #include "actors/node_config.hpp"
+#include "actors/road.hpp"
 #include "actors/run_here.hpp"
 #include "bench/cpu_share.hpp"
 #include "bench/memcpy_rate.hpp"
@@ -501,26 +503,50 @@ pending send_next(caf::scoped_actor& self, session& s, uint64_t key,
           -1.0f};
 }
 
-/// Waits (at most s.timeout) for the reply to `p` and checks it.
-caf::error await_reply(caf::scoped_actor& self, const session& s,
-                       const pending& p, uint64_t key, size_t floats) {
-  caf::error err;
-  auto on_error = [&err](caf::error& x) { err = std::move(x); };
-  auto silent = caf::after(s.timeout) >> [&err] {
-    err = caf::make_error(errc::timeout, "kv client silent");
-  };
+/// Takes the reply to `p` from the mailbox, waiting up to `wait` for it,
+/// and checks it; nullopt if it did not come.
+std::optional<caf::error> take_reply(caf::scoped_actor& self, const pending& p,
+                                     uint64_t key, size_t floats,
+                                     std::chrono::milliseconds wait) {
+  std::optional<caf::error> out;
+  auto on_error = [&out](caf::error& x) { out = std::move(x); };
   caf::blocking_actor::accept_one_cond rc;
   if (p.expect < 0)
     self->varargs_receive(
-        rc, p.id, [](uint64_t) {}, on_error, silent);
+        rc, p.id, [&out](uint64_t) { out = caf::error{}; }, on_error,
+        caf::after(wait) >> [] {});
   else
     self->varargs_receive(
         rc, p.id,
-        [&err, &p, key, floats](std::vector<named_array>& got) {
-          err = check_values(got, key, floats, p.expect);
+        [&out, &p, key, floats](std::vector<named_array>& got) {
+          out = check_values(got, key, floats, p.expect);
         },
-        on_error, silent);
-  return err;
+        on_error, caf::after(wait) >> [] {});
+  return out;
+}
+
+/// Waits (at most s.timeout) for the reply to `p` and checks it. With
+/// `conn` (the road our requests went on, claimed), reads it on this
+/// thread meanwhile, as kv's blocking calls do (read_road_until_mail).
+caf::error await_reply(caf::scoped_actor& self, const session& s,
+                       const pending& p, uint64_t key, size_t floats,
+                       road_conn* conn) {
+  auto deadline = steady::now() + s.timeout;
+  for (bool reading = conn != nullptr; reading;) {
+    // A receive that finds nothing still sleeps out the timer slack: look
+    // only when something came.
+    if (!self->mailbox().empty())
+      if (auto r =
+              take_reply(self, p, key, floats, std::chrono::milliseconds{0}))
+        return *r;
+    reading = read_road_until_mail(*self.ptr(), *conn, deadline);
+  }
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - steady::now());
+  if (auto r = take_reply(self, p, key, floats,
+                          std::max(left, std::chrono::milliseconds{0})))
+    return *r;
+  return caf::make_error(errc::timeout, "kv client silent");
 }
 
 /// Push+pull pairs of `key` per second with `depth` requests in flight
@@ -531,6 +557,16 @@ caf::expected<double> pipelined_ops(session& s, uint64_t key, size_t floats,
   caf::scoped_actor self{s.sys};
   std::vector<float> ones(floats, 1.0f);
   std::deque<pending> in_flight;
+  // The road our requests go on, which this thread reads while replies are
+  // due (kv's calls do so one at a time); given back at the end.
+  road_conn_ptr conn;
+  struct done_reading {
+    road_conn_ptr& c;
+    ~done_reading() {
+      if (c)
+        c->caller_done();
+    }
+  } guard{conn};
   uint64_t pairs = 0;
   bool push = true;
   auto t0 = steady::now();
@@ -543,16 +579,24 @@ caf::expected<double> pipelined_ops(session& s, uint64_t key, size_t floats,
     };
     // As kv's blocking calls do: the kv client runs on this thread, which
     // only waits meanwhile, instead of waking a scheduler thread.
-    if (s.scheduler_only)
+    if (s.scheduler_only) {
       send();
-    else
+    } else {
+      road_caller_scope scope;
       run_here_while(self.ptr(), send);
+      if (auto c = scope.claim_only_conn())
+        conn = std::move(c);
+    }
     if (in_flight.empty())
       break;
-    if (auto err = await_reply(self, s, in_flight.front(), key, floats))
-      return err;
-    pairs += in_flight.front().expect >= 0 ? 1 : 0;
-    in_flight.pop_front();
+    // Every reply already here is taken before more requests go.
+    do {
+      if (auto err =
+              await_reply(self, s, in_flight.front(), key, floats, conn.get()))
+        return err;
+      pairs += in_flight.front().expect >= 0 ? 1 : 0;
+      in_flight.pop_front();
+    } while (!in_flight.empty() && !self->mailbox().empty());
   }
   return pairs / since(t0);
 }

@@ -1400,6 +1400,87 @@ BOOST_AUTO_TEST_CASE(a_blocking_caller_polls_for_its_reply_and_reads_it_exact) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_caller_takes_the_road_while_replies_are_outstanding) {
+  // A server that holds its replies until the test opens its gate: the
+  // requests stay outstanding meanwhile.
+  struct gate {
+    std::mutex mtx;
+    std::condition_variable cv;
+    bool open = false;
+    void set(bool x) {
+      std::lock_guard<std::mutex> guard{mtx};
+      open = x;
+      cv.notify_all();
+    }
+  };
+  auto g = std::make_shared<gate>();
+  auto l = road_listener::start(
+      "127.0.0.1", 0, road_timeout_ms, [g](road_message_ptr m) {
+        {
+          std::unique_lock<std::mutex> guard{g->mtx};
+          g->cv.wait_for(guard, std::chrono::seconds{10},
+                         [&g] { return g->open; });
+        }
+        m->conn->send(road_op::reply, m->id, m->bytes);
+      });
+  BOOST_REQUIRE_MESSAGE(l, "listener: " << why(l));
+  for (auto kind : {road_kind::tcp, road_kind::shm}) {
+    traced_client c{**l, kind};
+    uint64_t id = 1;
+    // Round 0 lets the reader thread learn that callers wait on this road
+    // (it then waits for input and for them alike); in round 1 the caller
+    // must get the road before any reply comes.
+    for (int round = 0; round < 2; ++round) {
+      g->set(false);
+      std::vector<uint64_t> first{id, 1}, second{id + 1, 2};
+      // Sent by no caller: the road is the reader thread's again.
+      BOOST_REQUIRE(!c.conn->send(road_op::pull, id, view_of(first)));
+      {
+        road_caller_scope scope;
+        BOOST_REQUIRE(!c.conn->send(road_op::pull, id + 1, view_of(second)));
+        BOOST_REQUIRE(scope.claim_only_conn() == c.conn);
+      }
+      BOOST_CHECK_EQUAL(c.conn->outstanding(), 2u);
+      bool taken = false;
+      for (int i = 0; i < 500 && !taken; ++i) {
+        BOOST_REQUIRE(c.conn->pump_once(std::chrono::milliseconds{2}));
+        taken = c.conn->read_by_callers();
+      }
+      if (round == 1)
+        BOOST_REQUIRE_MESSAGE(taken, to_string(kind)
+                                         << ": the reader thread kept the road"
+                                            " with replies outstanding");
+      g->set(true);
+      for (int i = 0; i < 5000 && (c.thread_of(id) == std::thread::id{} ||
+                                   c.thread_of(id + 1) == std::thread::id{});
+           ++i)
+        BOOST_REQUIRE(c.conn->pump_once(std::chrono::milliseconds{2}));
+      c.conn->caller_done();
+      auto a = c.box->take(id);
+      auto b = c.box->take(id + 1);
+      BOOST_REQUIRE_MESSAGE(a && b, "no replies: " << c.box->reason());
+      BOOST_CHECK(same_bytes(*a, first));
+      BOOST_CHECK(same_bytes(*b, second));
+      if (round == 1) { // both read here, as they came
+        BOOST_CHECK(c.thread_of(id) == std::this_thread::get_id());
+        BOOST_CHECK(c.thread_of(id + 1) == std::this_thread::get_id());
+      }
+      BOOST_CHECK_EQUAL(c.conn->outstanding(), 0u);
+      id += 2;
+    }
+    // Done, with nothing outstanding: the road stays with callers, and a
+    // send by no caller gives it back to the reader thread, which reads.
+    BOOST_CHECK(c.conn->read_by_callers());
+    std::vector<uint64_t> last{id};
+    BOOST_REQUIRE(!c.conn->send(road_op::pull, id, view_of(last)));
+    BOOST_CHECK(!c.conn->read_by_callers());
+    auto m = c.box->take(id);
+    BOOST_REQUIRE_MESSAGE(m, "no reply: " << c.box->reason());
+    BOOST_CHECK(c.thread_of(id) != std::this_thread::get_id());
+  }
+  g->set(true);
+}
+
 BOOST_AUTO_TEST_CASE(spinning_readers_deliver_every_frame_and_see_a_peer_end) {
   // Off, nobody polls.
   auto callers_off = caller_spin_for_test(std::chrono::microseconds{0});
