@@ -593,6 +593,10 @@ constexpr size_t max_cork_frame = 4096;
 /// Corked bytes that are sent at once, whatever comes next.
 constexpr size_t max_cork_bytes = 64 * 1024;
 
+/// A frame this large takes long enough to make (a part of a large pull)
+/// that a caller does not poll for the next one: it sleeps at once.
+constexpr uint64_t min_large_frame = 64 * 1024;
+
 /// The connection whose reader runs on this thread, while it reads.
 thread_local const road_conn* reading_conn = nullptr;
 
@@ -929,6 +933,7 @@ bool road_conn::read_next(bool on_reader) {
     released(h.offset, h.bytes);
     return !closed_;
   }
+  last_frame_large_ = h.bytes >= min_large_frame;
   auto m = std::make_shared<road_message>();
   m->op = op;
   m->id = h.id;
@@ -1180,13 +1185,21 @@ bool road_conn::pump_once(std::chrono::milliseconds wait) {
         return true; // not yet: the caller looks at its mailbox again
       if (closed_)
         return false;
+    } else if (outstanding_ == 0 && stream_->buffered() == 0) {
+      // Every reply has been read (one handed to a scheduler thread, say, a
+      // large one): nothing more comes here; the caller's comes by mail.
+      turn_ = turn::callers_idle;
+      return false;
     }
     turn_ = turn::caller_reading;
   }
   // A caller looks at its mailbox between pumps, and one that asks
   // without waiting must not wait: it polls no longer than `wait`.
+  // After a large frame, the next (a large pull's next part) is far off:
+  // the poll would only take a core from the threads copying this one.
   if (stream_->buffered() < sizeof(wire_header) &&
-      !spin_until_readable(read_fd_, wait, caller_spin_us)) {
+      (last_frame_large_ ||
+       !spin_until_readable(read_fd_, wait, caller_spin_us))) {
     pollfd p{read_fd_, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0)
       return !closed_; // nothing yet (or EINTR): the caller looks again

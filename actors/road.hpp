@@ -319,7 +319,8 @@ public:
   /// next message boundary, and this waits up to `wait` for that (true
   /// either way: look at the mailbox, then pump again); with none, it
   /// leaves once the next request is answered: false, wait as usual, as
-  /// once the connection has ended.
+  /// once the connection has ended, or once the callers' road holds no
+  /// reply any more (the caller's went elsewhere: it comes by mail).
   bool pump_once(std::chrono::milliseconds wait);
   /// This caller stops reading: the connection stays with callers if no
   /// reply is outstanding, else goes back to the reader thread.
@@ -420,6 +421,7 @@ private:
   std::atomic<std::thread::id> reader_id_{}; // set by the reader itself
   std::mutex join_mtx_;                      // close() from several threads
   std::unique_ptr<road_stream> stream_;      // read under the turn
+  bool last_frame_large_ = false; // under the turn: the last frame read
   mutable std::mutex turn_mtx_;
   std::condition_variable turn_cv_;
   turn turn_ = turn::reader;  // turn_mtx_
