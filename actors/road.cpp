@@ -594,7 +594,9 @@ constexpr size_t max_cork_frame = 4096;
 constexpr size_t max_cork_bytes = 64 * 1024;
 
 /// A frame this large takes long enough to make (a part of a large pull)
-/// that a caller does not poll for the next one: it sleeps at once.
+/// that a caller does not poll for the next one, nor take the road from
+/// the reader thread for it, while such frames are recent: within the
+/// last large_traffic_frames frames sent or read on the connection.
 constexpr uint64_t min_large_frame = 64 * 1024;
 
 /// The connection whose reader runs on this thread, while it reads.
@@ -663,6 +665,7 @@ caf::error road_conn::write_pieces(road_op op, uint64_t id,
   if (closed_)
     return caf::make_error(errc::peer_down, "road closed");
   note_send(op); // before the bytes leave: the reply may come at once
+  note_frame(bytes);
   wire_header h;
   h.op = static_cast<uint8_t>(op);
   h.id = id;
@@ -933,7 +936,7 @@ bool road_conn::read_next(bool on_reader) {
     released(h.offset, h.bytes);
     return !closed_;
   }
-  last_frame_large_ = h.bytes >= min_large_frame;
+  note_frame(h.bytes);
   auto m = std::make_shared<road_message>();
   m->op = op;
   m->id = h.id;
@@ -1170,7 +1173,9 @@ bool road_conn::pump_once(std::chrono::milliseconds wait) {
       return false;
     if (turn_ == turn::reader) {
       callers_want_ = true; // the reader thread leaves once it may
-      if (outstanding_ == 0)
+      // Amid large frames, a wake-up is nothing beside their copies, and
+      // the caller's poll would take a core from them: it waits by mail.
+      if (outstanding_ == 0 || large_traffic())
         return false;
       // Replies are due: the reader thread waits for them, woken for us.
       caller_waiting_ = true;
@@ -1195,10 +1200,10 @@ bool road_conn::pump_once(std::chrono::milliseconds wait) {
   }
   // A caller looks at its mailbox between pumps, and one that asks
   // without waiting must not wait: it polls no longer than `wait`.
-  // After a large frame, the next (a large pull's next part) is far off:
-  // the poll would only take a core from the threads copying this one.
+  // Amid large frames, the next (a large pull's next part) is far off:
+  // the poll would only take a core from the threads copying them.
   if (stream_->buffered() < sizeof(wire_header) &&
-      (last_frame_large_ ||
+      (large_traffic() ||
        !spin_until_readable(read_fd_, wait, caller_spin_us))) {
     pollfd p{read_fd_, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0)
@@ -1250,6 +1255,18 @@ void road_conn::caller_done() {
 uint64_t road_conn::outstanding() const {
   std::lock_guard<std::mutex> guard{turn_mtx_};
   return outstanding_;
+}
+
+void road_conn::note_frame(uint64_t bytes) {
+  auto n = frames_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (bytes >= min_large_frame)
+    last_large_frame_.store(n, std::memory_order_relaxed);
+}
+
+bool road_conn::large_traffic() const {
+  auto last = last_large_frame_.load(std::memory_order_relaxed);
+  return last != 0 &&
+         frames_.load(std::memory_order_relaxed) - last < large_traffic_frames;
 }
 
 bool road_conn::read_by_callers() const {

@@ -421,7 +421,16 @@ private:
   std::atomic<std::thread::id> reader_id_{}; // set by the reader itself
   std::mutex join_mtx_;                      // close() from several threads
   std::unique_ptr<road_stream> stream_;      // read under the turn
-  bool last_frame_large_ = false; // under the turn: the last frame read
+  /// Frames sent and read (releases aside), and the number of the last
+  /// large one (0: none): see large_traffic().
+  std::atomic<uint64_t> frames_{0};
+  std::atomic<uint64_t> last_large_frame_{0};
+  static constexpr uint64_t large_traffic_frames = 16;
+  /// Counts a frame of `bytes` sent or read.
+  void note_frame(uint64_t bytes);
+  /// True if one of the last frames sent or read was large: then a
+  /// caller neither polls nor takes the road from the reader thread.
+  bool large_traffic() const;
   mutable std::mutex turn_mtx_;
   std::condition_variable turn_cv_;
   turn turn_ = turn::reader;  // turn_mtx_
