@@ -56,13 +56,16 @@
 // waking the reader, which then wakes the caller. A caller that waits
 // while replies are outstanding (several requests in flight) wakes the
 // reader thread through an eventfd, which the reader then also waits on
-// for input, and it leaves at its next message boundary. A send by anyone
-// else gives the connection back to the reader thread, and so does a
-// caller done with replies still outstanding: whatever the peer writes is
-// read.
-// A caller's read that waits mid-frame longer than the connection's send
-// timeout (a stopped peer) fails the connection, so a caller is never held
-// past it.
+// for input, and it leaves at its next message boundary. Amid large
+// frames (one of the last 16 sent or read on the connection is 64 KiB or
+// more) a caller does neither that nor poll: a wake-up is nothing beside
+// their copies, which need the cores; and a caller whose road holds no
+// reply any more (its own went to a scheduler thread) waits by mail. A
+// send by anyone else gives the connection back to the reader thread, and
+// so does a caller done with replies still outstanding: whatever the peer
+// writes is read. A caller's read that waits mid-frame longer than the
+// connection's send timeout (a stopped peer) fails the connection, so a
+// caller is never held past it.
 //
 // Faults: a dead peer ends the connection (EOF, reset); a silent one makes
 // writes fail after the send timeout. Either way the owner's `on_down`

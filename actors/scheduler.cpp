@@ -418,6 +418,13 @@ void remove_member(self_ptr self,
   if (info.kind == role::server && self->state.abort_checkpoint)
     self->state.abort_checkpoint(caf::make_error(
         errc::peer_down, "server", info.rank, "ended during the checkpoint"));
+  // A sync cut waits for the workers to reach it: once the last one is
+  // gone (the job done, or a crash), none will, and the servers would wait
+  // out the request timeout. Cut again, where the servers are.
+  if (info.kind == role::worker && self->state.abort_checkpoint &&
+      nodes_of(self, role::worker).empty())
+    self->state.abort_checkpoint(caf::make_error(
+        errc::clock_gap, "the last worker left before the cut"));
   record(self, kind, info, str(why, "; view ", self->state.epoch));
   if (promoted > 0)
     record(self,
@@ -519,7 +526,9 @@ void attempt_checkpoint(self_ptr self, uint64_t gen, uint64_t margin, int tries,
     if (g->failed)
       return;
     g->failed = true;
-    if (err == errc::clock_gap && tries > 1) { // a server passed the cut
+    // A server passed the cut, or no worker is left to reach it (the next
+    // attempt then cuts where the servers are).
+    if (err == errc::clock_gap && tries > 1) {
       attempt_checkpoint(self, gen, margin * 2, tries - 1, started);
       return;
     }

@@ -167,6 +167,70 @@ BOOST_AUTO_TEST_CASE(a_cluster_resumes_after_its_scheduler_dies) {
   BOOST_CHECK_EQUAL(m->version, steps);
 }
 
+BOOST_AUTO_TEST_CASE(
+    a_cut_no_worker_is_left_to_reach_is_taken_where_they_left) {
+  // A sync checkpoint cuts a round above the server's version and waits
+  // for the workers to get there. Once the last of them is gone (in a job:
+  // all done just after the cut was set; here stopped, until the scheduler
+  // finds their links dead), none will: the cut is taken again where the
+  // server is, instead of the server waiting out the request timeout
+  // (60 s) and the checkpoint failing. (One server: the workers cannot
+  // stop between two servers' halves of a round.)
+  temp_dir d;
+  auto flags = checkpoint_flags(d);
+  scheduler_process sched{1, 2, flags};
+  auto server = start_server(sched, "sync", flags);
+  auto w = flags;
+  w.push_back("--worker.key-floats=2000");
+  std::vector<std::unique_ptr<child_process>> workers;
+  for (int i = 0; i < 2; ++i)
+    workers.push_back(start_counter(sched, steps, w));
+  scheduler_client client{sched.port};
+  BOOST_REQUIRE(client.wait_for_view([](const cluster_view& v) {
+    return !v.placement.empty() && v.workers.size() == 2;
+  }));
+  // Training under way: checkpoints (each answered once written) until
+  // one is past round 10.
+  uint64_t cut = 0;
+  for (int i = 0; i < 1000 && cut < 10; ++i) {
+    auto gen = client.checkpoint();
+    sched.proc->drain(); // a line per checkpoint
+    BOOST_REQUIRE_MESSAGE(gen, "checkpoint " << i << ": " << why(gen));
+    auto m = read_manifest(d.path);
+    BOOST_REQUIRE_MESSAGE(m, why(m));
+    cut = m->version;
+  }
+  BOOST_REQUIRE_GE(cut, 10u);
+  for (auto& p : workers)
+    p->signal(SIGSTOP);
+  // The first cuts fall while the workers are still members: rounds on
+  // their way may reach one, not the next. Each checkpoint is written.
+  for (int i = 0; i < 3; ++i) {
+    auto gen = client.checkpoint();
+    sched.proc->drain();
+    BOOST_REQUIRE_MESSAGE(gen, "checkpoint " << i << " with the workers "
+                                             << "stopped: " << why(gen) << "\n"
+                                             << sched.proc->output());
+    auto m = read_manifest(d.path);
+    BOOST_REQUIRE_MESSAGE(m, why(m));
+    BOOST_CHECK_EQUAL(m->generation, *gen);
+    BOOST_CHECK_GE(m->version, cut);
+    cut = m->version;
+    BOOST_REQUIRE_EQUAL(m->files.size(), 1u);
+    auto x = read_checkpoint(d.path + "/" + m->files.front());
+    BOOST_REQUIRE_MESSAGE(x, why(x));
+    for (auto& st : x->stores)
+      BOOST_CHECK_EQUAL(st.version, cut);
+  }
+  // They were found gone meanwhile (their links dead).
+  BOOST_CHECK(client.wait_for_view(
+      [](const cluster_view& v) { return v.workers.empty(); }));
+  for (auto& p : workers) {
+    p->signal(SIGKILL);
+    BOOST_REQUIRE_MESSAGE(p->wait_exit(30s), "still running: " << p->output());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_checkpoint_torn_by_a_kill_leaves_the_previous_whole) {
   temp_dir d;
   auto flags = checkpoint_flags(d);
