@@ -124,10 +124,7 @@ struct kv::impl {
   void read_own_reply(road_conn& conn, caf::message_id id, OnValue& on_value,
                       OnError& on_error, const bool& done,
                       std::chrono::steady_clock::time_point deadline) {
-    struct done_reading { // the road is the reader thread's again if due
-      road_conn& c;
-      ~done_reading() { c.caller_done(); }
-    } guard{conn};
+    road_caller_done guard{conn.shared_from_this()};
     bool asked = false;
     for (;;) {
       // A receive that finds nothing still sleeps out the timer slack: look

@@ -524,6 +524,21 @@ private:
   bool claimed_ = false;
 };
 
+/// Gives the road a caller read (pump_once) back when it goes
+/// (road_conn::caller_done): the reader thread's again if replies are due.
+/// Empty, it does nothing.
+struct road_caller_done {
+  road_conn_ptr conn;
+  road_caller_done() = default;
+  explicit road_caller_done(road_conn_ptr c) : conn(std::move(c)) {}
+  road_caller_done(const road_caller_done&) = delete;
+  road_caller_done& operator=(const road_caller_done&) = delete;
+  ~road_caller_done() {
+    if (conn)
+      conn->caller_done();
+  }
+};
+
 /// Bytes of reply segments this process's roads read straight into the
 /// place a landing gave (road_landing), since it started: for tests and
 /// benchmarks.

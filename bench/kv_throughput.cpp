@@ -559,14 +559,7 @@ caf::expected<double> pipelined_ops(session& s, uint64_t key, size_t floats,
   std::deque<pending> in_flight;
   // The road our requests go on, which this thread reads while replies are
   // due (kv's calls do so one at a time); given back at the end.
-  road_conn_ptr conn;
-  struct done_reading {
-    road_conn_ptr& c;
-    ~done_reading() {
-      if (c)
-        c->caller_done();
-    }
-  } guard{conn};
+  road_caller_done reading;
   uint64_t pairs = 0;
   bool push = true;
   auto t0 = steady::now();
@@ -585,14 +578,14 @@ caf::expected<double> pipelined_ops(session& s, uint64_t key, size_t floats,
       road_caller_scope scope;
       run_here_while(self.ptr(), send);
       if (auto c = scope.claim_only_conn())
-        conn = std::move(c);
+        reading.conn = std::move(c);
     }
     if (in_flight.empty())
       break;
     // Every reply already here is taken before more requests go.
     do {
-      if (auto err =
-              await_reply(self, s, in_flight.front(), key, floats, conn.get()))
+      if (auto err = await_reply(self, s, in_flight.front(), key, floats,
+                                 reading.conn.get()))
         return err;
       pairs += in_flight.front().expect >= 0 ? 1 : 0;
       in_flight.pop_front();

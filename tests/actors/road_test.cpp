@@ -1176,16 +1176,20 @@ struct traced_client {
     return threads->count(id) ? threads->at(id) : std::thread::id{};
   }
 
+  /// Sends `words` as request `id` of a blocking caller, which claims the
+  /// road to read its reply.
+  void send_as_caller(uint64_t id, const std::vector<uint64_t>& words) {
+    road_caller_scope scope;
+    BOOST_REQUIRE(!conn->send(road_op::pull, id, view_of(words)));
+    BOOST_REQUIRE(scope.claim_only_conn() == conn);
+  }
+
   /// Sends request `id` as a blocking caller, then reads the road here
   /// until its reply came (true) or the reader thread still has the road,
   /// in which case the reply comes from it (false).
   bool call(uint64_t id) {
     std::vector<uint64_t> words{id, id + 1};
-    {
-      road_caller_scope scope;
-      BOOST_REQUIRE(!conn->send(road_op::pull, id, view_of(words)));
-      BOOST_REQUIRE(scope.claim_only_conn() == conn);
-    }
+    send_as_caller(id, words);
     // As kv's calls do, ask for the road at least once, even if the reader
     // thread was quicker with this reply.
     bool here = false;
@@ -1254,11 +1258,7 @@ BOOST_AUTO_TEST_CASE(a_caller_done_with_replies_due_leaves_them_to_the_reader) {
     traced_client c{*l, kind};
     auto id = c.until_callers_read(1);
     std::vector<uint64_t> words{id};
-    {
-      road_caller_scope scope;
-      BOOST_REQUIRE(!c.conn->send(road_op::pull, id, view_of(words)));
-      BOOST_REQUIRE(scope.claim_only_conn() == c.conn);
-    }
+    c.send_as_caller(id, words);
     c.conn->caller_done(); // gave up without reading: the reply is due
     auto m = c.box->take(id);
     BOOST_REQUIRE_MESSAGE(m, to_string(kind) << ": the reply was never read");
@@ -1339,11 +1339,7 @@ BOOST_AUTO_TEST_CASE(a_peer_that_stops_mid_frame_does_not_hold_a_caller) {
   traced_client c{**l, road_kind::tcp, 300};
   c.until_callers_read(1);
   std::vector<uint64_t> words{1000};
-  {
-    road_caller_scope scope;
-    BOOST_REQUIRE(!c.conn->send(road_op::pull, 1000, view_of(words)));
-    BOOST_REQUIRE(scope.claim_only_conn() == c.conn);
-  }
+  c.send_as_caller(1000, words);
   // If the read never gives up, this ends it after 15 s (the test fails:
   // the reason is then another).
   std::mutex mtx;
@@ -1435,11 +1431,7 @@ BOOST_AUTO_TEST_CASE(a_caller_takes_the_road_while_replies_are_outstanding) {
       std::vector<uint64_t> first{id, 1}, second{id + 1, 2};
       // Sent by no caller: the road is the reader thread's again.
       BOOST_REQUIRE(!c.conn->send(road_op::pull, id, view_of(first)));
-      {
-        road_caller_scope scope;
-        BOOST_REQUIRE(!c.conn->send(road_op::pull, id + 1, view_of(second)));
-        BOOST_REQUIRE(scope.claim_only_conn() == c.conn);
-      }
+      c.send_as_caller(id + 1, second);
       BOOST_CHECK_EQUAL(c.conn->outstanding(), 2u);
       bool taken = false;
       for (int i = 0; i < 500 && !taken; ++i) {
@@ -1491,11 +1483,7 @@ BOOST_AUTO_TEST_CASE(a_caller_takes_the_road_while_replies_are_outstanding) {
     g->set(false);
     std::vector<uint64_t> large((64u << 10) / 8, id), small{id + 1};
     BOOST_REQUIRE(!c.conn->send(road_op::push, id, view_of(large)));
-    {
-      road_caller_scope scope;
-      BOOST_REQUIRE(!c.conn->send(road_op::pull, id + 1, view_of(small)));
-      BOOST_REQUIRE(scope.claim_only_conn() == c.conn);
-    }
+    c.send_as_caller(id + 1, small);
     BOOST_CHECK(!c.conn->pump_once(std::chrono::milliseconds{2}));
     BOOST_CHECK(!c.conn->read_by_callers());
     c.conn->caller_done();
