@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include <caf/sec.hpp>
@@ -62,6 +63,34 @@ BOOST_AUTO_TEST_CASE(init_pull_and_replies_round_trip) {
   push_reply a{8, true}, a2;
   BOOST_REQUIRE(!decode(encode(a), a2));
   BOOST_CHECK(a2.version == 8 && a2.duplicate);
+}
+
+BOOST_AUTO_TEST_CASE(requests_without_values_are_built_in_one_segment) {
+  // Their first segment is sized to them (not Cap'n Proto's 8 KiB default):
+  // a flat frame whose segment table says one segment (0 = count - 1) and
+  // whose size is that one segment, so the estimate holds from no slice to
+  // thousands, and every slice named comes back.
+  auto one_segment = [](const frame& f) {
+    uint32_t extra = 1;
+    BOOST_REQUIRE_GE(f.bytes.size(), 8u);
+    std::memcpy(&extra, f.bytes.data(), sizeof(extra));
+    return extra == 0;
+  };
+  for (size_t n : {0, 1, 2, 7, 100, 5000}) {
+    pull_request p{1, 2, 3, {}}, q;
+    for (size_t i = 0; i < n; ++i)
+      p.slices.push_back(slice_id{i * 7, static_cast<uint32_t>(i % 5)});
+    auto f = encode(p);
+    BOOST_CHECK_MESSAGE(one_segment(f), n << " slices");
+    BOOST_CHECK_LT(f.bytes.size(), 64 + 16 * n);
+    BOOST_REQUIRE(!decode(f, q));
+    BOOST_CHECK(q.slices == p.slices);
+  }
+  auto f = encode(push_reply{~uint64_t{0}, true});
+  BOOST_CHECK(one_segment(f));
+  push_reply a;
+  BOOST_REQUIRE(!decode(f, a));
+  BOOST_CHECK(a.version == ~uint64_t{0} && a.duplicate);
 }
 
 BOOST_AUTO_TEST_CASE(encoding_from_views_equals_encoding_from_vectors) {
