@@ -373,6 +373,13 @@ struct kv_request {
 
 using keepalive = std::shared_ptr<const void>;
 
+/// `f` on the heap, for several callbacks to hold: copying a std::function
+/// copies what it holds, and a reply holds a chain of them (with_resend's,
+/// the caller's), one allocation each, per copy.
+template <class F> std::shared_ptr<F> share(F f) {
+  return std::make_shared<F>(std::move(f));
+}
+
 void start_tick(self_ptr self) {
   if (self->state.ticking)
     return;
@@ -398,9 +405,10 @@ void road_send(self_ptr self, std::shared_ptr<kv_request> req, road_op op,
   auto& l = link->second;
   if (!now && !l.admits(bytes, st.cfg.window_bytes)) {
     // Behind the window, and behind what waits already: in order.
-    l.queued.emplace_back(bytes, [self, req, op, keep, g, on_reply] {
-      road_send(self, req, op, keep, g, on_reply, true);
-    });
+    l.queued.emplace_back(
+        bytes, [self, req, op, keep, g, on_reply = std::move(on_reply)] {
+          road_send(self, req, op, keep, g, on_reply, true);
+        });
     return;
   }
   auto id = st.next_call++;
@@ -433,7 +441,7 @@ void road_send(self_ptr self, std::shared_ptr<kv_request> req, road_op op,
   st.calls[id] = road_call{req->rank,
                            bytes,
                            g,
-                           on_reply,
+                           std::move(on_reply),
                            t + timeout_of(self),
                            send,
                            t + std::chrono::milliseconds{st.cfg.resend_ms}};
@@ -674,13 +682,21 @@ void scatter(self_ptr self, Atom atom, road_op op, gather_ptr g,
     done();
     return;
   }
-  auto part = [g, on_reply, done](bytes_view f) {
+  // Shared by every part's call: copying the two functions into each
+  // would copy whatever they hold (the caller's reply chain) each time.
+  struct digest {
+    reply_fn on_reply;
+    std::function<void()> done;
+  };
+  auto d =
+      std::make_shared<digest>(digest{std::move(on_reply), std::move(done)});
+  auto part = [g, d](bytes_view f) {
     if (g->failed)
       return;
-    if (auto err = on_reply(f))
+    if (auto err = d->on_reply(f))
       g->fail(std::move(err));
     else if (--g->pending == 0)
-      done();
+      d->done();
   };
   for (auto& m : msgs) {
     auto r = m.rank;
@@ -828,7 +844,8 @@ void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
                               parts[p])});
   }
   auto g = std::make_shared<gather>();
-  g->on_error = [reply](caf::error err) { reply(std::move(err)); };
+  auto answer = share(std::move(reply));
+  g->on_error = [answer](caf::error err) { (*answer)(std::move(err)); };
   auto version = std::make_shared<uint64_t>(UINT64_MAX);
   scatter(
       self, push_atom_v, road_op::push, g, std::move(msgs),
@@ -838,7 +855,8 @@ void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
         *version = std::min(*version, r.version);
         return err;
       },
-      [reply, version] { reply(*version == UINT64_MAX ? 0 : *version); }, keep);
+      [answer, version] { (*answer)(*version == UINT64_MAX ? 0 : *version); },
+      keep);
 }
 
 // -- pull -------------------------------------------------------------------
@@ -916,16 +934,17 @@ void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
     t->add(k, i->second, bound, take_spare(self, k, i->second));
   }
   auto g = std::make_shared<gather>();
-  g->on_error = [reply](caf::error err) { reply(std::move(err)); };
+  auto answer = share(std::move(reply));
+  g->on_error = [answer](caf::error err) { (*answer)(std::move(err)); };
   auto msgs = pull_messages(self, *t, clock);
   land_in_place(self, t, msgs);
   scatter(
       self, pull_atom_v, road_op::pull, g, std::move(msgs),
       [t, bound](bytes_view f) { return copy_reply(f, *t, bound); },
-      [reply, t] {
+      [answer, t] {
         if (auto err = t->complete())
-          return reply(std::move(err));
-        reply(std::move(t->out));
+          return (*answer)(std::move(err));
+        (*answer)(std::move(t->out));
       });
 }
 
@@ -951,13 +970,15 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
   auto epoch = self->state.view.epoch;
   if (seq == 0)
     seq = ++self->state.resend_seq;
-  attempt([self, attempt, done, left, epoch, seq](caf::expected<T> r) {
+  auto tries = share(std::move(attempt));
+  auto answer = share(std::move(done));
+  (*tries)([self, tries, answer, left, epoch, seq](caf::expected<T> r) {
     // No server at all in our view: nowhere to resend to.
     bool nowhere = self->state.view.servers.empty();
     if (r || left == 0 || nowhere || self->state.stopping ||
         (r.error() != errc::peer_down && r.error() != errc::not_connected &&
          r.error() != errc::unreplicated)) {
-      done(std::move(r));
+      (*answer)(std::move(r));
       return;
     }
     // A live server's: resent to it after a pause if no view comes first
@@ -972,18 +993,18 @@ void with_resend(self_ptr self, std::function<void(reply_to<T>)> attempt,
     // If the new view has no place for the slices (no server left), the
     // caller hears of the death, not of the empty view.
     auto first = r.error();
-    auto again = [self, attempt, done, left, first, seq] {
+    auto again = [self, tries, answer, left, first, seq] {
       with_resend<T>(
-          self, attempt,
-          [done, first](caf::expected<T> x) {
+          self, *tries,
+          [answer, first](caf::expected<T> x) {
             if (!x && x.error() == errc::not_connected)
-              done(first);
+              (*answer)(first);
             else
-              done(std::move(x));
+              (*answer)(std::move(x));
           },
           left - 1, seq);
     };
-    auto fail = [done](caf::error err) { done(std::move(err)); };
+    auto fail = [answer](caf::error err) { (*answer)(std::move(err)); };
     auto& st = self->state;
     if (st.view.epoch > epoch && !st.failing_departed) {
       when_ready(self, again, fail, true);
