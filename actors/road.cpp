@@ -672,8 +672,9 @@ caf::error road_conn::write_pieces(road_op op, uint64_t id,
   h.bytes = bytes;
   std::lock_guard<std::mutex> guard{write_mtx_};
   // Releases waiting to go out ride along, in the same write.
-  std::vector<release_header> rel;
-  std::vector<iovec> iov;
+  auto& rel = write_releases_;
+  auto& iov = write_iov_;
+  iov.clear();
   take_releases(rel, iov);
   iov.push_back(iovec{&h, sizeof(h)});
   auto off = SIZE_MAX;

@@ -402,6 +402,10 @@ private:
   std::vector<std::pair<uint64_t, uint64_t>> pending_releases_; // write_mtx_
   /// Corked messages, whole, in order (write_mtx_).
   std::vector<uint8_t> cork_;
+  /// A write's pieces and the releases that ride along, kept for the next
+  /// write instead of allocated per message (write_mtx_).
+  std::vector<iovec> write_iov_;
+  std::vector<release_header> write_releases_;
   /// Whether cork_ holds any: read without the lock, so that a reader
   /// that corked nothing never waits for the write lock (a client's
   /// reader must always read).
