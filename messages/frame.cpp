@@ -76,7 +76,11 @@ capnp::ReaderOptions reader_options(size_t words) {
 } // namespace
 
 void frame_reader::read_segments(bytes_view f, size_t limit) {
-  segments_ = kj::heapArray<kj::ArrayPtr<const capnp::word>>(f.segment_count);
+  kj::ArrayPtr<kj::ArrayPtr<const capnp::word>> segments{few_, f.segment_count};
+  if (f.segment_count > few_segments) {
+    many_ = kj::heapArray<kj::ArrayPtr<const capnp::word>>(f.segment_count);
+    segments = many_.asPtr();
+  }
   size_t words = 0;
   for (size_t i = 0; i < f.segment_count; ++i) {
     auto& s = f.segments[i];
@@ -86,17 +90,16 @@ void frame_reader::read_segments(bytes_view f, size_t limit) {
                              "misaligned or not whole words");
       return;
     }
-    segments_[i] = kj::arrayPtr(reinterpret_cast<const capnp::word*>(s.data),
-                                s.size / sizeof(capnp::word));
-    words += segments_[i].size();
+    segments[i] = kj::arrayPtr(reinterpret_cast<const capnp::word*>(s.data),
+                               s.size / sizeof(capnp::word));
+    words += segments[i].size();
   }
   if (f.segment_count == 0 || words * sizeof(capnp::word) > limit) {
     err_ = caf::make_error(errc::malformed_message, "frame size",
                            static_cast<uint64_t>(words * sizeof(capnp::word)));
     return;
   }
-  reader_ = std::make_unique<capnp::SegmentArrayMessageReader>(
-      segments_.asPtr(), reader_options(words));
+  reader_ = &split_.emplace(segments.asConst(), reader_options(words));
 }
 
 frame_reader::frame_reader(bytes_view f, size_t limit) {
@@ -117,8 +120,7 @@ frame_reader::frame_reader(bytes_view f, size_t limit) {
     std::memcpy(aligned_.begin(), f.data, n);
     data = aligned_.begin();
   }
-  reader_ = std::make_unique<capnp::FlatArrayMessageReader>(
-      kj::arrayPtr(data, words), reader_options(words));
+  reader_ = &flat_.emplace(kj::arrayPtr(data, words), reader_options(words));
 }
 
 } // namespace detail

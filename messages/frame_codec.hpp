@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include <caf/error.hpp>
 #include <capnp/message.h>
@@ -27,16 +28,24 @@ public:
   /// and `get` must not be used. Reads a flat frame, or the segments of
   /// one read apart (bytes_view::segments).
   explicit frame_reader(bytes_view f, size_t limit = max_frame_bytes);
+  frame_reader(const frame_reader&) = delete; // reader_ points into it
+  frame_reader& operator=(const frame_reader&) = delete;
   const caf::error& error() const { return err_; }
   template <class T> typename T::Reader get() { return reader_->getRoot<T>(); }
 
 private:
   /// A frame read apart (bytes_view::segments).
   void read_segments(bytes_view f, size_t limit);
+  /// Segment tables up to this long are kept here, not on the heap.
+  static constexpr size_t few_segments = 8;
   caf::error err_;
   kj::Array<capnp::word> aligned_;
-  kj::Array<kj::ArrayPtr<const capnp::word>> segments_;
-  std::unique_ptr<capnp::MessageReader> reader_;
+  kj::ArrayPtr<const capnp::word> few_[few_segments];
+  kj::Array<kj::ArrayPtr<const capnp::word>> many_;
+  // The reader lives in place (a decode per message: no allocation for it).
+  std::optional<capnp::FlatArrayMessageReader> flat_;
+  std::optional<capnp::SegmentArrayMessageReader> split_;
+  capnp::MessageReader* reader_ = nullptr;
 };
 
 /// Runs `fn` and turns a kj::Exception (malformed bytes) into

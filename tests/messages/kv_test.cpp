@@ -93,6 +93,51 @@ BOOST_AUTO_TEST_CASE(requests_without_values_are_built_in_one_segment) {
   BOOST_CHECK(a.version == ~uint64_t{0} && a.duplicate);
 }
 
+BOOST_AUTO_TEST_CASE(a_pull_reply_read_apart_sees_every_segment) {
+  // As a tcp road reads a reply apart: each large slice a segment of its
+  // own, the frame seen through its segment table. Frames of fewer and of
+  // more segments than a reader keeps without allocating (8) read alike.
+  for (size_t n : {1, 6, 7, 8, 9, 20}) {
+    std::vector<std::vector<float>> values;
+    std::vector<slice_view> views;
+    for (size_t i = 0; i < n; ++i)
+      values.push_back(iota_floats(1024 + 2 * i, float(i)));
+    for (size_t i = 0; i < n; ++i)
+      views.push_back(slice_view{slice_id{3, static_cast<uint32_t>(i)},
+                                 values[i].data(), values[i].size()});
+    auto f = encode_pull_reply(5, views, 6).flatten();
+    std::vector<uint64_t> words(f.bytes.size() / 8);
+    std::memcpy(words.data(), f.bytes.data(), f.bytes.size());
+    auto* base = reinterpret_cast<const uint8_t*>(words.data());
+    uint32_t extra = 0;
+    std::memcpy(&extra, base, 4);
+    std::vector<bytes_view> segs;
+    size_t off = (4 * (extra + 2) + 7) & ~size_t{7};
+    for (uint32_t i = 0; i <= extra; ++i) {
+      uint32_t w = 0;
+      std::memcpy(&w, base + 4 + 4 * i, 4);
+      segs.push_back(bytes_view{base + off, size_t{w} * 8});
+      off += size_t{w} * 8;
+    }
+    BOOST_REQUIRE_EQUAL(off, f.bytes.size());
+    BOOST_REQUIRE_EQUAL(segs.size(), n + 1); // the first, then one a slice
+    bytes_view apart{base, f.bytes.size()};
+    apart.segments = segs.data();
+    apart.segment_count = segs.size();
+    uint64_t version = 0;
+    size_t seen = 0;
+    BOOST_REQUIRE(!visit_pull_reply(
+        apart, version, [&](slice_id id, const float* xs, size_t k) {
+          BOOST_CHECK(id == views[seen].id);
+          BOOST_CHECK(std::vector<float>(xs, xs + k) == values[seen]);
+          ++seen;
+          return caf::error{};
+        }));
+    BOOST_CHECK_EQUAL(version, 5u);
+    BOOST_CHECK_MESSAGE(seen == n, seen << " of " << n << " slices");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(encoding_from_views_equals_encoding_from_vectors) {
   auto a = iota_floats(1000), b = iota_floats(7, -3.0f);
   std::vector<slice_view> views{{{1, 0}, a.data(), 600},
