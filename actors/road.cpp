@@ -731,10 +731,9 @@ void road_conn::release(uint64_t offset, uint64_t bytes) {
   // releases always wait for the next message.
   if (pending_releases_.size() < max_pending_releases || on_road_reader())
     return;
-  std::vector<release_header> rel;
-  std::vector<iovec> iov;
-  take_releases(rel, iov);
-  if (auto err = send_all(write_fd_, iov))
+  write_iov_.clear();
+  take_releases(write_releases_, write_iov_);
+  if (auto err = send_all(write_fd_, write_iov_))
     fail(err);
 }
 

@@ -13,6 +13,7 @@
 #include "actors/kv_pull.hpp"
 #include "actors/placement.hpp"
 #include "messages/errors.hpp"
+#include "tests/messages/raw_frame.hpp"
 
 using namespace troupe;
 
@@ -50,17 +51,8 @@ struct reply_frame {
     words.resize(f.bytes.size() / 8);
     std::memcpy(words.data(), f.bytes.data(), f.bytes.size());
     auto* base = reinterpret_cast<const uint8_t*>(words.data());
-    uint32_t first = 0;
-    std::memcpy(&first, base, 4);
-    size_t count = size_t{first} + 1;
-    size_t off = (4 * (count + 1) + 7) & ~size_t{7};
-    for (size_t i = 0; i < count; ++i) {
-      uint32_t w = 0;
-      std::memcpy(&w, base + 4 + 4 * i, 4);
-      segs.push_back(bytes_view{base + off, size_t{w} * 8});
-      off += size_t{w} * 8;
-    }
-    BOOST_REQUIRE_EQUAL(off, f.bytes.size());
+    segs = test::segments_of(base);
+    BOOST_REQUIRE(segs.back().data + segs.back().size == base + f.bytes.size());
   }
 };
 

@@ -109,17 +109,8 @@ BOOST_AUTO_TEST_CASE(a_pull_reply_read_apart_sees_every_segment) {
     std::vector<uint64_t> words(f.bytes.size() / 8);
     std::memcpy(words.data(), f.bytes.data(), f.bytes.size());
     auto* base = reinterpret_cast<const uint8_t*>(words.data());
-    uint32_t extra = 0;
-    std::memcpy(&extra, base, 4);
-    std::vector<bytes_view> segs;
-    size_t off = (4 * (extra + 2) + 7) & ~size_t{7};
-    for (uint32_t i = 0; i <= extra; ++i) {
-      uint32_t w = 0;
-      std::memcpy(&w, base + 4 + 4 * i, 4);
-      segs.push_back(bytes_view{base + off, size_t{w} * 8});
-      off += size_t{w} * 8;
-    }
-    BOOST_REQUIRE_EQUAL(off, f.bytes.size());
+    auto segs = test::segments_of(base);
+    BOOST_REQUIRE(segs.back().data + segs.back().size == base + f.bytes.size());
     BOOST_REQUIRE_EQUAL(segs.size(), n + 1); // the first, then one a slice
     bytes_view apart{base, f.bytes.size()};
     apart.segments = segs.data();
