@@ -330,7 +330,11 @@ BOOST_AUTO_TEST_CASE(two_connections_transfer_at_once) {
   road_client tcp{*l, road_kind::tcp, 0};
   road_client shm{*l, road_kind::shm, 8u << 20};
   BOOST_REQUIRE(shm.conn->kind() == road_kind::shm);
-  BOOST_CHECK_EQUAL(l->connections(), 2u);
+  // The tcp client's reply connection counts until its thread, woken by
+  // the hand-over, ends it: just after the hello, under load, that can be
+  // later (seen once under ctest -j2: 3 connections).
+  BOOST_CHECK_MESSAGE(poll_until([&l] { return l->connections() == 2; }, 10s),
+                      "connections: " << l->connections());
   std::string tcp_errors;
   std::thread t{
       [&tcp, &tcp_errors] { tcp_errors = echo_concurrently(tcp, 1, 2, 16); }};
