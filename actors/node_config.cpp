@@ -131,6 +131,9 @@ node_config::node_config() {
       .add(road_caller_spin_us, "caller-spin-us",
            "a blocking kv call polls this long (us) for its reply before it"
            " sleeps; 0 = off (default 200)")
+      .add(road_frame_spin_us, "frame-spin-us",
+           "a reader inside a large frame polls this long (us) for more of"
+           " it before it sleeps; 0 = off (default 50)")
       .add(road_single_conn, "single-conn",
            "tcp roads: one connection both ways, the server's answers too"
            " (off: a reply connection of its own, one socket per direction)");
@@ -281,7 +284,8 @@ caf::error node_config::finish() {
                            "--kv.helper-threads must be 0..16");
   for (auto [us, flag] :
        {std::pair{road_spin_us, "--road.spin-us"},
-        std::pair{road_caller_spin_us, "--road.caller-spin-us"}})
+        std::pair{road_caller_spin_us, "--road.caller-spin-us"},
+        std::pair{road_frame_spin_us, "--road.frame-spin-us"}})
     if (us > 10000)
       return caf::make_error(errc::invalid_config,
                              std::string{flag} + " must be 0..10000, got", us);

@@ -231,6 +231,10 @@ struct node_config : caf::actor_system_config {
   /// before it sleeps, in us (--road.caller-spin-us, actors/road.hpp):
   /// 0 = off, at most 10000.
   uint32_t road_caller_spin_us = road_caller_spin_default_us;
+  /// How long a reader of this process's roads inside a large frame polls
+  /// for more of it before it sleeps, in us (--road.frame-spin-us,
+  /// actors/road.hpp): 0 = off, at most 10000.
+  uint32_t road_frame_spin_us = road_frame_spin_default_us;
   /// This process's tcp roads take one connection both ways instead of a
   /// reply connection apart (--road.single-conn, actors/road.hpp). Off.
   bool road_single_conn = false;

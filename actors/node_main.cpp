@@ -156,6 +156,7 @@ int main(int argc, char** argv) {
     return fail("checking options", err) + 1;
   set_road_spin(std::chrono::microseconds{cfg.road_spin_us});
   set_road_caller_spin(std::chrono::microseconds{cfg.road_caller_spin_us});
+  set_road_frame_spin(std::chrono::microseconds{cfg.road_frame_spin_us});
   set_road_reply_connection(!cfg.road_single_conn);
   if (cfg.role_name == "agent") {
     stop_on_signals();

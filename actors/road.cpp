@@ -117,9 +117,12 @@ caf::error send_all(int fd, std::vector<iovec>& iov,
 
 std::atomic<int64_t> spin_us{0}; // set_road_spin
 std::atomic<int64_t> caller_spin_us{
-    road_caller_spin_default_us};      // set_road_caller_spin
-std::atomic<uint64_t> spins_found{0};  // road_spins_found
-std::atomic<bool> replies_apart{true}; // set_road_reply_connection
+    road_caller_spin_default_us};     // set_road_caller_spin
+std::atomic<uint64_t> spins_found{0}; // road_spins_found
+std::atomic<int64_t> frame_spin_us{
+    road_frame_spin_default_us};            // set_road_frame_spin
+std::atomic<uint64_t> frame_spins_found{0}; // road_frame_spins_found
+std::atomic<bool> replies_apart{true};      // set_road_reply_connection
 
 /// Polls `fd` for input, yielding the core between polls, for at most
 /// `setting` (a reader's: set_road_spin(), by default; a blocking
@@ -175,6 +178,43 @@ bool recv_all(int fd, void* buf, size_t n) {
   return true;
 }
 
+/// Reads exactly `n` bytes of a large frame, whose sender is writing it
+/// now: as long as more comes within set_road_frame_spin()'s time of the
+/// last bytes, without sleeping (polling, yielding the core in between);
+/// after such a pause, as recv_all does (a caller's read deadline counts
+/// from there). False on EOF or error (errno set, 0 on EOF).
+bool recv_frame_rest(int fd, void* buf, size_t n) {
+  auto limit =
+      std::chrono::microseconds{frame_spin_us.load(std::memory_order_relaxed)};
+  if (limit.count() <= 0)
+    return recv_all(fd, buf, n);
+  auto* p = static_cast<char*>(buf);
+  auto last = std::chrono::steady_clock::now();
+  bool waited = false; // found nothing since the last bytes
+  while (n > 0) {
+    auto got = ::recv(fd, p, n, MSG_DONTWAIT);
+    if (got > 0) {
+      p += got;
+      n -= static_cast<size_t>(got);
+      if (waited)
+        frame_spins_found.fetch_add(1, std::memory_order_relaxed);
+      waited = false;
+      last = std::chrono::steady_clock::now();
+    } else if (got == 0) {
+      errno = 0;
+      return false;
+    } else if (errno != EINTR) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        return false;
+      if (std::chrono::steady_clock::now() - last >= limit)
+        return recv_all(fd, p, n);
+      waited = true;
+      ::sched_yield();
+    }
+  }
+  return true;
+}
+
 /// Reads a stream through a buffer: a small message costs one recv instead
 /// of two, and messages that arrive together share one. Large payloads go
 /// straight to their destination.
@@ -196,8 +236,8 @@ public:
     out += avail;
     n -= avail;
     begin_ = end_ = 0;
-    if (n >= capacity / 2)
-      return recv_all(fd_, out, n);
+    if (n >= capacity / 2) // the rest of a large frame, coming now
+      return recv_frame_rest(fd_, out, n);
     while (end_ < n) {
       spin_until_readable(fd_); // then the recv below need not sleep
       auto got = recv_some(fd_, buf_.get() + end_, capacity - end_, 0);
@@ -393,6 +433,14 @@ void set_road_reply_connection(bool on) {
 
 uint64_t road_spins_found() {
   return spins_found.load(std::memory_order_relaxed);
+}
+
+void set_road_frame_spin(std::chrono::microseconds x) {
+  frame_spin_us.store(x.count(), std::memory_order_relaxed);
+}
+
+uint64_t road_frame_spins_found() {
+  return frame_spins_found.load(std::memory_order_relaxed);
 }
 
 caf::expected<road_kind> parse_road(const std::string& x) {

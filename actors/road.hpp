@@ -12,9 +12,12 @@
 //        pull's destination arrays) is read apart instead: its segment
 //        table and first segment into the buffer, then each segment the
 //        landing places straight into its destination, so a pulled
-//        tensor is copied once, by the kernel. The server answers on a
-//        second connection the worker dials (unless --road.single-conn):
-//        each direction has a socket of its own, as on the shm road.
+//        tensor is copied once, by the kernel. A reader inside a large
+//        frame polls for its rest instead of sleeping each time it
+//        catches up with the sender (set_road_frame_spin). The server
+//        answers on a second connection the worker dials (unless
+//        --road.single-conn): each direction has a socket of its own, as
+//        on the shm road.
 //   shm  Same machine (equal road_info::machine): an abstract unix socket
 //        plus two memfd rings, one per direction, that the worker creates
 //        and passes at hello (SCM_RIGHTS). A frame is copied once into the
@@ -107,11 +110,12 @@ constexpr int road_keepalive_gap_s = 2;
 constexpr int road_keepalive_probes = 3;
 
 /// How long a road connection's reader thread (and any reader waiting for
-/// the rest of a frame) polls its socket before it sleeps, yielding the
-/// core between polls: a message that comes meanwhile wakes
-/// no thread (a wake-up costs 20-60 us on the VMs here). It burns the
-/// time it polls, on a core other threads may need: 0 (off) by default;
-/// --road.spin-us sets it. One setting per process.
+/// the rest of a small frame; large ones: set_road_frame_spin) polls its
+/// socket before it sleeps, yielding the core between polls: a message
+/// that comes meanwhile wakes no thread (a wake-up costs 20-60 us on the
+/// VMs here). It burns the time it polls, on a core other threads may
+/// need: 0 (off) by default; --road.spin-us sets it. One setting per
+/// process.
 void set_road_spin(std::chrono::microseconds x);
 /// How long a blocking caller reading its own reply (road_conn::pump_once:
 /// the kv class's calls) polls its socket before it sleeps, by default.
@@ -134,6 +138,22 @@ void set_road_reply_connection(bool on);
 /// found its socket readable while it polled, i.e. read without sleeping
 /// first, over the process's life.
 uint64_t road_spins_found();
+/// How long a reader inside a large frame (its rest 32 KiB or more, read
+/// straight to its destination) polls for more bytes before it sleeps. The
+/// sender is writing that frame now, so more comes within microseconds:
+/// a reader that slept each time it caught up with the sender had to be
+/// woken for every 64 KiB or so, at 20-30 us of idle core each on the VMs
+/// here, and the sender paid for each wake-up in its sendmsg. Polling
+/// only within a frame costs at most this much per pause of the sender.
+/// tcp road, 4 MiB push+pull, four alternations on a 2-vCPU VM: 3.70-4.58
+/// -> 5.01-6.20 GB/s, 0.66-0.77 -> 0.88-0.96 of plain TCP
+/// (bench/kv_throughput --road=tcp --rows=large --road-frame-spin-us=0|50).
+constexpr uint32_t road_frame_spin_default_us = 50;
+/// Sets that poll for this process (--road.frame-spin-us); 0 = off.
+void set_road_frame_spin(std::chrono::microseconds x);
+/// Times a reader of this process found more of a large frame while it
+/// polled for it (set_road_frame_spin), over the process's life.
+uint64_t road_frame_spins_found();
 
 /// Bytes of receive buffers a road connection keeps for reuse, at most:
 /// a frame larger than this gets a buffer of its own each time (a server

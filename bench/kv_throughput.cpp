@@ -46,7 +46,8 @@ using steady = std::chrono::steady_clock;
 const char* usage =
     "usage: kv_throughput [--servers=N] [--mode=async|sync] [--seconds=S]"
     " [--road=all|middleman|tcp|shm] [--rows=all|large|small]"
-    " [--road-spin-us=N] [--road-caller-spin-us=N] [--road-reply-conn=on|off]"
+    " [--road-spin-us=N] [--road-caller-spin-us=N] [--road-frame-spin-us=N]"
+    " [--road-reply-conn=on|off]"
     " [--scheduler-only] [--node=PATH]\n"
     "  --road     roads to measure, each on a fresh cluster (default all)\n"
     "  --rows     which rows: the large values (4 KiB..16 MiB), the small"
@@ -61,6 +62,9 @@ const char* usage =
     "  --road-caller-spin-us  our blocking kv calls poll this long for"
     " their reply before they sleep (--road.caller-spin-us; default 200,"
     " 0 = off)\n"
+    "  --road-frame-spin-us  readers of the roads, ours and the servers',"
+    " inside a large frame poll this long for more of it before they sleep"
+    " (--road.frame-spin-us; default 50, 0 = off)\n"
     "  --road-reply-conn  our tcp roads get a reply connection of their own"
     " (default on; off: --road.single-conn)\n"
     "  --scheduler-only  our kv client runs on CAF's scheduler threads only"
@@ -80,6 +84,7 @@ struct options {
   bool small_rows = true; // small pairs, one at a time and 8 in flight
   uint32_t spin_us = 0;   // --road.spin-us of both ends (0 = off)
   uint32_t caller_spin_us = road_caller_spin_default_us; // ours (0 = off)
+  uint32_t frame_spin_us = road_frame_spin_default_us;   // both ends (0 = off)
   bool reply_conn = true; // our tcp roads: replies on a connection apart
 };
 
@@ -148,8 +153,11 @@ std::string parse_flags(const std::vector<std::string>& args, options& opt) {
         return "--road must be all, middleman, tcp or shm, got '" + value + "'";
       if (value != "all")
         opt.roads = {value};
-    } else if (name == "--road-spin-us" || name == "--road-caller-spin-us") {
-      auto& out = name == "--road-spin-us" ? opt.spin_us : opt.caller_spin_us;
+    } else if (name == "--road-spin-us" || name == "--road-caller-spin-us" ||
+               name == "--road-frame-spin-us") {
+      auto& out = name == "--road-spin-us"          ? opt.spin_us
+                  : name == "--road-caller-spin-us" ? opt.caller_spin_us
+                                                    : opt.frame_spin_us;
       if (auto msg = parse_us(name, value, out); !msg.empty())
         return msg;
     } else if (name == "--road-reply-conn") {
@@ -325,11 +333,13 @@ caf::expected<uint16_t> start_cluster(node_group& nodes, const options& opt) {
                  "--cluster.servers=" + std::to_string(opt.servers),
                  "--cluster.workers=1"});
   for (uint32_t i = 0; port && i < opt.servers; ++i)
-    if (auto p = nodes.start(opt.node,
-                             {"--role=server", "--log-level=error",
-                              "--scheduler-port=" + std::to_string(*port),
-                              "--server.mode=" + opt.mode,
-                              "--road.spin-us=" + std::to_string(opt.spin_us)});
+    if (auto p = nodes.start(
+            opt.node,
+            {"--role=server", "--log-level=error",
+             "--scheduler-port=" + std::to_string(*port),
+             "--server.mode=" + opt.mode,
+             "--road.spin-us=" + std::to_string(opt.spin_us),
+             "--road.frame-spin-us=" + std::to_string(opt.frame_spin_us)});
         !p)
       return p.error();
   return port;
@@ -766,12 +776,14 @@ void print_json(const options& opt, double tcp, double mem, const rt_limits& rt,
               "\"tcp_1\":%.1f,\"tcp_8\":%.1f},"
               "\"cpu_steal\":%s,\"roads\":{%s},\"servers\":%u,\"mode\":"
               "\"%s\",\"scheduler_only\":%s,\"road_spin_us\":%u,"
-              "\"road_caller_spin_us\":%u,\"road_reply_conn\":%s}\n",
+              "\"road_caller_spin_us\":%u,\"road_frame_spin_us\":%u,"
+              "\"road_reply_conn\":%s}\n",
               tcp, mem, rt.unix_1, rt.unix_8, rt.tcp_1, rt.tcp_8,
               cpu.known() ? std::to_string(cpu.steal).c_str() : "null",
               json.c_str(), opt.servers, opt.mode.c_str(),
               opt.scheduler_only ? "true" : "false", opt.spin_us,
-              opt.caller_spin_us, opt.reply_conn ? "true" : "false");
+              opt.caller_spin_us, opt.frame_spin_us,
+              opt.reply_conn ? "true" : "false");
 }
 
 /// Prints the table, the targets, then one line of JSON with every figure.
@@ -781,7 +793,8 @@ void print_report(const options& opt, double tcp, double mem,
   auto steal = bench::percent(cpu.steal, "unknown");
   std::printf("troupe kv: 1 worker (this process), %u server(s), %s mode;"
               " each road on a fresh cluster; road readers poll %u us before"
-              " they sleep (--road-spin-us), our blocking calls %u us"
+              " they sleep (--road-spin-us), %u us inside a large frame"
+              " (--road-frame-spin-us), our blocking calls %u us"
               " (--road-caller-spin-us); tcp replies on a connection apart:"
               " %s (--road-reply-conn)\n"
               "limits measured in this run, the higher of a measurement before"
@@ -790,9 +803,9 @@ void print_report(const options& opt, double tcp, double mem,
               " between two processes, 1 / 8 in flight: unix sockets"
               " %.0f / %.0f, TCP %.0f / %.0f\n"
               "CPU time stolen by the host during the run: %s\n\n%12s",
-              opt.servers, opt.mode.c_str(), opt.spin_us, opt.caller_spin_us,
-              opt.reply_conn ? "on" : "off", tcp, mem, rt.unix_1, rt.unix_8,
-              rt.tcp_1, rt.tcp_8, steal.c_str(), "");
+              opt.servers, opt.mode.c_str(), opt.spin_us, opt.frame_spin_us,
+              opt.caller_spin_us, opt.reply_conn ? "on" : "off", tcp, mem,
+              rt.unix_1, rt.unix_8, rt.tcp_1, rt.tcp_8, steal.c_str(), "");
   for (auto& r : rs)
     std::printf(" %20s", r.road.c_str());
   std::printf("\n");
@@ -891,6 +904,7 @@ int main(int argc, char** argv) {
   opt.node = *node;
   set_road_spin(std::chrono::microseconds{opt.spin_us});
   set_road_caller_spin(std::chrono::microseconds{opt.caller_spin_us});
+  set_road_frame_spin(std::chrono::microseconds{opt.frame_spin_us});
   set_road_reply_connection(opt.reply_conn);
   auto cpu0 = bench::read_cpu_times();
   auto tcp = tcp_loopback_gbps(opt.seconds);

@@ -54,13 +54,15 @@ BOOST_AUTO_TEST_CASE(flags_set_options) {
             "--port=4411", "--server.helper-threads=3", "--kv.helper-threads=0",
             "--middleman.heartbeat-interval=50ms", "--kv.scheduler-only",
             "--road.spin-us=50", "--road.caller-spin-us=0",
-            "--fault.cut-road-after=7"}));
+            "--road.frame-spin-us=0", "--fault.cut-road-after=7"}));
   BOOST_CHECK_EQUAL(cfg.kv.cut_road_after, 7u);
   BOOST_CHECK_EQUAL(cfg.server.helper_threads, 3u);
   BOOST_CHECK_EQUAL(cfg.road_spin_us, 50u);
   BOOST_CHECK_EQUAL(node_config{}.road_spin_us, 0u); // off by default
   BOOST_CHECK_EQUAL(cfg.road_caller_spin_us, 0u);
   BOOST_CHECK_EQUAL(node_config{}.road_caller_spin_us, 200u); // the default
+  BOOST_CHECK_EQUAL(cfg.road_frame_spin_us, 0u);
+  BOOST_CHECK_EQUAL(node_config{}.road_frame_spin_us, 50u); // the default
   BOOST_CHECK(cfg.kv.scheduler_only);
   BOOST_CHECK(!node_config{}.kv.scheduler_only); // off by default
   BOOST_CHECK_EQUAL(cfg.kv.helper_threads, 0u);
@@ -138,6 +140,7 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--kv.helper-threads=17"}, "--kv.helper-threads");
   rejected({"--road.spin-us=10001"}, "--road.spin-us");
   rejected({"--road.caller-spin-us=10001"}, "--road.caller-spin-us");
+  rejected({"--road.frame-spin-us=10001"}, "--road.frame-spin-us");
   rejected({"--worker.pipeline"}, "--worker.pipeline"); // sync by default
   rejected({"--worker.watch-us=100001"}, "--worker.watch-us");
   {

@@ -660,6 +660,14 @@ caller_spin_for_test(std::chrono::microseconds x) {
           std::chrono::microseconds{road_caller_spin_default_us}};
 }
 
+/// Readers of this process poll inside large frames for `x` (then the
+/// default).
+setting_for_test<std::chrono::microseconds>
+frame_spin_for_test(std::chrono::microseconds x) {
+  return {set_road_frame_spin, x,
+          std::chrono::microseconds{road_frame_spin_default_us}};
+}
+
 BOOST_AUTO_TEST_CASE(a_tcp_road_answers_on_a_reply_connection_of_its_own) {
   auto l = start_echo_listener();
   for (bool apart : {true, false}) {
@@ -1543,6 +1551,67 @@ BOOST_AUTO_TEST_CASE(spinning_readers_deliver_every_frame_and_see_a_peer_end) {
     BOOST_CHECK(std::chrono::steady_clock::now() - t0 <
                 std::chrono::seconds{5});
     BOOST_CHECK(!c.box->take(1, 0ms));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_reader_polls_for_the_rest_of_a_large_frame) {
+  // This listener answers request 1 with a 1 MiB reply in two halves,
+  // 20 ms apart, and request 2 with half of one, then ends the connection.
+  auto want = pattern(1u << 20, 11);
+  auto l = road_listener::start(
+      "127.0.0.1", 0, road_timeout_ms, [&want](road_message_ptr m) {
+        raw_header h;
+        h.op = static_cast<uint8_t>(road_op::reply);
+        h.id = m->id;
+        h.bytes = want.size() * 8;
+        auto send = [fd = m->conn->write_fd()](const void* p, size_t n) {
+          for (auto* at = static_cast<const char*>(p); n > 0;) {
+            auto got = ::send(fd, at, n, MSG_NOSIGNAL);
+            if (got <= 0)
+              return;
+            at += got;
+            n -= static_cast<size_t>(got);
+          }
+        };
+        auto half = h.bytes / 2;
+        send(&h, sizeof(h));
+        send(want.data(), half);
+        if (m->id == 2) {
+          m->conn->close();
+          return;
+        }
+        std::this_thread::sleep_for(20ms); // the sender pauses mid-frame
+        send(reinterpret_cast<const char*>(want.data()) + half, h.bytes - half);
+      });
+  BOOST_REQUIRE_MESSAGE(l, "listener: " << why(l));
+  std::vector<uint64_t> words{1};
+  for (auto kind : {road_kind::tcp, road_kind::shm}) {
+    // Polling through the pause (10 s here), the reader finds the second
+    // half without sleeping; off, it sleeps until it comes. The reply is
+    // whole and exact either way.
+    for (auto us : {0, 10000000}) {
+      auto spin = frame_spin_for_test(std::chrono::microseconds{us});
+      road_client c{**l, kind, 0};
+      auto before = road_frame_spins_found();
+      BOOST_REQUIRE(!c.conn->send(road_op::pull, 1, view_of(words)));
+      auto m = c.box->take(1);
+      BOOST_REQUIRE_MESSAGE(m, to_string(kind) << ": " << c.box->reason());
+      BOOST_CHECK(same_bytes(*m, want));
+      if (us == 0)
+        BOOST_CHECK_EQUAL(road_frame_spins_found(), before); // nobody polled
+      else
+        BOOST_CHECK_GT(road_frame_spins_found(), before);
+    }
+    // A peer that ends the connection mid-frame while our reader polls for
+    // the rest: the road ends at once, not after the poll time.
+    auto spin = frame_spin_for_test(std::chrono::microseconds{10000000});
+    road_client c{**l, kind, 0};
+    auto t0 = std::chrono::steady_clock::now();
+    BOOST_REQUIRE(!c.conn->send(road_op::pull, 2, view_of(words)));
+    BOOST_CHECK(c.box->wait_down());
+    BOOST_CHECK(std::chrono::steady_clock::now() - t0 <
+                std::chrono::seconds{5});
+    BOOST_CHECK(!c.box->take(2, 0ms)); // no half reply handed on
   }
 }
 
