@@ -212,6 +212,8 @@ BOOST_AUTO_TEST_CASE(bad_flags_get_one_clear_line_and_a_nonzero_exit) {
        {{node_bin, "--role=server", "--server.mode=ssp:x"}, "mode must be"},
        {{node_bin, "--role=worker", "--kv.request-timeout-ms=0"},
         "--kv.request-timeout-ms"},
+       {{node_bin, "--role=server", "--road.frame-spin-us=20000"},
+        "--road.frame-spin-us must be 0..10000"},
        {{node_bin, "--role=server", "--no-such-flag=1"}, "***"}});
 }
 
@@ -228,7 +230,9 @@ BOOST_AUTO_TEST_CASE(the_benchmarks_refuse_bad_flags_with_one_clear_line) {
                  {{kvt, "--max-message-bytes=abc"},
                   "--max-message-bytes must be 65536..1073741824"},
                  {{kvt, "--max-message-bytes=4096"},
-                  "--max-message-bytes must be 65536..1073741824"}});
+                  "--max-message-bytes must be 65536..1073741824"},
+                 {{kvt, "--road-frame-spin-us=10001"},
+                  "--road-frame-spin-us must be 0..10000"}});
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_without_a_scheduler_gives_up_clearly) {
