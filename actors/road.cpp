@@ -126,12 +126,14 @@ std::atomic<bool> replies_apart{true};      // set_road_reply_connection
 
 /// Polls `fd` for input, yielding the core between polls, for at most
 /// `setting` (a reader's: set_road_spin(), by default; a blocking
-/// caller's: set_road_caller_spin()) and `cap`: true once it is readable
-/// (or ended: the read that follows sees that), false if the time ran out
-/// or spinning is off.
+/// caller's: set_road_caller_spin(); inside a large frame:
+/// set_road_frame_spin()) and `cap`: true once it is readable (or ended:
+/// the read that follows sees that), counted in `found`; false if the
+/// time ran out or spinning is off.
 bool spin_until_readable(
     int fd, std::chrono::microseconds cap = std::chrono::microseconds::max(),
-    const std::atomic<int64_t>& setting = spin_us) {
+    const std::atomic<int64_t>& setting = spin_us,
+    std::atomic<uint64_t>& found = spins_found) {
   auto limit =
       std::min<int64_t>(setting.load(std::memory_order_relaxed), cap.count());
   if (limit <= 0)
@@ -141,7 +143,7 @@ bool spin_until_readable(
   pollfd p{fd, POLLIN, 0};
   for (;;) {
     if (::poll(&p, 1, 0) > 0) {
-      spins_found.fetch_add(1, std::memory_order_relaxed);
+      found.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
     if (std::chrono::steady_clock::now() >= until)
@@ -179,38 +181,24 @@ bool recv_all(int fd, void* buf, size_t n) {
 }
 
 /// Reads exactly `n` bytes of a large frame, whose sender is writing it
-/// now: as long as more comes within set_road_frame_spin()'s time of the
-/// last bytes, without sleeping (polling, yielding the core in between);
-/// after such a pause, as recv_all does (a caller's read deadline counts
-/// from there). False on EOF or error (errno set, 0 on EOF).
+/// now: whatever has come, then, each time the reader caught up, polling
+/// for more for up to set_road_frame_spin() instead of sleeping; once that
+/// ran out, as recv_all does (a caller's read deadline counts from there).
+/// False on EOF or error (errno set, 0 on EOF).
 bool recv_frame_rest(int fd, void* buf, size_t n) {
-  auto limit =
-      std::chrono::microseconds{frame_spin_us.load(std::memory_order_relaxed)};
-  if (limit.count() <= 0)
-    return recv_all(fd, buf, n);
   auto* p = static_cast<char*>(buf);
-  auto last = std::chrono::steady_clock::now();
-  bool waited = false; // found nothing since the last bytes
   while (n > 0) {
-    auto got = ::recv(fd, p, n, MSG_DONTWAIT);
-    if (got > 0) {
-      p += got;
-      n -= static_cast<size_t>(got);
-      if (waited)
-        frame_spins_found.fetch_add(1, std::memory_order_relaxed);
-      waited = false;
-      last = std::chrono::steady_clock::now();
-    } else if (got == 0) {
-      errno = 0;
-      return false;
-    } else if (errno != EINTR) {
+    auto got = recv_some(fd, p, n, MSG_DONTWAIT);
+    if (got == 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK)
         return false;
-      if (std::chrono::steady_clock::now() - last >= limit)
+      if (!spin_until_readable(fd, std::chrono::microseconds::max(),
+                               frame_spin_us, frame_spins_found))
         return recv_all(fd, p, n);
-      waited = true;
-      ::sched_yield();
+      continue;
     }
+    p += got;
+    n -= got;
   }
   return true;
 }

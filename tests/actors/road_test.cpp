@@ -5,13 +5,17 @@
 #include <boost/test/unit_test.hpp>
 
 #include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -1555,11 +1559,15 @@ BOOST_AUTO_TEST_CASE(spinning_readers_deliver_every_frame_and_see_a_peer_end) {
 }
 
 BOOST_AUTO_TEST_CASE(a_reader_polls_for_the_rest_of_a_large_frame) {
-  // This listener answers request 1 with a 1 MiB reply in two halves,
-  // 20 ms apart, and request 2 with half of one, then ends the connection.
+  // This listener answers request 1 with a 1 MiB reply: half of it, then
+  // the rest in four pieces, each once our reader has read all that came
+  // before (nothing unread on either socket), so that it waits inside the
+  // frame. To request 2 it sends half a reply, waits the same way, then
+  // ends the connection.
   auto want = pattern(1u << 20, 11);
+  std::atomic<int> reader_fd{-1}; // our end, which the test sets
   auto l = road_listener::start(
-      "127.0.0.1", 0, road_timeout_ms, [&want](road_message_ptr m) {
+      "127.0.0.1", 0, road_timeout_ms, [&want, &reader_fd](road_message_ptr m) {
         raw_header h;
         h.op = static_cast<uint8_t>(road_op::reply);
         h.id = m->id;
@@ -1573,25 +1581,39 @@ BOOST_AUTO_TEST_CASE(a_reader_polls_for_the_rest_of_a_large_frame) {
             n -= static_cast<size_t>(got);
           }
         };
-        auto half = h.bytes / 2;
+        auto read_up = [out = m->conn->write_fd(), in = reader_fd.load()] {
+          return poll_until(
+              [out, in] {
+                int unsent = 0, unread = 0; // unacknowledged, then unread
+                return ::ioctl(out, SIOCOUTQ, &unsent) == 0 && unsent == 0 &&
+                       ::ioctl(in, SIOCINQ, &unread) == 0 && unread == 0;
+              },
+              10s);
+        };
+        auto* bytes = reinterpret_cast<const char*>(want.data());
+        size_t at = h.bytes / 2;
         send(&h, sizeof(h));
-        send(want.data(), half);
+        send(bytes, at);
+        read_up();
         if (m->id == 2) {
           m->conn->close();
           return;
         }
-        std::this_thread::sleep_for(20ms); // the sender pauses mid-frame
-        send(reinterpret_cast<const char*>(want.data()) + half, h.bytes - half);
+        for (size_t piece = (h.bytes - at) / 4; at < h.bytes; at += piece) {
+          send(bytes + at, std::min<size_t>(piece, h.bytes - at));
+          read_up();
+        }
       });
   BOOST_REQUIRE_MESSAGE(l, "listener: " << why(l));
   std::vector<uint64_t> words{1};
   for (auto kind : {road_kind::tcp, road_kind::shm}) {
-    // Polling through the pause (10 s here), the reader finds the second
-    // half without sleeping; off, it sleeps until it comes. The reply is
-    // whole and exact either way.
+    // Polling (10 s here), the reader finds the pieces without sleeping;
+    // off, it sleeps until each comes. The reply is whole and exact
+    // either way.
     for (auto us : {0, 10000000}) {
       auto spin = frame_spin_for_test(std::chrono::microseconds{us});
       road_client c{**l, kind, 0};
+      reader_fd = c.conn->read_fd();
       auto before = road_frame_spins_found();
       BOOST_REQUIRE(!c.conn->send(road_op::pull, 1, view_of(words)));
       auto m = c.box->take(1);
@@ -1606,6 +1628,7 @@ BOOST_AUTO_TEST_CASE(a_reader_polls_for_the_rest_of_a_large_frame) {
     // the rest: the road ends at once, not after the poll time.
     auto spin = frame_spin_for_test(std::chrono::microseconds{10000000});
     road_client c{**l, kind, 0};
+    reader_fd = c.conn->read_fd();
     auto t0 = std::chrono::steady_clock::now();
     BOOST_REQUIRE(!c.conn->send(road_op::pull, 2, view_of(words)));
     BOOST_CHECK(c.box->wait_down());
