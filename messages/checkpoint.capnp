@@ -38,7 +38,7 @@ struct TakenSlice {
 }
 
 struct StoreState {
-  id      @0 :UInt64;      # store id (actors/shard_server.hpp)
+  id      @0 :UInt64;      # store id (actors/server/shard_server.hpp)
   origin  @1 :UInt32;      # rank of the server that created it
   version @2 :UInt64;      # sync: rounds applied; else updates applied
   rounds  @3 :UInt64;      # sync: rounds applied

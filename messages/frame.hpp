@@ -25,7 +25,7 @@ typename Inspector::result_type inspect(Inspector& f, frame& x) {
 /// shared-memory ring): what decoders read. Must stay valid while read.
 ///
 /// A frame whose segments were read apart (a reply landed straight in its
-/// destination: actors/road.hpp, road_landing) also names its segments,
+/// destination: actors/road/road.hpp, road_landing) also names its segments,
 /// each 8-byte aligned: decoders read those, and `data` then holds the
 /// flat form with holes where segments landed elsewhere (read it only
 /// through the segments). `size` is the flat form's size either way.

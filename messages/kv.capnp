@@ -1,10 +1,16 @@
-# Key-value conversation between a worker's kv client and shard servers.
+# Key-value conversation between a worker's kv client and shard servers,
+# and between a server and its backup.
 #
-#   worker -> server : Init  -> (empty reply)  first initialiser wins
-#   worker -> server : Push  -> PushReply      one per server per clock
-#   worker -> server : Pull  -> PullReply      waits per the consistency mode
-#   server -> worker : Failure                 fast road only: in place of a
-#                                              reply (CAF carries errors itself)
+#   worker -> server  : Init      -> PushReply  first initialiser wins; the
+#                                               reply carries the server's
+#                                               version, duplicate = false
+#   worker -> server  : Push      -> PushReply  one per server per clock
+#   worker -> server  : Pull      -> PullReply  waits per the consistency mode
+#   primary -> backup : Replicate -> PushReply  one replica operation (chain
+#                                               replication, fast road)
+#   server -> worker  : Failure                 fast road only: in place of a
+#   server -> primary                           reply (CAF carries errors
+#                                               itself)
 @0xeadaba6383c36339;
 
 using Cxx = import "/capnp/c++.capnp";
@@ -67,7 +73,7 @@ struct PullReply {
 }
 
 struct Failure {
-  # Server -> worker on the fast road (actors/road.hpp), in place of the
+  # Server -> worker on the fast road (actors/road/road.hpp), in place of the
   # reply to a request that failed.
   code    @0 :UInt8;   # troupe::errc value; 0 = not a troupe error
   context @1 :Text;    # the error rendered for people, at most 4096 bytes
@@ -75,7 +81,7 @@ struct Failure {
 
 struct Replicate {
   # Primary server -> its backup on the fast road: one replica operation,
-  # as the CAF replicate message carries it (actors/shard_server.cpp).
+  # as the CAF replicate message carries it (actors/server/replication.hpp).
   # Answered with a PushReply (the replica's version) or a Failure.
   primary @0 :UInt32;        # rank of the sending server
   store   @1 :UInt64;        # id of the replicated store

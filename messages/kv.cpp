@@ -93,7 +93,7 @@ constexpr uint32_t small_message_words = 16;
 /// a Slice is 3 words in its list, and a referenced one 2 more for the
 /// landing pad of its far pointer. Everything but the values then lies in
 /// the first segment, which a reader that lands the values in place
-/// (actors/kv_pull.hpp) reads before them.
+/// (actors/kv/kv_pull.hpp) reads before them.
 uint32_t words_for(const std::vector<slice_view>& xs) {
   size_t words = 64;
   for (auto& x : xs)

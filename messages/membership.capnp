@@ -28,7 +28,7 @@ struct Node {
 }
 
 struct Road {
-  # Where a server's fast road for tensors listens (actors/road.hpp).
+  # Where a server's fast road for tensors listens (actors/road/road.hpp).
   port    @0 :UInt16;  # TCP port on the node's host; 0 = no fast road
   machine @1 :Text;    # boot id + network namespace: equal = same machine
   socket  @2 :Text;    # abstract unix socket of the shared-memory road;

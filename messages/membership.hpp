@@ -19,7 +19,7 @@ enum class role : uint8_t { scheduler = 0, server = 1, worker = 2 };
 const char* to_string(role x);
 
 /// One member of the cluster.
-/// Where a server's fast road for tensors listens (actors/road.hpp).
+/// Where a server's fast road for tensors listens (actors/road/road.hpp).
 struct road_info {
   uint16_t port = 0;   ///< TCP port on the node's host, 0 = no fast road
   std::string machine; ///< equal on both ends: shared memory is possible

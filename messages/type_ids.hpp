@@ -9,11 +9,11 @@
 
 #include <caf/allowed_unsafe_message_type.hpp>
 
-#include "actors/named_array.hpp"
 #include "messages/frame.hpp"
+#include "messages/named_array.hpp"
 
 namespace troupe {
-struct road_message; // actors/road.hpp
+struct road_message; // actors/road/road.hpp
 } // namespace troupe
 
 // In-process only: a message a road's reader thread hands to its actor.

@@ -1,7 +1,8 @@
 // A custom troupe worker: data-parallel linear regression on generated data,
-// written against troupe's public API only (actors/worker.hpp, actors/kv.hpp).
-// Each worker makes its own samples of y = x . w_true + noise and pushes the
-// gradient of the mean squared error; the servers' optimizer applies it.
+// written against troupe's public API only (actors/worker/worker.hpp,
+// actors/kv/kv.hpp). Each worker makes its own samples of y = x . w_true +
+// noise and pushes the gradient of the mean squared error; the servers'
+// optimizer applies it.
 //
 // usage (with a scheduler and a server running, see README.md):
 //   linear_regression --scheduler-port=PORT [--worker.steps=N]
@@ -14,9 +15,9 @@
 #include <caf/actor_system.hpp>
 #include <caf/io/middleman.hpp>
 
-#include "actors/kv.hpp"
-#include "actors/node_config.hpp"
-#include "actors/worker.hpp"
+#include "actors/kv/kv.hpp"
+#include "actors/node/node_config.hpp"
+#include "actors/worker/worker.hpp"
 #include "messages/errors.hpp"
 
 namespace {
@@ -113,7 +114,7 @@ int main(int argc, char** argv) {
     std::cerr << "*** " << troupe::describe(sched.error()) << '\n';
     return 1;
   }
-  auto logic = std::make_shared<linear_regression>(cfg.workload.steps);
+  auto logic = std::make_shared<linear_regression>(cfg.worker.steps);
   auto rc = troupe::run_worker(sys, *sched, cfg.kv, logic);
   return rc != 0 ? rc : (logic->converged() ? 0 : 1);
 }

@@ -19,8 +19,8 @@
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/kv.hpp"
-#include "actors/node_config.hpp"
+#include "actors/kv/kv.hpp"
+#include "actors/node/node_config.hpp"
 #include "messages/errors.hpp"
 #include "messages/membership.hpp"
 #include "messages/type_ids.hpp"

@@ -7,7 +7,7 @@
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 
-#include "actors/node_config.hpp"
+#include "actors/node/node_config.hpp"
 #include "messages/errors.hpp"
 #include "messages/membership.capnp.h"
 #include "messages/membership.hpp"

@@ -1,0 +1,69 @@
+// Settings of a worker's kv client (INI group "kv", and the push faults of
+// group "fault" that the kv client carries out).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/error.hpp>
+
+#include "actors/road/road_settings.hpp"
+
+namespace troupe {
+
+/// Faults a kv client injects into its own pushes (--fault.drop-pushes,
+/// --fault.duplicate-pushes, --fault.cut-road-after, --fault.seed). Off by
+/// default.
+struct kv_fault_settings {
+  /// Probability that a push frame is not sent, in [0, 1].
+  double drop_pushes = 0;
+  /// Probability that a push frame is sent twice, in [0, 1].
+  double duplicate_pushes = 0;
+  /// Seed of the draws; 0 = from the clock.
+  uint64_t seed = 0;
+  /// Right after its N-th request on fast roads, the kv client ends that
+  /// road, once, as a network that drops only that connection would; the
+  /// server stays up. 0 = off.
+  uint32_t cut_road_after = 0;
+};
+
+/// Settings of a worker's kv client (INI group "kv").
+struct kv_settings {
+  /// Give up on any reply after this long, in ms; 0 is not allowed.
+  uint32_t request_timeout_ms = 10000;
+  /// Cut pushes and pulls into parts of at most this many bytes, so that
+  /// a large transfer streams: the server applies one part while the next
+  /// is on its way (docs/benchmarks.md). Default 1 MiB.
+  uint32_t max_message_bytes = 1u << 20;
+  /// Road of kv frames: auto (shared memory on one machine, else TCP) |
+  /// tcp | middleman (CAF only). Default auto.
+  std::string road_text = "auto";
+  /// road_text, parsed by validate().
+  road_kind road = road_kind::shm;
+  /// Bytes of kv frames in flight per server before more wait. 64 MiB.
+  uint32_t window_bytes = 64u << 20;
+  /// Bytes of each shared-memory ring (one per direction and server).
+  uint32_t ring_bytes = 64u << 20;
+  /// Send a road request again after this long without a reply, ms;
+  /// 0 = never (a lost connection fails it instead). Default 0.
+  uint32_t resend_ms = 0;
+  /// Threads (0..16) that share with the kv client's thread the copy of a
+  /// large frame (256 KiB or more) into a shared-memory ring; 0 = the
+  /// client's thread alone. Default 1.
+  uint32_t helper_threads = 1;
+  /// Run the kv client on CAF's scheduler threads only: a road reader then
+  /// hands each reply over, and a blocking caller waits while a scheduler
+  /// thread sends its request (one more thread wake-up each way). Off by
+  /// default: the kv client runs where the work arrives (run_here.hpp).
+  bool scheduler_only = false;
+  /// How this process's roads wait for bytes (group "road").
+  road_settings roads;
+  /// Faults injected into this client's pushes (group "fault").
+  kv_fault_settings faults;
+};
+
+/// Checks `x` and parses its road_text into road; one error names the flag
+/// that is wrong and how to fix it.
+caf::error validate(kv_settings& x);
+
+} // namespace troupe

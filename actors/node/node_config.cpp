@@ -1,0 +1,400 @@
+// Options of a troupe node and their checks.
+#include "actors/node/node_config.hpp"
+
+#include <malloc.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
+#include <chrono>
+#include <filesystem>
+
+#include "actors/base/log.hpp"
+#include "actors/base/spin_scheduler.hpp"
+#include "actors/supervision/fault_plan.hpp"
+#include "actors/supervision/netns.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+namespace troupe {
+
+namespace {
+
+/// Tensor messages of many MiB are allocated and freed at every step; by
+/// default glibc maps each with mmap and unmaps it on free, so every message
+/// faults its pages in again, which costs large transfers dearly
+/// (docs/benchmarks.md). Keep such blocks in the heap and reuse them
+/// instead.
+void keep_large_blocks_in_the_heap() {
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
+/// Denormal floats cost about a hundred times a normal operation on x86.
+/// Momentum velocities of weights whose gradients fall silent decay through
+/// them, and a server's momentum step came to take most of its time
+/// (docs/benchmarks.md). Flush them to zero; threads started later (CAF's, the
+/// road's) inherit the setting from this one.
+void flush_denormals_to_zero() {
+#if defined(__SSE__)
+  _mm_setcsr(_mm_getcsr() | 0x8040); // FTZ (bit 15) and DAZ (bit 6)
+#endif
+}
+
+} // namespace
+
+void apply_process_settings() {
+  keep_large_blocks_in_the_heap();
+  flush_denormals_to_zero();
+}
+
+node_config::node_config() {
+  // Every troupe process builds one node_config first: the place for
+  // process-wide settings.
+  apply_process_settings();
+  add_message_types<caf::id_block::troupe>();
+  add_error_category(caf::atom("troupe"),
+                     [](uint8_t code, caf::atom_value, const caf::message& m) {
+                       return render_troupe_error(code, m);
+                     });
+  // CAF leaves heartbeats off: without them a hung peer is never noticed.
+  using namespace std::chrono_literals;
+  set("middleman.heartbeat-interval", caf::timespan{250ms});
+  set("middleman.connection-timeout", caf::timespan{2s});
+  // One scheduler thread: a message from one actor of the process to
+  // another (worker -> kv client -> worker) then runs on the thread that
+  // sent it instead of waking a second one, a wake-up costing tens of
+  // microseconds on a VM. Each role's heavy work has threads of its own
+  // (roads' readers, the server's helper pool, BLAS). On 2 cores it trains
+  // faster than 2 threads (docs/benchmarks.md); a machine with many actors
+  // per process can raise it (--scheduler.max-threads=N).
+  set("scheduler.max-threads", size_t{1});
+  set("scheduler.policy", caf::atom("sharing"));
+  // A worker's scheduler thread, out of work after the worker sent a
+  // request to its kv client, watches for the reply before it sleeps: the
+  // weights that end a step's wait then need no wake-up (see
+  // actors/base/spin_scheduler.hpp). Other roles, and pipelined workers (whose
+  // steps run on a thread of their own beside it), sleep at once. Read
+  // from the config the system starts with (this one may have moved).
+  use_watching_scheduler(*this, [](const caf::actor_system_config& c) {
+    auto* cfg = dynamic_cast<const node_config*>(&c);
+    return cfg ? cfg->scheduler_watch() : std::chrono::microseconds{0};
+  });
+  add_global_options();
+  add_cluster_options();
+  add_server_options();
+  add_kv_options();
+  add_road_options();
+  add_optimizer_options();
+  add_train_options();
+  add_agent_options();
+  add_fault_options();
+  add_checkpoint_options();
+  add_worker_options();
+}
+
+void node_config::add_global_options() {
+  opt_group{custom_options_, "global"}
+      .add(role_name, "role", "scheduler | server | worker | agent")
+      .add(scheduler_host, "scheduler-host", "scheduler address")
+      .add(scheduler_port, "scheduler-port", "scheduler port (0 = any, sched.)")
+      .add(host, "host", "address to publish this node on")
+      .add(port, "port", "port to publish this node on (0 = any free)")
+      .add(log_level, "log-level", "error | warning | info | debug");
+  opt_group{custom_options_, "global"}.add(
+      server.checkpoint.resume, "resume",
+      "continue from the last checkpoint in --checkpoint.dir");
+}
+
+void node_config::add_cluster_options() {
+  opt_group{custom_options_, "cluster"}
+      .add(scheduler.servers, "servers", "servers to wait for before placing")
+      .add(scheduler.workers, "workers", "workers barriers wait for")
+      .add(scheduler.placement.slice_floats, "slice-floats",
+           "slice bound in floats (16384 floats = 64 KiB)")
+      .add(scheduler.placement.vnodes, "vnodes", "ring points per server")
+      .add(scheduler.placement.slack, "balance-slack",
+           "allowed load above the mean per server (0.05 = 5%)");
+}
+
+void node_config::add_server_options() {
+  opt_group{custom_options_, "server"}
+      .add(mode_text, "mode", "sync | async | ssp:S")
+      .add(server.road_port, "road-port",
+           "TCP port of the fast road (0 = any free)")
+      .add(server.road_send_timeout_ms, "road-send-timeout-ms",
+           "drop a worker that reads no reply for this long (ms, > 0)")
+      .add(server.replicas, "replicas",
+           "backups per store: 1 = on the next server (ack after it), 0")
+      .add(server.helper_threads, "helper-threads",
+           "threads beside the actor's for rounds and replies, 0..16")
+      .add(server.replica_road_text, "replica-road",
+           "replicas travel by: auto (the backup's fast road) | tcp |"
+           " middleman (CAF)");
+}
+
+void node_config::add_kv_options() {
+  opt_group{custom_options_, "kv"}
+      .add(kv.request_timeout_ms, "request-timeout-ms",
+           "give up on a reply after this long (ms, > 0)")
+      .add(kv.max_message_bytes, "max-message-bytes",
+           "cut pushes and pulls into parts of at most this (bytes)")
+      .add(kv.road_text, "road",
+           "auto (shared memory on one machine, else TCP) | tcp | middleman")
+      .add(kv.window_bytes, "window-bytes",
+           "bytes in flight per server before more wait (bytes)")
+      .add(kv.ring_bytes, "ring-bytes",
+           "bytes of each shared-memory ring (per server and direction)")
+      .add(kv.resend_ms, "resend-ms",
+           "send a road request again after this long unanswered, 0 = never")
+      .add(kv.helper_threads, "helper-threads",
+           "threads (0..16) sharing the copies of large frames, 0 = none")
+      .add(kv.scheduler_only, "scheduler-only",
+           "run the kv client on CAF's scheduler threads only");
+}
+
+void node_config::add_road_options() {
+  opt_group{custom_options_, "road"}
+      .add(road.spin_us, "spin-us",
+           "road readers poll this long (us) before they sleep: no wake-up for"
+           " a message that comes meanwhile, at the CPU it burns; 0 = off")
+      .add(road.caller_spin_us, "caller-spin-us",
+           "a blocking kv call polls this long (us) for its reply before it"
+           " sleeps; 0 = off")
+      .add(road.frame_spin_us, "frame-spin-us",
+           "a reader inside a large frame polls this long (us) for more of"
+           " it before it sleeps; 0 = off")
+      .add(road.single_conn, "single-conn",
+           "tcp roads: one connection both ways, the server's answers too"
+           " (off: a reply connection of its own, one socket per direction)");
+}
+
+void node_config::add_optimizer_options() {
+  opt_group{custom_options_, "optimizer"}
+      .add(optimizer.name, "name", "sum | sgd | momentum | nesterov | adam")
+      .add(optimizer.on, "on", "server | worker (sync mode only)")
+      .add(optimizer.lr, "lr", "step size")
+      .add(optimizer.momentum, "momentum", "momentum of momentum, nesterov")
+      .add(optimizer.weight_decay, "weight-decay", "weight decay, 0 = off")
+      .add(optimizer.beta1, "beta1", "adam first-moment decay")
+      .add(optimizer.beta2, "beta2", "adam second-moment decay")
+      .add(optimizer.eps, "eps", "adam epsilon")
+      .add(optimizer.lr_decay_steps, "lr-decay-steps",
+           "multiply lr by lr-decay every this many updates, 0 = never")
+      .add(optimizer.lr_decay, "lr-decay", "lr schedule factor in (0, 1]");
+}
+
+void node_config::add_train_options() {
+  opt_group{custom_options_, "train"}
+      .add(train.model, "model", "model spec, e.g. mlp:784-256-128-10")
+      .add(train.epochs, "epochs", "passes over the training set")
+      .add(train.batch, "batch", "samples per step and worker")
+      .add(train.seed, "seed", "seed of initialisation and shuffling")
+      .add(train.data_dir, "data-dir", "folder of the Fashion-MNIST files")
+      .add(train.metrics_file, "metrics-file",
+           "JSON-lines metrics, \"\" = none")
+      .add(train.evals_per_epoch, "evals-per-epoch",
+           "evaluations per epoch, >= 1")
+      .add(train.block_floats, "block-floats",
+           "with --worker.overlap: push larger layers in row blocks of about"
+           " this many floats, 0 = whole layers")
+      .add(train.eval_samples, "eval-samples",
+           "test images per epoch, 0 = all");
+}
+
+void node_config::add_agent_options() {
+  opt_group{custom_options_, "agent"}
+      .add(agent.servers, "servers", "server processes this agent starts")
+      .add(agent.workers, "workers", "worker processes this agent starts")
+      .add(agent.max_restarts, "max-restarts",
+           "restarts per child within the window before giving up")
+      .add(agent.restart_window_ms, "restart-window-ms",
+           "window restarts are counted over (ms)")
+      .add(agent.backoff_ms, "backoff-ms",
+           "delay before a first restart (ms); doubles for the next ones")
+      .add(agent.backoff_max_ms, "backoff-max-ms", "largest restart delay (ms)")
+      .add(agent.logs, "logs", "folder for one log per child, \"\" = ours");
+}
+
+void node_config::add_fault_options() {
+  opt_group{custom_options_, "fault"}
+      .add(fault.plan, "plan",
+           "faults to inject, e.g. kill:worker-1@3000,hang:worker-0@5000+4000,"
+           "cut:worker-1@8000+2000")
+      .add(fault.random_kills, "random-kills",
+           "kill this many distinct children at random times")
+      .add(fault.random_targets, "random-targets", "worker | server | any")
+      .add(fault.random_from_ms, "random-from-ms",
+           "random kills happen after this (ms from the agent's start)")
+      .add(fault.random_to_ms, "random-to-ms",
+           "... and before this (ms from the agent's start)")
+      .add(fault.seed, "seed", "seed of random draws, 0 = from the clock")
+      .add(kv.faults.drop_pushes, "drop-pushes",
+           "probability that a worker loses a push frame (road only)")
+      .add(kv.faults.duplicate_pushes, "duplicate-pushes",
+           "probability that a worker sends a push frame twice (road only)")
+      .add(kv.faults.cut_road_after, "cut-road-after",
+           "a worker ends its fast road to a server right after its N-th"
+           " request on roads, once (the server stays up); 0 = off");
+}
+
+void node_config::add_checkpoint_options() {
+  opt_group{custom_options_, "checkpoint"}
+      .add(server.checkpoint.dir, "dir",
+           "folder of checkpoints shared by the cluster, \"\" = none")
+      .add(server.checkpoint.every_ms, "every-ms",
+           "checkpoint every this many ms, 0 = only on request")
+      .add(server.checkpoint.tear_generation, "fault-tear",
+           "fault injection: a server writing this generation dies half way");
+}
+
+void node_config::add_worker_options() {
+  opt_group{custom_options_, "worker"}
+      .add(worker.task, "task", "train | counter")
+      .add(worker.steps, "steps", "clocks the built-in workload runs")
+      .add(worker.keys, "keys", "arrays the built-in workload uses")
+      .add(worker.key_floats, "key-floats", "floats per array")
+      .add(worker.pipeline, "pipeline",
+           "compute step t+1 while step t's push is in flight (async, ssp)")
+      .add(worker.overlap, "overlap",
+           "push each block of gradients as soon as it is made, while the"
+           " step goes on (sync, async; 2+ scheduler threads)")
+      .add(worker.watch_us, "watch-us",
+           "the scheduler thread watches for work this long (us) before it"
+           " sleeps, 0 = at once; not with --worker.pipeline");
+}
+
+std::chrono::microseconds node_config::scheduler_watch() const {
+  bool stepping = role_name == "worker" && !worker.pipeline;
+  return std::chrono::microseconds{stepping ? worker.watch_us : 0};
+}
+
+caf::expected<role> node_config::node_role() const {
+  if (role_name == "agent") // not a member of the view: runs the others
+    return caf::make_error(errc::invalid_config,
+                           "an agent has no role in the cluster view");
+  if (role_name == "scheduler")
+    return role::scheduler;
+  if (role_name == "server")
+    return role::server;
+  if (role_name == "worker")
+    return role::worker;
+  return caf::make_error(errc::invalid_config,
+                         "--role must be scheduler, server or worker,"
+                         " got",
+                         role_name.empty() ? "nothing" : role_name);
+}
+
+caf::error node_config::finish() {
+  if (!set_log_level(log_level))
+    return caf::make_error(errc::invalid_config,
+                           "--log-level must be error, warning, info"
+                           " or debug, got",
+                           log_level);
+  auto mode = parse_consistency(mode_text);
+  if (!mode)
+    return std::move(mode.error());
+  server.mode = *mode;
+  if (auto err = validate(scheduler))
+    return err;
+  if (auto err = validate(kv))
+    return err;
+  if (auto err = validate(server))
+    return err;
+  if (auto err = validate(road))
+    return err;
+  if (auto err = validate(optimizer))
+    return err;
+  if (auto err = check_modes())
+    return err;
+  if (auto err = validate(train))
+    return err;
+  if (auto err = validate(worker))
+    return err;
+  if (worker.overlap && role_name == "worker" &&
+      caf::get_or(*this, "scheduler.max-threads", size_t{1}) < 2)
+    // The kv client sends a block's push while the step computes.
+    set("scheduler.max-threads", size_t{2});
+  if (auto err = validate(agent))
+    return err;
+  if (auto err = validate(fault))
+    return err;
+  if (auto err = check_faults())
+    return err;
+  if (auto err = check_checkpoints())
+    return err;
+  share_settings();
+  return caf::none;
+}
+
+caf::error node_config::check_modes() const {
+  if (optimizer.on == "worker" && server.mode.kind != consistency::kind_t::sync)
+    return caf::make_error(errc::invalid_config,
+                           "--optimizer.on=worker needs --server.mode=sync:"
+                           " workers apply each sync round's mean gradient");
+  if (worker.pipeline && server.mode.kind == consistency::kind_t::sync)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.pipeline needs --server.mode=async or"
+                           " ssp:S: a sync round needs each step's fresh"
+                           " weights");
+  if (worker.overlap && server.mode.kind == consistency::kind_t::ssp)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.overlap needs --server.mode=sync or"
+                           " async: the servers count each block as a clock,"
+                           " so an ssp bound would count blocks, not steps");
+  if (worker.task == "counter" && optimizer.name != "sum")
+    return caf::make_error(errc::invalid_config,
+                           "--worker.task=counter needs --optimizer.name=sum"
+                           " (its exact sums assume servers that add pushes),"
+                           " got",
+                           optimizer.name);
+  return caf::none;
+}
+
+caf::error node_config::check_faults() const {
+  auto plan = parse_fault_plan(fault.plan);
+  if (!plan || cut_targets(*plan).empty())
+    return caf::none;
+  // A child cut off lives in a network namespace of its own, where
+  // 127.0.0.1 is its own loopback.
+  const char* why = " cannot be reached from a child cut off the network"
+                    " (--fault.plan cut:), which lives in a network"
+                    " namespace of its own; run the cluster on another"
+                    " address of this machine with --scheduler-host=ADDR"
+                    " and --host=ADDR";
+  if (is_loopback_host(scheduler_host))
+    return caf::make_error(errc::invalid_config,
+                           "--scheduler-host=" + scheduler_host + why);
+  if (agent.servers > 0 && is_loopback_host(host))
+    return caf::make_error(errc::invalid_config,
+                           "--host=" + host + " (this agent's servers)" + why);
+  return caf::none;
+}
+
+caf::error node_config::check_checkpoints() const {
+  auto& ck = server.checkpoint;
+  if (ck.resume && ck.dir.empty())
+    return validate(ck); // says --resume needs --checkpoint.dir
+  if (!ck.dir.empty() && optimizer.on == "worker")
+    return caf::make_error(errc::invalid_config,
+                           "--checkpoint.dir needs --optimizer.on=server: with"
+                           " the optimizer on the workers the servers hold no"
+                           " weights to checkpoint");
+  return validate(ck); // creates the folder
+}
+
+void node_config::share_settings() {
+  kv.faults.seed = fault.seed;
+  kv.roads = road;
+  server.roads = road;
+  auto& ck = server.checkpoint;
+  ck.mode = mode_text;
+  ck.optimizer = optimizer.name + "@" + optimizer.on;
+  scheduler.checkpoint = ck;
+}
+
+trainer_settings node_config::trainer() const {
+  return {train, worker, kv, optimizer};
+}
+
+} // namespace troupe

@@ -1,0 +1,101 @@
+// Configuration of a troupe node: CAF's INI file plus command-line flags.
+// This class alone reads options; actors get the plain settings structs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/expected.hpp>
+
+#include "actors/kv/kv_settings.hpp"
+#include "actors/road/road_settings.hpp"
+#include "actors/scheduler/scheduler_settings.hpp"
+#include "actors/server/optimizer_settings.hpp"
+#include "actors/server/server_settings.hpp"
+#include "actors/supervision/agent_settings.hpp"
+#include "actors/worker/worker_settings.hpp"
+#include "messages/membership.hpp"
+
+namespace troupe {
+
+/// The process-wide settings every troupe process runs under: large
+/// blocks stay in the heap, denormal floats are flushed to zero. node_config
+/// applies them; a program that computes without one (a benchmark's
+/// compute-only floor) calls this first, so that it computes alike.
+void apply_process_settings();
+
+/// Base of every node's configuration: registers troupe's message types and
+/// error category, turns CAF heartbeats on, and reads every option.
+struct node_config : caf::actor_system_config {
+  /// scheduler | server | worker | agent. Required for troupe-node.
+  std::string role_name;
+  /// Scheduler address. Default 127.0.0.1.
+  std::string scheduler_host = "127.0.0.1";
+  /// Scheduler port; the scheduler publishes on it (0 = any free port).
+  uint16_t scheduler_port = 4300;
+  /// Address this node publishes its actor on. Default 127.0.0.1.
+  std::string host = "127.0.0.1";
+  /// Port this node publishes on; 0 = any free port.
+  uint16_t port = 0;
+  /// Log level: error, warning, info or debug. Default info.
+  std::string log_level = "info";
+  /// Consistency mode as text (server.mode).
+  std::string mode_text = "sync";
+
+  // Each subsystem's settings, one INI group each ("cluster", "server",
+  // "optimizer", "train", "kv", "road", "worker", "agent", "fault",
+  // "checkpoint"); finish() checks them and copies what several share.
+  road_settings road;
+  scheduler_settings scheduler;
+  server_settings server;
+  optimizer_settings optimizer;
+  train_settings train;
+  kv_settings kv;
+  worker_settings worker;
+  agent_settings agent;
+  fault_settings fault;
+
+  node_config();
+
+  /// Checks and converts options after parsing; one error says what is
+  /// wrong and how to fix it.
+  caf::error finish();
+
+  /// The role parsed from role_name.
+  caf::expected<role> node_role() const;
+
+  /// How long this process's scheduler thread watches for work before it
+  /// sleeps: --worker.watch-us for an unpipelined worker, else 0.
+  std::chrono::microseconds scheduler_watch() const;
+
+  /// What the built-in trainer of this worker runs under.
+  trainer_settings trainer() const;
+
+  /// troupe's options by group, each with its type, default and meaning;
+  /// CAF's own groups only where they matter here (--help).
+  std::string help_text() const;
+
+private:
+  // Option groups, one per subsystem (the constructor calls each).
+  void add_global_options();
+  void add_cluster_options();
+  void add_server_options();
+  void add_kv_options();
+  void add_road_options();
+  void add_optimizer_options();
+  void add_train_options();
+  void add_agent_options();
+  void add_fault_options();
+  void add_checkpoint_options();
+  void add_worker_options();
+  // Checks of finish(): options of several subsystems that must agree.
+  caf::error check_modes() const;
+  caf::error check_faults() const;
+  caf::error check_checkpoints() const;
+  // What finish() copies into the settings of several subsystems.
+  void share_settings();
+};
+
+} // namespace troupe

@@ -1,0 +1,179 @@
+// troupe-node: one process of a troupe cluster, by --role: scheduler,
+// server (a shard server), worker (the built-in workload) or agent (starts
+// and supervises the servers and workers of its machine).
+#include <unistd.h>
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/system_messages.hpp>
+
+#include "actors/kv/kv.hpp"
+#include "actors/node/node_config.hpp"
+#include "actors/road/road.hpp"
+#include "actors/scheduler/scheduler.hpp"
+#include "actors/server/server_optimizer.hpp"
+#include "actors/server/shard_server.hpp"
+#include "actors/supervision/agent.hpp"
+#include "actors/worker/trainer.hpp"
+#include "actors/worker/workload.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+using namespace troupe;
+
+namespace {
+
+int fail(const char* what, const caf::error& err) {
+  std::cerr << "*** " << what << " failed: " << describe(err) << '\n';
+  return 1;
+}
+
+std::atomic<bool> stop_requested{false};
+
+void on_stop_signal(int) {
+  stop_requested = true;
+}
+
+/// SIGTERM and SIGINT end a scheduler or server cleanly (its actor quits
+/// with user_shutdown, so peers see a departure, not a crash) and an agent
+/// with its children.
+void stop_on_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+/// Blocks until `a` ends (or a stop signal ends it); returns 0 if it ended
+/// normally.
+int wait_for(caf::actor_system& sys, const caf::actor& a, const char* what) {
+  caf::scoped_actor self{sys};
+  self->monitor(a);
+  int rc = 0;
+  bool down = false;
+  bool stopping = false;
+  while (!down) {
+    self->receive(
+        [&](const caf::down_msg& dm) {
+          down = true;
+          if (dm.reason && dm.reason != caf::exit_reason::user_shutdown)
+            rc = fail(what, dm.reason);
+        },
+        caf::after(std::chrono::milliseconds{100}) >>
+            [&] {
+              if (stop_requested && !stopping) {
+                stopping = true;
+                self->send_exit(a, caf::exit_reason::user_shutdown);
+              }
+            });
+  }
+  return rc;
+}
+
+void say_listening(const char* role_name, const std::string& host,
+                   uint16_t port) {
+  std::printf("troupe-node: %s listening on %s:%u (pid %d)\n", role_name,
+              host.c_str(), port, static_cast<int>(::getpid()));
+  std::fflush(stdout);
+}
+
+int run_scheduler(caf::actor_system& sys, const node_config& cfg) {
+  stop_on_signals();
+  auto sched = sys.spawn(scheduler, cfg.scheduler);
+  auto port = sys.middleman().publish(sched, cfg.scheduler_port,
+                                      cfg.scheduler_host.c_str(), true);
+  if (!port) {
+    anon_send_exit(sched, caf::exit_reason::user_shutdown);
+    return fail("publishing the scheduler", port.error());
+  }
+  say_listening("scheduler", cfg.scheduler_host, *port);
+  return wait_for(sys, sched, "scheduler");
+}
+
+int run_server(caf::actor_system& sys, const node_config& cfg) {
+  stop_on_signals();
+  auto sched = connect_scheduler(sys, cfg.scheduler_host, cfg.scheduler_port,
+                                 cfg.kv.request_timeout_ms);
+  if (!sched)
+    return fail("connecting to the scheduler", sched.error());
+  auto srv = sys.spawn(shard_server, cfg.server, *sched,
+                       make_update_fn(cfg.optimizer));
+  auto port = sys.middleman().publish(srv, cfg.port, cfg.host.c_str(), true);
+  if (!port) {
+    anon_send_exit(srv, caf::exit_reason::user_shutdown);
+    return fail("publishing the server", port.error());
+  }
+  caf::anon_send(srv, start_atom_v, cfg.host, *port);
+  say_listening("server", cfg.host, *port);
+  return wait_for(sys, srv, "server");
+}
+
+int run_worker(caf::actor_system& sys, const node_config& cfg) {
+  auto sched = connect_scheduler(sys, cfg.scheduler_host, cfg.scheduler_port,
+                                 cfg.kv.request_timeout_ms);
+  if (!sched)
+    return fail("connecting to the scheduler", sched.error());
+  if (cfg.worker.task == "counter")
+    return run_counter_workload(sys, *sched, cfg.worker, cfg.kv);
+  return run_training(sys, *sched, cfg.trainer());
+}
+
+/// This executable's path, for an agent's children.
+std::string self_path(const char* argv0) {
+  char buf[4096];
+  auto n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0)
+    return argv0;
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  node_config cfg;
+  cfg.load<caf::io::middleman>();
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (auto& a : args)
+    if (a == "--help" || a == "-h" || a == "-?" || a == "--long-help") {
+      std::cout << cfg.help_text();
+      return 0;
+    }
+  auto flags = child_flags(args); // what an agent passes on to its children
+  if (auto err = cfg.parse(std::move(args)))
+    return fail("reading options", err) + 1;
+  if (cfg.cli_helptext_printed)
+    return 0;
+  if (auto err = cfg.finish())
+    return fail("checking options", err) + 1;
+  if (cfg.role_name == "agent") {
+    stop_on_signals();
+    caf::actor_system sys{cfg};
+    agent_run_settings run{cfg.agent, cfg.fault, cfg.scheduler_host,
+                           cfg.scheduler_port, cfg.kv.request_timeout_ms};
+    return run_agent(sys, run, self_path(argv[0]), flags, stop_requested);
+  }
+  auto r = cfg.node_role();
+  if (!r)
+    return fail("checking options", r.error()) + 1;
+  caf::actor_system sys{cfg};
+  switch (*r) {
+  case role::scheduler:
+    return run_scheduler(sys, cfg);
+  case role::server:
+    return run_server(sys, cfg);
+  case role::worker:
+    return run_worker(sys, cfg);
+  }
+  return 2;
+}

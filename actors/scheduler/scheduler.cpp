@@ -1,0 +1,47 @@
+// The scheduler's behavior: one handler per message, each calling the step
+// of the file that owns it (membership, keys, barriers, events,
+// checkpoints); see the header for the messages and the failure transitions.
+#include "actors/scheduler/scheduler.hpp"
+
+#include <caf/event_based_actor.hpp>
+#include <caf/system_messages.hpp>
+
+#include "actors/base/stray_errors.hpp"
+#include "actors/scheduler/scheduler_internal.hpp"
+#include "messages/type_ids.hpp"
+
+namespace troupe {
+
+caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
+  using namespace sched;
+  self->state.cfg = cfg;
+  self->set_down_handler(
+      [self](const caf::down_msg& dm) { on_down(self, dm); });
+  log_stray_errors(self, [] { return std::string{"scheduler"}; });
+  if (auto err = prepare_checkpoints(self)) {
+    self->quit(err);
+    return {};
+  }
+  return {
+      [self](register_atom, const frame& f) { return on_register(self, f); },
+      [self](declare_atom, const frame& f) { return on_declare(self, f); },
+      [self](barrier_atom, const frame& f) { return on_barrier(self, f); },
+      [self](view_atom) { return encode(current_view(self)); },
+      [self](event_atom, const frame& f) { on_event(self, f); },
+      [self](stale_atom, uint32_t backup, uint64_t link) {
+        return on_stale(self, backup, link);
+      },
+      [self](events_atom) { return encode(self->state.events); },
+      [self](leave_atom) { return on_leave(self); },
+      [self](checkpoint_atom) {
+        auto rp = self->make_response_promise();
+        start_checkpoint(self, rp);
+        return rp;
+      },
+      [self](tick_atom) { checkpoint_tick(self); },
+      [self](events_atom, uint64_t n) { return on_events_poll(self, n); },
+      [self](watch_atom) { return on_watch(self); },
+  };
+}
+
+} // namespace troupe

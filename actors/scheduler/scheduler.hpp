@@ -1,0 +1,157 @@
+// The scheduler: membership, ranks, the cluster view, key placement and
+// barriers. One per cluster; the root of supervision.
+//
+// Files: scheduler.cpp (the behavior), scheduler_membership.cpp (joins,
+// departures, ranks, views, placement), scheduler_keys.cpp (declares),
+// scheduler_barriers.cpp, scheduler_events.cpp, scheduler_checkpoints.cpp
+// (cuts and resuming); scheduler_internal.hpp is shared by them only.
+//
+// Messages (all bytes are frames of messages/membership.capnp):
+//   (register_atom, frame Register)  -> frame RegisterReply
+//   (declare_atom, frame Declare)    -> frame DeclareReply  [waits for
+//                                        the expected servers]
+//   (barrier_atom, frame Barrier)    -> uint64_t epoch      [waits for all]
+//   (view_atom)                      -> frame ClusterView
+//   (watch_atom)                     -> frame ClusterView, then
+//                                       (view_atom, frame) on every change
+//   (leave_atom)                     -> uint64_t epoch  [a member that is done
+//                                       leaves the view now: its process
+//                                       may exit without looking crashed]
+//   (event_atom, frame Event)        an agent or server reports an event
+//   (stale_atom, uint32_t backup, uint64_t link) -> uint64_t epoch
+//                                    a server dropped its replica link
+//                                    `link` to `backup`, which stays in the
+//                                    view: passed on to the backup as
+//                                    (stale_atom, primary rank, link),
+//                                    before any view that would promote,
+//                                    then answered; refused (not_a_member)
+//                                    to a server that is no member
+//                                    (actors/server/replication.hpp, N1)
+//   (events_atom)                    -> frame EventLog  [every event so far]
+//   (events_atom, uint64_t n)        -> frame EventLog  [the events after the
+//                                       first n, once there is one: a
+//                                       long poll]
+//   (checkpoint_atom)                -> uint64_t generation  [takes a
+//                                       checkpoint now; answers once the
+//                                       manifest names it]
+//   scheduler -> every member and watcher: (view_atom, frame ClusterView)
+//
+// Checkpoints (--checkpoint.dir): every --checkpoint.every-ms while workers
+// are live, when the last worker leaves, and on request. The scheduler asks
+// each server for its version, picks a version above the largest (sync:
+// every server snapshots its stores as they complete that round, so the
+// files form one consistent cut; other modes snapshot at once), waits for
+// every file, then writes the manifest (write, fsync, rename) and removes
+// files older than the previous generation. A server that passed the cut
+// meanwhile fails the attempt, which is retried higher. With --resume the
+// scheduler checks the last checkpoint before it starts and numbers new
+// generations after it.
+//
+// Barriers: a barrier is released once every live node of its role has
+// arrived (and the expected number has ever joined). A released name stays
+// passed: a node arriving later (a restarted worker) goes through at once.
+// Use a new name for each synchronisation point.
+//
+// Events (membership.capnp Event), each logged as one JSON line and kept:
+//   joined / rejoined   a node registered (rejoined: its role and rank had
+//                       been in the cluster before)
+//   left / crashed      a member's actor ended normally / abnormally (a
+//                       killed process, or one whose heartbeats stopped)
+//   agent-down          an agent that had reported events is gone
+//   anything reported   restarts, give-ups, resumed rounds, ...
+//
+// Failure handling: each node the scheduler monitors is in one of these
+// states; the numbered transitions are cited in the code.
+//
+//   member:   (register) -> in the view -1-> out (crashed, or left)
+//                                       -leave-> out (left; a worker's
+//                                                rank counts as finished)
+//   reporter: (first event) -> reporting -3-> forgotten
+//
+//   1: member down (monitor, or heartbeat timeout closing its connection):
+//      it leaves the view; a server's slices go to its backup or are
+//      placed on the survivors; epoch + 1; the view is published; a
+//      checkpoint under way fails (a server) or is cut again (the last
+//      worker); barriers are re-checked.
+//   2: malformed request: answered with errc::malformed_message and logged.
+//   3: reporter (agent) down: an agent-down event; its processes stay in
+//      the view until their own monitors fire.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/behavior.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/response_promise.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include "actors/scheduler/scheduler_settings.hpp"
+#include "messages/membership.hpp"
+
+namespace troupe {
+
+struct scheduler_state {
+  static inline const char* name = "scheduler";
+  struct member {
+    node_info info;
+    caf::actor handle;
+  };
+  struct barrier {
+    role kind = role::worker;
+    std::set<uint32_t> arrived;
+    std::vector<caf::response_promise> waiting;
+  };
+  struct parked_declare {
+    declare_request req;
+    caf::response_promise rp;
+  };
+  scheduler_settings cfg;
+  uint64_t epoch = 1; // the empty cluster's view
+  std::vector<member> members;
+  std::vector<caf::actor> watchers;
+  std::vector<key_info> keys;
+  std::vector<slice_place> placement;
+  std::map<uint64_t, uint32_t> initialiser; // key -> first declaring worker
+  /// Servers' clocks per training step each worker rank declared (its
+  /// blocks, overlapped; else 1): live workers must agree, and sync
+  /// checkpoints cut at a multiple, between steps.
+  std::map<uint32_t, uint32_t> clocks_per_step;
+  /// The count the job's workers declared last, kept after they leave: the
+  /// manifest records it (0: none declared yet).
+  uint32_t job_clocks_per_step = 0;
+  /// Resuming: the layout the checkpoint was written with. Workers must
+  /// step in the same count (0: an older manifest, not checked) and declare
+  /// checkpointed keys at their sizes: else the servers would restore the
+  /// steps' rounds wrongly, or skip slices and train them afresh.
+  uint32_t resume_clocks_per_step = 0;
+  std::map<uint64_t, uint64_t> resume_sizes; // key -> floats checkpointed
+  std::vector<parked_declare> parked;        // until servers have joined
+  std::map<role, uint32_t> joined;           // registrations ever, per role
+  std::map<std::string, barrier> barriers;
+  std::set<std::string> passed;             // released barrier names
+  std::set<std::pair<role, uint32_t>> seen; // (role, rank) ever joined
+  std::vector<event_record> events;         // oldest first
+  uint64_t events_dropped = 0;              // oldest ones no longer kept
+  std::vector<std::pair<uint64_t, caf::response_promise>> event_polls;
+  std::map<caf::actor_addr, std::string> reporters; // non-members reporting
+  /// Ranks of workers that finished their share and left: a worker that
+  /// registers later takes a dead worker's rank (its data partition and its
+  /// clock) before one of these.
+  std::set<uint32_t> finished_workers;
+  uint64_t generation = 0; // last checkpoint generation started
+  bool checkpointing = false;
+  std::function<void(caf::error)> abort_checkpoint; // fails the attempt
+  std::vector<caf::response_promise> checkpoint_waiting;
+};
+
+using scheduler_actor = caf::stateful_actor<scheduler_state>;
+
+/// Spawnable behavior of the scheduler.
+caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg);
+
+} // namespace troupe

@@ -1,0 +1,84 @@
+// Events: what happened in the cluster, each logged as one JSON line and
+// kept for the event log and its long polls.
+#include <algorithm>
+
+#include <caf/event_based_actor.hpp>
+
+#include "actors/base/log.hpp"
+#include "actors/scheduler/scheduler_internal.hpp"
+
+namespace troupe::sched {
+
+namespace {
+
+/// Most events kept; older ones are dropped (each is logged anyway).
+constexpr size_t max_events = 100000;
+
+/// The events after the first `n` ever recorded (those still kept).
+frame events_after(self_ptr self, uint64_t n) {
+  auto& st = self->state;
+  auto skip = n > st.events_dropped ? n - st.events_dropped : 0;
+  if (skip >= st.events.size())
+    return encode(std::vector<event_record>{});
+  return encode(
+      std::vector<event_record>(st.events.begin() + skip, st.events.end()));
+}
+
+} // namespace
+
+void record(self_ptr self, event_record e) {
+  auto& evs = self->state.events;
+  bool bad = e.kind == "crashed" || e.kind == "gave-up" ||
+             e.kind == "agent-down" || e.kind == "exited" || e.kind == "lost" ||
+             e.kind == "unreplicated";
+  if (bad)
+    TROUPE_LOG(warning, "scheduler", "event ", to_json(e));
+  else
+    TROUPE_LOG(info, "scheduler", "event ", to_json(e));
+  if (evs.size() == max_events) {
+    evs.erase(evs.begin(), evs.begin() + max_events / 2);
+    self->state.events_dropped += max_events / 2;
+  }
+  evs.push_back(std::move(e));
+  auto polls = std::move(self->state.event_polls);
+  self->state.event_polls.clear();
+  for (auto& [after, rp] : polls)
+    rp.deliver(events_after(self, after));
+}
+
+void record(self_ptr self, const char* kind, const node_info& n,
+            std::string detail) {
+  record(self, event_record{now_ms(), kind, n.kind, n.rank, n.pid,
+                            std::move(detail), "scheduler"});
+}
+
+void on_event(self_ptr self, const frame& f) {
+  event_record e;
+  if (auto err = decode(f, e)) { // 2
+    TROUPE_LOG(warning, "scheduler",
+               "dropped an Event: ", self->system().render(err));
+    return;
+  }
+  auto from = self->current_sender();
+  auto& ms = self->state.members;
+  bool member = std::any_of(ms.begin(), ms.end(), [&from](const auto& m) {
+    return m.handle.address() == caf::actor_cast<caf::actor_addr>(from);
+  });
+  if (!member && from) {
+    auto addr = caf::actor_cast<caf::actor_addr>(from);
+    if (self->state.reporters.emplace(addr, e.source).second)
+      self->monitor(addr);
+  }
+  record(self, std::move(e));
+}
+
+caf::result<frame> on_events_poll(self_ptr self, uint64_t n) {
+  auto& st = self->state;
+  if (st.events_dropped + st.events.size() > n)
+    return events_after(self, n);
+  auto rp = self->make_response_promise();
+  st.event_polls.emplace_back(n, rp);
+  return rp;
+}
+
+} // namespace troupe::sched

@@ -1,0 +1,96 @@
+// The scheduler's steps, shared by the files of actors/scheduler/ and by
+// nothing else: each group names the file that defines it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/response_promise.hpp>
+#include <caf/result.hpp>
+#include <caf/system_messages.hpp>
+
+#include "actors/scheduler/scheduler.hpp"
+#include "messages/membership.hpp"
+
+namespace troupe::sched {
+
+using self_ptr = scheduler_actor*;
+
+// -- membership and views (scheduler_membership.cpp) --------------------------
+
+/// The members of role `kind`, by rank.
+std::vector<node_info> nodes_of(self_ptr self, role kind);
+
+/// The view as it stands now.
+cluster_view current_view(self_ptr self);
+
+/// Bumps the epoch and sends the new view to every member and watcher.
+void publish(self_ptr self);
+
+/// The ranks of the live servers, in order.
+std::vector<uint32_t> server_ranks(self_ptr self);
+
+/// Places every key's slices on the live servers (none if there are none).
+void replace_placement(self_ptr self);
+
+/// Whether worker `rank` is a member now.
+bool is_live_worker(self_ptr self, uint32_t rank);
+
+caf::result<frame> on_register(self_ptr self, const frame& f);
+
+caf::result<uint64_t> on_stale(self_ptr self, uint32_t backup, uint64_t link);
+
+uint64_t on_leave(self_ptr self);
+
+/// The one down handler (transitions 1 and 3).
+void on_down(self_ptr self, const caf::down_msg& dm);
+
+/// Adds the sender to the watchers; returns the view now.
+frame on_watch(self_ptr self);
+
+// -- declares: keys and their initialisers (scheduler_keys.cpp) ---------------
+
+caf::result<frame> on_declare(self_ptr self, const frame& f);
+
+/// Answers the parked declares once the servers they wait for have joined.
+void flush_parked(self_ptr self);
+
+// -- barriers (scheduler_barriers.cpp) ----------------------------------------
+
+/// Releases every barrier that all its live nodes have reached.
+void check_barriers(self_ptr self);
+
+caf::result<uint64_t> on_barrier(self_ptr self, const frame& f);
+
+// -- events (scheduler_events.cpp) --------------------------------------------
+
+/// Keeps `e` and logs it as one JSON line.
+void record(self_ptr self, event_record e);
+
+/// Records an event of kind `kind` about node `n`.
+void record(self_ptr self, const char* kind, const node_info& n,
+            std::string detail);
+
+void on_event(self_ptr self, const frame& f);
+
+/// The events after the first `n`, now if there are any, else once the
+/// next one is recorded (a long poll).
+caf::result<frame> on_events_poll(self_ptr self, uint64_t n);
+
+// -- checkpoints (scheduler_checkpoints.cpp) ----------------------------------
+
+/// Takes a checkpoint now (or joins the one under way); `rp` (if valid)
+/// gets its generation.
+void start_checkpoint(self_ptr self, caf::response_promise rp);
+
+/// The periodic checkpoint: only while workers change the state.
+void checkpoint_tick(self_ptr self);
+
+/// At start: loads the checkpoint to resume from (--resume) or numbers
+/// after an earlier job's, and starts the periodic ticks. Logs and returns
+/// what makes the scheduler unable to start.
+caf::error prepare_checkpoints(self_ptr self);
+
+} // namespace troupe::sched

@@ -1,0 +1,302 @@
+// Membership and views: who registers, leaves or goes down, the ranks they
+// get, where the slices are placed, and the view sent to everyone.
+#include <algorithm>
+#include <set>
+
+#include <caf/event_based_actor.hpp>
+#include <caf/sec.hpp>
+#include <caf/system_messages.hpp>
+
+#include "actors/base/log.hpp"
+#include "actors/cluster/placement.hpp"
+#include "actors/scheduler/scheduler_internal.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+namespace troupe::sched {
+
+// -- views --------------------------------------------------------------------
+
+std::vector<node_info> nodes_of(self_ptr self, role kind) {
+  std::vector<node_info> out;
+  for (auto& m : self->state.members)
+    if (m.info.kind == kind)
+      out.push_back(m.info);
+  std::sort(out.begin(), out.end(), [](const node_info& a, const node_info& b) {
+    return a.rank < b.rank;
+  });
+  return out;
+}
+
+cluster_view current_view(self_ptr self) {
+  auto& st = self->state;
+  return cluster_view{st.epoch,
+                      nodes_of(self, role::server),
+                      nodes_of(self, role::worker),
+                      st.keys,
+                      st.placement,
+                      st.cfg.placement.slice_floats,
+                      st.cfg.workers};
+}
+
+void publish(self_ptr self) {
+  ++self->state.epoch;
+  auto f = encode(current_view(self));
+  for (auto& m : self->state.members)
+    self->send(m.handle, view_atom_v, f);
+  for (auto& w : self->state.watchers)
+    self->send(w, view_atom_v, f);
+  TROUPE_LOG(info, "scheduler", "view ", self->state.epoch, ": ",
+             nodes_of(self, role::server).size(), " servers, ",
+             nodes_of(self, role::worker).size(), " workers, ",
+             self->state.keys.size(), " keys");
+}
+
+frame on_watch(self_ptr self) {
+  auto w = caf::actor_cast<caf::actor>(self->current_sender());
+  self->monitor(w);
+  self->state.watchers.push_back(w);
+  return encode(current_view(self));
+}
+
+// -- ranks and placement ------------------------------------------------------
+
+namespace {
+
+/// The rank a node of `kind` registering now gets: the lowest one not in
+/// use. For workers of a job of known size, the lowest such rank of the job
+/// whose worker did not finish comes first: a worker restarted after another
+/// finished resumes the dead one's partition, not the finished one's.
+uint32_t lowest_free_rank(self_ptr self, role kind) {
+  auto& st = self->state;
+  std::set<uint32_t> used;
+  for (auto& m : st.members)
+    if (m.info.kind == kind)
+      used.insert(m.info.rank);
+  if (kind == role::worker)
+    for (uint32_t r = 0; r < st.cfg.workers; ++r)
+      if (used.count(r) == 0 && st.finished_workers.count(r) == 0)
+        return r;
+  uint32_t r = 0;
+  while (used.count(r) != 0)
+    ++r;
+  return r;
+}
+
+/// A server left: its slices go to its backup, which holds their replicas
+/// (chain replication), if the backup lives. Returns the slices moved.
+size_t promote_backup(self_ptr self, uint32_t dead,
+                      const std::vector<uint32_t>& servers_before) {
+  auto backup = backup_of(dead, servers_before);
+  auto live = server_ranks(self);
+  if (backup == dead ||
+      std::find(live.begin(), live.end(), backup) == live.end())
+    return 0;
+  size_t moved = 0;
+  for (auto& p : self->state.placement)
+    if (p.server == dead) {
+      p.server = backup;
+      ++moved;
+    }
+  return moved;
+}
+
+} // namespace
+
+std::vector<uint32_t> server_ranks(self_ptr self) {
+  std::vector<uint32_t> out;
+  for (auto& n : nodes_of(self, role::server))
+    out.push_back(n.rank);
+  return out;
+}
+
+void replace_placement(self_ptr self) {
+  auto& st = self->state;
+  auto servers = server_ranks(self);
+  if (servers.empty())
+    st.placement.clear();
+  else
+    st.placement = place(st.keys, st.placement, servers, st.cfg.placement);
+}
+
+bool is_live_worker(self_ptr self, uint32_t rank) {
+  return std::any_of(self->state.members.begin(), self->state.members.end(),
+                     [rank](const scheduler_state::member& m) {
+                       return m.info.kind == role::worker &&
+                              m.info.rank == rank;
+                     });
+}
+
+// -- joining ------------------------------------------------------------------
+
+caf::result<frame> on_register(self_ptr self, const frame& f) {
+  register_request req;
+  if (auto err = decode(f, req)) { // 2
+    TROUPE_LOG(warning, "scheduler",
+               "dropped Register: ", self->system().render(err));
+    return err;
+  }
+  if (req.kind == role::scheduler)
+    return caf::make_error(errc::malformed_message,
+                           "a scheduler cannot register");
+  auto handle = caf::actor_cast<caf::actor>(self->current_sender());
+  node_info info{req.kind, lowest_free_rank(self, req.kind),
+                 req.host, req.port,
+                 req.pid,  req.road};
+  self->monitor(handle);
+  self->state.members.push_back({info, handle});
+  ++self->state.joined[req.kind];
+  TROUPE_LOG(info, "scheduler", to_string(req.kind), " ", info.rank,
+             " joined (pid ", req.pid, ", ", req.host, ":", req.port, ")");
+  publish(self);
+  bool again = !self->state.seen.emplace(req.kind, info.rank).second;
+  record(self, again ? "rejoined" : "joined", info,
+         str("view ", self->state.epoch));
+  check_barriers(self);
+  auto reply = encode(register_reply{info.rank, current_view(self)});
+  flush_parked(self); // declares waiting for this server
+  return reply;
+}
+
+// -- fencing ------------------------------------------------------------------
+
+/// A server dropped its link to backup `backup` while the view named it,
+/// and has operations to acknowledge that the backup may lack: the backup
+/// is told before any view that could promote its replicas of the
+/// sender's stores, then the sender may answer (returns our epoch). A
+/// sender that is no member (declared dead) may not: its acknowledgements
+/// would be of stores promoted elsewhere. A backup that is no member any
+/// more promotes nothing: nothing to tell.
+caf::result<uint64_t> on_stale(self_ptr self, uint32_t backup, uint64_t link) {
+  auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  using member = scheduler_state::member;
+  const member* primary = nullptr;
+  const member* to = nullptr;
+  for (auto& m : self->state.members) {
+    if (m.info.kind != role::server)
+      continue;
+    if (m.handle.address() == from)
+      primary = &m;
+    if (m.info.rank == backup)
+      to = &m;
+  }
+  if (!primary) {
+    TROUPE_LOG(warning, "scheduler",
+               "refused a notice of a dropped link to server ", backup,
+               " from a server that is no member");
+    return caf::make_error(errc::not_a_member,
+                           "a dropped-link notice from no member server");
+  }
+  if (to && to != primary)
+    self->send(to->handle, stale_atom_v, primary->info.rank, link);
+  return self->state.epoch;
+}
+
+// -- departures ---------------------------------------------------------------
+
+namespace {
+
+/// Fails a checkpoint under way that `gone` leaving breaks.
+void abort_checkpoint_for(self_ptr self, const node_info& gone) {
+  if (gone.kind == role::server && self->state.abort_checkpoint)
+    self->state.abort_checkpoint(caf::make_error(
+        errc::peer_down, "server", gone.rank, "ended during the checkpoint"));
+  // A sync cut waits for the workers to reach it: once the last one is
+  // gone (the job done, or a crash), none will, and the servers would wait
+  // out the request timeout. Cut again, where the servers are.
+  if (gone.kind == role::worker && self->state.abort_checkpoint &&
+      nodes_of(self, role::worker).empty())
+    self->state.abort_checkpoint(caf::make_error(
+        errc::clock_gap, "the last worker left before the cut"));
+}
+
+/// Removes member `i` from the view (a departure, normal or not): its
+/// slices, if a server's, go to its backup or are placed anew; the view is
+/// published and barriers re-checked.
+void remove_member(self_ptr self,
+                   std::vector<scheduler_state::member>::iterator i,
+                   const char* kind, const std::string& why) {
+  auto info = i->info;
+  auto servers_before = server_ranks(self);
+  self->state.members.erase(i);
+  auto promoted = info.kind == role::server
+                      ? promote_backup(self, info.rank, servers_before)
+                      : 0;
+  if (info.kind == role::server)
+    replace_placement(self);
+  publish(self);
+  abort_checkpoint_for(self, info);
+  record(self, kind, info, str(why, "; view ", self->state.epoch));
+  if (promoted > 0)
+    record(self,
+           event_record{now_ms(), "promoted", role::server,
+                        backup_of(info.rank, servers_before), 0,
+                        str("backup of server ", info.rank, " took its ",
+                            promoted, " slices; view ", self->state.epoch),
+                        "scheduler"});
+  check_barriers(self);
+}
+
+/// A monitored actor that is no member went down: an agent that reported
+/// events (3), or a watcher.
+void on_other_down(self_ptr self, const caf::down_msg& dm) {
+  auto r = self->state.reporters.find(dm.source);
+  if (r != self->state.reporters.end()) { // 3
+    record(self, event_record{now_ms(), "agent-down", role::scheduler, 0, 0,
+                              self->system().render(dm.reason), r->second});
+    self->state.reporters.erase(r);
+  }
+  auto& ws = self->state.watchers;
+  ws.erase(std::remove_if(
+               ws.begin(), ws.end(),
+               [&dm](const caf::actor& w) { return w.address() == dm.source; }),
+           ws.end());
+}
+
+} // namespace
+
+uint64_t on_leave(self_ptr self) {
+  auto& ms = self->state.members;
+  auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  auto i = std::find_if(ms.begin(), ms.end(), [&from](const auto& m) {
+    return m.handle.address() == from;
+  });
+  if (i == ms.end())
+    return self->state.epoch; // left already
+  TROUPE_LOG(info, "scheduler", to_string(i->info.kind), " ", i->info.rank,
+             " (pid ", i->info.pid, ") is done and leaves the cluster");
+  self->demonitor(i->handle);
+  bool worker = i->info.kind == role::worker;
+  if (worker)
+    self->state.finished_workers.insert(i->info.rank);
+  remove_member(self, i, "left", "done");
+  // The last worker done: the job's final state. (Servers leave when told
+  // to stop, at the end of a job: that is no new state to keep.)
+  if (worker && nodes_of(self, role::worker).empty())
+    start_checkpoint(self, caf::response_promise{});
+  return self->state.epoch;
+}
+
+void on_down(self_ptr self, const caf::down_msg& dm) { // 1
+  auto& ms = self->state.members;
+  auto i = std::find_if(ms.begin(), ms.end(), [&dm](const auto& m) {
+    return m.handle.address() == dm.source;
+  });
+  if (i == ms.end()) {
+    on_other_down(self, dm);
+    return;
+  }
+  auto info = i->info;
+  auto what = str(to_string(info.kind), " ", info.rank, " (pid ", info.pid,
+                  ") left the cluster: ", self->system().render(dm.reason));
+  bool normal = dm.reason == caf::exit_reason::user_shutdown ||
+                dm.reason == caf::exit_reason::normal;
+  if (normal)
+    TROUPE_LOG(info, "scheduler", what);
+  else
+    TROUPE_LOG(warning, "scheduler", what);
+  remove_member(self, i, normal ? "left" : "crashed",
+                self->system().render(dm.reason));
+}
+
+} // namespace troupe::sched

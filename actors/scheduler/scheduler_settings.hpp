@@ -1,0 +1,28 @@
+// Settings of the scheduler (INI group "cluster").
+#pragma once
+
+#include <cstdint>
+
+#include <caf/error.hpp>
+
+#include "actors/cluster/placement.hpp"
+#include "actors/server/server_settings.hpp"
+
+namespace troupe {
+
+/// Settings of the scheduler (INI group "cluster").
+struct scheduler_settings {
+  /// Servers to wait for before placing keys. Default 1.
+  uint32_t servers = 1;
+  /// Workers a barrier waits for (at least the live ones). Default 1.
+  uint32_t workers = 1;
+  /// Slicing and ring parameters.
+  placement_params placement;
+  /// The cluster's checkpoints, which the scheduler coordinates.
+  checkpoint_settings checkpoint;
+};
+
+/// One error naming the --cluster.* flag that is out of range, or none.
+caf::error validate(const scheduler_settings& x);
+
+} // namespace troupe

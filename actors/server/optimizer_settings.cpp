@@ -1,0 +1,38 @@
+// Checks of the optimizer's settings.
+#include "actors/server/optimizer_settings.hpp"
+
+#include <cmath>
+
+#include "messages/errors.hpp"
+
+namespace troupe {
+
+caf::error validate(const optimizer_settings& x) {
+  auto bad = [](const char* what) {
+    return caf::make_error(errc::invalid_config, what);
+  };
+  if (x.name != "sum" && x.name != "sgd" && x.name != "momentum" &&
+      x.name != "nesterov" && x.name != "adam")
+    return caf::make_error(errc::invalid_config,
+                           "--optimizer.name must be sum, sgd, momentum,"
+                           " nesterov or adam, got",
+                           x.name);
+  if (x.on != "server" && x.on != "worker")
+    return caf::make_error(errc::invalid_config,
+                           "--optimizer.on must be server or worker, got",
+                           x.on);
+  if (!(x.lr >= 0.0f) || !std::isfinite(x.lr))
+    return bad("--optimizer.lr must be >= 0");
+  if (!(x.momentum >= 0.0f && x.momentum < 1.0f))
+    return bad("--optimizer.momentum must be in [0, 1)");
+  if (!(x.weight_decay >= 0.0f))
+    return bad("--optimizer.weight-decay must be >= 0");
+  if (!(x.beta1 >= 0.0f && x.beta1 < 1.0f && x.beta2 >= 0.0f &&
+        x.beta2 < 1.0f && x.eps > 0.0f))
+    return bad("--optimizer.beta1/beta2 must be in [0, 1), eps > 0");
+  if (!(x.lr_decay > 0.0f && x.lr_decay <= 1.0f))
+    return bad("--optimizer.lr-decay must be in (0, 1]");
+  return caf::none;
+}
+
+} // namespace troupe

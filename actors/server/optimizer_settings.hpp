@@ -1,0 +1,38 @@
+// Settings of the optimizer (INI group "optimizer"): which one, where it
+// runs (on the shard servers or on the workers) and its hyper-parameters.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/error.hpp>
+
+namespace troupe {
+
+/// Optimizer of the shard servers (INI group "optimizer").
+struct optimizer_settings {
+  /// sum (no optimizer: values += pushed sums), sgd, momentum, nesterov or
+  /// adam.
+  std::string name = "sum";
+  /// Where the optimizer runs: server (state with the slices) or worker
+  /// (servers only average each sync round's gradients; every worker
+  /// applies the optimizer to its own replica). Default server.
+  std::string on = "server";
+  /// Step size. Default 0.1.
+  float lr = 0.1f;
+  /// Momentum of momentum and nesterov. Default 0.9.
+  float momentum = 0.9f;
+  /// Weight decay (L2 for the SGD family, decoupled for adam); 0 = off.
+  float weight_decay = 0.0f;
+  /// Adam's moment decays and epsilon.
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  /// Every lr_decay_steps updates of a slice, lr *= lr_decay; 0 = constant.
+  uint32_t lr_decay_steps = 0;
+  /// Factor of the schedule, in (0, 1]. Default 1.
+  float lr_decay = 1.0f;
+};
+
+/// Checks the settings; the error names the bad flag.
+caf::error validate(const optimizer_settings& x);
+
+} // namespace troupe

@@ -1,0 +1,118 @@
+// Optimizers as shard-server update hooks, with per-slice state.
+#include "actors/server/server_optimizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "kernels/optimizer.hpp"
+#include "messages/errors.hpp"
+
+namespace troupe {
+
+namespace {
+
+float scheduled_lr(const optimizer_settings& x, uint64_t updates) {
+  if (x.lr_decay_steps == 0)
+    return x.lr;
+  return x.lr * std::pow(x.lr_decay, float(updates / x.lr_decay_steps));
+}
+
+} // namespace
+
+slice_optimizer::slice_optimizer(optimizer_settings x) : x_(std::move(x)) {
+  // empty
+}
+
+slice_optimizer::slice_optimizer(const slice_optimizer& other)
+    : x_(other.x_), states_(other.states_) {
+  // a mutex of its own
+}
+
+slice_optimizer::slice_state& slice_optimizer::state_of(slice_id id) {
+  std::lock_guard<std::mutex> guard{*states_mtx_};
+  return states_[id]; // map nodes stay put: the reference outlives the lock
+}
+
+void slice_optimizer::operator()(slice_id id, std::vector<float>& values,
+                                 const float* sum, uint32_t contributors) {
+  // The mean of the sum is taken inside the update's own pass.
+  auto d = float(std::max<uint32_t>(contributors, 1));
+  auto n = values.size();
+  auto& st = state_of(id);
+  auto lr = scheduled_lr(x_, st.updates++);
+  auto* w = values.data();
+  if (x_.name == "sgd")
+    sgd_update_cpu(w, sum, n, sgd_params{lr, x_.weight_decay, d});
+  else if (x_.name == "momentum")
+    momentum_update_cpu(w, sum, n, st.momentum,
+                        momentum_params{lr, x_.momentum, x_.weight_decay, d});
+  else if (x_.name == "nesterov")
+    nesterov_update_cpu(w, sum, n, st.momentum,
+                        momentum_params{lr, x_.momentum, x_.weight_decay, d});
+  else
+    adam_update_cpu(
+        w, sum, n, st.adam,
+        adam_params{lr, x_.beta1, x_.beta2, x_.eps, x_.weight_decay, d});
+}
+
+void slice_optimizer::save(slice_snapshot& s) const {
+  s.state.clear();
+  auto i = states_.find(s.id);
+  if (i == states_.end()) {
+    s.updates = s.step = 0;
+    return;
+  }
+  s.updates = i->second.updates;
+  s.step = i->second.adam.step;
+  if (x_.name == "momentum" || x_.name == "nesterov")
+    s.state.push_back(i->second.momentum.velocity);
+  else if (x_.name == "adam")
+    s.state = {i->second.adam.m, i->second.adam.v};
+}
+
+caf::error slice_optimizer::load(const slice_snapshot& s) {
+  size_t arrays = 0;
+  if (x_.name == "momentum" || x_.name == "nesterov")
+    arrays = 1;
+  else if (x_.name == "adam")
+    arrays = 2;
+  if (s.state.size() != arrays && !(s.state.empty() && s.updates == 0))
+    return caf::make_error(errc::bad_file, "checkpointed optimizer state of",
+                           s.id.key, s.id.index, "has", s.state.size(),
+                           "arrays; --optimizer.name", x_.name, "needs",
+                           arrays);
+  slice_state st;
+  st.updates = s.updates;
+  st.adam.step = s.step;
+  if (arrays == 1 && !s.state.empty())
+    st.momentum.velocity = s.state[0];
+  if (arrays == 2 && !s.state.empty()) {
+    st.adam.m = s.state[0];
+    st.adam.v = s.state[1];
+  }
+  states_[s.id] = std::move(st);
+  return caf::none;
+}
+
+slice_optimizer* optimizer_of(update_fn& fn) {
+  return fn.target<slice_optimizer>();
+}
+
+update_fn make_update_fn(const optimizer_settings& x) {
+  if (x.on == "worker")
+    return [](slice_id, std::vector<float>& values, const float* sum,
+              uint32_t contributors) {
+      for (size_t i = 0; i < values.size(); ++i)
+        values[i] = sum[i] / float(contributors);
+    };
+  return make_optimizer_fn(x);
+}
+
+update_fn make_optimizer_fn(const optimizer_settings& x) {
+  if (x.name == "sum")
+    return add_update;
+  return slice_optimizer{x}; // each copy of the hook owns its state
+}
+
+} // namespace troupe

@@ -1,0 +1,74 @@
+// Settings of a shard server (INI group "server") and of the cluster's
+// checkpoints (group "checkpoint", and --resume), which the servers write
+// and the scheduler coordinates.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/error.hpp>
+
+#include "actors/cluster/consistency.hpp"
+#include "actors/road/road_settings.hpp"
+
+namespace troupe {
+
+/// Checkpoints: servers write their stores with the optimizer state, the
+/// scheduler a manifest once every server wrote a generation
+/// (messages/checkpoint.hpp, docs/checkpoints.md).
+struct checkpoint_settings {
+  /// Folder shared by the cluster's servers and scheduler (one machine, or
+  /// a shared file system); "" = no checkpoints.
+  std::string dir;
+  /// A checkpoint every this many ms while training; 0 = only on request
+  /// (the scheduler's checkpoint message). Default 10000.
+  uint32_t every_ms = 10000;
+  /// Continue from the last checkpoint in dir: servers load their slices
+  /// and optimizer state, workers resume at the checkpoint's clock.
+  bool resume = false;
+  /// Fault injection: a server writing this generation kills itself half
+  /// way through the file (a torn checkpoint); 0 = never.
+  uint64_t tear_generation = 0;
+  /// What the manifest records and a resume checks (set by node_config).
+  std::string mode;
+  std::string optimizer;
+};
+
+/// Checks `x` and creates its folder; one error says what is wrong.
+caf::error validate(const checkpoint_settings& x);
+
+/// Settings of a shard server (INI group "server").
+struct server_settings {
+  /// Consistency mode. Default sync.
+  consistency mode;
+  /// TCP port of the fast road (actors/road/); 0 = any free port.
+  uint16_t road_port = 0;
+  /// Give up on a worker that does not read a reply after this long (ms):
+  /// the reply is written on the server's actor thread, so a hung worker
+  /// holds up the others this long at most. Default 2000 (the default
+  /// heartbeat timeout).
+  uint32_t road_send_timeout_ms = 2000;
+  /// Backups per store: 1 = replicated on the next server (chain
+  /// replication: Init and Push are acknowledged once the backup has them),
+  /// 0 = none. Default 1.
+  uint32_t replicas = 1;
+  /// Helper threads that share a round's updates, a push's additions and
+  /// the replies of a round with the actor thread
+  /// (actors/base/helper_pool.hpp), 0..16; 0 = the actor thread alone. Default
+  /// 1 (a core idles while every worker waits for the round).
+  uint32_t helper_threads = 1;
+  /// How replica operations travel to the backup (--server.replica-road):
+  /// auto = the backup's fast road (shared memory on one machine, else
+  /// TCP), middleman = CAF. Default auto.
+  std::string replica_road_text = "auto";
+  /// replica_road_text, parsed by validate().
+  road_kind replica_road = road_kind::shm;
+  /// How this process's roads wait for bytes (group "road").
+  road_settings roads;
+  checkpoint_settings checkpoint;
+};
+
+/// Checks `x` and parses replica_road_text; one error names the flag.
+caf::error validate(server_settings& x);
+
+} // namespace troupe

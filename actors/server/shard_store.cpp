@@ -1,0 +1,486 @@
+// Mode rules of a shard server's slices; see the header for the clock model.
+#include "actors/server/shard_store.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "kernels/wide_loop.hpp"
+#include "messages/errors.hpp"
+
+namespace troupe {
+
+namespace {
+
+/// sum += x; restrict and -O3 (CMakeLists.txt) make it vectorise, also
+/// for AVX2 (kernels/wide_loop.hpp): servers run it over every slice each
+/// round while the workers wait.
+TROUPE_WIDE_LOOP
+void add_into(float* __restrict sum, const float* __restrict x, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    sum[i] += x[i];
+}
+
+} // namespace
+
+void add_update(slice_id, std::vector<float>& values, const float* sum,
+                uint32_t) {
+  add_into(values.data(), sum, values.size());
+}
+
+shard_store::shard_store(consistency mode, update_fn fn)
+    : mode_(mode), update_(std::move(fn)) {
+  // empty
+}
+
+void shard_store::set_loop(loop_fn fn) {
+  loop_ = fn ? std::move(fn) : loop_fn{run_serially};
+}
+
+void shard_store::for_slices(const std::vector<const void*>& targets,
+                             const loop_body& body) {
+  auto sorted = targets;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    return run_serially(targets.size(), body);
+  loop_(targets.size(), body);
+}
+
+void shard_store::set_owned(const std::map<slice_id, uint32_t>& owned) {
+  for (auto i = slices_.begin(); i != slices_.end();)
+    i = owned.count(i->first) == 0 ? slices_.erase(i) : std::next(i);
+  for (auto& [id, floats] : owned)
+    if (slices_.count(id) == 0)
+      slices_[id].floats = floats;
+}
+
+void shard_store::set_workers(const std::set<uint32_t>& live) {
+  auto start =
+      mode_.kind == consistency::kind_t::sync ? rounds_applied_ : min_clock();
+  for (auto i = workers_.begin(); i != workers_.end();)
+    if (live.count(i->first) == 0) {
+      departed_[i->first] = std::move(i->second);
+      i = workers_.erase(i);
+    } else {
+      ++i;
+    }
+  for (auto w : live)
+    if (workers_.count(w) == 0) {
+      // A rank back (its process restarted) that had pushed clocks the
+      // rounds have not passed: its pushes are in those rounds, so it
+      // carries on from its own clock (what it pushes again is a
+      // duplicate), not from `start` (it would be added twice).
+      auto d = departed_.find(w);
+      if (d != departed_.end()) {
+        auto wc = std::move(d->second);
+        departed_.erase(d);
+        if (wc.clock >= start && resume_clocks_.count(w) == 0) {
+          wc.fresh = true;
+          workers_[w] = std::move(wc);
+          continue;
+        }
+      }
+      auto r = resume_clocks_.find(w);
+      if (r != resume_clocks_.end()) { // first join after a resume
+        auto wc = std::move(r->second);
+        resume_clocks_.erase(r);
+        // Sync rounds went on without it meanwhile: as restore() does for
+        // the workers live then, it starts at the rounds applied (its
+        // pushes for those would sit in rounds never applied).
+        if (mode_.kind == consistency::kind_t::sync && wc.clock < start)
+          wc.start_at(start);
+        workers_[w] = std::move(wc);
+      } else {
+        workers_[w].clock = start;
+      }
+    }
+  complete_rounds();
+}
+
+caf::error shard_store::check_slices(const std::vector<slice_view>& xs) const {
+  for (auto& x : xs) {
+    auto i = slices_.find(x.id);
+    if (i == slices_.end())
+      return caf::make_error(errc::slice_not_owned, x.id.key, x.id.index);
+    if (x.size != i->second.floats)
+      return caf::make_error(errc::bad_shape, x.id.key, x.id.index,
+                             static_cast<uint64_t>(x.size), i->second.floats);
+  }
+  return caf::none;
+}
+
+caf::error shard_store::check_init(const init_request& req) const {
+  return check_slices(views_of(req.slices));
+}
+
+caf::error shard_store::init(const init_request& req) {
+  if (auto err = check_init(req))
+    return err;
+  for (auto& x : req.slices) {
+    auto& s = slices_[x.id];
+    if (!s.ready) {
+      s.values = x.values;
+      s.ready = true;
+    }
+  }
+  return caf::none;
+}
+
+caf::expected<push_reply> shard_store::push(const push_request& req) {
+  return push(req, views_of(req.slices));
+}
+
+caf::expected<bool>
+shard_store::check_push(const push_request& req,
+                        const std::vector<slice_view>& slices) const {
+  auto w = workers_.find(req.worker);
+  if (w == workers_.end())
+    return caf::make_error(errc::not_a_member, "worker", req.worker);
+  auto& wc = w->second;
+  if (req.clock > max_clock)
+    return caf::make_error(errc::malformed_message, "push at clock", req.clock,
+                           "beyond", max_clock);
+  if (req.clock < wc.clock)
+    return true;
+  // A push resent under a newer view (a server died) is cut into parts
+  // anew: its parts replace those of the older cut, and slices an older
+  // part brought are not taken twice. An older cut's part that comes
+  // after a newer one is a duplicate: the newer cut brings every slice.
+  // (Cuts are known once a part came; after a restore they are not, and
+  // part numbers alone tell duplicates.)
+  bool recut = wc.recut_by(req);
+  if (req.clock == wc.clock && !wc.parts.empty() && wc.cut != 0 &&
+      req.epoch < wc.cut)
+    return true;
+  if (req.clock == wc.clock && !recut && wc.parts.count(req.part) != 0)
+    return true;
+  if (req.clock > wc.clock && !wc.fresh)
+    return caf::make_error(errc::clock_gap, "expected", wc.clock, "got",
+                           req.clock);
+  if (auto err = check_slices(slices))
+    return err;
+  for (auto& x : slices) {
+    auto s = slices_.find(x.id);
+    if (s == slices_.end() || !s->second.ready)
+      return caf::make_error(errc::unknown_key, "slice not initialised",
+                             x.id.key, x.id.index);
+  }
+  return false;
+}
+
+caf::expected<push_reply>
+shard_store::push(const push_request& req,
+                  const std::vector<slice_view>& slices) {
+  auto dup = check_push(req, slices);
+  if (!dup)
+    return std::move(dup.error());
+  if (*dup)
+    return push_reply{version_, true};
+  auto& wc = workers_.find(req.worker)->second; // check_push found it
+  bool recut = wc.recut_by(req);
+  if (req.clock > wc.clock) // a fresh worker's first push: its clock
+    wc.start_at(req.clock);
+  wc.fresh = false;
+  if (recut)
+    wc.parts.clear();
+  if (wc.parts.empty() || recut)
+    wc.cut = req.epoch;
+  // The slices no earlier part of this clock brought (a part may name a
+  // slice twice: each is added).
+  std::vector<slice_view> fresh_slices;
+  fresh_slices.reserve(slices.size());
+  for (auto& x : slices)
+    if (wc.taken.count(x.id) == 0)
+      fresh_slices.push_back(x);
+  for (auto& x : fresh_slices)
+    wc.taken.insert(x.id);
+  if (mode_.kind == consistency::kind_t::sync)
+    add_to_round(req.clock, fresh_slices);
+  else
+    apply_now(fresh_slices);
+  wc.parts.insert(req.part);
+  if (wc.parts.size() == req.parts) {
+    wc.start_at(wc.clock + 1);
+    complete_rounds();
+  }
+  if (mode_.kind == consistency::kind_t::sync)
+    keep_borrowed(req.clock, fresh_slices);
+  return push_reply{version_, false};
+}
+
+void shard_store::apply_now(const std::vector<slice_view>& xs) {
+  std::vector<std::vector<float>*> dst;
+  dst.reserve(xs.size());
+  for (auto& x : xs)
+    dst.push_back(&slices_[x.id].values);
+  for_slices({dst.begin(), dst.end()}, [&](size_t k) {
+    update_(xs[k].id, *dst[k], xs[k].data, 1); // straight from the frame
+  });
+  ++version_;
+}
+
+void shard_store::add_to_round(uint64_t clock,
+                               const std::vector<slice_view>& xs) {
+  auto& round = rounds_[clock];
+  std::vector<round_sum*> sums;
+  std::vector<const float*> adds;
+  for (auto& x : xs) {
+    auto& r = round[x.id];
+    if (r.contributors++ == 0) { // the first push of a round: no copy yet
+      r.borrowed = x.data;
+      r.size = x.size;
+    } else {
+      if (r.borrowed) { // the slice twice in one push
+        r.sum.assign(r.borrowed, r.borrowed + r.size);
+        r.borrowed = nullptr;
+      }
+      sums.push_back(&r);
+      adds.push_back(x.data);
+    }
+  }
+  for_slices({sums.begin(), sums.end()}, [&](size_t k) {
+    add_into(sums[k]->sum.data(), adds[k], sums[k]->size);
+  });
+}
+
+void shard_store::keep_borrowed(uint64_t clock,
+                                const std::vector<slice_view>& xs) {
+  auto i = rounds_.find(clock);
+  if (i == rounds_.end()) // the push completed its round
+    return;
+  std::vector<round_sum*> sums;
+  for (auto& x : xs) {
+    auto r = i->second.find(x.id);
+    if (r != i->second.end() && r->second.borrowed)
+      sums.push_back(&r->second);
+  }
+  for_slices({sums.begin(), sums.end()}, [&](size_t k) {
+    auto& r = *sums[k];
+    r.sum.assign(r.borrowed, r.borrowed + r.size);
+    r.borrowed = nullptr;
+  });
+}
+
+void shard_store::complete_rounds() {
+  if (mode_.kind != consistency::kind_t::sync || workers_.empty())
+    return;
+  while (min_clock() > rounds_applied_) {
+    auto i = rounds_.find(rounds_applied_);
+    auto to = rounds_applied_ + 1;
+    if (i != rounds_.end()) {
+      struct todo {
+        const slice_id* id;
+        std::vector<float>* values;
+        const round_sum* r;
+      };
+      std::vector<todo> todos;
+      for (auto& [id, r] : i->second) {
+        auto s = slices_.find(id);
+        if (s != slices_.end()) // may have moved away meanwhile
+          todos.push_back(todo{&id, &s->second.values, &r});
+      }
+      // One sum per slice in a round: no two items touch one slice.
+      loop_(todos.size(), [&](size_t k) {
+        auto& t = todos[k];
+        update_(*t.id, *t.values, t.r->data(), t.r->contributors);
+      });
+      rounds_.erase(i);
+    } else {
+      // Rounds no push reached here (workers met at a higher clock: this
+      // store joined late) change nothing: they pass at once, up to the
+      // next round with pushes or the next version something waits for,
+      // not one at a time (a first push's clock may be large).
+      to = min_clock();
+      if (auto n = rounds_.upper_bound(rounds_applied_); n != rounds_.end())
+        to = std::min(to, n->first);
+      if (auto v = at_version_.upper_bound(rounds_applied_);
+          v != at_version_.end())
+        to = std::min(to, v->first);
+    }
+    version_ = rounds_applied_ = to;
+    auto due = at_version_.find(version_);
+    if (due != at_version_.end()) {
+      auto fns = std::move(due->second);
+      at_version_.erase(due);
+      for (auto& fn : fns)
+        fn();
+    }
+  }
+}
+
+caf::error shard_store::check_pull(uint32_t worker, uint64_t clock) const {
+  auto w = workers_.find(worker);
+  if (w == workers_.end())
+    return caf::make_error(errc::not_a_member, "worker", worker);
+  if (clock > max_clock + 1)
+    return caf::make_error(errc::malformed_message, "pull at clock", clock,
+                           "beyond", max_clock + 1);
+  if (clock > w->second.clock + 1 && !w->second.fresh)
+    return caf::make_error(errc::clock_gap, "pull at clock", clock,
+                           "but pushed up to", w->second.clock);
+  return caf::none;
+}
+
+bool shard_store::readable_at(uint64_t clock) const {
+  switch (mode_.kind) {
+  case consistency::kind_t::sync:
+    return rounds_applied_ >= clock;
+  case consistency::kind_t::async:
+    return true;
+  case consistency::kind_t::ssp:
+    return min_clock() + mode_.staleness >= clock;
+  }
+  return false;
+}
+
+bool shard_store::initialised(const std::vector<slice_id>& ids) const {
+  return std::all_of(ids.begin(), ids.end(), [this](const slice_id& id) {
+    auto i = slices_.find(id);
+    return i != slices_.end() && i->second.ready;
+  });
+}
+
+caf::expected<pull_reply>
+shard_store::read(const std::vector<slice_id>& ids) const {
+  std::vector<slice_view> views;
+  if (auto err = read_views(ids, views))
+    return err;
+  pull_reply out;
+  out.version = version_;
+  for (auto& v : views)
+    out.slices.push_back(slice_data{v.id, {v.data, v.data + v.size}});
+  return out;
+}
+
+caf::error shard_store::read_views(const std::vector<slice_id>& ids,
+                                   std::vector<slice_view>& out) const {
+  out.clear();
+  out.reserve(ids.size());
+  for (auto& id : ids) {
+    auto i = slices_.find(id);
+    if (i == slices_.end())
+      return caf::make_error(errc::slice_not_owned, id.key, id.index);
+    out.push_back(
+        slice_view{id, i->second.values.data(), i->second.values.size()});
+  }
+  return caf::none;
+}
+
+std::map<slice_id, uint32_t> shard_store::owned() const {
+  std::map<slice_id, uint32_t> out;
+  for (auto& [id, s] : slices_)
+    out.emplace(id, s.floats);
+  return out;
+}
+
+bool shard_store::pristine() const {
+  if (version_ > 0 || rounds_applied_ > 0 || !rounds_.empty())
+    return false;
+  for (auto& [id, s] : slices_)
+    if (s.ready)
+      return false;
+  for (auto& [w, wc] : workers_)
+    if (wc.clock > 0 || !wc.parts.empty())
+      return false;
+  return true;
+}
+
+uint64_t shard_store::clock_of(uint32_t worker) const {
+  auto i = workers_.find(worker);
+  return i == workers_.end() ? 0 : i->second.clock;
+}
+
+uint64_t shard_store::min_clock() const {
+  if (workers_.empty())
+    return 0;
+  auto lo = std::numeric_limits<uint64_t>::max();
+  for (auto& [w, wc] : workers_)
+    lo = std::min(lo, wc.clock);
+  return lo;
+}
+
+store_snapshot shard_store::snapshot() const {
+  store_snapshot out;
+  out.version = version_;
+  out.rounds = rounds_applied_;
+  bool sync = mode_.kind == consistency::kind_t::sync;
+  for (auto& [w, wc] : workers_) {
+    worker_snapshot ws{w,
+                       wc.clock,
+                       {wc.parts.begin(), wc.parts.end()},
+                       wc.cut,
+                       {wc.taken.begin(), wc.taken.end()}};
+    if (sync) { // cut at the rounds applied
+      ws.clock = std::min(wc.clock, rounds_applied_);
+      ws.parts.clear();
+      ws.cut = 0;
+      ws.taken.clear();
+    }
+    out.workers.push_back(std::move(ws));
+  }
+  for (auto& [id, s] : slices_) {
+    slice_snapshot x;
+    x.id = id;
+    x.floats = s.floats;
+    x.ready = s.ready;
+    if (s.ready)
+      x.values = s.values;
+    out.slices.push_back(std::move(x));
+  }
+  return out;
+}
+
+size_t
+shard_store::restore(uint64_t version, uint64_t rounds,
+                     const std::vector<worker_snapshot>& workers,
+                     const std::map<slice_id, const slice_snapshot*>& slices) {
+  version_ = std::max(version_, version);
+  if (mode_.kind == consistency::kind_t::sync) {
+    rounds_applied_ = std::max(rounds_applied_, rounds);
+    version_ = rounds_applied_;
+  }
+  for (auto& w : workers) { // a live worker that has not pushed takes it now
+    worker_clock wc;
+    wc.clock = w.clock;
+    wc.parts.insert(w.parts.begin(), w.parts.end());
+    wc.cut = w.cut;
+    wc.taken.insert(w.taken.begin(), w.taken.end());
+    auto i = workers_.find(w.rank);
+    if (i != workers_.end() && i->second.fresh)
+      i->second = std::move(wc);
+    else if (i == workers_.end())
+      resume_clocks_[w.rank] = std::move(wc);
+  }
+  if (mode_.kind == consistency::kind_t::sync) // no one starts below a round
+    for (auto& [w, wc] : workers_)
+      if (wc.fresh && wc.clock < rounds_applied_)
+        wc.start_at(rounds_applied_);
+  size_t n = 0;
+  for (auto& [id, s] : slices_) {
+    auto i = slices.find(id);
+    if (s.ready || i == slices.end() || !i->second->ready ||
+        i->second->floats != s.floats)
+      continue;
+    s.values = i->second->values;
+    s.ready = true;
+    ++n;
+  }
+  return n;
+}
+
+bool shard_store::between_rounds() const {
+  return rounds_.empty();
+}
+
+caf::error shard_store::at_version(uint64_t v, std::function<void()> fn) {
+  if (v == version_) {
+    fn();
+    return caf::none;
+  }
+  if (v < version_ || mode_.kind != consistency::kind_t::sync)
+    return caf::make_error(errc::clock_gap, "checkpoint at version", v,
+                           "but the store is at", version_);
+  at_version_[v].push_back(std::move(fn));
+  return caf::none;
+}
+
+} // namespace troupe

@@ -1,0 +1,229 @@
+// The slices of one shard server and the rules of its consistency mode,
+// without any actor: the shard server feeds it requests and views, and asks
+// it which waiting pulls may be answered. Deterministic, so tests can drive
+// any interleaving.
+//
+// Clocks: worker w's clock is the number of clocks it has pushed whole
+// (all parts). A push must carry exactly that clock; a lower one (or a part
+// already seen) is a duplicate, acknowledged and dropped. Only a worker's
+// first push since it (re)joined may carry a higher clock, which it then
+// takes: a server that joined late (a restarted one) starts where the
+// workers are.
+// A worker that leaves and comes back (a restarted process under its old
+// rank) goes on from its own clock if the rounds have not passed it, so
+// that a push of its that already sits in an open round is not added again.
+//   sync   round t is applied (sum of every live worker's push, one update)
+//          when every live worker's clock passed t; version = rounds applied;
+//          a worker at clock c reads once version >= c.
+//   async  each push is applied on arrival; reads never wait.
+//   ssp:s  each push is applied on arrival; a worker at clock c reads once
+//          the slowest live worker's clock is >= c - s.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include "actors/base/helper_pool.hpp"
+#include "actors/cluster/consistency.hpp"
+#include "messages/checkpoint.hpp"
+#include "messages/kv.hpp"
+
+namespace troupe {
+
+/// Applies an aggregated update to a slice: `values` += f(`sum`). The hook
+/// where optimizers plug in; `sum` has values.size() floats (it may point
+/// straight into a received frame); `contributors` = pushes summed in it.
+using update_fn = std::function<void(slice_id id, std::vector<float>& values,
+                                     const float* sum, uint32_t contributors)>;
+
+/// The default update: values += sum (aggregation is a sum).
+void add_update(slice_id id, std::vector<float>& values, const float* sum,
+                uint32_t contributors);
+
+class shard_store {
+public:
+  /// The highest clock a push may carry (2^48 steps: far beyond any run,
+  /// far from wrapping); one beyond is malformed.
+  static constexpr uint64_t max_clock = uint64_t{1} << 48;
+
+  explicit shard_store(consistency mode = {}, update_fn fn = add_update);
+
+  /// Sets the slices this store owns, with their lengths in floats. Slices
+  /// no longer owned are dropped; new ones start uninitialised.
+  void set_owned(const std::map<slice_id, uint32_t>& owned);
+
+  /// Sets the live workers. A newcomer starts at the clock the others
+  /// reached (a rank back, at its own clock if the rounds have not passed
+  /// it); a leaver no longer holds back rounds or reads.
+  void set_workers(const std::set<uint32_t>& live);
+
+  /// First values of slices; a slice already initialised keeps its values.
+  caf::error init(const init_request& req);
+
+  /// What init(req) would refuse it with, changing nothing (none: it
+  /// would take it). A server with several stores asks each first.
+  caf::error check_init(const init_request& req) const;
+
+  /// Accepts one part of a push (all slices or none). `slices` (not
+  /// `header.slices`) holds the values, read during the call only.
+  caf::expected<push_reply> push(const push_request& header,
+                                 const std::vector<slice_view>& slices);
+
+  /// The same with the values in `req.slices`.
+  caf::expected<push_reply> push(const push_request& req);
+
+  /// What push(header, slices) would do, changing nothing: its error, or
+  /// true for a duplicate it would acknowledge and drop, false for a part
+  /// it would take. A server with several stores asks each before any
+  /// takes a part, so that none takes what another refuses.
+  caf::expected<bool> check_push(const push_request& header,
+                                 const std::vector<slice_view>& slices) const;
+
+  /// Checks that `worker` may pull as a worker at `clock`: it is live and
+  /// has pushed every clock before `clock` but at most one (a pull waits
+  /// for others, never for the puller itself).
+  caf::error check_pull(uint32_t worker, uint64_t clock) const;
+
+  /// True if a worker at `clock` may read now under the mode.
+  bool readable_at(uint64_t clock) const;
+
+  /// The slices this store owns, with their lengths in floats.
+  std::map<slice_id, uint32_t> owned() const;
+
+  /// True while nothing was initialised or pushed: a replica can start
+  /// from the same empty state without a copy of ours.
+  bool pristine() const;
+
+  /// True if this store owns `id`.
+  bool owns(const slice_id& id) const { return slices_.count(id) != 0; }
+
+  /// True if every slice in `ids` is owned and initialised.
+  bool initialised(const std::vector<slice_id>& ids) const;
+
+  /// Values of `ids`; errors if one is not owned.
+  caf::expected<pull_reply> read(const std::vector<slice_id>& ids) const;
+
+  /// Views of the values of `ids`, valid until the store next changes;
+  /// errors if one is not owned.
+  caf::error read_views(const std::vector<slice_id>& ids,
+                        std::vector<slice_view>& out) const;
+
+  /// sync: rounds applied; async and ssp: updates applied.
+  uint64_t version() const { return version_; }
+
+  /// Clock of the slowest live worker (0 if none).
+  uint64_t min_clock() const;
+
+  /// Clocks `worker` has pushed whole here (0 if not live).
+  uint64_t clock_of(uint32_t worker) const;
+
+  const consistency& mode() const { return mode_; }
+
+  /// The update hook (checkpoints reach an optimizer's state through it).
+  update_fn& hook() { return update_; }
+
+  /// How loops over the slices of one push or one round run (adding a
+  /// push, applying a round): `fn` may run the slices at the same time on
+  /// several threads (a helper_pool), so the update hook must then be safe
+  /// to call at once for distinct slices. Default: serially.
+  void set_loop(loop_fn fn);
+
+  // -- checkpoints ----------------------------------------------------------
+
+  /// The applied state: slices, worker clocks, version. A sync round that
+  /// is still open is left out (its workers push it again after a resume),
+  /// so worker clocks are cut at the rounds applied. Optimizer state is the
+  /// caller's to add (slice_snapshot's updates, step, state).
+  store_snapshot snapshot() const;
+
+  /// Takes the state of a checkpoint: `version` and `rounds`, the clock of
+  /// each worker rank (a live worker that has not pushed takes it now,
+  /// another when it joins), and the values of each owned slice found in
+  /// `slices` that is not initialised yet.
+  /// Returns how many slices it restored.
+  size_t restore(uint64_t version, uint64_t rounds,
+                 const std::vector<worker_snapshot>& workers,
+                 const std::map<slice_id, const slice_snapshot*>& slices);
+
+  /// Runs `fn` once the version is exactly `v`: now if it is, else when a
+  /// sync round brings it there (before the next round is applied). An
+  /// error if the version is past `v`, or the mode is not sync and `v` is
+  /// not the current version. Calls for the same `v` all run, in order.
+  caf::error at_version(uint64_t v, std::function<void()> fn);
+
+  /// True if no push waits in an open sync round (always outside sync):
+  /// then snapshot() holds every push accepted.
+  bool between_rounds() const;
+
+private:
+  struct slice_state {
+    uint32_t floats = 0;
+    bool ready = false; // initialised
+    std::vector<float> values;
+  };
+  struct round_sum { // sync: one slice's sum for one clock
+    std::vector<float> sum;
+    /// The first push's data, read in place while push() runs (a round
+    /// it completes needs no copy); copied into `sum` before it returns.
+    const float* borrowed = nullptr;
+    size_t size = 0;
+    uint32_t contributors = 0;
+    const float* data() const { return borrowed ? borrowed : sum.data(); }
+  };
+  struct worker_clock {
+    uint64_t clock = 0;
+    std::set<uint32_t> parts; // parts seen of `clock`
+    /// View epoch of the cut those parts belong to; 0 = not known (none
+    /// came yet, or restored from a checkpoint).
+    uint64_t cut = 0;
+    std::set<slice_id> taken; // slices of `clock` taken (any cut)
+    bool fresh = true;        // no push accepted since it (re)joined
+    /// True if `req`, a part of `clock`, is of a newer cut than the parts
+    /// taken: its parts replace theirs.
+    bool recut_by(const push_request& req) const {
+      return req.clock == clock && !parts.empty() && cut != 0 &&
+             req.epoch > cut;
+    }
+    /// At clock `c` with nothing of it taken yet.
+    void start_at(uint64_t c) {
+      clock = c;
+      parts.clear();
+      cut = 0;
+      taken.clear();
+    }
+  };
+
+  caf::error check_slices(const std::vector<slice_view>& xs) const;
+  void apply_now(const std::vector<slice_view>& xs);
+  void add_to_round(uint64_t clock, const std::vector<slice_view>& xs);
+  /// Copies the sums of round `clock` that still borrow a push's data.
+  void keep_borrowed(uint64_t clock, const std::vector<slice_view>& xs);
+  void complete_rounds();
+
+  /// Runs body(0 .. n - 1) through loop_, serially if two items would
+  /// touch the same slice (a push naming a slice twice).
+  void for_slices(const std::vector<const void*>& targets,
+                  const loop_body& body);
+
+  consistency mode_;
+  update_fn update_;
+  loop_fn loop_ = run_serially;
+  std::map<slice_id, slice_state> slices_;
+  std::map<uint32_t, worker_clock> workers_;
+  std::map<uint64_t, std::map<slice_id, round_sum>> rounds_; // sync only
+  uint64_t rounds_applied_ = 0;
+  uint64_t version_ = 0;
+  std::map<uint32_t, worker_clock> resume_clocks_; // from a checkpoint
+  /// Workers that left (their last clock): a rank that comes back goes on
+  /// from there while the rounds have not passed it.
+  std::map<uint32_t, worker_clock> departed_;
+  std::map<uint64_t, std::vector<std::function<void()>>> at_version_;
+};
+
+} // namespace troupe

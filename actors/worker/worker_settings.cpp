@@ -1,0 +1,47 @@
+// Checks of the built-in workers' settings.
+#include "actors/worker/worker_settings.hpp"
+
+#include "messages/errors.hpp"
+
+namespace troupe {
+
+caf::error validate(const train_settings& x) {
+  if (x.block_floats != 0 && x.block_floats < 1024)
+    return caf::make_error(errc::invalid_config,
+                           "--train.block-floats must be 0 or >= 1024: each"
+                           " block is a sync round and a message per server"
+                           " and step, got",
+                           x.block_floats);
+  if (x.epochs == 0 || x.batch == 0 || x.evals_per_epoch == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--train.epochs, --train.batch and"
+                           " --train.evals-per-epoch must be > 0");
+  return caf::none;
+}
+
+caf::error validate(const worker_settings& x) {
+  if (x.overlap && x.pipeline)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.overlap and --worker.pipeline exclude"
+                           " each other: pick one way to overlap");
+  if (x.overlap && x.task == "counter")
+    return caf::make_error(errc::invalid_config,
+                           "--worker.overlap needs --worker.task=train (or a"
+                           " worker of your own with blocks()): the counter"
+                           " task steps whole");
+  if (x.watch_us > 100000)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.watch-us must be 0..100000, got",
+                           x.watch_us);
+  if (x.task != "train" && x.task != "counter")
+    return caf::make_error(errc::invalid_config,
+                           "--worker.task must be train or counter, got",
+                           x.task);
+  if (x.keys == 0 || x.key_floats == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.keys and --worker.key-floats must be"
+                           " > 0");
+  return caf::none;
+}
+
+} // namespace troupe

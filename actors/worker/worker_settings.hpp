@@ -1,0 +1,79 @@
+// Settings of the built-in workers: the trainer (INI group "train") and
+// the worker process (group "worker").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/error.hpp>
+
+#include "actors/kv/kv_settings.hpp"
+#include "actors/server/optimizer_settings.hpp"
+
+namespace troupe {
+
+/// Settings of the built-in trainer worker (INI group "train").
+struct train_settings {
+  /// Model spec. Default mlp:784-256-128-10.
+  std::string model = "mlp:784-256-128-10";
+  /// Passes over the training set. Default 10.
+  uint32_t epochs = 10;
+  /// Samples per step and worker. Default 64.
+  uint32_t batch = 64;
+  /// Seed of initialisation and shuffling. Default 1.
+  uint64_t seed = 1;
+  /// Folder of the IDX files. Default Debian's dataset-fashion-mnist.
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  /// JSON-lines metrics file written by rank 0; "" = none.
+  std::string metrics_file;
+  /// Test images evaluated after each epoch; 0 = all 10,000.
+  uint32_t eval_samples = 0;
+  /// Evaluations per epoch (rank 0 pauses for each). Default 1.
+  uint32_t evals_per_epoch = 1;
+  /// With --worker.overlap: layers with more weights than this are pushed
+  /// as row blocks of about this many floats (model::set_row_blocks).
+  /// Default 131072 (mlp:784-256-128-10's first layer in 2 blocks: more
+  /// pushes per step cost more than they hide on 2 cores); 0 = whole layers.
+  uint32_t block_floats = 131072;
+};
+
+/// One error naming the --train.* flag that is wrong, or none.
+caf::error validate(const train_settings& x);
+
+/// Settings of a worker process (INI group "worker").
+struct worker_settings {
+  /// train (Fashion-MNIST) or counter (push/pull check). Default train.
+  std::string task = "train";
+  /// Clocks the counter task (and examples' workers) run. Default 20.
+  uint32_t steps = 20;
+  /// Arrays the counter task pushes and pulls. Default 4.
+  uint32_t keys = 4;
+  /// Floats per array. Default 65536 (256 KiB).
+  uint32_t key_floats = 65536;
+  /// Pipelined steps (async and ssp only; worker_options::pipeline).
+  /// Default off.
+  bool pipeline = false;
+  /// Overlapped steps (sync and async; worker_options::overlap): each
+  /// block of gradients is pushed as soon as it is made. Default off.
+  bool overlap = false;
+  /// How long, in microseconds, an unpipelined worker's scheduler thread
+  /// watches for work before it sleeps (actors/base/spin_scheduler.hpp):
+  /// the weights that end a step's wait then need no thread wake-up. It
+  /// yields the core meanwhile. Default 2000; 0 = sleep at once.
+  uint32_t watch_us = 2000;
+};
+
+/// One error naming the --worker.* flag that is wrong, or none.
+caf::error validate(const worker_settings& x);
+
+/// What the built-in trainer runs under: its own settings, its worker
+/// process's, its kv client's and the optimizer's (which it applies itself
+/// with --optimizer.on=worker).
+struct trainer_settings {
+  train_settings train;
+  worker_settings worker;
+  kv_settings kv;
+  optimizer_settings optimizer;
+};
+
+} // namespace troupe

@@ -1,0 +1,28 @@
+// Pieces both benchmark programs use: seconds since a time point, and the
+// port in the line a troupe-node prints once it listens.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace troupe::bench {
+
+using steady = std::chrono::steady_clock;
+
+inline double since(steady::time_point t0) {
+  return std::chrono::duration<double>(steady::now() - t0).count();
+}
+
+/// Finds "troupe-node: ROLE listening on HOST:PORT (pid N)" in `out`, a
+/// node's output so far; true with `port` set if it is there.
+inline bool listen_port(const std::string& out, uint16_t& port) {
+  auto at = out.find(" listening on ");
+  auto end = out.find(" (pid", at);
+  if (at == std::string::npos || end == std::string::npos)
+    return false;
+  port = static_cast<uint16_t>(std::stoul(out.substr(out.rfind(':', end) + 1)));
+  return true;
+}
+
+} // namespace troupe::bench

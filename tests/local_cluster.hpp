@@ -1,0 +1,189 @@
+// A troupe cluster inside one test process: the scheduler in one actor
+// system, each shard server in a system (a node) of its own, and workers
+// (kv clients) in another, talking over loopback like separate processes.
+#pragma once
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/base/log.hpp"
+#include "actors/kv/kv.hpp"
+#include "actors/node/node_config.hpp"
+#include "actors/scheduler/scheduler.hpp"
+#include "actors/server/shard_server.hpp"
+#include "messages/membership.hpp"
+#include "messages/type_ids.hpp"
+
+namespace troupe::test {
+
+/// The exit reason of the next actor `self` monitors to go down, or
+/// nullopt if none went down within `limit`.
+inline std::optional<caf::error> await_down(caf::scoped_actor& self,
+                                            std::chrono::seconds limit) {
+  std::optional<caf::error> reason;
+  self->receive([&reason](const caf::down_msg& dm) { reason = dm.reason; },
+                caf::after(limit) >> [] {});
+  return reason;
+}
+
+/// True for the exit reason of an actor that finished its work.
+inline bool normal_exit(const caf::error& e) {
+  return !e || e == caf::exit_reason::normal;
+}
+
+/// A config with the middleman; TROUPE_TEST_LOG=debug shows troupe's log.
+std::unique_ptr<node_config> make_config() {
+  if (const char* lvl = std::getenv("TROUPE_TEST_LOG"))
+    set_log_level(lvl);
+  auto cfg = std::make_unique<node_config>();
+  cfg->load<caf::io::middleman>();
+  cfg->kv.request_timeout_ms = 10000;
+  // Every node of these clusters is in this process, and no test here
+  // takes a hung peer for dead: a connection that misses heartbeats for
+  // 2 s (the default) while ctest runs multi-process tests beside it on 2
+  // cores broke mid-test, once, and the pushes sent by hand on it were
+  // never answered. Ended actors still send down messages at once.
+  cfg->set("middleman.connection-timeout",
+           caf::timespan{std::chrono::seconds{10}});
+  return cfg;
+}
+
+/// A scheduler in system `a`, each shard server in a system of its own (a
+/// node of its own, as troupe-node runs them), workers (kv clients) in
+/// system `b`.
+struct cluster {
+  std::unique_ptr<node_config> cfg_a = make_config();
+  std::unique_ptr<node_config> cfg_b = make_config();
+  caf::actor_system a{*cfg_a};
+  caf::actor_system b{*cfg_b};
+  std::vector<std::unique_ptr<node_config>> server_cfgs;
+  std::vector<std::unique_ptr<caf::actor_system>> server_systems;
+  caf::scoped_actor self{b};
+  caf::actor sched;
+  caf::actor remote_sched; // the scheduler as system b reaches it
+  std::vector<caf::actor> servers;
+  std::vector<uint16_t> server_ports;
+  std::vector<std::unique_ptr<kv>> workers;
+  update_fn update;
+
+  uint32_t replicas = 1;
+
+  /// `road` is the workers' --kv.road: auto | tcp | middleman; `replicas`
+  /// the servers' --server.replicas.
+  cluster(const std::string& mode, uint32_t nservers, uint32_t nworkers,
+          uint32_t max_message_bytes = 16u << 20, update_fn update = add_update,
+          uint32_t slice_floats = 1000, const std::string& road = "auto",
+          uint32_t replicas = 1)
+      : update(std::move(update)), replicas(replicas) {
+    scheduler_settings ss;
+    ss.servers = nservers;
+    ss.workers = nworkers;
+    ss.placement.slice_floats = slice_floats;
+    sched = a.spawn(scheduler, ss);
+    auto port = a.middleman().publish(sched, 0, "127.0.0.1");
+    BOOST_REQUIRE(port);
+    for (uint32_t i = 0; i < nservers; ++i)
+      start_server(mode, *port);
+    auto remote = connect_scheduler(b, "127.0.0.1", *port, 5000);
+    BOOST_REQUIRE(remote);
+    remote_sched = *remote;
+    kv_settings ks;
+    ks.request_timeout_ms = 10000;
+    ks.max_message_bytes = max_message_bytes;
+    auto kind = parse_road(road);
+    BOOST_REQUIRE_MESSAGE(kind, "bad road " << road);
+    ks.road_text = road;
+    ks.road = *kind;
+    for (uint32_t i = 0; i < nworkers; ++i)
+      workers.push_back(std::make_unique<kv>(b, *remote, ks));
+  }
+
+  void start_server(const std::string& mode, uint16_t sched_port) {
+    server_cfgs.push_back(make_config());
+    server_systems.push_back(
+        std::make_unique<caf::actor_system>(*server_cfgs.back()));
+    auto& sys = *server_systems.back();
+    auto remote = connect_scheduler(sys, "127.0.0.1", sched_port, 5000);
+    BOOST_REQUIRE(remote);
+    server_settings sv;
+    sv.mode = *parse_consistency(mode);
+    sv.replicas = replicas;
+    auto s = sys.spawn(shard_server, sv, *remote, update);
+    auto p = sys.middleman().publish(s, 0, "127.0.0.1");
+    BOOST_REQUIRE(p);
+    caf::anon_send(s, start_atom_v, std::string{"127.0.0.1"}, *p);
+    servers.push_back(s);
+    server_ports.push_back(*p);
+  }
+
+  ~cluster() {
+    workers.clear();
+    for (auto& s : servers)
+      caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(sched, caf::exit_reason::user_shutdown);
+  }
+
+  /// Every event the scheduler recorded so far (fails the test if it
+  /// does not answer within `wait`).
+  std::vector<event_record> events(std::chrono::milliseconds wait) {
+    std::vector<event_record> got;
+    self->request(sched, wait, events_atom_v)
+        .receive([&got](const frame& f) { BOOST_REQUIRE(!decode(f, got)); },
+                 [](const caf::error& err) {
+                   BOOST_FAIL("no event log: " << describe(err));
+                 });
+    return got;
+  }
+
+  /// The scheduler's events of kind `kind` after the first `after` it
+  /// recorded; waits up to `wait` for one, in long polls that the
+  /// scheduler answers as soon as an event is in.
+  std::vector<event_record> events_of(const std::string& kind,
+                                      std::chrono::milliseconds wait,
+                                      uint64_t after = 0) {
+    auto until = std::chrono::steady_clock::now() + wait;
+    std::vector<event_record> out;
+    uint64_t seen = after;
+    for (bool first = true;; first = false) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      if (!first && left.count() <= 0)
+        return out;
+      std::vector<event_record> got;
+      bool late = false;
+      self->request(sched, std::max(left, std::chrono::milliseconds{1}),
+                    events_atom_v, seen)
+          .receive([&got](const frame& f) { BOOST_REQUIRE(!decode(f, got)); },
+                   [&late](const caf::error&) { late = true; });
+      if (late)
+        return out;
+      seen += got.size();
+      for (auto& e : got)
+        if (e.kind == kind)
+          out.push_back(e);
+      if (!out.empty())
+        return out;
+    }
+  }
+
+  /// Worker with rank `r`.
+  kv& worker(uint32_t r) {
+    for (auto& w : workers)
+      if (w->view()->first == r)
+        return *w;
+    BOOST_FAIL("no worker of rank " << r);
+    return *workers.front();
+  }
+};
+
+} // namespace troupe::test

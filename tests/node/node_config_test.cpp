@@ -1,0 +1,202 @@
+// Options of troupe-node: defaults, flags, and clear errors for bad values.
+#define BOOST_TEST_MODULE node_config_tests
+#include <boost/test/unit_test.hpp>
+
+#include <caf/io/middleman.hpp>
+#include <caf/settings.hpp>
+
+#include "actors/node/node_config.hpp"
+#include "messages/errors.hpp"
+
+using namespace troupe;
+
+namespace {
+
+caf::error parse(node_config& cfg, std::vector<std::string> args) {
+  cfg.load<caf::io::middleman>();
+  if (auto err = cfg.parse(std::move(args)))
+    return err;
+  return cfg.finish();
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(node_config_tests)
+
+BOOST_AUTO_TEST_CASE(modes_parse_and_print) {
+  BOOST_CHECK(parse_consistency("sync")->kind == consistency::kind_t::sync);
+  BOOST_CHECK(parse_consistency("async")->kind == consistency::kind_t::async);
+  auto ssp = parse_consistency("ssp:3");
+  BOOST_REQUIRE(ssp);
+  BOOST_CHECK(ssp->kind == consistency::kind_t::ssp && ssp->staleness == 3);
+  BOOST_CHECK_EQUAL(to_string(*ssp), "ssp:3");
+  for (auto bad : {"", "ssp", "ssp:", "ssp:-1", "ssp:x", "SYNC", "ssp:1e3"})
+    BOOST_CHECK_MESSAGE(parse_consistency(bad).error() == errc::invalid_config,
+                        bad);
+}
+
+BOOST_AUTO_TEST_CASE(defaults_turn_heartbeats_on) {
+  node_config cfg;
+  BOOST_REQUIRE(!parse(cfg, {}));
+  auto hb = caf::get_if<caf::timespan>(&cfg, "middleman.heartbeat-interval");
+  BOOST_REQUIRE(hb);
+  BOOST_CHECK(*hb > caf::timespan{0});
+  auto to = caf::get_if<caf::timespan>(&cfg, "middleman.connection-timeout");
+  BOOST_REQUIRE(to);
+  BOOST_CHECK(*to > *hb);
+  BOOST_CHECK(cfg.server.mode.kind == consistency::kind_t::sync);
+}
+
+BOOST_AUTO_TEST_CASE(flags_set_options) {
+  node_config cfg;
+  BOOST_REQUIRE(!parse(
+      cfg, {"--role=server", "--server.mode=ssp:2", "--cluster.servers=4",
+            "--port=4411", "--server.helper-threads=3", "--kv.helper-threads=0",
+            "--middleman.heartbeat-interval=50ms", "--kv.scheduler-only",
+            "--road.spin-us=50", "--road.caller-spin-us=0",
+            "--road.frame-spin-us=0", "--fault.cut-road-after=7"}));
+  BOOST_CHECK_EQUAL(cfg.kv.faults.cut_road_after, 7u);
+  BOOST_CHECK_EQUAL(cfg.server.helper_threads, 3u);
+  BOOST_CHECK_EQUAL(cfg.road.spin_us, 50u);
+  BOOST_CHECK_EQUAL(node_config{}.road.spin_us, 0u); // off by default
+  BOOST_CHECK_EQUAL(cfg.road.caller_spin_us, 0u);
+  BOOST_CHECK_EQUAL(node_config{}.road.caller_spin_us, 200u); // the default
+  BOOST_CHECK_EQUAL(cfg.road.frame_spin_us, 0u);
+  BOOST_CHECK_EQUAL(node_config{}.road.frame_spin_us, 50u); // the default
+  BOOST_CHECK(cfg.kv.scheduler_only);
+  BOOST_CHECK(!node_config{}.kv.scheduler_only); // off by default
+  BOOST_CHECK_EQUAL(cfg.kv.helper_threads, 0u);
+  BOOST_CHECK(*cfg.node_role() == role::server);
+  BOOST_CHECK(cfg.server.mode.kind == consistency::kind_t::ssp);
+  BOOST_CHECK_EQUAL(cfg.server.mode.staleness, 2u);
+  BOOST_CHECK_EQUAL(cfg.scheduler.servers, 4u);
+  BOOST_CHECK_EQUAL(cfg.port, 4411);
+  auto hb = caf::get_if<caf::timespan>(&cfg, "middleman.heartbeat-interval");
+  BOOST_REQUIRE(hb);
+  BOOST_CHECK(*hb == caf::timespan{std::chrono::milliseconds{50}});
+}
+
+BOOST_AUTO_TEST_CASE(only_a_stepping_worker_watches_before_it_sleeps) {
+  using us = std::chrono::microseconds;
+  auto watch = [](std::vector<std::string> args) {
+    node_config cfg;
+    BOOST_REQUIRE(!parse(cfg, std::move(args)));
+    return cfg.scheduler_watch();
+  };
+  BOOST_CHECK(watch({"--role=worker"}) == us{2000}); // the default
+  BOOST_CHECK(watch({"--role=worker", "--worker.watch-us=300"}) == us{300});
+  BOOST_CHECK(watch({"--role=worker", "--worker.watch-us=0"}) == us{0});
+  // A pipelined worker steps on a thread of its own, beside the watcher.
+  BOOST_CHECK(watch({"--role=worker", "--worker.pipeline",
+                     "--server.mode=async"}) == us{0});
+  for (auto role : {"server", "scheduler", "agent"})
+    BOOST_CHECK_MESSAGE(watch({std::string{"--role="} + role}) == us{0}, role);
+}
+
+BOOST_AUTO_TEST_CASE(the_road_flag_picks_the_road) {
+  for (auto [flag, kind] :
+       {std::pair{"auto", road_kind::shm}, std::pair{"shm", road_kind::shm},
+        std::pair{"tcp", road_kind::tcp},
+        std::pair{"middleman", road_kind::middleman}}) {
+    node_config cfg;
+    BOOST_REQUIRE(!parse(cfg, {std::string{"--kv.road="} + flag}));
+    BOOST_CHECK_MESSAGE(cfg.kv.road == kind, flag);
+  }
+  node_config defaults;
+  BOOST_REQUIRE(!parse(defaults, {}));
+  BOOST_CHECK(defaults.kv.road == road_kind::shm); // auto
+  BOOST_CHECK_EQUAL(defaults.kv.max_message_bytes, 1u << 20);
+}
+
+BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
+  auto rejected = [](std::vector<std::string> args, const std::string& flag) {
+    node_config cfg;
+    auto err = parse(cfg, args);
+    BOOST_CHECK_MESSAGE(err, "accepted: " << args.front());
+    if (err && err.category() == caf::atom("troupe"))
+      BOOST_CHECK_MESSAGE(describe(err).find(flag) != std::string::npos,
+                          describe(err));
+  };
+  rejected({"--server.mode=fast"}, "mode");
+  rejected({"--log-level=loud"}, "--log-level");
+  rejected({"--cluster.slice-floats=0"}, "--cluster.slice-floats");
+  rejected({"--cluster.servers=0"}, "--cluster.servers");
+  rejected({"--kv.request-timeout-ms=0"}, "--kv.request-timeout-ms");
+  rejected({"--no-such-flag=1"}, "");
+  rejected({"--optimizer.on=worker", "--server.mode=async"},
+           "--optimizer.on=worker");
+  rejected({"--optimizer.on=gpu"}, "--optimizer.on");
+  rejected({"--train.evals-per-epoch=0"}, "--train.evals-per-epoch");
+  rejected({"--port=99999"}, "");
+  rejected({"--kv.road=fast"}, "--kv.road");
+  rejected({"--server.replica-road=fast"}, "--server.replica-road");
+  rejected({"--kv.window-bytes=65536"}, "--kv.window-bytes");
+  rejected({"--kv.ring-bytes=2147483648"}, "--kv.ring-bytes");
+  rejected({"--server.road-send-timeout-ms=0"},
+           "--server.road-send-timeout-ms");
+  rejected({"--agent.backoff-ms=0"}, "--agent.backoff-ms");
+  rejected({"--server.replicas=2"}, "--server.replicas");
+  rejected({"--server.helper-threads=17"}, "--server.helper-threads");
+  rejected({"--kv.helper-threads=17"}, "--kv.helper-threads");
+  rejected({"--road.spin-us=10001"}, "--road.spin-us");
+  rejected({"--road.caller-spin-us=10001"}, "--road.caller-spin-us");
+  rejected({"--road.frame-spin-us=10001"}, "--road.frame-spin-us");
+  rejected({"--worker.pipeline"}, "--worker.pipeline"); // sync by default
+  rejected({"--worker.watch-us=100001"}, "--worker.watch-us");
+  {
+    node_config ok; // pipelined steps where the mode allows stale weights
+    BOOST_CHECK(!parse(ok, {"--worker.pipeline", "--server.mode=async"}));
+    BOOST_CHECK(ok.worker.pipeline);
+    node_config ssp;
+    BOOST_CHECK(!parse(ssp, {"--worker.pipeline", "--server.mode=ssp:2"}));
+  }
+  // Overlapped steps: not with ssp (its bound would count blocks), not
+  // with pipelining; a worker gets a second scheduler thread for them.
+  rejected({"--worker.overlap", "--server.mode=ssp:2"}, "--worker.overlap");
+  rejected({"--worker.overlap", "--worker.pipeline", "--server.mode=async"},
+           "--worker.overlap");
+  rejected({"--worker.overlap", "--worker.task=counter"}, "--worker.overlap");
+  rejected({"--train.block-floats=1000"}, "--train.block-floats");
+  for (auto mode : {"sync", "async"}) {
+    node_config ok;
+    BOOST_CHECK(!parse(ok, {"--role=worker", "--worker.overlap",
+                            std::string{"--server.mode="} + mode}));
+    BOOST_CHECK(ok.worker.overlap);
+    BOOST_CHECK_EQUAL(caf::get_or(ok, "scheduler.max-threads", size_t{0}), 2u);
+    node_config more; // a user's larger count stays
+    BOOST_CHECK(!parse(more, {"--role=worker", "--worker.overlap",
+                              "--scheduler.max-threads=3"}));
+    BOOST_CHECK_EQUAL(caf::get_or(more, "scheduler.max-threads", size_t{0}),
+                      3u);
+  }
+  {
+    node_config plain; // one thread otherwise
+    BOOST_CHECK(!parse(plain, {"--role=worker"}));
+    BOOST_CHECK_EQUAL(caf::get_or(plain, "scheduler.max-threads", size_t{0}),
+                      1u);
+  }
+  rejected({"--agent.backoff-ms=500", "--agent.backoff-max-ms=100"},
+           "--agent.backoff-max-ms");
+  rejected({"--fault.plan=kill:worker-1"}, "--fault.plan");
+  rejected({"--fault.random-targets=everyone"}, "--fault.random-targets");
+  rejected({"--fault.random-kills=1", "--fault.random-from-ms=500",
+            "--fault.random-to-ms=500"},
+           "--fault.random-to-ms");
+  rejected({"--worker.task=counter", "--optimizer.name=adam"},
+           "--optimizer.name=sum");
+  // A cut child lives in a namespace of its own: loopback is its own.
+  rejected({"--fault.plan=cut:worker-1@100+100"}, "--scheduler-host=127.0.0.1");
+  rejected({"--fault.plan=cut:worker-1@100", "--scheduler-host=10.1.2.3",
+            "--agent.servers=1"},
+           "--host=127.0.0.1");
+  {
+    node_config ok; // on another address, or no servers of its own
+    BOOST_CHECK(!parse(ok, {"--fault.plan=cut:worker-1@100+100",
+                            "--scheduler-host=10.1.2.3", "--agent.servers=0"}));
+  }
+  node_config cfg;
+  BOOST_REQUIRE(!parse(cfg, {"--role=chief"}));
+  BOOST_CHECK(cfg.node_role().error() == errc::invalid_config);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,172 @@
+// What a shard server does with odd input: duplicate pushes, malformed
+// bytes on CAF and on its road, and a view that overtakes its Register
+// reply. Servers and the scheduler in one actor system, a worker in
+// another, over loopback.
+#define BOOST_TEST_MODULE server_input_tests
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/road/road.hpp"
+#include "actors/server/shard_server.hpp"
+#include "messages/errors.hpp"
+#include "messages/kv.hpp"
+#include "messages/type_ids.hpp"
+#include "tests/kv/kv_helpers.hpp"
+
+using namespace troupe;
+using namespace troupe::test;
+using namespace std::chrono_literals;
+
+BOOST_AUTO_TEST_SUITE(server_input_tests)
+
+BOOST_AUTO_TEST_CASE(a_server_drops_duplicates_and_survives_malformed_bytes) {
+  cluster c{"async", 1, 1};
+  init_all(c, 1000);
+  auto server =
+      c.b.middleman().remote_actor("127.0.0.1", c.server_ports.front());
+  BOOST_REQUIRE(server);
+  auto v = c.worker(0).view();
+  BOOST_REQUIRE(v);
+  push_request p{0, 0, v->second.epoch,
+                 0, 1, {{{1, 0}, std::vector<float>(1000, 1.0f)}}};
+  auto ask = [&](auto atom, const frame& f) {
+    caf::expected<frame> out{caf::make_error(caf::sec::unexpected_response)};
+    c.self->request(*server, 10s, atom, f)
+        .receive([&](frame& r) { out = std::move(r); },
+                 [&](caf::error& err) { out = std::move(err); });
+    return out;
+  };
+  push_reply first, second;
+  BOOST_REQUIRE(!decode(*ask(push_atom_v, encode(p)), first));
+  BOOST_REQUIRE(!decode(*ask(push_atom_v, encode(p)), second));
+  BOOST_CHECK(!first.duplicate);
+  BOOST_CHECK(second.duplicate);
+  auto garbage = ask(push_atom_v, frame{std::vector<uint8_t>(40, 0x5A)});
+  BOOST_CHECK(garbage.error() == errc::malformed_message);
+  auto odd = ask(pull_atom_v, frame{std::vector<uint8_t>(5, 1)});
+  BOOST_CHECK(odd.error() == errc::malformed_message);
+  // Requests that would wait forever are refused instead.
+  auto future = p;
+  future.epoch = uint64_t{1} << 40;
+  BOOST_CHECK(ask(push_atom_v, encode(future)).error() ==
+              errc::malformed_message);
+  pull_request ahead{0, 1000, v->second.epoch, {{1, 0}}};
+  BOOST_CHECK(ask(pull_atom_v, encode(ahead)).error() == errc::clock_gap);
+  pull_request stranger{7, 0, v->second.epoch, {{1, 0}}};
+  BOOST_CHECK(ask(pull_atom_v, encode(stranger)).error() == errc::not_a_member);
+  // A slice named twice: the push would add it twice (making 3 below).
+  auto doubled = p;
+  doubled.clock = 1;
+  doubled.slices.push_back(doubled.slices.front());
+  BOOST_CHECK(ask(push_atom_v, encode(doubled)).error() ==
+              errc::malformed_message);
+  pull_request pull_doubled{0, 1, v->second.epoch, {{1, 0}, {1, 0}}};
+  BOOST_CHECK(ask(pull_atom_v, encode(pull_doubled)).error() ==
+              errc::malformed_message);
+  auto got = c.worker(0).pull(1, {1}); // still serving, applied once
+  BOOST_REQUIRE(got);
+  BOOST_CHECK(all_equal(*got, 1.0f));
+}
+
+BOOST_AUTO_TEST_CASE(
+    a_server_refuses_malformed_replica_operations_on_its_road) {
+  cluster c{"async", 1, 1};
+  init_all(c, 1000);
+  auto v = c.worker(0).view();
+  BOOST_REQUIRE(v);
+  auto& node = v->second.servers.front();
+  BOOST_REQUIRE_NE(node.road.port, 0);
+  // A peer that dials the server's road as a primary would.
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::map<uint64_t, road_message_ptr> got;
+  auto on_msg = [&](road_message_ptr m) {
+    std::lock_guard<std::mutex> guard{mtx};
+    got[m->id] = std::move(m);
+    cv.notify_all();
+  };
+  auto conn =
+      road_dial(node.host, node.road, road_kind::tcp, 0, 5000, road_settings{},
+                on_msg, [](uint64_t, const caf::error&) {});
+  BOOST_REQUIRE_MESSAGE(conn, troupe::test::why(conn));
+  auto answer = [&](uint64_t id) {
+    std::unique_lock<std::mutex> guard{mtx};
+    BOOST_REQUIRE_MESSAGE(
+        cv.wait_for(guard, 10s, [&] { return got.count(id); }),
+        "no answer to " << id);
+    return got[id];
+  };
+  auto refused = [&](uint64_t id) {
+    auto m = answer(id);
+    BOOST_REQUIRE(m->op == road_op::failure);
+    return decode_failure(m->bytes);
+  };
+  frame garbage{std::vector<uint8_t>(40, 0x5A)};
+  BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 1, bytes_view{garbage}));
+  BOOST_CHECK(refused(1) == errc::malformed_message);
+  // Well formed, but a push to a replica that has no layout yet.
+  push_request p{0, 0, v->second.epoch,
+                 0, 1, {{{1, 0}, std::vector<float>(1000, 1.0f)}}};
+  auto push = encode(p);
+  replicate_request r{0, 1, 42, 0, 4 /* push */, {}, bytes_view{push}};
+  BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 2, encode(r)));
+  auto err = refused(2);
+  BOOST_CHECK(err == errc::malformed_message);
+  BOOST_CHECK_MESSAGE(describe(err).find("before its layout") !=
+                          std::string::npos,
+                      describe(err));
+  // A payload that is no frame at all, after a valid layout: on a new link,
+  // as a primary makes after a refusal (the backup refuses the rest of a
+  // link that had one refused).
+  replicate_request layout{0, 2, 42, 0, 1 /* owned */, {1, 0, 1000}, {}};
+  BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 3, encode(layout)));
+  BOOST_CHECK(answer(3)->op == road_op::reply);
+  replicate_request junk{0, 2, 42, 0, 4, {}, bytes_view{garbage}};
+  BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 4, encode(junk)));
+  BOOST_CHECK(refused(4) == errc::malformed_message);
+  (*conn)->close();
+  auto still = c.worker(0).pull(0, {1}); // the server goes on
+  BOOST_REQUIRE(still);
+  BOOST_CHECK(all_equal(*still, 0.0f));
+}
+
+BOOST_AUTO_TEST_CASE(a_view_that_overtakes_the_register_reply_is_not_lost) {
+  // A fake scheduler sends a newer view (slice on rank 1) before it
+  // answers Register with rank 1 and an older view: the server must apply
+  // the newer view with its real rank.
+  auto cfg = troupe::test::make_config();
+  caf::actor_system sys{*cfg};
+  cluster_view older;
+  older.epoch = 2;
+  older.slice_floats = 4;
+  older.servers = {{role::server, 0, "h", 1, 1, {}},
+                   {role::server, 1, "h", 2, 2, {}}};
+  auto newer = older;
+  newer.epoch = 3;
+  newer.workers = {{role::worker, 0, "", 0, 3, {}}};
+  newer.keys = {{1, 4}};
+  newer.placement = {{1, 0, 1}};
+  auto fake = spawn_overtaking_scheduler(sys, register_reply{1, older}, newer);
+  auto srv =
+      sys.spawn(shard_server, server_settings{}, fake, update_fn{add_update});
+  caf::scoped_actor self{sys};
+  caf::anon_send(srv, start_atom_v, std::string{"h"}, uint16_t{2});
+  init_request init{0, 3, {{{1, 0}, {1, 2, 3, 4}}}};
+  caf::error result = caf::make_error(caf::sec::unexpected_response);
+  self->request(srv, 10s, init_atom_v, encode(init))
+      .receive([&](const frame&) { result = caf::none; },
+               [&](caf::error& err) { result = std::move(err); });
+  BOOST_CHECK_MESSAGE(!result, describe(result));
+  caf::anon_send_exit(srv, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(fake, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

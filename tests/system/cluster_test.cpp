@@ -1,0 +1,258 @@
+// Real troupe-node processes on loopback: a whole cluster pushing and
+// pulling in each mode, and dead or hung processes leaving the view.
+#define BOOST_TEST_MODULE cluster_tests
+#include <boost/test/unit_test.hpp>
+
+#include <memory>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/kv/kv.hpp"
+#include "actors/node/node_config.hpp"
+#include "messages/errors.hpp"
+#include "messages/membership.hpp"
+#include "messages/type_ids.hpp"
+#include "tests/system/nodes.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+using namespace troupe::test;
+
+namespace {
+
+/// The test's own CAF node, watching the scheduler's view.
+struct watcher {
+  node_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<caf::scoped_actor> self;
+  caf::actor sched;
+  cluster_view view;
+
+  explicit watcher(uint16_t port) {
+    cfg.load<caf::io::middleman>();
+    cfg.set("middleman.heartbeat-interval", caf::timespan{100ms});
+    cfg.set("middleman.connection-timeout", caf::timespan{1s});
+    sys = std::make_unique<caf::actor_system>(cfg);
+    self = std::make_unique<caf::scoped_actor>(*sys);
+    auto s = connect_scheduler(*sys, "127.0.0.1", port, 10000);
+    BOOST_REQUIRE(s);
+    sched = *s;
+    (*self)
+        ->request(sched, 10s, watch_atom_v)
+        .receive([this](const frame& f) { BOOST_REQUIRE(!decode(f, view)); },
+                 [](const caf::error& err) {
+                   BOOST_FAIL("watch failed: " << describe(err));
+                 });
+  }
+
+  /// Waits (bounded) for a view that satisfies `pred`.
+  template <class Pred>
+  bool wait_for(Pred pred, std::chrono::seconds limit = 20s) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!pred(view)) {
+      auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= 0s)
+        return false;
+      (*self)->receive(
+          [this](view_atom, const frame& f) {
+            cluster_view v;
+            if (!decode(f, v) && v.epoch > view.epoch)
+              view = std::move(v);
+          },
+          caf::after(left) >> [] {});
+    }
+    return true;
+  }
+};
+
+bool has_pid(const std::vector<node_info>& nodes, pid_t pid) {
+  return rank_of(nodes, pid).has_value();
+}
+
+/// A command line that must be refused: a nonzero exit, saying `says`.
+struct bad_case {
+  std::vector<std::string> args; // the program first
+  std::string says;
+};
+
+void check_refused(const std::vector<bad_case>& cases) {
+  for (auto& c : cases) {
+    child_process p{c.args};
+    auto rc = p.wait_exit(20s);
+    BOOST_REQUIRE(rc);
+    BOOST_CHECK_NE(*rc, 0);
+    BOOST_CHECK_MESSAGE(p.output().find(c.says) != std::string::npos,
+                        p.output());
+  }
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(cluster_tests)
+
+BOOST_AUTO_TEST_CASE(a_cluster_of_processes_sums_pushes_exactly_in_each_mode) {
+  for (std::string mode : {"sync", "ssp:1", "async"}) {
+    BOOST_TEST_MESSAGE("mode " << mode);
+    scheduler_process s{2, 2};
+    auto s0 = start_server(s, mode);
+    auto s1 = start_server(s, mode);
+    auto w0 = start_counter(s, 15);
+    auto w1 = start_counter(s, 15);
+    for (auto* w : {w0.get(), w1.get()}) {
+      auto rc = w->wait_exit(60s);
+      BOOST_REQUIRE_MESSAGE(rc, "worker did not finish: " << w->output());
+      BOOST_CHECK_MESSAGE(*rc == 0, mode << ": " << w->output());
+      auto line = w->wait_for_line("final value", 1s);
+      BOOST_REQUIRE_MESSAGE(line, w->output());
+      BOOST_CHECK_MESSAGE(line->find("= 30: sums exact") != std::string::npos,
+                          *line);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_killed_server_and_a_killed_worker_leave_the_view) {
+  scheduler_process s{2, 1};
+  auto s0 = start_server(s, "sync");
+  auto s1 = start_server(s, "sync");
+  auto w0 = start_counter(s, 100000000);
+  watcher obs{s.port};
+  BOOST_REQUIRE(obs.wait_for([](const cluster_view& v) {
+    return v.servers.size() == 2 && v.workers.size() == 1 && !v.keys.empty();
+  }));
+  auto killed_at = std::chrono::steady_clock::now();
+  s1->signal(SIGKILL);
+  auto victim = s1->pid();
+  BOOST_REQUIRE(obs.wait_for([victim](const cluster_view& v) {
+    return v.servers.size() == 1 && !has_pid(v.servers, victim);
+  }));
+  BOOST_TEST_MESSAGE("killed server left the view after "
+                     << std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - killed_at)
+                            .count()
+                     << " ms");
+  // Its slices now live on the survivor: the view stays valid.
+  BOOST_CHECK(!validate(obs.view));
+  for (auto& p : obs.view.placement)
+    BOOST_CHECK_EQUAL(p.server, obs.view.servers.front().rank);
+  w0->signal(SIGKILL);
+  BOOST_REQUIRE(
+      obs.wait_for([](const cluster_view& v) { return v.workers.empty(); }));
+}
+
+BOOST_AUTO_TEST_CASE(
+    a_hung_worker_leaves_the_view_after_the_heartbeat_timeout) {
+  scheduler_process s{1, 1};
+  auto s0 = start_server(s, "async");
+  auto w0 = start_counter(s, 100000000);
+  watcher obs{s.port};
+  BOOST_REQUIRE(obs.wait_for(
+      [](const cluster_view& v) { return v.workers.size() == 1; }));
+  auto stopped_at = std::chrono::steady_clock::now();
+  w0->signal(SIGSTOP);
+  BOOST_REQUIRE(obs.wait_for(
+      [](const cluster_view& v) { return v.workers.empty(); }, 15s));
+  BOOST_TEST_MESSAGE("hung worker left the view after "
+                     << std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - stopped_at)
+                            .count()
+                     << " ms");
+  w0->signal(SIGCONT);
+}
+
+BOOST_AUTO_TEST_CASE(a_worker_restarted_after_another_finished_takes_its_rank) {
+  // async: the survivor runs on alone and finishes before the dead worker
+  // is replaced. The replacement must take the dead worker's rank (its
+  // clock, its share) and not the finished one's: with the finished one's
+  // it would be done at once and the dead worker's clocks never pushed.
+  constexpr uint32_t steps = 400;
+  scheduler_process s{1, 2};
+  auto s0 = start_server(s, "async");
+  std::vector<std::string> small{"--worker.key-floats=2000"};
+  watcher obs{s.port};
+  // Worker 0 declares the keys first and so initialises them: the victim
+  // must not be the one the others' init waits for.
+  auto w0 = start_counter(s, steps, small);
+  BOOST_REQUIRE(obs.wait_for([](const cluster_view& v) {
+    return v.workers.size() == 1 && !v.placement.empty();
+  }));
+  auto w1 = start_counter(s, steps, small);
+  BOOST_REQUIRE(obs.wait_for(
+      [](const cluster_view& v) { return v.workers.size() == 2; }));
+  auto dead_rank = rank_of(obs.view.workers, w1->pid());
+  BOOST_REQUIRE(dead_rank);
+  BOOST_REQUIRE_EQUAL(*dead_rank, 1u);
+  auto victim = w1->pid();
+  w1->signal(SIGKILL);
+  BOOST_REQUIRE(obs.wait_for([victim](const cluster_view& v) {
+    return v.workers.size() == 1 && !has_pid(v.workers, victim);
+  }));
+  // The survivor ends alone: its own sum lacks the dead worker's clocks.
+  auto rc = w0->wait_exit(60s);
+  BOOST_REQUIRE_MESSAGE(rc, "survivor did not finish: " << w0->output());
+  BOOST_REQUIRE(
+      obs.wait_for([](const cluster_view& v) { return v.workers.empty(); }));
+  auto w2 = start_counter(s, steps, small);
+  rc = w2->wait_exit(60s);
+  BOOST_REQUIRE_MESSAGE(rc, "replacement did not finish: " << w2->output());
+  BOOST_CHECK_MESSAGE(*rc == 0, w2->output());
+  auto line = w2->wait_for_line("final value", 1s);
+  BOOST_REQUIRE_MESSAGE(line, w2->output());
+  BOOST_CHECK_MESSAGE(
+      line->rfind("worker " + std::to_string(*dead_rank) + ":", 0) == 0, *line);
+  BOOST_CHECK_MESSAGE(line->find("= " + std::to_string(2 * steps) +
+                                 ": sums exact") != std::string::npos,
+                      *line);
+}
+
+BOOST_AUTO_TEST_CASE(bad_flags_get_one_clear_line_and_a_nonzero_exit) {
+  check_refused(
+      {{{node_bin, "--role=chief"}, "--role must be"},
+       {{node_bin, "--role=server", "--server.mode=ssp:x"}, "mode must be"},
+       {{node_bin, "--role=worker", "--kv.request-timeout-ms=0"},
+        "--kv.request-timeout-ms"},
+       {{node_bin, "--role=server", "--road.frame-spin-us=20000"},
+        "--road.frame-spin-us must be 0..10000"},
+       {{node_bin, "--role=server", "--no-such-flag=1"}, "***"}});
+}
+
+BOOST_AUTO_TEST_CASE(the_benchmarks_refuse_bad_flags_with_one_clear_line) {
+  const std::string tta = std::string{TROUPE_BUILD_DIR} + "/time_to_accuracy",
+                    kvt = std::string{TROUPE_BUILD_DIR} + "/kv_throughput";
+  check_refused({{{tta, "--node-arg=helper-threads=0"},
+                  "--node-arg must be a troupe-node flag"},
+                 {{tta, "--epochs=0"}, "--epochs must be 1..100"},
+                 {{tta, "--workers=1,x"}, "--workers must list counts"},
+                 {{tta, "--no-such-flag"}, "unknown flag '--no-such-flag'"},
+                 {{kvt, "--road=bogus"}, "--road must be"},
+                 {{kvt, "--rows=some"}, "--rows must be all, large or small"},
+                 {{kvt, "--max-message-bytes=abc"},
+                  "--max-message-bytes must be 65536..1073741824"},
+                 {{kvt, "--max-message-bytes=4096"},
+                  "--max-message-bytes must be 65536..1073741824"},
+                 {{kvt, "--road-frame-spin-us=10001"},
+                  "--road-frame-spin-us must be 0..10000"}});
+}
+
+BOOST_AUTO_TEST_CASE(a_worker_without_a_scheduler_gives_up_clearly) {
+  // A port nobody listens on: a scheduler that just exited frees one.
+  uint16_t port;
+  {
+    scheduler_process s{1, 1};
+    port = s.port;
+    s.proc->signal(SIGKILL);
+    BOOST_REQUIRE(s.proc->wait_exit(10s));
+  }
+  child_process w{
+      node_args({"--role=worker", "--scheduler-port=" + std::to_string(port),
+                 "--kv.request-timeout-ms=1000"})};
+  auto rc = w.wait_exit(30s);
+  BOOST_REQUIRE(rc);
+  BOOST_CHECK_NE(*rc, 0);
+  BOOST_CHECK_MESSAGE(w.output().find("no scheduler at 127.0.0.1:") !=
+                          std::string::npos,
+                      w.output());
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,56 @@
+// The fault-injection demo end to end: examples/fault_injection/run.sh
+// trains Fashion-MNIST while its agent kills two workers and a server; the
+// job must finish, every fault must be noticed and followed by a rejoin,
+// and the model must still learn. Times are printed, never asserted.
+#define BOOST_TEST_MODULE fault_demo_tests
+#include <boost/test/unit_test.hpp>
+
+#include <cstdlib>
+#include <regex>
+
+#include "tests/system/child_process.hpp"
+
+using namespace troupe::test;
+using namespace std::chrono_literals;
+
+BOOST_AUTO_TEST_SUITE(fault_demo_tests)
+
+BOOST_AUTO_TEST_CASE(the_demo_survives_two_worker_kills_and_a_server_kill) {
+  ::setenv("TROUPE_BUILD", TROUPE_BUILD_DIR, 1);
+  ::setenv("TROUPE_LOGS", TROUPE_BUILD_DIR "/fault-demo-logs", 1);
+  ::setenv("TROUPE_SERVER_KILL", "kill:server-1@5000", 1);
+  child_process demo{{"/bin/bash",
+                      TROUPE_SOURCE_DIR "/examples/fault_injection/run.sh",
+                      "--fault.seed=3"}};
+  auto rc = demo.wait_exit(280s);
+  BOOST_REQUIRE_MESSAGE(rc, "the demo did not finish: " << demo.output());
+  BOOST_REQUIRE_MESSAGE(*rc == 0, demo.output());
+  auto out = demo.output();
+  std::smatch m;
+  BOOST_REQUIRE_MESSAGE(
+      std::regex_search(out, m,
+                        std::regex{"final test accuracy: ([0-9.]+) \\(target"}),
+      out);
+  auto acc = std::stod(m[1]);
+  BOOST_TEST_MESSAGE("final test accuracy " << acc);
+  BOOST_CHECK_GE(acc, 0.87);
+  // Three faults in the figures, each noticed and each followed by a
+  // rejoin of the restarted process.
+  auto json_at = out.find("{\"faults\":[");
+  BOOST_REQUIRE_MESSAGE(json_at != std::string::npos, out);
+  auto json = out.substr(json_at, out.find('\n', json_at) - json_at);
+  BOOST_TEST_MESSAGE(json);
+  size_t faults = 0;
+  for (auto at = json.find("\"fault\""); at != std::string::npos;
+       at = json.find("\"fault\"", at + 1))
+    ++faults;
+  BOOST_CHECK_EQUAL(faults, 3u);
+  BOOST_CHECK_MESSAGE(json.find("\"noticed_ms\":null") == std::string::npos &&
+                          json.find("\"rejoined_ms\":null") ==
+                              std::string::npos &&
+                          json.find("\"resumed_ms\":null") == std::string::npos,
+                      json);
+  BOOST_CHECK(json.find("server-1: kill server-1") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,113 @@
+// Starting troupe-node processes for multi-process tests: a scheduler on a
+// free port (read from its output), servers, and the flags they share.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "messages/membership.hpp"
+#include "tests/system/child_process.hpp"
+
+namespace troupe::test {
+
+using namespace std::chrono_literals;
+
+inline const std::string node_bin = TROUPE_NODE_BIN;
+
+/// The rank of the process `pid` among `nodes` (a view's servers or
+/// workers), if it is there: ranks follow registration, not start order.
+inline std::optional<uint32_t> rank_of(const std::vector<node_info>& nodes,
+                                       pid_t pid) {
+  for (auto& n : nodes)
+    if (n.pid == static_cast<uint32_t>(pid))
+      return n.rank;
+  return std::nullopt;
+}
+
+// Fast failure detection for the tests: heartbeats every 100 ms.
+inline const std::vector<std::string> fast_heartbeats{
+    "--middleman.heartbeat-interval=100ms",
+    "--middleman.connection-timeout=1s"};
+
+inline std::vector<std::string> node_args(std::vector<std::string> args) {
+  args.insert(args.begin(), node_bin);
+  args.insert(args.end(), fast_heartbeats.begin(), fast_heartbeats.end());
+  return args;
+}
+
+/// A scheduler process and its port.
+struct scheduler_process {
+  std::unique_ptr<child_process> proc;
+  uint16_t port = 0;
+  scheduler_process(uint32_t servers, uint32_t workers,
+                    std::vector<std::string> extra = {}) {
+    extra.insert(extra.begin(),
+                 {"--role=scheduler", "--scheduler-port=0",
+                  "--cluster.servers=" + std::to_string(servers),
+                  "--cluster.workers=" + std::to_string(workers)});
+    proc = std::make_unique<child_process>(node_args(std::move(extra)));
+    auto line = proc->wait_for_line("scheduler listening on", 20s);
+    BOOST_REQUIRE_MESSAGE(line, "no scheduler: " << proc->output());
+    port = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+  }
+  std::string flag() const {
+    return "--scheduler-port=" + std::to_string(port);
+  }
+};
+
+/// A server in `mode`, with `extra` flags; returns once it listens.
+inline std::unique_ptr<child_process>
+start_server(const scheduler_process& s, const std::string& mode,
+             std::vector<std::string> extra = {}) {
+  extra.insert(extra.begin(),
+               {"--role=server", s.flag(), "--server.mode=" + mode});
+  auto p = std::make_unique<child_process>(node_args(std::move(extra)));
+  BOOST_REQUIRE_MESSAGE(p->wait_for_line("server listening on", 20s),
+                        p->output());
+  return p;
+}
+
+/// A worker of the counter workload (every worker adds 1 per clock to 3
+/// arrays of 40000 floats), with `extra` flags; starts at once.
+inline std::unique_ptr<child_process>
+start_counter(const scheduler_process& s, uint32_t steps,
+              std::vector<std::string> extra = {}) {
+  extra.insert(extra.begin(),
+               {"--role=worker", "--worker.task=counter", s.flag(),
+                "--worker.steps=" + std::to_string(steps), "--worker.keys=3",
+                "--worker.key-floats=40000"});
+  return std::make_unique<child_process>(node_args(std::move(extra)));
+}
+
+inline const std::string config_file = TROUPE_SOURCE_DIR "/deploy/local.ini";
+
+/// An agent of `servers` servers and `workers` workers (the cluster's
+/// size, too) with the main job's config; children write to the agent's
+/// own output. Returns once it starts its children.
+inline std::unique_ptr<child_process>
+start_agent(const scheduler_process& s, uint32_t servers, uint32_t workers,
+            std::vector<std::string> extra) {
+  extra.insert(extra.begin(),
+               {"--role=agent", "--config-file=" + config_file, s.flag(),
+                "--agent.servers=" + std::to_string(servers),
+                "--agent.workers=" + std::to_string(workers),
+                "--cluster.servers=" + std::to_string(servers),
+                "--cluster.workers=" + std::to_string(workers),
+                "--log-level=info"});
+  auto p = std::make_unique<child_process>(node_args(std::move(extra)));
+  BOOST_REQUIRE_MESSAGE(p->wait_for_line("agent starting", 20s), p->output());
+  return p;
+}
+
+/// The figure of the agent's (or a worker's) "final test accuracy: " line.
+inline double final_accuracy(child_process& p) {
+  auto line = p.wait_for_line("final test accuracy: ", 1s);
+  BOOST_REQUIRE_MESSAGE(line, p.output());
+  return std::stod(line->substr(line->find(": ") + 2));
+}
+
+} // namespace troupe::test

@@ -1,0 +1,232 @@
+// Supervision and worker faults with real processes: a node agent starts
+// servers and workers, restarts a SIGKILLed worker that then rejoins and
+// carries on, survives a hung worker, carries out a fault plan, gives up
+// by its policy with one clear line, and stops when the scheduler dies.
+// The scheduler's event log says what happened; tests never assert on time.
+#define BOOST_TEST_MODULE supervision_tests
+#include <boost/test/unit_test.hpp>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <memory>
+#include <regex>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/kv/kv.hpp"
+#include "actors/node/node_config.hpp"
+#include "messages/errors.hpp"
+#include "messages/membership.hpp"
+#include "messages/type_ids.hpp"
+#include "tests/system/nodes.hpp"
+#include "tests/system/scheduler_client.hpp"
+
+using namespace troupe;
+using namespace troupe::test;
+
+namespace {
+
+using event_reader = scheduler_client;
+
+/// pid of the agent's child `name` from "NAME started (pid N)".
+pid_t child_pid(child_process& agent, const std::string& name) {
+  auto line = agent.wait_for_line(name + " started (pid ", 20s);
+  BOOST_REQUIRE_MESSAGE(line, agent.output());
+  return std::stoi(line->substr(line->find("(pid ") + 5));
+}
+
+/// pid of the agent's worker-1 once training is under way (the first
+/// progress line is out).
+pid_t worker_1_mid_training(child_process& agent) {
+  auto victim = child_pid(agent, "worker-1");
+  BOOST_REQUIRE_MESSAGE(agent.wait_for_line("epoch 0.25/", 60s),
+                        agent.output());
+  return victim;
+}
+
+bool is(const event_record& e, const char* kind, role about) {
+  return e.kind == kind && e.about == about;
+}
+
+/// Flags for a short training run of `epochs` epochs.
+std::vector<std::string> short_training(uint32_t epochs = 2) {
+  return {"--train.epochs=" + std::to_string(epochs),
+          "--train.evals-per-epoch=4", "--train.eval-samples=2000"};
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(supervision_tests)
+
+BOOST_AUTO_TEST_CASE(a_killed_worker_is_restarted_rejoins_and_training_ends) {
+  // sync+overlap: workers push each step in blocks, one server clock
+  // each; the restarted one may come back in the middle of a step.
+  for (std::string mode : {"sync", "async", "ssp:2", "sync+overlap"}) {
+    BOOST_TEST_MESSAGE("mode " << mode);
+    bool overlap = mode == "sync+overlap";
+    scheduler_process s{2, 2};
+    event_reader log{s.port};
+    // Three epochs, not two: the restart takes about 1.3 s (start, data),
+    // in which the survivor trains alone and the victim's steps are lost
+    // (it resumes at the others' clock). Two epochs took 3 s here, so the
+    // final accuracy hung on how fast the rest of the cluster was (ssp:2:
+    // 0.80-0.85, below 0.80 in 3 of 30 runs once training got faster).
+    auto flags = short_training(3);
+    flags.push_back("--server.mode=" + (overlap ? "sync" : mode));
+    if (overlap)
+      flags.push_back("--worker.overlap");
+    if (mode != "sync" && !overlap) { // each push is an update: lr / workers
+      flags.push_back("--optimizer.lr=0.025");
+      flags.push_back("--optimizer.lr-decay-steps=2800");
+    }
+    auto agent = start_agent(s, 2, 2, flags);
+    auto victim = worker_1_mid_training(*agent);
+    ::kill(victim, SIGKILL);
+    auto rc = agent->wait_exit(120s);
+    BOOST_REQUIRE_MESSAGE(rc, "agent did not finish: " << agent->output());
+    BOOST_CHECK_MESSAGE(*rc == 0, agent->output());
+    auto acc = final_accuracy(*agent);
+    BOOST_TEST_MESSAGE(mode << ": final test accuracy " << acc);
+    BOOST_CHECK_GE(acc, 0.80);
+    auto evs = log.events();
+    auto find = [&evs](auto pred) {
+      return std::find_if(evs.begin(), evs.end(), pred);
+    };
+    auto crashed = find([victim](const event_record& e) {
+      return is(e, "crashed", role::worker) && e.pid == uint32_t(victim);
+    });
+    BOOST_REQUIRE_MESSAGE(crashed != evs.end(), dump(evs));
+    auto rank = crashed->rank;
+    auto rejoined = find([rank](const event_record& e) {
+      return is(e, "rejoined", role::worker) && e.rank == rank;
+    });
+    BOOST_CHECK_MESSAGE(rejoined != evs.end() && rejoined > crashed, dump(evs));
+    BOOST_CHECK_MESSAGE(find([](const event_record& e) {
+                          return is(e, "restarted", role::worker);
+                        }) != evs.end(),
+                        dump(evs));
+    // Each server applied an update without the dead worker: no deadlock.
+    BOOST_CHECK_MESSAGE(std::count_if(evs.begin(), evs.end(),
+                                      [](const event_record& e) {
+                                        return is(e, "resumed", role::server);
+                                      }) >= 2,
+                        dump(evs));
+    // The restarted worker carried on from the servers' clock.
+    auto line = agent->wait_for_line("rejoined: resuming at clock ", 1s);
+    BOOST_REQUIRE_MESSAGE(line, agent->output());
+    BOOST_CHECK_GT(std::stoul(line->substr(line->rfind(' ') + 1)), 0u);
+    auto exited = find([victim](const event_record& e) {
+      return is(e, "exited", role::worker) && e.pid == uint32_t(victim);
+    });
+    if (exited != evs.end())
+      BOOST_TEST_MESSAGE(mode << ": worker crash seen by the scheduler "
+                              << crashed->at_ms - exited->at_ms
+                              << " ms after the agent saw the exit");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_hung_worker_leaves_the_view_and_training_goes_on) {
+  scheduler_process s{1, 2};
+  event_reader log{s.port};
+  auto flags = short_training();
+  flags.push_back("--server.mode=sync");
+  auto agent = start_agent(s, 1, 2, flags);
+  auto victim = worker_1_mid_training(*agent);
+  ::kill(victim, SIGSTOP);
+  // Its heartbeats stop: the scheduler declares it dead, and the server
+  // completes rounds with the live worker alone.
+  auto crashed = log.wait_for_event([victim](const event_record& e) {
+    return is(e, "crashed", role::worker) && e.pid == uint32_t(victim);
+  });
+  BOOST_REQUIRE_MESSAGE(crashed, dump(log.events()));
+  auto resumed = log.wait_for_event([&crashed](const event_record& e) {
+    return is(e, "resumed", role::server) && e.at_ms >= crashed->at_ms;
+  });
+  BOOST_CHECK_MESSAGE(resumed, dump(log.events()));
+  // Woken up, it finds itself out of the cluster, exits, and is restarted.
+  ::kill(victim, SIGCONT);
+  auto rc = agent->wait_exit(120s);
+  BOOST_REQUIRE_MESSAGE(rc, "agent did not finish: " << agent->output());
+  BOOST_CHECK_MESSAGE(*rc == 0, agent->output());
+  BOOST_CHECK_GE(final_accuracy(*agent), 0.80);
+  auto evs = log.events();
+  BOOST_CHECK_MESSAGE(std::any_of(evs.begin(), evs.end(),
+                                  [victim](const event_record& e) {
+                                    return is(e, "exited", role::worker) &&
+                                           e.pid == uint32_t(victim);
+                                  }),
+                      dump(evs));
+}
+
+BOOST_AUTO_TEST_CASE(a_fault_plan_from_flags_kills_and_the_agent_restarts) {
+  scheduler_process s{1, 0};
+  event_reader log{s.port};
+  // A servers-only agent runs until stopped: the plan's time always comes.
+  auto agent = start_agent(s, 1, 0, {"--fault.plan=kill:server-0@300"});
+  auto first = child_pid(*agent, "server-0");
+  auto injected = log.wait_for_event([first](const event_record& e) {
+    return e.kind == "injected" && e.pid == uint32_t(first);
+  });
+  BOOST_REQUIRE_MESSAGE(injected, dump(log.events()) << agent->output());
+  BOOST_CHECK(injected->detail.find("signal 9") != std::string::npos);
+  auto restarted = log.wait_for_event(
+      [](const event_record& e) { return is(e, "restarted", role::server); });
+  BOOST_REQUIRE_MESSAGE(restarted, dump(log.events()));
+  BOOST_CHECK_NE(restarted->pid, uint32_t(first));
+  // The new process joins the cluster again.
+  BOOST_CHECK_MESSAGE(log.wait_for_event([&restarted](const event_record& e) {
+    return e.about == role::server && e.pid == restarted->pid &&
+           (e.kind == "joined" || e.kind == "rejoined");
+  }),
+                      dump(log.events()));
+  agent->signal(SIGTERM); // stops its children and exits cleanly
+  auto rc = agent->wait_exit(20s);
+  BOOST_REQUIRE_MESSAGE(rc, agent->output());
+  BOOST_CHECK_EQUAL(*rc, 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_restart_policy_that_gives_up_says_why_in_one_line) {
+  scheduler_process s{1, 1};
+  event_reader log{s.port};
+  auto agent =
+      start_agent(s, 1, 1,
+                  {"--train.data-dir=/nonexistent", "--agent.max-restarts=2",
+                   "--agent.backoff-ms=20", "--agent.backoff-max-ms=40"});
+  auto rc = agent->wait_exit(60s);
+  BOOST_REQUIRE_MESSAGE(rc, agent->output());
+  BOOST_CHECK_EQUAL(*rc, 1);
+  auto line = agent->wait_for_line("*** agent: worker-0 gave up", 1s);
+  BOOST_REQUIRE_MESSAGE(line, agent->output());
+  BOOST_CHECK_MESSAGE(line->find("3 times") != std::string::npos &&
+                          line->find("exit code 1") != std::string::npos,
+                      *line);
+  auto evs = log.events();
+  BOOST_CHECK_EQUAL(std::count_if(evs.begin(), evs.end(),
+                                  [](const event_record& e) {
+                                    return is(e, "restarted", role::worker);
+                                  }),
+                    2);
+  BOOST_CHECK_MESSAGE(std::any_of(evs.begin(), evs.end(),
+                                  [](const event_record& e) {
+                                    return is(e, "gave-up", role::worker);
+                                  }),
+                      dump(evs));
+}
+
+BOOST_AUTO_TEST_CASE(an_agent_stops_its_children_when_the_scheduler_dies) {
+  auto s = std::make_unique<scheduler_process>(1, 0);
+  auto agent = start_agent(*s, 1, 0, {});
+  auto server = child_pid(*agent, "server-0");
+  BOOST_REQUIRE(agent->wait_for_line("server listening on", 20s));
+  s->proc->signal(SIGKILL);
+  auto rc = agent->wait_exit(30s);
+  BOOST_REQUIRE_MESSAGE(rc, agent->output());
+  BOOST_CHECK_EQUAL(*rc, 1);
+  BOOST_CHECK(agent->wait_for_line("*** agent: the scheduler is down", 1s));
+  BOOST_CHECK(::kill(server, 0) == -1 && errno == ESRCH); // reaped, gone
+}
+
+BOOST_AUTO_TEST_SUITE_END()
