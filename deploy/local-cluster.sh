@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Starts a troupe cluster on this machine: a scheduler, S servers and W
-# workers, each a troupe-node process on loopback with its own log. Prints
+# workers, each a troupe-node process on loopback with its own log, named
+# by the rank the scheduler gave it (server-0.log is server 0). Prints
 # every pid, shows the workers' output, and stops every process it started
-# on exit or Ctrl-C. Exits non-zero if a worker failed.
+# on exit or Ctrl-C: workers, then servers, then the scheduler. Exits
+# non-zero if a worker failed.
 #
 # usage: deploy/local-cluster.sh CONFIG.ini NUM_SERVERS NUM_WORKERS [FLAG...]
 #   FLAGs go to every node, e.g. --server.mode=async --worker.steps=100;
@@ -28,13 +30,48 @@ logs=${TROUPE_LOGS:-$here/logs/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$logs"
 echo "logs in $logs"
 
-pids=()
+sched_pid=
+server_pids=()
+worker_pids=()
+declare -A log_of # pid -> its log
+# stop PID...: SIGTERM to each, then waits for all of them.
+stop() {
+  for pid in "$@"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
+}
+# The reverse of the start: a server stopped after the scheduler would
+# report the scheduler's end as a failure.
 stop_all() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  stop "${worker_pids[@]}"
+  stop "${server_pids[@]}"
+  [ -z "$sched_pid" ] || stop "$sched_pid"
 }
 trap stop_all EXIT
 trap 'echo "interrupted: stopping the cluster"; exit 130' INT TERM
+
+# name_by_rank ROLE PID...: renames each PID's log to ROLE-RANK.log once the
+# process says "ROLE RANK: joined" (it keeps writing to it), up to 30 s.
+name_by_rank() {
+  local role=$1 pid rank
+  shift
+  for pid in "$@"; do
+    rank=
+    for _ in $(seq 300); do
+      rank=$(sed -n "s/.* $role \([0-9]*\): joined.*/\1/p" "${log_of[$pid]}" |
+        head -n 1)
+      [ -n "$rank" ] && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if [ -z "$rank" ]; then
+      echo "$role pid $pid has not joined (log ${log_of[$pid]})"
+      continue
+    fi
+    mv "${log_of[$pid]}" "$logs/$role-$rank.log"
+    log_of[$pid]=$logs/$role-$rank.log
+    echo "$role pid $pid is $role $rank (log ${log_of[$pid]})"
+  done
+}
 
 checkpoints=${TROUPE_CHECKPOINTS-$here/checkpoints}
 common=(--config-file="$conf" "--cluster.servers=$servers"
@@ -44,37 +81,38 @@ common+=("$@")
 
 # shellcheck source=deploy/scheduler.sh
 . "$here/deploy/scheduler.sh"
-sched_pid=
 if ! start_scheduler "$bin" "$logs/scheduler.log" "${common[@]}"; then
   kill "$sched_pid" 2>/dev/null || true
   exit 1
 fi
-pids+=("$sched_pid")
 
+# Each log is named by start order until its process has a rank.
 for i in $(seq 0 $((servers - 1))); do
-  "$bin" --role=server --scheduler-port="$port" "${common[@]}" \
-    >"$logs/server-$i.log" 2>&1 &
-  pids+=($!)
-  echo "server pid $! (log $logs/server-$i.log)"
+  log="$logs/starting-server-$i.log"
+  "$bin" --role=server --scheduler-port="$port" "${common[@]}" >"$log" 2>&1 &
+  server_pids+=($!)
+  log_of[$!]=$log
+  echo "server pid $!"
 done
 
 # Workers' output (progress; rank 0 reports) goes to the terminal and to
 # their log; their log lines go to the log only.
-worker_pids=()
 for i in $(seq 0 $((workers - 1))); do
-  log="$logs/worker-$i.log"
+  log="$logs/starting-worker-$i.log"
   "$bin" --role=worker --scheduler-port="$port" "${common[@]}" \
     > >(tee -a "$log") 2>>"$log" &
-  pids+=($!)
   worker_pids+=($!)
-  echo "worker pid $! (log $log)"
+  log_of[$!]=$log
+  echo "worker pid $!"
 done
+name_by_rank server "${server_pids[@]}"
+name_by_rank worker "${worker_pids[@]}"
 
 failed=0
-for i in "${!worker_pids[@]}"; do
-  if ! wait "${worker_pids[$i]}"; then
-    echo "*** worker $i failed; its log:" >&2
-    tail -n 20 "$logs/worker-$i.log" >&2
+for pid in "${worker_pids[@]}"; do
+  if ! wait "$pid"; then
+    echo "*** worker pid $pid failed; its log ${log_of[$pid]}:" >&2
+    tail -n 20 "${log_of[$pid]}" >&2
     failed=1
   fi
 done
