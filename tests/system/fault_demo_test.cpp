@@ -6,7 +6,10 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdlib>
+#include <map>
 #include <regex>
+#include <set>
+#include <string>
 
 #include "tests/system/child_process.hpp"
 
@@ -51,6 +54,20 @@ BOOST_AUTO_TEST_CASE(the_demo_survives_two_worker_kills_and_a_server_kill) {
                           json.find("\"resumed_ms\":null") == std::string::npos,
                       json);
   BOOST_CHECK(json.find("server-1: kill server-1") != std::string::npos);
+  // The timeline names each process by the scheduler's rank, whoever
+  // reported the event: one pid, one role and rank.
+  std::map<std::string, std::set<std::string>> ranks_of_pid;
+  std::regex line{R"(\n +\d+  \S+ +(server|worker) (\d+) +pid (\d+))"};
+  for (std::sregex_iterator i{out.begin(), out.end(), line}, end; i != end; ++i)
+    if ((*i)[3] != "0")
+      ranks_of_pid[(*i)[3]].insert(std::string{(*i)[1]} + " " +
+                                   std::string{(*i)[2]});
+  BOOST_CHECK_GE(ranks_of_pid.size(), 4u);
+  for (auto& [pid, ranks] : ranks_of_pid)
+    BOOST_CHECK_MESSAGE(ranks.size() == 1, "pid " << pid << " is named "
+                                                  << ranks.size()
+                                                  << " ways in:\n"
+                                                  << out);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
