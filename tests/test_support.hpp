@@ -1,10 +1,12 @@
 // Small helpers every kind of test uses: an error's text for a failure
-// message, and a temporary folder that removes itself.
+// message, a temporary folder that removes itself, and a file's text.
 #pragma once
 
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <system_error>
 
@@ -23,6 +25,14 @@ template <class T> std::string why(const caf::expected<T>& x) {
 }
 
 /// A fresh folder under /tmp, removed with everything in it at the end.
+/// The whole text of the file at `path`; "" if it cannot be read.
+inline std::string read_file(const std::string& path) {
+  std::ifstream in{path};
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
 struct temp_dir {
   std::string path;
   temp_dir() {

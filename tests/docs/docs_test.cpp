@@ -7,11 +7,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "tests/test_support.hpp"
 
 namespace fs = std::filesystem;
 
@@ -19,12 +20,10 @@ namespace {
 
 const fs::path root = TROUPE_SOURCE_DIR;
 
+/// The text of `p`, which must exist.
 std::string read(const fs::path& p) {
-  std::ifstream in{p};
-  BOOST_REQUIRE_MESSAGE(in, "cannot read " << p);
-  std::stringstream out;
-  out << in.rdbuf();
-  return out.str();
+  BOOST_REQUIRE_MESSAGE(fs::is_regular_file(p), "cannot read " << p);
+  return troupe::test::read_file(p);
 }
 
 /// README.md and every page of docs/.

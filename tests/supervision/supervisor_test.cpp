@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "actors/supervision/supervisor.hpp"
+#include "tests/test_support.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
@@ -110,13 +111,6 @@ std::string comm_of(int pid) {
   std::string s;
   std::getline(in, s);
   return s;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in{path};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 /// A scratch directory, removed afterwards.
@@ -438,12 +432,12 @@ BOOST_AUTO_TEST_CASE(log_file_collects_stdout_and_stderr) {
   BOOST_REQUIRE_EQUAL(sup.add(spec), "");
   BOOST_REQUIRE(run_until(
       sup, [&sup = sup] { return sup.idle(); }, 5s));
-  BOOST_TEST(read_file(log) == "out\nerr\n");
+  BOOST_TEST(test::read_file(log) == "out\nerr\n");
   // A finished child may be added again; the log is appended to.
   BOOST_REQUIRE_EQUAL(sup.add(spec), "");
   BOOST_REQUIRE(run_until(
       sup, [&sup = sup] { return sup.idle(); }, 5s));
-  BOOST_TEST(read_file(log) == "out\nerr\nout\nerr\n");
+  BOOST_TEST(test::read_file(log) == "out\nerr\nout\nerr\n");
   BOOST_TEST(rec.kinds() == "started,exited,started,exited");
 }
 

@@ -10,10 +10,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,13 +23,6 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read(const fs::path& p) {
-  std::ifstream in{p};
-  std::stringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 /// Every pid the script said it started ("scheduler pid N", "server pid N").
 std::set<pid_t> pids_in(const std::string& out) {
@@ -72,7 +63,7 @@ BOOST_AUTO_TEST_CASE(a_job_ends_in_order_with_clean_logs_named_by_rank) {
     BOOST_CHECK_MESSAGE(!alive(pid), "pid " << pid << " still runs");
   // One log per process, named by its rank, and nothing left unnamed.
   for (auto name : {"server-0", "server-1", "worker-0", "worker-1"}) {
-    auto text = read(logs.path + "/" + name + ".log");
+    auto text = read_file(logs.path + "/" + name + ".log");
     std::string role{name, std::string{name}.find('-')};
     std::string rank = std::string{name}.substr(role.size() + 1);
     BOOST_CHECK_MESSAGE(text.find(" " + role + " " + rank + ": joined") !=
@@ -85,7 +76,7 @@ BOOST_AUTO_TEST_CASE(a_job_ends_in_order_with_clean_logs_named_by_rank) {
     BOOST_CHECK_MESSAGE(name.rfind("starting-", 0) != 0, name << " left");
     if (e.path().extension() != ".log")
       continue;
-    auto text = read(e.path());
+    auto text = read_file(e.path());
     BOOST_CHECK_MESSAGE(text.find(" ERROR ") == std::string::npos &&
                             text.find("***") == std::string::npos,
                         name << " of a successful job:\n"

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <sstream>
 
@@ -25,13 +24,6 @@ std::unique_ptr<child_process> start_trainer(const scheduler_process& s,
                                              std::vector<std::string> extra) {
   extra.insert(extra.begin(), {"--role=worker", s.flag()});
   return std::make_unique<child_process>(node_args(std::move(extra)));
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in{path};
-  std::stringstream out;
-  out << in.rdbuf();
-  return out.str();
 }
 
 /// The number after `"key":` in a JSON line; NaN if absent.
