@@ -89,11 +89,19 @@ caf::response_promise on_barrier(self_ptr self, const std::string& name,
       self,
       [self, name, timeout_ms, rp]() mutable {
         barrier_request req{name, role::worker, self->state.rank};
-        self->request(self->state.scheduler,
-                      std::chrono::milliseconds{timeout_ms}, barrier_atom_v,
-                      encode(req))
+        auto limit = std::chrono::milliseconds{timeout_ms};
+        self->request(self->state.scheduler, limit, barrier_atom_v, encode(req))
             .then([rp](uint64_t epoch) mutable { rp.deliver(epoch); },
-                  [rp](caf::error& err) mutable { rp.deliver(err); });
+                  [rp, name, limit](caf::error& err) mutable {
+                    // Held until every worker of --cluster.workers joined
+                    // and came: one never started, or is still starting.
+                    rp.deliver(scheduler_timeout(
+                        std::move(err),
+                        "barrier '" + name +
+                            "' (the scheduler releases it"
+                            " once every expected worker has joined and come)",
+                        limit));
+                  });
       },
       fail_to(rp));
   return rp;
@@ -104,7 +112,9 @@ caf::response_promise on_leave(self_ptr self) {
   auto rp = self->make_response_promise();
   self->request(self->state.scheduler, timeout_of(self), leave_atom_v)
       .then([rp](uint64_t epoch) mutable { rp.deliver(epoch); },
-            [rp](caf::error& err) mutable { rp.deliver(err); });
+            [rp, limit = timeout_of(self)](caf::error& err) mutable {
+              rp.deliver(scheduler_timeout(std::move(err), "leave", limit));
+            });
   return rp;
 }
 

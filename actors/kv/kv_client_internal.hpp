@@ -21,6 +21,7 @@
 
 #include "actors/base/log.hpp"
 #include "actors/kv/kv_client.hpp"
+#include "messages/errors.hpp"
 
 namespace troupe {
 
@@ -55,6 +56,20 @@ inline std::string who(self_ptr self) {
 
 inline std::chrono::milliseconds timeout_of(self_ptr self) {
   return std::chrono::milliseconds{self->state.cfg.request_timeout_ms};
+}
+
+/// A request to the scheduler that got no answer in time fails with CAF's
+/// bare request_timeout; the caller learns what waited and for what
+/// (`what`: "barrier 'start' ...") instead. Other errors pass unchanged.
+inline caf::error scheduler_timeout(caf::error err, const std::string& what,
+                                    std::chrono::milliseconds waited) {
+  if (err != caf::sec::request_timeout)
+    return err;
+  return caf::make_error(errc::timeout, what +
+                                            ": no answer from the "
+                                            "scheduler within " +
+                                            std::to_string(waited.count()) +
+                                            " ms");
 }
 
 /// One request to one server: a small frame, or an outbound message that

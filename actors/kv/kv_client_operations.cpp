@@ -396,7 +396,14 @@ void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
                 },
                 [g](caf::error err) { g->fail(std::move(err)); });
           },
-          [g](caf::error& err) { g->fail(err); });
+          [g, limit = timeout_of(self)](caf::error& err) {
+            // Declares wait until --cluster.servers servers have joined.
+            g->fail(scheduler_timeout(
+                std::move(err),
+                "declare (the scheduler answers once every expected server"
+                " has joined)",
+                limit));
+          });
 }
 
 } // namespace troupe::kv_internal

@@ -228,8 +228,9 @@ void join(self_ptr self) {
             flush_waiting(self);
           },
           [self](caf::error& err) { // 4
-            TROUPE_LOG(error, "worker",
-                       "registration failed: ", self->system().render(err));
+            err = scheduler_timeout(std::move(err), "registration",
+                                    timeout_of(self));
+            TROUPE_LOG(error, "worker", "registration failed: ", describe(err));
             stop(self, err);
           });
 }

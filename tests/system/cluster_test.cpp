@@ -14,7 +14,9 @@
 #include "messages/errors.hpp"
 #include "messages/membership.hpp"
 #include "messages/type_ids.hpp"
+#include "tests/silent_listener.hpp"
 #include "tests/system/nodes.hpp"
+#include "tests/system/scheduler_client.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
@@ -253,6 +255,48 @@ BOOST_AUTO_TEST_CASE(a_worker_without_a_scheduler_gives_up_clearly) {
   BOOST_CHECK_MESSAGE(w.output().find("no scheduler at 127.0.0.1:") !=
                           std::string::npos,
                       w.output());
+}
+
+BOOST_AUTO_TEST_CASE(
+    a_worker_whose_servers_never_come_says_what_it_waited_for) {
+  // The scheduler answers declares once --cluster.servers servers have
+  // joined; none starts. The worker fails in one line naming the request
+  // and the wait, not with CAF's bare request_timeout.
+  scheduler_process s{1, 1};
+  auto w = start_counter(s, 10, {"--kv.request-timeout-ms=1000"});
+  auto rc = w->wait_exit(30s);
+  BOOST_REQUIRE(rc);
+  BOOST_CHECK_NE(*rc, 0);
+  auto& out = w->output();
+  BOOST_CHECK_MESSAGE(out.find("declare (the scheduler answers once every "
+                               "expected server has joined): no answer from "
+                               "the scheduler within 1000 ms") !=
+                          std::string::npos,
+                      out);
+  BOOST_CHECK_MESSAGE(out.find("request_timeout") == std::string::npos, out);
+}
+
+BOOST_AUTO_TEST_CASE(a_worker_gives_up_on_a_server_that_never_speaks) {
+  // A "server" that accepts and never speaks. With heartbeats on (every
+  // troupe-node), CAF fails the connection's handshake; the worker tries
+  // again, fails its init in one line and exits. (Without heartbeats the
+  // connect would stay pending, and CAF 0.17's actor system would never
+  // end: replica_link_test settles it before it ends.)
+  silent_listener silent;
+  scheduler_process s{1, 1};
+  scheduler_client c{s.port};
+  caf::scoped_actor fake{*c.sys}; // registers as the server, stays quiet
+  register_request req{role::server, "127.0.0.1", silent.port, 1, {}};
+  fake->request(c.sched, 10s, register_atom_v, encode(req))
+      .receive([](const frame&) {},
+               [](caf::error& err) { BOOST_FAIL(describe(err)); });
+  auto w = start_counter(s, 10, {"--kv.request-timeout-ms=1000"});
+  BOOST_REQUIRE_MESSAGE(silent.await_peer(20s), w->output());
+  auto rc = w->wait_exit(60s);
+  BOOST_REQUIRE_MESSAGE(rc, "the worker did not exit: " << w->output());
+  BOOST_CHECK_NE(*rc, 0);
+  BOOST_CHECK_MESSAGE(w->output().find("*** init failed") != std::string::npos,
+                      w->output());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

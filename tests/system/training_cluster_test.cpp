@@ -50,6 +50,25 @@ struct one_epoch {
   }
 };
 
+/// What every node of `job` printed so far (its last 2000 bytes each), to
+/// tell why a step of a test failed: the checkpoint request once failed
+/// with request_timeout under `ctest -j2`, the cut not reached in 60 s.
+std::string said_so_far(one_epoch& job) {
+  std::string out;
+  std::pair<const char*, child_process*> nodes[] = {
+      {"scheduler", job.s.proc.get()},
+      {"server", job.srv.get()},
+      {"worker 0", job.w0.get()},
+      {"worker 1", job.w1.get()}};
+  for (auto [name, p] : nodes) {
+    p->drain();
+    auto& all = p->output();
+    out += std::string{"\n--- "} + name + " said:\n" +
+           all.substr(all.size() > 2000 ? all.size() - 2000 : 0);
+  }
+  return out;
+}
+
 /// Runs one epoch on a server and two workers with `extra` flags on every
 /// node; returns rank 0's "final test accuracy: ..." line.
 std::string train_one_epoch(const std::vector<std::string>& extra,
@@ -60,7 +79,8 @@ std::string train_one_epoch(const std::vector<std::string>& extra,
   std::string line;
   for (auto* w : {w0.get(), w1.get()}) {
     auto rc = w->wait_exit(150s);
-    BOOST_REQUIRE_MESSAGE(rc && *rc == 0, w->output());
+    // A worker that waited on one that failed fails only later: all say.
+    BOOST_REQUIRE_MESSAGE(rc && *rc == 0, said_so_far(job));
     if (auto l = w->wait_for_line("final test accuracy: ", 1s))
       line = *l;
   }
@@ -96,25 +116,6 @@ BOOST_AUTO_TEST_CASE(overlapped_sync_steps_train_the_model_of_whole_steps) {
   };
   BOOST_CHECK_GT(acc(overlapped), 0.75);
   BOOST_CHECK_LE(std::abs(acc(overlapped) - acc(whole)), 0.005);
-}
-
-/// What every node of `job` printed so far (its last 2000 bytes each), to
-/// tell why a step of a test failed: the checkpoint request once failed
-/// with request_timeout under `ctest -j2`, the cut not reached in 60 s.
-std::string said_so_far(one_epoch& job) {
-  std::string out;
-  std::pair<const char*, child_process*> nodes[] = {
-      {"scheduler", job.s.proc.get()},
-      {"server", job.srv.get()},
-      {"worker 0", job.w0.get()},
-      {"worker 1", job.w1.get()}};
-  for (auto [name, p] : nodes) {
-    p->drain();
-    auto& all = p->output();
-    out += std::string{"\n--- "} + name + " said:\n" +
-           all.substr(all.size() > 2000 ? all.size() - 2000 : 0);
-  }
-  return out;
 }
 
 /// Sync training is deterministic: a job killed after a checkpoint and
