@@ -8,9 +8,11 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include "actors/base/log.hpp"
 #include "actors/base/spin_scheduler.hpp"
+#include "actors/node/option_check.hpp"
 #include "actors/supervision/fault_plan.hpp"
 #include "actors/supervision/netns.hpp"
 #include "messages/errors.hpp"
@@ -395,6 +397,23 @@ void node_config::share_settings() {
 
 trainer_settings node_config::trainer() const {
   return {train, worker, kv, optimizer};
+}
+
+caf::error
+node_config::check_options(const std::vector<std::string>& args) const {
+  if (auto err = check_flags(args, custom_options_))
+    return err;
+  std::string file;
+  for (auto& a : args)
+    if (a.rfind("--config-file=", 0) == 0)
+      file = a.substr(14);
+  if (file.empty()) { // CAF's default, read if it is there
+    if (std::ifstream{config_file_path})
+      file = config_file_path;
+    else
+      return caf::none;
+  }
+  return check_ini_file(file, custom_options_);
 }
 
 } // namespace troupe

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <caf/actor_system_config.hpp>
 #include <caf/expected.hpp>
@@ -76,6 +77,12 @@ struct node_config : caf::actor_system_config {
   /// troupe's options by group, each with its type, default and meaning;
   /// CAF's own groups only where they matter here (--help).
   std::string help_text() const;
+
+  /// Refuses what CAF 0.17 would ignore or misread: an unknown flag, an
+  /// unknown INI section or key, a value of the wrong type. Checks `args`
+  /// and the INI file CAF reads for them (--config-file, else
+  /// caf-application.ini if present). Call before parse().
+  caf::error check_options(const std::vector<std::string>& args) const;
 
 private:
   // Option groups, one per subsystem (the constructor calls each).

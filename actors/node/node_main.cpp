@@ -150,6 +150,8 @@ int main(int argc, char** argv) {
       return 0;
     }
   auto flags = child_flags(args); // what an agent passes on to its children
+  if (auto err = cfg.check_options(args))
+    return fail("reading options", err) + 1;
   if (auto err = cfg.parse(std::move(args)))
     return fail("reading options", err) + 1;
   if (cfg.cli_helptext_printed)

@@ -3,6 +3,7 @@
 #define BOOST_TEST_MODULE cluster_tests
 #include <boost/test/unit_test.hpp>
 
+#include <fstream>
 #include <memory>
 
 #include <caf/actor_system.hpp>
@@ -17,6 +18,7 @@
 #include "tests/silent_listener.hpp"
 #include "tests/system/nodes.hpp"
 #include "tests/system/scheduler_client.hpp"
+#include "tests/test_support.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
@@ -217,6 +219,22 @@ BOOST_AUTO_TEST_CASE(bad_flags_get_one_clear_line_and_a_nonzero_exit) {
        {{node_bin, "--role=server", "--road.frame-spin-us=20000"},
         "--road.frame-spin-us must be 0..10000"},
        {{node_bin, "--role=server", "--no-such-flag=1"}, "***"}});
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_ini_file_gets_one_line_naming_file_line_and_key) {
+  // CAF 0.17 alone would run on the defaults, silently.
+  temp_dir dir;
+  auto ini = dir / "bad.ini";
+  std::ofstream{ini} << "[server]\n; the mode\nmdoe=\"async\"\n";
+  child_process p{{node_bin, "--role=server", "--config-file=" + ini}};
+  auto rc = p.wait_exit(20s);
+  BOOST_REQUIRE(rc);
+  BOOST_CHECK_EQUAL(*rc, 2);
+  BOOST_CHECK_MESSAGE(p.output().find(ini +
+                                      ":3: unknown key 'mdoe' in "
+                                      "[server] (did you mean 'mode'?)") !=
+                          std::string::npos,
+                      p.output());
 }
 
 BOOST_AUTO_TEST_CASE(the_benchmarks_refuse_bad_flags_with_one_clear_line) {

@@ -1,0 +1,36 @@
+// Strict options: CAF 0.17 silently ignores an unknown INI section or key
+// and an INI value of the wrong type (the option keeps its default). These
+// checks run before CAF reads the options and refuse each such mistake in
+// one line that names the file, the line and the key, with "did you mean"
+// where a known name is close.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <caf/config_option_set.hpp>
+#include <caf/error.hpp>
+
+namespace troupe {
+
+/// Checks the INI text `text` (read from `file`, for the messages) against
+/// `opts`: every section a known group, every key one of its options,
+/// every value of the option's type.
+caf::error check_ini_text(const std::string& text, const std::string& file,
+                          const caf::config_option_set& opts);
+
+/// Checks the INI file at `path` (a missing file is an error too).
+caf::error check_ini_file(const std::string& path,
+                          const caf::config_option_set& opts);
+
+/// Checks the `--group.key=value` flags of `args` against `opts`: each a
+/// known option, each value of its type.
+caf::error check_flags(const std::vector<std::string>& args,
+                       const caf::config_option_set& opts);
+
+/// The known name in `names` closest to `name`, if one is close enough to
+/// be a likely misspelling; empty if none.
+std::string closest_name(const std::string& name,
+                         const std::vector<std::string>& names);
+
+} // namespace troupe

@@ -1,0 +1,139 @@
+// Strict options: an unknown INI section or key, a value of the wrong type
+// and an unknown flag are each one error naming the file, line and key,
+// with "did you mean" where a known name is close. CAF 0.17 alone would
+// run on defaults.
+#define BOOST_TEST_MODULE option_check_tests
+#include <boost/test/unit_test.hpp>
+
+#include <fstream>
+
+#include <caf/io/middleman.hpp>
+
+#include "actors/node/node_config.hpp"
+#include "actors/node/option_check.hpp"
+#include "messages/errors.hpp"
+#include "tests/test_support.hpp"
+
+using namespace troupe;
+using troupe::test::temp_dir;
+
+namespace {
+
+/// The error check_options gives for an INI file holding `text` (empty
+/// string: none).
+std::string ini_error(const std::string& text) {
+  temp_dir dir;
+  auto path = dir / "t.ini";
+  std::ofstream{path} << text;
+  node_config cfg;
+  cfg.load<caf::io::middleman>();
+  auto err = cfg.check_options({"--config-file=" + path});
+  if (!err)
+    return {};
+  auto out = describe(err);
+  // The file's name varies: keep what follows it.
+  auto at = out.find(path);
+  return at == std::string::npos
+             ? out
+             : out.substr(0, at) + "FILE" + out.substr(at + path.size());
+}
+
+std::string flag_error(std::vector<std::string> args) {
+  node_config cfg;
+  cfg.load<caf::io::middleman>();
+  auto err = cfg.check_options(args);
+  return err ? describe(err) : std::string{};
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(option_check_tests)
+
+BOOST_AUTO_TEST_CASE(a_good_file_passes_with_comments_and_durations) {
+  BOOST_CHECK_EQUAL(ini_error("; a comment\n"
+                              "[global]\n"
+                              "log-level=\"debug\" ; trailing; comment\n"
+                              "[server]\n"
+                              "mode=\"ssp:2\"\n"
+                              "[optimizer]\n"
+                              "lr=0.5\n"
+                              "[middleman]\n"
+                              "heartbeat-interval=250ms\n"
+                              "[kv]\n"
+                              "request-timeout-ms=2000\n"),
+                    "");
+}
+
+BOOST_AUTO_TEST_CASE(the_shipped_config_passes) {
+  node_config cfg;
+  cfg.load<caf::io::middleman>();
+  auto err = cfg.check_options(
+      {"--config-file=" TROUPE_SOURCE_DIR "/deploy/local.ini"});
+  BOOST_CHECK_MESSAGE(!err, describe(err));
+}
+
+BOOST_AUTO_TEST_CASE(an_unknown_section_or_key_names_the_line_and_a_match) {
+  BOOST_CHECK_EQUAL(ini_error("[sever]\nmode=\"async\"\n"),
+                    "invalid_config: FILE:1: unknown section [sever] (did you "
+                    "mean [server]?)");
+  BOOST_CHECK_EQUAL(ini_error("[server]\n\nmdoe=\"async\"\n"),
+                    "invalid_config: FILE:3: unknown key 'mdoe' in [server] "
+                    "(did you mean 'mode'?)");
+  // Nothing close: no guess.
+  BOOST_CHECK_EQUAL(ini_error("[kv]\nflux-capacitor=1\n"),
+                    "invalid_config: FILE:2: unknown key 'flux-capacitor' in "
+                    "[kv]");
+  // Before any section: the global group.
+  BOOST_CHECK_EQUAL(ini_error("x=1\n"),
+                    "invalid_config: FILE:1: unknown key 'x' in [global]");
+  BOOST_CHECK_EQUAL(ini_error("log-level=\"debug\"\n[kv]\n"), "");
+  BOOST_CHECK_EQUAL(ini_error("[kv]\njunk\n"),
+                    "invalid_config: FILE:2: expected key=value or [section], "
+                    "got junk");
+}
+
+BOOST_AUTO_TEST_CASE(a_value_of_the_wrong_type_names_the_key_and_the_type) {
+  BOOST_CHECK_EQUAL(ini_error("[kv]\nrequest-timeout-ms=\"ten\"\n"),
+                    "invalid_config: FILE:2: kv.request-timeout-ms takes a "
+                    "whole number of 0 or more, got \"ten\"");
+  BOOST_CHECK_EQUAL(ini_error("[kv]\nrequest-timeout-ms=-5\n"),
+                    "invalid_config: FILE:2: kv.request-timeout-ms takes a "
+                    "whole number of 0 or more, got -5");
+  // CAF would keep the default lr for an integer.
+  BOOST_CHECK_EQUAL(ini_error("[optimizer]\nlr=-5\n"),
+                    "invalid_config: FILE:2: optimizer.lr takes a real number "
+                    "(write 5.0, not 5), got -5");
+  BOOST_CHECK_EQUAL(ini_error("[server]\nmode=async\n"),
+                    "invalid_config: FILE:2: strings are quoted in an INI "
+                    "file: mode=\"async\"");
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_config_file_is_an_error) {
+  auto err = flag_error({"--config-file=/nonexistent/troupe.ini"});
+  BOOST_CHECK_EQUAL(err, "invalid_config: cannot read the config file "
+                         "/nonexistent/troupe.ini");
+}
+
+BOOST_AUTO_TEST_CASE(flags_are_known_and_of_their_type) {
+  BOOST_CHECK_EQUAL(flag_error({"--role=worker", "--server.mode=async",
+                                "--optimizer.lr=5", "--worker.overlap"}),
+                    "");
+  BOOST_CHECK_EQUAL(flag_error({"--kv.request-timout-ms=5"}),
+                    "invalid_config: unknown flag --kv.request-timout-ms (did "
+                    "you mean --kv.request-timeout-ms?); troupe-node --help "
+                    "lists them all");
+  BOOST_CHECK_EQUAL(flag_error({"--kv.request-timeout-ms=ten"}),
+                    "invalid_config: --kv.request-timeout-ms takes a whole "
+                    "number of 0 or more, got ten");
+  BOOST_CHECK_EQUAL(flag_error({"--role"}),
+                    "invalid_config: --role needs a value: --role=VALUE");
+}
+
+BOOST_AUTO_TEST_CASE(closest_names_are_typos_only) {
+  std::vector<std::string> names{"mode", "replicas", "road-port"};
+  BOOST_CHECK_EQUAL(closest_name("mdoe", names), "mode");
+  BOOST_CHECK_EQUAL(closest_name("replica", names), "replicas");
+  BOOST_CHECK_EQUAL(closest_name("checkpoint", names), "");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
