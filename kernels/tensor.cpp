@@ -2,7 +2,11 @@
 #include "kernels/tensor.hpp"
 
 #include <cassert>
+#include <cstdint>
+#include <cstring>
 #include <utility>
+
+#include "kernels/wide_loop.hpp"
 
 namespace troupe {
 
@@ -48,6 +52,20 @@ size_t tensor::cols() const {
   for (size_t i = 1; i < shape_.size(); ++i)
     n *= shape_[i];
   return n;
+}
+
+TROUPE_WIDE_LOOP
+bool all_finite(const float* xs, size_t n) {
+  // Integer compares of the exponent bits vectorise; a float compare of
+  // x - x against 0 would too, but not under every math flag.
+  constexpr uint32_t exponent = 0x7f800000u;
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, xs + i, sizeof bits);
+    bad |= (bits & exponent) == exponent;
+  }
+  return bad == 0;
 }
 
 } // namespace troupe

@@ -66,4 +66,8 @@ private:
 /// Product of `shape`'s dims (1 for an empty shape).
 size_t shape_size(const std::vector<size_t>& shape);
 
+/// True if none of `xs[0..n)` is a NaN or an infinity (exponent bits all
+/// ones), at memory speed: a shard server checks every push with it.
+bool all_finite(const float* xs, size_t n);
+
 } // namespace troupe

@@ -42,6 +42,10 @@ std::string to_string(errc x) {
     return "peer_down";
   case errc::unreplicated:
     return "unreplicated";
+  case errc::cluster_full:
+    return "cluster_full";
+  case errc::non_finite:
+    return "non_finite";
   }
   return "errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

@@ -42,7 +42,19 @@ enum class errc : uint8_t {
   /// pause to the same server (it drops the duplicate, and acknowledges it
   /// once it stands replicated or the backup has been told).
   unreplicated,
+  /// The scheduler admits no more nodes of this kind: --cluster.servers or
+  /// --cluster.workers are live. Retry once one leaves or is found dead (a
+  /// restart may come before its predecessor's death is seen), or raise
+  /// the count.
+  cluster_full,
+  /// A push holds a NaN or an infinity: refused whole, the sender fails
+  /// (a diverged worker must not poison the weights). Fix the cause: a
+  /// learning rate too high, bad data.
+  non_finite,
 };
+
+/// The last code of errc (decoders refuse codes past it).
+constexpr errc last_errc = errc::non_finite;
 
 /// What a member gets when the scheduler dies: the job is over, and says
 /// how to continue it.

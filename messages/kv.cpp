@@ -265,7 +265,7 @@ caf::error decode_failure(bytes_view f) {
       return bad("failure text too long");
     std::string what{text.cStr()};
     if (r.getCode() == 0 ||
-        r.getCode() > static_cast<uint8_t>(errc::unreplicated))
+        r.getCode() > static_cast<uint8_t>(last_errc))
       out = caf::make_error(caf::sec::runtime_error, std::move(what));
     else
       out = caf::make_error(static_cast<errc>(r.getCode()), std::move(what));

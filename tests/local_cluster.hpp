@@ -3,6 +3,7 @@
 // (kv clients) in another, talking over loopback like separate processes.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -79,15 +80,17 @@ struct cluster {
   uint32_t replicas = 1;
 
   /// `road` is the workers' --kv.road: auto | tcp | middleman; `replicas`
-  /// the servers' --server.replicas.
+  /// the servers' --server.replicas; `room` the workers the scheduler
+  /// admits (--cluster.workers), for tests that add workers of their own
+  /// (0: `nworkers`).
   cluster(const std::string& mode, uint32_t nservers, uint32_t nworkers,
           uint32_t max_message_bytes = 16u << 20, update_fn update = add_update,
           uint32_t slice_floats = 1000, const std::string& road = "auto",
-          uint32_t replicas = 1)
+          uint32_t replicas = 1, uint32_t room = 0)
       : update(std::move(update)), replicas(replicas) {
     scheduler_settings ss;
     ss.servers = nservers;
-    ss.workers = nworkers;
+    ss.workers = std::max(nworkers, room);
     ss.placement.slice_floats = slice_floats;
     sched = a.spawn(scheduler, ss);
     auto port = a.middleman().publish(sched, 0, "127.0.0.1");

@@ -203,6 +203,7 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
         });
       },
       [self](view_atom) { return on_view_request(self); },
+      [self](register_atom) { join(self); }, // again, the cluster was full
   };
 }
 

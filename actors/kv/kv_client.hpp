@@ -152,6 +152,8 @@ struct kv_client_state {
   caf::actor scheduler;
   uint32_t rank = 0;
   bool joined = false;
+  /// Until when a full cluster is asked again for a place (join()).
+  std::chrono::steady_clock::time_point join_deadline;
   cluster_view view;
   std::map<uint64_t, uint64_t> sizes; // declared arrays, floats
   std::map<slice_id, uint32_t> owner; // slice -> server rank

@@ -207,6 +207,11 @@ void fail_inflight(self_ptr self, uint32_t rank) {
 } // namespace
 
 void join(self_ptr self) {
+  if (self->state.joined || self->state.stopping)
+    return; // a stray (register_atom)
+  if (self->state.join_deadline == std::chrono::steady_clock::time_point{})
+    self->state.join_deadline =
+        std::chrono::steady_clock::now() + timeout_of(self);
   register_request req{role::worker, "", 0, static_cast<uint32_t>(::getpid()),
                        road_info{}};
   self->request(self->state.scheduler, timeout_of(self), register_atom_v,
@@ -228,6 +233,18 @@ void join(self_ptr self) {
             flush_waiting(self);
           },
           [self](caf::error& err) { // 4
+            // Full: a restart may come before its predecessor's death is
+            // seen. Wait for the place, within our request timeout.
+            // (The last try ends before the deadline: a caller waiting
+            // for readiness as long hears why.)
+            constexpr auto pause = std::chrono::milliseconds{200};
+            if (err == errc::cluster_full &&
+                std::chrono::steady_clock::now() + pause <
+                    self->state.join_deadline) {
+              TROUPE_LOG(info, "worker", describe(err), ": trying again");
+              self->delayed_send(self, pause, register_atom_v);
+              return;
+            }
             err = scheduler_timeout(std::move(err), "registration",
                                     timeout_of(self));
             TROUPE_LOG(error, "worker", "registration failed: ", describe(err));

@@ -129,6 +129,28 @@ bool is_live_worker(self_ptr self, uint32_t rank) {
 
 // -- joining ------------------------------------------------------------------
 
+/// Live members of `kind` stay within --cluster.servers or
+/// --cluster.workers: a stranger cannot join as one more worker (sync
+/// rounds would wait on it), and a dead rank's place is free again for its
+/// restart.
+caf::error check_room(self_ptr self, role kind) {
+  auto& cfg = self->state.cfg;
+  auto limit = kind == role::server ? cfg.servers : cfg.workers;
+  auto live = nodes_of(self, kind).size();
+  if (live < limit)
+    return caf::none;
+  auto name = std::string{kind == role::server ? "server" : "worker"};
+  TROUPE_LOG(warning, "scheduler", "refused a ", name, " from ",
+             self->current_sender()
+                 ? caf::to_string(self->current_sender()->node())
+                 : std::string{"no sender"},
+             ": ", live, " of ", limit, " ", name, "s live");
+  return caf::make_error(errc::cluster_full,
+                         str("the cluster is full: ", live, " of --cluster.",
+                             name, "s=", limit, " ", name,
+                             "s live; raise --cluster.", name, "s to add one"));
+}
+
 caf::result<frame> on_register(self_ptr self, const frame& f) {
   register_request req;
   if (auto err = decode(f, req)) { // 2
@@ -139,6 +161,8 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
   if (req.kind == role::scheduler)
     return caf::make_error(errc::malformed_message,
                            "a scheduler cannot register");
+  if (auto err = check_room(self, req.kind))
+    return err;
   auto handle = caf::actor_cast<caf::actor>(self->current_sender());
   node_info info{req.kind, lowest_free_rank(self, req.kind),
                  req.host, req.port,

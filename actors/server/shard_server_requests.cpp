@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "actors/base/log.hpp"
+#include "kernels/tensor.hpp"
 #include "messages/errors.hpp"
 
 namespace troupe::server_impl {
@@ -331,11 +333,26 @@ void accept_push(self_ptr self, bytes_view f, replier rp,
   }
   push_request req;
   std::vector<slice_view> values;
-  auto err =
-      visit_push(f, req, [&values](slice_id id, const float* xs, size_t n) {
+  std::optional<slice_id> non_finite; // the first slice with a NaN or inf
+  auto err = visit_push(
+      f, req, [&values, &non_finite](slice_id id, const float* xs, size_t n) {
         values.push_back(slice_view{id, xs, n});
+        if (!non_finite && !all_finite(xs, n))
+          non_finite = id;
         return caf::error{};
       });
+  if (!err && non_finite) { // one bad value would spread to every weight
+    err = caf::make_error(errc::non_finite,
+                          str("worker ", req.worker,
+                              " pushed a NaN or infinity at"
+                              " clock ",
+                              req.clock, " in key ", non_finite->key,
+                              " (slice ", non_finite->index, ")"));
+    TROUPE_LOG(warning, who(self), "refused a push from ", rp.source(), ": ",
+               describe(err));
+    rp.deliver(err);
+    return;
+  }
   if (err) { // 5
     TROUPE_LOG(warning, who(self), "dropped a malformed request from ",
                rp.source(), ": ", self->system().render(err));

@@ -157,6 +157,17 @@ void apply_view(self_ptr self, cluster_view v) { // 3
 }
 
 void on_view_frame(self_ptr self, const frame& f) {
+  // Views come from our scheduler alone: one from anyone else (a stranger
+  // on the CAF port) could hand our slices away. BASP takes the sender's
+  // word for who it is; authenticated connections make that word good.
+  auto from = self->current_sender();
+  if (from == nullptr || caf::actor_cast<caf::actor_addr>(from) !=
+                             self->state.scheduler.address()) {
+    TROUPE_LOG(warning, who(self), "refused a view from ",
+               from ? caf::to_string(from->node()) : std::string{"no sender"},
+               ": views come from the scheduler alone");
+    return;
+  }
   cluster_view v;
   if (auto err = decode(f, v)) {
     TROUPE_LOG(warning, who(self),

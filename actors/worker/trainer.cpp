@@ -4,6 +4,7 @@
 #include "actors/worker/trainer.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -325,6 +326,12 @@ private:
     auto st = net_.finish_gradients(ys_.data(), &loss, ready);
     if (st != kernel_status::ok)
       return caf::make_error(errc::bad_shape, "gradients", to_string(st));
+    if (!std::isfinite(loss)) // its gradients would poison the weights
+      return caf::make_error(errc::non_finite,
+                             "training diverged: the loss of step " +
+                                 std::to_string(clock) + " is " +
+                                 std::to_string(loss) +
+                                 " (lower --optimizer.lr, or check the data)");
     loss_sum_ += loss;
     ++part_steps_;
     return caf::none;

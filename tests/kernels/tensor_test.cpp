@@ -2,6 +2,7 @@
 #define BOOST_TEST_MODULE tensor_tests
 #include <boost/test/unit_test.hpp>
 
+#include <limits>
 #include <vector>
 
 #include "kernels/tensor.hpp"
@@ -54,6 +55,26 @@ BOOST_AUTO_TEST_CASE(shape_size_is_the_product_of_the_dims) {
   BOOST_TEST(shape_size({}) == 1u);
   BOOST_TEST(shape_size({4, 0, 3}) == 0u);
   BOOST_TEST(shape_size({2, 3, 4}) == 24u);
+}
+
+BOOST_AUTO_TEST_CASE(all_finite_finds_any_nan_or_infinity_anywhere) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> xs(67, 1.0f); // not a multiple of any vector width
+  xs[3] = std::numeric_limits<float>::max();
+  xs[4] = -std::numeric_limits<float>::max();
+  xs[5] = std::numeric_limits<float>::denorm_min();
+  xs[6] = -0.0f;
+  BOOST_CHECK(all_finite(xs.data(), xs.size()));
+  BOOST_CHECK(all_finite(xs.data(), 0));
+  for (float bad : {nan, -nan, inf, -inf})
+    for (size_t at : {size_t{0}, size_t{31}, size_t{66}}) {
+      auto ys = xs;
+      ys[at] = bad;
+      BOOST_CHECK_MESSAGE(!all_finite(ys.data(), ys.size()),
+                          bad << " at " << at);
+      BOOST_CHECK(all_finite(ys.data(), at)); // before it: fine
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

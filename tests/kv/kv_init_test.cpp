@@ -89,7 +89,7 @@ BOOST_AUTO_TEST_CASE(keys_whose_initialiser_died_before_its_init_are_set) {
   // Dead before the other worker declares: the scheduler makes that one
   // the initialiser.
   {
-    cluster c{"async", 1, 1};
+    cluster c{"async", 1, 1, 16u << 20, add_update, 1000, "auto", 1, 2};
     auto first = silent_after_worker(c, 8);
     first.die(c);
     auto got = c.workers.front()->init(filled(1, 8, 2.5f));
@@ -99,7 +99,7 @@ BOOST_AUTO_TEST_CASE(keys_whose_initialiser_died_before_its_init_are_set) {
   // Dead while the other worker's first pull waits for the values: that
   // worker sends its own Init when the view loses a worker.
   {
-    cluster c{"async", 1, 1};
+    cluster c{"async", 1, 1, 16u << 20, add_update, 1000, "auto", 1, 2};
     auto first = silent_after_worker(c, 8);
     // Key 2 is new, so its declaration changes the view: once the view
     // has it, the scheduler has answered this worker's declaration (key 1:
@@ -126,7 +126,7 @@ BOOST_AUTO_TEST_CASE(
   // view that loses a worker comes before the pull that waits for key 1.
   // This worker must send key 1's Init too, or that pull waits in vain.
   constexpr size_t big = size_t{4} << 20; // 16 MiB: tens of ms to send
-  cluster c{"async", 1, 1, 16u << 20, add_update, 1u << 20};
+  cluster c{"async", 1, 1, 16u << 20, add_update, 1u << 20, "auto", 1, 2};
   auto first = silent_after_worker(c, 8);
   auto xs = filled(1, 8, 2.5f);
   xs.push_back(filled(2, big, 1.5f).front());
@@ -159,7 +159,7 @@ BOOST_AUTO_TEST_CASE(two_open_inits_each_replace_a_dead_initialiser) {
   // and its end cleared it. So when the silent initialiser of the first's
   // key 1 died, nothing sent key 1's Init, and the first's pull waited for
   // values that never came, until its timeout.
-  cluster c{"async", 1, 1};
+  cluster c{"async", 1, 1, 16u << 20, add_update, 1000, "auto", 1, 2};
   auto first = silent_after_worker(c, 8);
   auto& w = *c.workers.front();
   caf::scoped_actor other{c.b};

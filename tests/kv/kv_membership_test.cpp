@@ -43,6 +43,56 @@ BOOST_AUTO_TEST_CASE(an_error_message_nobody_asked_for_ends_no_role) {
   BOOST_CHECK(!c.events(10s).empty());
 }
 
+BOOST_AUTO_TEST_CASE(the_scheduler_admits_no_more_workers_than_configured) {
+  // One more "worker" from anyone on the CAF port would hold up sync
+  // rounds and barriers (seen at bc0f027): refused. A worker that leaves
+  // (or dies) frees its place for the next.
+  cluster c{"sync", 1, 1};
+  init_all(c, 4);
+  auto enrol = [&c] {
+    caf::expected<frame> out{caf::make_error(caf::sec::unexpected_response)};
+    c.self
+        ->request(c.remote_sched, 10s, register_atom_v,
+                  encode(register_request{role::worker, "", 0, 1, {}}))
+        .receive([&](frame& f) { out = std::move(f); },
+                 [&](caf::error& err) { out = std::move(err); });
+    return out;
+  };
+  auto refused = enrol();
+  BOOST_REQUIRE(!refused);
+  BOOST_CHECK(refused.error() == errc::cluster_full);
+  BOOST_CHECK_MESSAGE(describe(refused.error())
+                              .find("the cluster is full: 1 of "
+                                    "--cluster.workers=1 workers live") !=
+                          std::string::npos,
+                      describe(refused.error()));
+  BOOST_REQUIRE(!c.worker(0).leave());
+  auto admitted = enrol();
+  BOOST_REQUIRE_MESSAGE(admitted, why(admitted));
+  register_reply reply;
+  BOOST_REQUIRE(!decode(*admitted, reply));
+  BOOST_CHECK_EQUAL(reply.view.workers.size(), 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_worker_waits_for_a_place_within_its_timeout) {
+  // A restart may come before its predecessor's departure or death is
+  // seen: it asks again until its request timeout, then fails clearly.
+  cluster c{"sync", 1, 1};
+  init_all(c, 4);
+  kv_settings ks;
+  ks.request_timeout_ms = 10000;
+  kv late{c.b, c.remote_sched, ks}; // full: it asks again
+  BOOST_REQUIRE(!c.worker(0).leave());
+  auto v = late.view(); // answered once it has joined
+  BOOST_REQUIRE_MESSAGE(v, why(v));
+  BOOST_CHECK_EQUAL(v->second.workers.size(), 1u);
+  ks.request_timeout_ms = 1000;
+  kv refused{c.b, c.remote_sched, ks}; // nobody leaves now
+  auto none = refused.view();
+  BOOST_REQUIRE(!none);
+  BOOST_CHECK_MESSAGE(none.error() == errc::cluster_full, why(none));
+}
+
 BOOST_AUTO_TEST_CASE(a_barrier_waits_for_every_worker) {
   cluster c{"sync", 1, 2};
   auto& w0 = c.worker(0);

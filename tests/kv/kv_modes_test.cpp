@@ -99,7 +99,7 @@ BOOST_AUTO_TEST_CASE(undeclared_keys_and_wrong_lengths_are_refused) {
 BOOST_AUTO_TEST_CASE(workers_that_step_in_other_clock_counts_are_refused) {
   // Overlapped workers push a step as several clocks; a worker that steps
   // in another count would pair other steps in one sync round.
-  cluster c{"sync", 1, 1};
+  cluster c{"sync", 1, 1, 16u << 20, add_update, 1000, "auto", 1, 3};
   init_all(c, 4);
   kv_settings ks;
   ks.request_timeout_ms = 10000;

@@ -307,7 +307,7 @@ struct cut_road_job {
   std::unique_ptr<kv> w;
   cut_road_job(const std::string& road, uint32_t cut,
                const std::string& mode = "async", size_t floats = cut_floats)
-      : c{mode, 1, 0, 16u << 20, add_update, slice_floats, road, 0} {
+      : c{mode, 1, 0, 16u << 20, add_update, slice_floats, road, 0, 1} {
     ks.request_timeout_ms = 10000;
     ks.road_text = road;
     ks.road = *parse_road(road);

@@ -240,7 +240,7 @@ BOOST_AUTO_TEST_CASE(a_push_its_backup_refuses_is_not_acknowledged) {
                                       return n.rank == pb.primary;
                                     }),
                      gone.servers.end());
-  c.self->send(pb.to_backup, view_atom_v, encode(gone));
+  caf::send_as(c.remote_sched, pb.to_backup, view_atom_v, encode(gone));
   // A pull from the backup, which answers only after that view, tells
   // when it has dropped its replica.
   pull_request probe{pb.v.first, clock, gone.epoch, {}};

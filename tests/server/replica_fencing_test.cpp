@@ -151,7 +151,7 @@ struct backup_under_test {
       v.keys.push_back(key_info{x, floats});
       v.placement.push_back(slice_place{x, 0, rank});
     }
-    c.self->send(server, view_atom_v, encode(v));
+    caf::send_as(c.remote_sched, server, view_atom_v, encode(v));
     // A pull of that epoch is answered once the server has the view.
     pull_request probe{worker, 0, v.epoch, {}};
     bool answered = false;

@@ -202,7 +202,9 @@ BOOST_AUTO_TEST_CASE(a_cut_off_server_is_replaced_and_no_update_is_lost,
   // rejoin after it: 20,000 steps ended before the heal on a machine
   // doing 5,000 a second. On a loaded machine (ctest -j2 beside a build)
   // they ran at ~440 a second (2,183 in the first 5 s): the 60,000 take
-  // over two minutes, longer than the 120 s the other cases allow.
+  // over two minutes, longer than the 120 s the other cases allow; with a
+  // second build and test run beside too, over 300 s once (~200 a second).
+  // The bound guards a hang only.
   scheduler_process s{2, 2, on_cluster_host({})};
   scheduler_client log{s.port, cluster_host};
   auto agent = start_agent(
@@ -225,7 +227,7 @@ BOOST_AUTO_TEST_CASE(a_cut_off_server_is_replaced_and_no_update_is_lost,
     return is(e, "rejoined", role::server) && e.rank == 1;
   });
   BOOST_CHECK_MESSAGE(rejoined, dump(log.events()));
-  expect_clean_end(*agent, 300s);
+  expect_clean_end(*agent, 450s);
   expect_exact_sums(*agent, 120000);
 }
 

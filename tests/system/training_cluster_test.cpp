@@ -358,4 +358,26 @@ BOOST_AUTO_TEST_CASE(missing_data_or_a_bad_model_gets_one_clear_line) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_diverging_job_stops_with_one_line_and_a_nonzero_exit) {
+  // At bc0f027 --optimizer.lr=1000 trained on NaN to the end and wrote
+  // "train_loss":-nan. Now the first non-finite loss, or the push of a
+  // non-finite gradient, ends the worker.
+  for (std::string on : {"server", "worker"}) {
+    scheduler_process s{1, 1};
+    auto srv = start_server(s, "sync",
+                            {"--optimizer.lr=1000", "--optimizer.on=" + on});
+    auto w = start_trainer(
+        s, {"--optimizer.lr=1000", "--optimizer.on=" + on, "--train.epochs=1"});
+    auto rc = w->wait_exit(120s);
+    BOOST_REQUIRE_MESSAGE(rc, w->output());
+    BOOST_CHECK_NE(*rc, 0);
+    BOOST_CHECK_MESSAGE(w->output().find("*** worker failed: non_finite: ") !=
+                            std::string::npos,
+                        on << ": " << w->output());
+    BOOST_CHECK_MESSAGE(w->output().find("final test accuracy") ==
+                            std::string::npos,
+                        on << ": " << w->output());
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
