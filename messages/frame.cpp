@@ -66,9 +66,12 @@ namespace {
 
 capnp::ReaderOptions reader_options(size_t words) {
   capnp::ReaderOptions opts;
-  // Tensor frames are large: allow each word to be visited a few times,
-  // never less than the library default.
-  opts.traversalLimitInWords = std::max<uint64_t>(words * 4, 8u << 20);
+  // Each word may be visited a few times (a list read to check it, then
+  // to use it), plus a little for tiny frames. No more: Cap'n Proto
+  // charges a list of zero-sized elements a word per element, so a few
+  // bytes claiming a million of them fail here, not after their decoding
+  // cost a million steps.
+  opts.traversalLimitInWords = words * 4 + 64;
   opts.nestingLimit = 16;
   return opts;
 }

@@ -197,6 +197,34 @@ BOOST_AUTO_TEST_CASE(bad_parts_are_malformed) {
               errc::malformed_message);
 }
 
+BOOST_AUTO_TEST_CASE(a_small_frame_claiming_a_million_slices_fails_at_once) {
+  // 64 bytes: a Push whose slices are a list of 1M zero-sized structs (a
+  // legal Cap'n Proto encoding of no data). At bc0f027 the reader's
+  // traversal floor (8M words) let it through, and the server sorted 1M
+  // slice ids for 41 ms before it found the frame malformed. The limit now
+  // scales with the frame: refused by the reader itself.
+  std::vector<uint64_t> words{
+      uint64_t{7} << 32,                             // 1 segment of 7 words
+      (uint64_t{1} << 48) | (uint64_t{4} << 32),     // root: 4 data, 1 ptr
+      0,                                             // worker, part
+      0,                                             // clock
+      0,                                             // epoch
+      1,                                             // parts
+      (uint64_t{0} << 35) | (uint64_t{7} << 32) | 1, // list: composite
+      uint64_t{1000000} << 2};                       // tag: 1M of 0 words
+  frame f;
+  f.bytes.resize(words.size() * 8);
+  std::memcpy(f.bytes.data(), words.data(), f.bytes.size());
+  BOOST_REQUIRE_EQUAL(f.bytes.size(), 64u);
+  push_request x;
+  auto err = decode(f, x);
+  BOOST_CHECK(err == errc::malformed_message);
+  BOOST_CHECK_MESSAGE(describe(err).find("traversal limit") !=
+                          std::string::npos,
+                      describe(err));
+  // A frame of real slices of that count would be at least 24 MB.
+}
+
 BOOST_AUTO_TEST_CASE(a_slice_named_twice_in_a_request_is_malformed) {
   std::vector<float> v(8, 1.0f);
   push_request p{0, 0, 1, 0, 1, {{{3, 2}, v}, {{3, 1}, v}, {{3, 2}, v}}};
