@@ -7,6 +7,7 @@
 #include <ctime>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 namespace troupe {
 
@@ -74,6 +75,35 @@ void set_log_observer(log_observer fn) {
                  : std::shared_ptr<const log_observer>{};
   std::lock_guard<std::mutex> guard{observer_mtx};
   observer = std::move(next);
+}
+
+bool log_limiter::admit(std::chrono::steady_clock::time_point now,
+                        uint64_t& held) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  held = 0;
+  if (used_ == 0 || now - start_ >= window_) { // a new window
+    start_ = now;
+    used_ = 0;
+    held = std::exchange(held_, 0);
+  }
+  if (used_ < burst_) {
+    ++used_;
+    return true;
+  }
+  ++held_;
+  return false;
+}
+
+void log_line_limited(log_limiter& lim, log_level lvl, const std::string& who,
+                      const std::string& what) {
+  uint64_t held = 0;
+  if (!lim.admit(std::chrono::steady_clock::now(), held))
+    return;
+  if (held > 0)
+    log_line(lvl, who,
+             str("(", held, " more lines like the next were held back in ",
+                 lim.window().count(), " s)"));
+  log_line(lvl, who, what);
 }
 
 } // namespace troupe

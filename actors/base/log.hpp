@@ -2,7 +2,10 @@
 // event on stderr, with time, level and the component that speaks.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
+#include <mutex>
 #include <sstream>
 #include <string>
 
@@ -31,6 +34,32 @@ using log_observer = std::function<void(log_level lvl, const std::string& who,
 /// caller's frame.
 void set_log_observer(log_observer fn);
 
+/// Lets a line that a peer can repeat at will (one per malformed frame)
+/// through at most `burst` times per `window`. What it holds back is
+/// counted and said in one line with the first line let through after.
+class log_limiter {
+public:
+  explicit log_limiter(unsigned burst = 5,
+                       std::chrono::seconds window = std::chrono::seconds{10})
+      : burst_(burst), window_(window) {}
+  /// True if a line may be written at `now`; `held` gets how many lines
+  /// were held back before it (to be said first), 0 if none.
+  bool admit(std::chrono::steady_clock::time_point now, uint64_t& held);
+  std::chrono::seconds window() const { return window_; }
+
+private:
+  const unsigned burst_;
+  const std::chrono::seconds window_;
+  std::mutex mtx_;
+  std::chrono::steady_clock::time_point start_{};
+  unsigned used_ = 0;
+  uint64_t held_ = 0;
+};
+
+/// Writes a line through `lim`, saying first how many it held back.
+void log_line_limited(log_limiter& lim, log_level lvl, const std::string& who,
+                      const std::string& what);
+
 /// Concatenates `xs` with operator<<.
 template <class... Ts> std::string str(const Ts&... xs) {
   std::ostringstream out;
@@ -45,4 +74,14 @@ template <class... Ts> std::string str(const Ts&... xs) {
     if (::troupe::log_enabled(::troupe::log_level::lvl))                       \
       ::troupe::log_line(::troupe::log_level::lvl, who,                        \
                          ::troupe::str(__VA_ARGS__));                          \
+  } while (false)
+
+/// TROUPE_LOG for a line a peer can make repeat: at most 5 per 10 s from
+/// this call site, then one line saying how many were held back.
+#define TROUPE_LOG_LIMITED(lvl, who, ...)                                      \
+  do {                                                                         \
+    static ::troupe::log_limiter troupe_limiter_;                              \
+    if (::troupe::log_enabled(::troupe::log_level::lvl))                       \
+      ::troupe::log_line_limited(troupe_limiter_, ::troupe::log_level::lvl,    \
+                                 who, ::troupe::str(__VA_ARGS__));             \
   } while (false)

@@ -111,7 +111,8 @@ void road_conn::start_accepted(uint32_t timeout_ms, road_handler on_msg,
         bool handed_over = false;
         if (auto err =
                 accept_hello(*self, timeout_ms, pairing.get(), handed_over)) {
-          TROUPE_LOG(warning, "road", "refused a connection: ", describe(err));
+          TROUPE_LOG_LIMITED(warning, "road", "refused a connection from ",
+                             peer_address(self->read_fd_), ": ", describe(err));
           self->fail(err);
           return;
         }
@@ -211,6 +212,10 @@ bool road_conn::large_traffic() const {
   auto last = last_large_frame_.load(std::memory_order_relaxed);
   return last != 0 &&
          frames_.load(std::memory_order_relaxed) - last < large_traffic_frames;
+}
+
+std::string road_conn::peer() const {
+  return peer_address(read_fd_);
 }
 
 } // namespace troupe

@@ -126,6 +126,8 @@ public:
   /// The socket our reader reads: fd(), or the reply socket where a worker
   /// reads its answers on one.
   int read_fd() const { return read_fd_; }
+  /// "ADDRESS:PORT" of the peer (or "a local socket"), for log lines.
+  std::string peer() const;
   /// True if this connection answers or reads on a reply socket (shm, and
   /// tcp unless --road.single-conn).
   bool has_reply_socket() const { return side_fd_ >= 0; }

@@ -99,6 +99,10 @@ caf::expected<int> connect_with_timeout(int domain, const sockaddr* sa,
 /// The IPv4 address of the peer of `fd`, or 0 if it has none.
 uint32_t peer_ipv4(int fd);
 
+/// "ADDRESS:PORT" of the peer of socket `fd` ("a local socket" for a unix
+/// one, "an unknown peer" if it cannot tell): for lines about a peer.
+std::string peer_address(int fd);
+
 /// True if `fd` is a unix stream socket (what a reply socket must be).
 bool unix_stream_socket(int fd);
 

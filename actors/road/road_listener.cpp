@@ -137,15 +137,16 @@ void road_listener::accept_one(int lfd, road_kind kind) {
     return;
   }
   if (connections() >= max_connections) {
-    TROUPE_LOG(warning, "road", "refused a connection: already ",
-               max_connections);
+    TROUPE_LOG_LIMITED(warning, "road", "refused a connection from ",
+                       peer_address(fd), ": already ", max_connections);
     ::close(fd);
     return;
   }
   if (kind == road_kind::shm && !same_user(fd)) {
-    TROUPE_LOG(warning, "road", "refused a shared-memory connection from",
-               " another user: its rings would be read in place, and it",
-               " could change them as they are read");
+    TROUPE_LOG_LIMITED(warning, "road",
+                       "refused a shared-memory connection from another user:"
+                       " its rings would be read in place, and it could"
+                       " change them as they are read");
     ::close(fd);
     return;
   }

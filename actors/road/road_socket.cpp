@@ -101,6 +101,25 @@ uint32_t peer_ipv4(int fd) {
   return sa.sin_addr.s_addr;
 }
 
+std::string peer_address(int fd) {
+  sockaddr_storage sa{};
+  socklen_t len = sizeof(sa);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0)
+    return "an unknown peer";
+  char host[INET6_ADDRSTRLEN] = {};
+  if (sa.ss_family == AF_INET) {
+    auto& in = reinterpret_cast<const sockaddr_in&>(sa);
+    ::inet_ntop(AF_INET, &in.sin_addr, host, sizeof(host));
+    return std::string{host} + ":" + std::to_string(ntohs(in.sin_port));
+  }
+  if (sa.ss_family == AF_INET6) {
+    auto& in = reinterpret_cast<const sockaddr_in6&>(sa);
+    ::inet_ntop(AF_INET6, &in.sin6_addr, host, sizeof(host));
+    return "[" + std::string{host} + "]:" + std::to_string(ntohs(in.sin6_port));
+  }
+  return "a local socket";
+}
+
 bool unix_stream_socket(int fd) {
   struct stat st;
   int type = 0;

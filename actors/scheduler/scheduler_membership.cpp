@@ -140,11 +140,11 @@ caf::error check_room(self_ptr self, role kind) {
   if (live < limit)
     return caf::none;
   auto name = std::string{kind == role::server ? "server" : "worker"};
-  TROUPE_LOG(warning, "scheduler", "refused a ", name, " from ",
-             self->current_sender()
-                 ? caf::to_string(self->current_sender()->node())
-                 : std::string{"no sender"},
-             ": ", live, " of ", limit, " ", name, "s live");
+  TROUPE_LOG_LIMITED(warning, "scheduler", "refused a ", name, " from ",
+                     self->current_sender()
+                         ? caf::to_string(self->current_sender()->node())
+                         : std::string{"no sender"},
+                     ": ", live, " of ", limit, " ", name, "s live");
   return caf::make_error(errc::cluster_full,
                          str("the cluster is full: ", live, " of --cluster.",
                              name, "s=", limit, " ", name,

@@ -56,8 +56,8 @@ void when_epoch(self_ptr self, uint64_t epoch, replier& rp, F fn) {
 template <class Request>
 bool decode_or_reject(self_ptr self, bytes_view f, Request& req, replier& rp) {
   if (auto err = decode(f, req)) { // 5
-    TROUPE_LOG(warning, who(self), "dropped a malformed request from ",
-               rp.source(), ": ", self->system().render(err));
+    TROUPE_LOG_LIMITED(warning, who(self), "dropped a malformed request from ",
+                       rp.source(), ": ", self->system().render(err));
     rp.deliver(err);
     return false;
   }
@@ -348,14 +348,14 @@ void accept_push(self_ptr self, bytes_view f, replier rp,
                               " clock ",
                               req.clock, " in key ", non_finite->key,
                               " (slice ", non_finite->index, ")"));
-    TROUPE_LOG(warning, who(self), "refused a push from ", rp.source(), ": ",
-               describe(err));
+    TROUPE_LOG_LIMITED(warning, who(self), "refused a push from ", rp.source(),
+                       ": ", describe(err));
     rp.deliver(err);
     return;
   }
   if (err) { // 5
-    TROUPE_LOG(warning, who(self), "dropped a malformed request from ",
-               rp.source(), ": ", self->system().render(err));
+    TROUPE_LOG_LIMITED(warning, who(self), "dropped a malformed request from ",
+                       rp.source(), ": ", self->system().render(err));
     rp.deliver(err);
     return;
   }

@@ -37,8 +37,8 @@ void replier::deliver(const caf::error& err) {
 
 std::string replier::source() const {
   if (road)
-    return std::string{"a "} + to_string(road->conn->kind()) +
-           " road connection";
+    return std::string{"the "} + to_string(road->conn->kind()) +
+           " road connection from " + road->conn->peer();
   auto from = rp.source();
   return from ? caf::to_string(from->node()) : std::string{"?"};
 }
@@ -111,8 +111,8 @@ void accept_road(self_ptr self, road_message_ptr m) {
   case road_op::replicate:
     return accept_replica_op(self, std::move(m), to);
   default:
-    TROUPE_LOG(warning, who(self), "dropped a road message of kind ",
-               static_cast<int>(m->op), " from ", to.source());
+    TROUPE_LOG_LIMITED(warning, who(self), "dropped a road message of kind ",
+                       static_cast<int>(m->op), " from ", to.source());
     to.deliver(caf::make_error(errc::malformed_message, "not a request"));
   }
 }

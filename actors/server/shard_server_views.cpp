@@ -163,9 +163,10 @@ void on_view_frame(self_ptr self, const frame& f) {
   auto from = self->current_sender();
   if (from == nullptr || caf::actor_cast<caf::actor_addr>(from) !=
                              self->state.scheduler.address()) {
-    TROUPE_LOG(warning, who(self), "refused a view from ",
-               from ? caf::to_string(from->node()) : std::string{"no sender"},
-               ": views come from the scheduler alone");
+    TROUPE_LOG_LIMITED(warning, who(self), "refused a view from ",
+                       from ? caf::to_string(from->node())
+                            : std::string{"no sender"},
+                       ": views come from the scheduler alone");
     return;
   }
   cluster_view v;
