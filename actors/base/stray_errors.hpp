@@ -2,7 +2,7 @@
 // default. A peer that gets a message it does not know (another build of
 // troupe, a test's stand-in) sends such an error back, and so may any
 // peer at all: for the long-lived roles that would end the job over
-// nothing. They log it instead.
+// nothing. They log it instead. Lines about such peers name their node.
 #pragma once
 
 #include <functional>
@@ -15,6 +15,12 @@
 #include "actors/base/log.hpp"
 
 namespace troupe {
+
+/// The node a message came from, for a line about a peer ("no sender"
+/// for an anonymous message).
+inline std::string sender_node(const caf::strong_actor_ptr& from) {
+  return from ? caf::to_string(from->node()) : std::string{"no sender"};
+}
 
 /// Makes `self` log an error message that answers nothing, as `who()`
 /// says it, and go on.

@@ -403,10 +403,11 @@ caf::error
 node_config::check_options(const std::vector<std::string>& args) const {
   if (auto err = check_flags(args, custom_options_))
     return err;
+  const std::string flag = "--config-file=";
   std::string file;
   for (auto& a : args)
-    if (a.rfind("--config-file=", 0) == 0)
-      file = a.substr(14);
+    if (a.rfind(flag, 0) == 0)
+      file = a.substr(flag.size());
   if (file.empty()) { // CAF's default, read if it is there
     if (std::ifstream{config_file_path})
       file = config_file_path;

@@ -125,6 +125,18 @@ std::vector<std::string> keys_of(const caf::config_option_set& opts,
   return out;
 }
 
+/// The flag names of `opts`, as given on the command line (global ones
+/// without their group).
+std::vector<std::string> flag_names(const caf::config_option_set& opts) {
+  std::vector<std::string> out;
+  for (auto& o : opts) {
+    std::string n{o.full_name().begin(), o.full_name().end()};
+    const std::string global = "global.";
+    out.push_back(n.rfind(global, 0) == 0 ? n.substr(global.size()) : n);
+  }
+  return out;
+}
+
 /// Checks one `key = value` of INI group `group`.
 caf::error check_entry(const caf::config_option_set& opts,
                        const std::string& group, const std::string& key,
@@ -215,13 +227,6 @@ caf::error check_ini_file(const std::string& path,
 
 caf::error check_flags(const std::vector<std::string>& args,
                        const caf::config_option_set& opts) {
-  std::vector<std::string> names;
-  for (auto& o : opts) {
-    std::string n{o.full_name().begin(), o.full_name().end()};
-    if (n.rfind("global.", 0) == 0)
-      n = n.substr(7);
-    names.push_back(n);
-  }
   for (auto& arg : args) {
     if (arg.size() < 3 || arg.compare(0, 2, "--") != 0)
       continue; // CAF refuses what is no option
@@ -229,10 +234,11 @@ caf::error check_flags(const std::vector<std::string>& args,
     auto name = arg.substr(2, eq == std::string::npos ? eq : eq - 2);
     auto* opt = opts.cli_long_name_lookup(name);
     if (opt == nullptr)
-      return caf::make_error(errc::invalid_config,
-                             "unknown flag --" + name +
-                                 did_you_mean(name, names, "--", "") +
-                                 "; troupe-node --help lists them all");
+      return caf::make_error(
+          errc::invalid_config,
+          "unknown flag --" + name +
+              did_you_mean(name, flag_names(opts), "--", "") +
+              "; troupe-node --help lists them all");
     if (eq == std::string::npos) {
       if (!opt->is_flag())
         return caf::make_error(errc::invalid_config, "--" + name +

@@ -112,7 +112,7 @@ void road_conn::start_accepted(uint32_t timeout_ms, road_handler on_msg,
         if (auto err =
                 accept_hello(*self, timeout_ms, pairing.get(), handed_over)) {
           TROUPE_LOG_LIMITED(warning, "road", "refused a connection from ",
-                             peer_address(self->read_fd_), ": ", describe(err));
+                             self->peer(), ": ", describe(err));
           self->fail(err);
           return;
         }

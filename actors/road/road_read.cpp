@@ -101,8 +101,8 @@ bool road_conn::read_next(bool on_reader) {
     return false;
   }
   if (auto err = check_header(h)) {
-    TROUPE_LOG_LIMITED(warning, "road", "dropping a connection from ",
-                       peer_address(read_fd_), ": ", describe(err));
+    TROUPE_LOG_LIMITED(warning, "road", "dropping a connection from ", peer(),
+                       ": ", describe(err));
     fail(err);
     return false;
   }

@@ -8,6 +8,7 @@
 #include <caf/system_messages.hpp>
 
 #include "actors/base/log.hpp"
+#include "actors/base/stray_errors.hpp"
 #include "actors/cluster/placement.hpp"
 #include "actors/scheduler/scheduler_internal.hpp"
 #include "messages/errors.hpp"
@@ -141,10 +142,8 @@ caf::error check_room(self_ptr self, role kind) {
     return caf::none;
   auto name = std::string{kind == role::server ? "server" : "worker"};
   TROUPE_LOG_LIMITED(warning, "scheduler", "refused a ", name, " from ",
-                     self->current_sender()
-                         ? caf::to_string(self->current_sender()->node())
-                         : std::string{"no sender"},
-                     ": ", live, " of ", limit, " ", name, "s live");
+                     sender_node(self->current_sender()), ": ", live, " of ",
+                     limit, " ", name, "s live");
   return caf::make_error(errc::cluster_full,
                          str("the cluster is full: ", live, " of --cluster.",
                              name, "s=", limit, " ", name,

@@ -344,10 +344,9 @@ void accept_push(self_ptr self, bytes_view f, replier rp,
   if (!err && non_finite) { // one bad value would spread to every weight
     err = caf::make_error(errc::non_finite,
                           str("worker ", req.worker,
-                              " pushed a NaN or infinity at"
-                              " clock ",
-                              req.clock, " in key ", non_finite->key,
-                              " (slice ", non_finite->index, ")"));
+                              " pushed a NaN or infinity at clock ", req.clock,
+                              " in key ", non_finite->key, " (slice ",
+                              non_finite->index, ")"));
     TROUPE_LOG_LIMITED(warning, who(self), "refused a push from ", rp.source(),
                        ": ", describe(err));
     rp.deliver(err);

@@ -8,6 +8,7 @@
 #include <caf/send.hpp>
 
 #include "actors/base/log.hpp"
+#include "actors/base/stray_errors.hpp"
 #include "actors/road/run_here.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -39,8 +40,7 @@ std::string replier::source() const {
   if (road)
     return std::string{"the "} + to_string(road->conn->kind()) +
            " road connection from " + road->conn->peer();
-  auto from = rp.source();
-  return from ? caf::to_string(from->node()) : std::string{"?"};
+  return sender_node(rp.source());
 }
 
 namespace server_impl {

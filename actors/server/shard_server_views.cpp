@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/base/log.hpp"
+#include "actors/base/stray_errors.hpp"
 #include "actors/cluster/placement.hpp"
 #include "messages/errors.hpp"
 
@@ -164,8 +165,7 @@ void on_view_frame(self_ptr self, const frame& f) {
   if (from == nullptr || caf::actor_cast<caf::actor_addr>(from) !=
                              self->state.scheduler.address()) {
     TROUPE_LOG_LIMITED(warning, who(self), "refused a view from ",
-                       from ? caf::to_string(from->node())
-                            : std::string{"no sender"},
+                       sender_node(from),
                        ": views come from the scheduler alone");
     return;
   }

@@ -26,25 +26,55 @@ using namespace troupe;
 using namespace troupe::test;
 using namespace std::chrono_literals;
 
-BOOST_AUTO_TEST_SUITE(server_input_tests)
+namespace {
 
-BOOST_AUTO_TEST_CASE(a_server_drops_duplicates_and_survives_malformed_bytes) {
+/// One async server holding key 1 (1000 floats of 0), a worker, and the
+/// test's own handle on the server, to send it what no worker would.
+struct served_key {
   cluster c{"async", 1, 1};
-  init_all(c, 1000);
-  auto server =
-      c.b.middleman().remote_actor("127.0.0.1", c.server_ports.front());
-  BOOST_REQUIRE(server);
-  auto v = c.worker(0).view();
-  BOOST_REQUIRE(v);
-  push_request p{0, 0, v->second.epoch,
-                 0, 1, {{{1, 0}, std::vector<float>(1000, 1.0f)}}};
-  auto ask = [&](auto atom, const frame& f) {
+  caf::actor server;
+  cluster_view view;
+  served_key() {
+    init_all(c, 1000);
+    auto h = c.b.middleman().remote_actor("127.0.0.1", c.server_ports.front());
+    BOOST_REQUIRE(h);
+    server = *h;
+    auto v = c.worker(0).view();
+    BOOST_REQUIRE(v);
+    view = v->second;
+  }
+  /// Sends `f` as `atom` from the test: the server's answer.
+  template <class Atom> caf::expected<frame> ask(Atom atom, const frame& f) {
     caf::expected<frame> out{caf::make_error(caf::sec::unexpected_response)};
-    c.self->request(*server, 10s, atom, f)
+    c.self->request(server, 10s, atom, f)
         .receive([&](frame& r) { out = std::move(r); },
                  [&](caf::error& err) { out = std::move(err); });
     return out;
-  };
+  }
+  /// A push of worker 0 at clock 0 of 1000 ones to slice (1, 0).
+  push_request ones() const {
+    return push_request{0, 0, view.epoch,
+                        0, 1, {{{1, 0}, std::vector<float>(1000, 1.0f)}}};
+  }
+  /// Checks that the worker's push of ones at clock 0 is taken now, once.
+  void expect_clock_0_open_and_applied_once() {
+    auto pushed = c.worker(0).push(0, filled(1, 1000, 1.0f));
+    BOOST_REQUIRE_MESSAGE(pushed, why(pushed));
+    auto got = c.worker(0).pull(1, {1});
+    BOOST_REQUIRE_MESSAGE(got, why(got));
+    BOOST_CHECK(all_equal(*got, 1.0f));
+  }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(server_input_tests)
+
+BOOST_AUTO_TEST_CASE(a_server_drops_duplicates_and_survives_malformed_bytes) {
+  served_key t;
+  auto& c = t.c;
+  auto p = t.ones();
+  auto ask = [&t](auto atom, const frame& f) { return t.ask(atom, f); };
   push_reply first, second;
   BOOST_REQUIRE(!decode(*ask(push_atom_v, encode(p)), first));
   BOOST_REQUIRE(!decode(*ask(push_atom_v, encode(p)), second));
@@ -59,9 +89,9 @@ BOOST_AUTO_TEST_CASE(a_server_drops_duplicates_and_survives_malformed_bytes) {
   future.epoch = uint64_t{1} << 40;
   BOOST_CHECK(ask(push_atom_v, encode(future)).error() ==
               errc::malformed_message);
-  pull_request ahead{0, 1000, v->second.epoch, {{1, 0}}};
+  pull_request ahead{0, 1000, t.view.epoch, {{1, 0}}};
   BOOST_CHECK(ask(pull_atom_v, encode(ahead)).error() == errc::clock_gap);
-  pull_request stranger{7, 0, v->second.epoch, {{1, 0}}};
+  pull_request stranger{7, 0, t.view.epoch, {{1, 0}}};
   BOOST_CHECK(ask(pull_atom_v, encode(stranger)).error() == errc::not_a_member);
   // A slice named twice: the push would add it twice (making 3 below).
   auto doubled = p;
@@ -69,7 +99,7 @@ BOOST_AUTO_TEST_CASE(a_server_drops_duplicates_and_survives_malformed_bytes) {
   doubled.slices.push_back(doubled.slices.front());
   BOOST_CHECK(ask(push_atom_v, encode(doubled)).error() ==
               errc::malformed_message);
-  pull_request pull_doubled{0, 1, v->second.epoch, {{1, 0}, {1, 0}}};
+  pull_request pull_doubled{0, 1, t.view.epoch, {{1, 0}, {1, 0}}};
   BOOST_CHECK(ask(pull_atom_v, encode(pull_doubled)).error() ==
               errc::malformed_message);
   auto got = c.worker(0).pull(1, {1}); // still serving, applied once
@@ -80,22 +110,12 @@ BOOST_AUTO_TEST_CASE(a_server_drops_duplicates_and_survives_malformed_bytes) {
 BOOST_AUTO_TEST_CASE(a_push_with_a_nan_or_an_infinity_is_refused_whole) {
   // At bc0f027 a stranger's 1,372 NaN pushes were taken, and the model's
   // accuracy fell from 0.86 to 0.10 with both workers exiting 0.
-  cluster c{"async", 1, 1};
-  init_all(c, 1000);
-  auto server =
-      c.b.middleman().remote_actor("127.0.0.1", c.server_ports.front());
-  BOOST_REQUIRE(server);
-  auto v = c.worker(0).view();
-  BOOST_REQUIRE(v);
+  served_key t;
   for (float bad : {std::numeric_limits<float>::quiet_NaN(),
                     -std::numeric_limits<float>::infinity()}) {
-    push_request p{0, 0, v->second.epoch,
-                   0, 1, {{{1, 0}, std::vector<float>(1000, 1.0f)}}};
+    auto p = t.ones();
     p.slices.front().values[999] = bad;
-    caf::expected<frame> out{caf::make_error(caf::sec::unexpected_response)};
-    c.self->request(*server, 10s, push_atom_v, encode(p))
-        .receive([&](frame& r) { out = std::move(r); },
-                 [&](caf::error& err) { out = std::move(err); });
+    auto out = t.ask(push_atom_v, encode(p));
     BOOST_REQUIRE(!out);
     BOOST_CHECK(out.error() == errc::non_finite);
     BOOST_CHECK_EQUAL(describe(out.error()),
@@ -103,41 +123,24 @@ BOOST_AUTO_TEST_CASE(a_push_with_a_nan_or_an_infinity_is_refused_whole) {
                       "0 in key 1 (slice 0)");
   }
   // None of it was taken, not even the finite part: clock 0 is still open.
-  auto pushed = c.worker(0).push(0, filled(1, 1000, 1.0f));
-  BOOST_REQUIRE_MESSAGE(pushed, why(pushed));
-  auto got = c.worker(0).pull(1, {1});
-  BOOST_REQUIRE_MESSAGE(got, why(got));
-  BOOST_CHECK(all_equal(*got, 1.0f));
+  t.expect_clock_0_open_and_applied_once();
 }
 
 BOOST_AUTO_TEST_CASE(a_server_takes_views_from_its_scheduler_alone) {
   // A stranger on the CAF port sends a far newer view that gives the
   // server no slice: applied, every request of the real workers would fail
   // with slice_not_owned (seen at bc0f027). Refused, the server serves on.
-  cluster c{"async", 1, 1};
-  init_all(c, 1000);
-  auto server =
-      c.b.middleman().remote_actor("127.0.0.1", c.server_ports.front());
-  BOOST_REQUIRE(server);
-  auto v = c.worker(0).view();
-  BOOST_REQUIRE(v);
-  auto forged = v->second;
+  served_key t;
+  auto forged = t.view;
   forged.epoch += 900000;
   forged.keys.clear();
   forged.placement.clear();
-  c.self->send(*server, view_atom_v, encode(forged));
+  t.c.self->send(t.server, view_atom_v, encode(forged));
   // Our next request reaches the server after the view.
-  pull_request probe{0, 0, v->second.epoch, {{1, 0}}};
-  caf::expected<frame> out{caf::make_error(caf::sec::unexpected_response)};
-  c.self->request(*server, 10s, pull_atom_v, encode(probe))
-      .receive([&](frame& r) { out = std::move(r); },
-               [&](caf::error& err) { out = std::move(err); });
+  pull_request probe{0, 0, t.view.epoch, {{1, 0}}};
+  auto out = t.ask(pull_atom_v, encode(probe));
   BOOST_CHECK_MESSAGE(out, why(out));
-  auto pushed = c.worker(0).push(0, filled(1, 1000, 1.0f));
-  BOOST_REQUIRE_MESSAGE(pushed, why(pushed));
-  auto got = c.worker(0).pull(1, {1});
-  BOOST_REQUIRE_MESSAGE(got, why(got));
-  BOOST_CHECK(all_equal(*got, 1.0f));
+  t.expect_clock_0_open_and_applied_once();
 }
 
 BOOST_AUTO_TEST_CASE(
