@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config git ca-certificates
   libcaf-dev                 # CAF 0.17.6: actors, middleman, openssl
+  libssl-dev openssl         # HMAC on roads; certificates (deploy/make-certs.sh)
   libcapnp-dev capnproto     # Cap'n Proto 0.9.2: messages
   libboost-test-dev          # Boost.Test 1.74: tests
   libopenblas-dev            # CPU math

@@ -74,6 +74,9 @@ struct RegisterReply {
   # Scheduler -> node: its rank and the view that includes it.
   rank @0 :UInt32;
   view @1 :ClusterView;
+  roadKey @2 :Data;  # 32 bytes: a server gets the cluster's road key, a
+                     # worker its own token (actors/base/member_secret.hpp);
+                     # empty: no road (a scheduler that has none)
 }
 
 struct Declare {

@@ -311,6 +311,8 @@ frame encode(const register_reply& x) {
   auto b = msg.initRoot<schema::RegisterReply>();
   b.setRank(x.rank);
   write_view(b.initView(), x.view);
+  b.setRoadKey(capnp::Data::Reader{
+      reinterpret_cast<const kj::byte*>(x.road_key.data()), x.road_key.size()});
   return to_frame(msg);
 }
 
@@ -386,6 +388,11 @@ caf::error decode(const frame& f, register_reply& x) {
   return decode_guarded(f, "RegisterReply", [&x](frame_reader& rd) {
     auto r = rd.get<schema::RegisterReply>();
     x.rank = r.getRank();
+    auto key = r.getRoadKey();
+    if (key.size() != 0 && key.size() != road_key_bytes)
+      return caf::make_error(errc::malformed_message, "road key of",
+                             static_cast<uint64_t>(key.size()), "bytes");
+    x.road_key.assign(reinterpret_cast<const char*>(key.begin()), key.size());
     return read_view(r.getView(), x.view);
   });
 }

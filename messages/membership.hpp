@@ -84,6 +84,9 @@ struct register_request {
 struct register_reply {
   uint32_t rank = 0;
   cluster_view view;
+  /// A server: the cluster's road key; a worker: its road token (32 bytes,
+  /// or empty: no road).
+  std::string road_key;
 };
 
 /// Worker -> scheduler: arrays it will use.
@@ -138,6 +141,8 @@ constexpr uint64_t max_key_size = uint64_t{1} << 36;
 constexpr uint32_t max_slice_floats = 64u << 20;
 /// Longest barrier name.
 constexpr size_t max_barrier_name = 64;
+/// Length of a RegisterReply's road key (when it has one).
+constexpr size_t road_key_bytes = 32;
 /// Longest event kind, and event detail or source.
 constexpr size_t max_event_kind = 32;
 constexpr size_t max_event_text = 1024;

@@ -24,6 +24,7 @@
 #include "actors/server/shard_server.hpp"
 #include "messages/membership.hpp"
 #include "messages/type_ids.hpp"
+#include "tests/test_road_key.hpp"
 
 namespace troupe::test {
 
@@ -92,6 +93,7 @@ struct cluster {
     ss.servers = nservers;
     ss.workers = std::max(nworkers, room);
     ss.placement.slice_floats = slice_floats;
+    ss.road_key = test_road_key(); // tests may speak on roads as members
     sched = a.spawn(scheduler, ss);
     auto port = a.middleman().publish(sched, 0, "127.0.0.1");
     BOOST_REQUIRE(port);

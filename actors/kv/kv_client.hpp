@@ -152,6 +152,9 @@ struct kv_client_state {
   caf::actor scheduler;
   uint32_t rank = 0;
   bool joined = false;
+  /// What we prove ourselves with on roads (our token, from our
+  /// RegisterReply); none: no roads (the scheduler gave no token).
+  std::optional<road_credential> road_id;
   /// Until when a full cluster is asked again for a place (join()).
   std::chrono::steady_clock::time_point join_deadline;
   cluster_view view;

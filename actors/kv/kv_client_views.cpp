@@ -42,7 +42,8 @@ void flush_waiting(self_ptr self) { // 2
 /// kind tried, less than the request timeout if that is less.
 void dial_road(self_ptr self, const node_info& n) {
   auto& cfg = self->state.cfg;
-  if (cfg.road == road_kind::middleman || n.road.port == 0)
+  if (cfg.road == road_kind::middleman || n.road.port == 0 ||
+      !self->state.road_id)
     return;
   auto addr = self->address();
   auto rank = n.rank;
@@ -66,7 +67,8 @@ void dial_road(self_ptr self, const node_info& n) {
       caf::anon_send(h, road_down_atom_v, rank, serial, describe(err));
   };
   auto conn = road_dial(n.host, n.road, cfg.road, cfg.ring_bytes,
-                        cfg.request_timeout_ms, cfg.roads, on_msg, on_down);
+                        cfg.request_timeout_ms, cfg.roads, *self->state.road_id,
+                        on_msg, on_down);
   if (!conn) {
     TROUPE_LOG(warning, who(self), "no fast road to server ", rank, " (",
                describe(conn.error()), "): using CAF");
@@ -204,6 +206,27 @@ void fail_inflight(self_ptr self, uint32_t rank) {
   forget_redial(self, rank);    // gone: no road to wait for
 }
 
+/// Our road token from the RegisterReply (road_auth.hpp). A view that
+/// overtook the reply may have connected us to servers already, without
+/// a road: they get theirs now.
+void take_road_token(self_ptr self, const std::string& bytes) {
+  auto& st = self->state;
+  secret token;
+  if (!secret_from_bytes(bytes, token)) {
+    if (st.cfg.road != road_kind::middleman)
+      TROUPE_LOG(warning, who(self), "the scheduler gave no road token:",
+                 " using CAF to every server");
+    return;
+  }
+  st.road_id = road_credential{{role::worker, st.rank}, token};
+  for (auto& n : st.view.servers) {
+    auto road = st.roads.find(n.rank);
+    if (st.servers.count(n.rank) &&
+        (road == st.roads.end() || !road->second.conn))
+      dial_road(self, n);
+  }
+}
+
 } // namespace
 
 void join(self_ptr self) {
@@ -225,6 +248,7 @@ void join(self_ptr self) {
             }
             self->state.rank = reply.rank;
             self->state.joined = true;
+            take_road_token(self, reply.road_key);
             TROUPE_LOG(info, who(self), "joined");
             apply_view(self, std::move(reply.view));
             // The view may have overtaken this reply (apply_view then

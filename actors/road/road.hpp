@@ -78,14 +78,18 @@
 // crash on either side leaks no shared memory; a survivor unmaps when its
 // last message from the ring is gone.
 //
-// Files: road_wire.hpp (ops, messages, landings), road_ring.hpp (ring
-// space), road_conn.hpp (a connection and its turn machine),
-// road_caller.hpp (a blocking caller's scope), road_listener.hpp (the
-// server's end), road_dial.hpp (the worker's end), road_settings.hpp (how
+// Every connection opens with a handshake that proves its member
+// (road_auth.hpp).
+//
+// Files: road_auth.hpp (the handshake), road_wire.hpp (ops, messages,
+// landings), road_ring.hpp (ring space), road_conn.hpp (a connection and its
+// turn machine), road_caller.hpp (a blocking caller's scope), road_listener.hpp
+// (the server's end), road_dial.hpp (the worker's end), road_settings.hpp (how
 // roads poll); road_internal.hpp is shared by the .cpp files only. This
 // header includes them all.
 #pragma once
 
+#include "actors/road/road_auth.hpp"
 #include "actors/road/road_caller.hpp"
 #include "actors/road/road_conn.hpp"
 #include "actors/road/road_dial.hpp"

@@ -124,16 +124,18 @@ caf::error accept_rings(road_conn& c, const wire_header& h,
 
 } // namespace
 
-caf::error accept_hello(road_conn& c, uint32_t timeout_ms,
+caf::error accept_hello(road_conn& c,
+                        std::chrono::steady_clock::time_point deadline,
                         road_pairing* pairing, bool& handed_over) {
   wire_header h;
   int fds[max_passed_fds] = {-1, -1, -1};
-  if (auto err = read_hello(c, timeout_ms, pairing, h, fds))
+  if (auto err = read_hello(c, ms_until(deadline), pairing, h, fds))
     return err;
   if (h.flags != 0) { // a tcp road: read_hello checked that `pairing` pairs
     close_fds(fds);
-    auto err = pair_connections(
-        c, h, *pairing, std::chrono::milliseconds{timeout_ms}, handed_over);
+    auto err = pair_connections(c, h, *pairing,
+                                std::chrono::milliseconds{ms_until(deadline)},
+                                handed_over);
     if (err || handed_over)
       return err;
   }

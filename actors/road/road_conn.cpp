@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "actors/base/log.hpp"
+#include "actors/road/road_auth.hpp"
 #include "actors/road/road_internal.hpp"
 #include "messages/errors.hpp"
 
@@ -99,29 +100,36 @@ void road_conn::start(road_handler on_msg, road_down_handler on_down) {
   }};
 }
 
-void road_conn::start_accepted(uint32_t timeout_ms, road_handler on_msg,
-                               road_down_handler on_down,
+void road_conn::start_accepted(std::shared_ptr<road_keyring> keys,
+                               road_handler on_msg, road_down_handler on_down,
                                std::shared_ptr<road_pairing> pairing) {
   stream_ = std::make_unique<road_stream>(read_fd_, settings_);
   on_msg_ = std::move(on_msg);
   on_down_ = std::move(on_down);
-  reader_ = std::thread{
-      [self = shared_from_this(), timeout_ms, pairing = std::move(pairing)] {
-        self->reader_id_ = std::this_thread::get_id();
-        bool handed_over = false;
-        if (auto err =
-                accept_hello(*self, timeout_ms, pairing.get(), handed_over)) {
-          TROUPE_LOG_LIMITED(warning, "road", "refused a connection from ",
-                             self->peer(), ": ", describe(err));
-          self->fail(err);
-          return;
-        }
-        if (handed_over) {
-          self->end_handed_over();
-          return;
-        }
-        self->read_loop();
-      }};
+  accepted_at_ = std::chrono::steady_clock::now();
+  reader_ = std::thread{[self = shared_from_this(), keys = std::move(keys),
+                         pairing = std::move(pairing)] {
+    self->reader_id_ = std::this_thread::get_id();
+    auto deadline =
+        self->accepted_at_ + std::chrono::milliseconds{road_hello_timeout_ms};
+    auto who = check_member(self->fd(), *keys, deadline);
+    bool handed_over = false;
+    auto err = who ? accept_hello(*self, deadline, pairing.get(), handed_over)
+                   : std::move(who.error());
+    if (err) {
+      TROUPE_LOG_LIMITED(warning, "road", "refused a connection from ",
+                         self->peer(), ": ", describe(err));
+      self->fail(err);
+      return;
+    }
+    if (handed_over) {
+      self->end_handed_over();
+      return;
+    }
+    self->member_ = *who;
+    self->admitted_ = true;
+    self->read_loop();
+  }};
 }
 
 void road_conn::close() {

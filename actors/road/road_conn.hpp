@@ -21,6 +21,7 @@
 #include <caf/error.hpp>
 
 #include "actors/base/helper_pool.hpp"
+#include "actors/base/member_secret.hpp"
 #include "actors/road/road_ring.hpp"
 #include "actors/road/road_settings.hpp"
 #include "actors/road/road_wire.hpp"
@@ -44,6 +45,7 @@ constexpr size_t road_pool_budget = size_t{64} << 20;
 
 class road_stream;  // the buffered reading side of a connection
 class road_pairing; // a listener's tcp connections awaiting their pair
+class road_keyring; // the cluster key a listener checks members against
 
 /// One end of a road connection. Thread-safe sends; one reader thread.
 class road_conn : public std::enable_shared_from_this<road_conn> {
@@ -73,6 +75,10 @@ public:
   /// injection): both directions shut, so the readers on either side find
   /// it ended and on_down runs, as for any connection that ends by itself.
   void sever() { shut_down(); }
+  /// Ends the connection for `why` as if it had ended by itself: on_down
+  /// runs (once), later sends fail. Safe from any thread; does not wait
+  /// for the reader.
+  void end(caf::error why) { fail(std::move(why)); }
 
   /// The reply to request `id` (not yet sent) lands where `l` places it;
   /// the reader drops the landing with that reply (or failure). Only a
@@ -100,13 +106,21 @@ public:
   void use_reply_socket(int fd, bool we_read);
   /// Starts the reader thread.
   void start(road_handler on_msg, road_down_handler on_down);
-  /// Starts the reader thread of an accepted connection: it reads the
-  /// hello (waiting up to `timeout_ms`) before any message. A tcp hello
-  /// may pair the connection with another through `pairing` (the first
-  /// answers on the second; the second then ends here, quietly).
-  void start_accepted(uint32_t timeout_ms, road_handler on_msg,
+  /// Starts the reader thread of an accepted connection: it checks the
+  /// member's handshake against `keys` (road_auth.hpp), then reads the
+  /// hello, both within road_hello_timeout_ms, before any message. A tcp
+  /// hello may pair the connection with another through `pairing` (the
+  /// first answers on the second; the second then ends here, quietly).
+  void start_accepted(std::shared_ptr<road_keyring> keys, road_handler on_msg,
                       road_down_handler on_down,
                       std::shared_ptr<road_pairing> pairing = nullptr);
+  /// An accepted connection: true once its member proved itself and its
+  /// hello was answered.
+  bool admitted() const { return admitted_; }
+  /// When an accepted connection was accepted.
+  std::chrono::steady_clock::time_point accepted_at() const {
+    return accepted_at_;
+  }
   /// Gives a region of our out ring back (the peer released it).
   void released(uint64_t offset, uint64_t bytes);
   /// Tells the peer we are done with a region of its ring.
@@ -128,6 +142,9 @@ public:
   int read_fd() const { return read_fd_; }
   /// "ADDRESS:PORT" of the peer (or "a local socket"), for log lines.
   std::string peer() const;
+  /// The member at the other end of an accepted connection, as its
+  /// handshake proved it; set before any of its messages is read.
+  const member_id& member() const { return member_; }
   /// True if this connection answers or reads on a reply socket (shm, and
   /// tcp unless --road.single-conn).
   bool has_reply_socket() const { return side_fd_ >= 0; }
@@ -291,6 +308,9 @@ private:
   void flush_cork();
   friend bool road_reply_corked();
   std::atomic<bool> closed_{false};
+  std::atomic<bool> admitted_{false};
+  member_id member_;
+  std::chrono::steady_clock::time_point accepted_at_;
   std::atomic<bool> down_told_{false};
   ring out_;
   ring in_;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "actors/base/log.hpp"
+#include "actors/road/road_auth.hpp"
 #include "actors/road/road_internal.hpp"
 #include "messages/errors.hpp"
 
@@ -23,13 +24,6 @@ namespace troupe {
 using namespace road_detail;
 
 namespace {
-
-/// What is left until `deadline`, at least 1 ms (0 would wait forever).
-uint32_t ms_left(std::chrono::steady_clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
-  return static_cast<uint32_t>(std::max<int64_t>(left.count(), 1));
-}
 
 /// A connected socket of a dial, and what its hello needs.
 struct dial_socket {
@@ -114,6 +108,7 @@ caf::error send_shm_hello(road_conn& c, wire_header& hello, size_t ring_bytes,
 /// (see hello_replies_apart).
 caf::error
 dial_reply_connection(road_conn& c, wire_header& hello, const sockaddr_in& addr,
+                      const road_credential& cred,
                       std::chrono::steady_clock::time_point deadline) {
   uint64_t token = 0;
   if (::getrandom(&token, sizeof(token), 0) != sizeof(token))
@@ -125,12 +120,14 @@ dial_reply_connection(road_conn& c, wire_header& hello, const sockaddr_in& addr,
     return err;
   auto fd =
       connect_with_timeout(AF_INET, reinterpret_cast<const sockaddr*>(&addr),
-                           sizeof(addr), ms_left(deadline));
+                           sizeof(addr), ms_until(deadline));
   if (!fd)
     return std::move(fd.error());
   no_delay(*fd);
   keep_alive(*fd); // we only read it: a vanished server must still end it
   c.use_reply_socket(*fd, true); // c owns it now
+  if (auto err = prove_member(*fd, cred, deadline))
+    return err;
   wire_header mine = hello;
   mine.flags = hello_reply_conn;
   std::vector<iovec> riov{{&mine, sizeof(mine)}};
@@ -144,7 +141,7 @@ caf::error read_hello_answer(road_conn& c, const wire_header& hello,
                              const std::string& host) {
   caf::error err;
   wire_header ack;
-  set_timeout(c.fd(), SO_RCVTIMEO, ms_left(deadline));
+  set_timeout(c.fd(), SO_RCVTIMEO, ms_until(deadline));
   if (!recv_all(c.fd(), &ack, sizeof(ack)) || ack.magic != wire_magic ||
       ack.op != hello.op)
     err = caf::make_error(errc::not_connected, "road: no hello from", host);
@@ -161,7 +158,8 @@ caf::error read_hello_answer(road_conn& c, const wire_header& hello,
 caf::expected<road_conn_ptr>
 road_dial(const std::string& host, const road_info& info, road_kind want,
           size_t ring_bytes, uint32_t timeout_ms, road_settings settings,
-          road_handler on_msg, road_down_handler on_down) {
+          const road_credential& cred, road_handler on_msg,
+          road_down_handler on_down) {
   if (want == road_kind::middleman || info.port == 0)
     return caf::make_error(errc::not_connected, "no fast road to", host);
   bool shm = want == road_kind::shm && !info.socket.empty() &&
@@ -180,12 +178,12 @@ road_dial(const std::string& host, const road_info& info, road_kind want,
   }
   wire_header hello;
   hello.op = static_cast<uint8_t>(road_op::hello);
-  caf::error err;
-  if (s->shm) {
+  auto err = prove_member(c->fd(), cred, s->deadline);
+  if (!err && s->shm) {
     err = send_shm_hello(*c, hello, ring_bytes, host);
-  } else if (!settings.single_conn) {
-    err = dial_reply_connection(*c, hello, *s->tcp_addr, s->deadline);
-  } else {
+  } else if (!err && !settings.single_conn) {
+    err = dial_reply_connection(*c, hello, *s->tcp_addr, cred, s->deadline);
+  } else if (!err) {
     std::vector<iovec> iov{{&hello, sizeof(hello)}};
     err = send_all(c->fd(), iov);
   }

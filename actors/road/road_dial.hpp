@@ -8,6 +8,7 @@
 
 #include <caf/expected.hpp>
 
+#include "actors/road/road_auth.hpp"
 #include "actors/road/road_conn.hpp"
 #include "actors/road/road_settings.hpp"
 #include "actors/road/road_wire.hpp"
@@ -28,10 +29,12 @@ constexpr uint32_t road_dial_deadline_ms = 2000;
 /// most road_dial_deadline_ms, for the connection and the server's hello
 /// together (a failed shm connect, before tcp, may take as long again);
 /// `timeout_ms` bounds the connection's sends. The connection's reader
-/// and callers poll as `settings` say.
+/// and callers poll as `settings` say. Each socket opens with the
+/// handshake that proves `cred` (road_auth.hpp).
 caf::expected<road_conn_ptr>
 road_dial(const std::string& host, const road_info& info, road_kind want,
           size_t ring_bytes, uint32_t timeout_ms, road_settings settings,
-          road_handler on_msg, road_down_handler on_down);
+          const road_credential& cred, road_handler on_msg,
+          road_down_handler on_down);
 
 } // namespace troupe

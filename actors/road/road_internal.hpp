@@ -84,6 +84,13 @@ caf::error check_header(const wire_header& h);
 
 void set_timeout(int fd, int opt, uint32_t ms);
 
+/// What is left until `deadline`, at least 1 ms (0 would wait forever).
+inline uint32_t ms_until(std::chrono::steady_clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return static_cast<uint32_t>(std::max<int64_t>(left.count(), 1));
+}
+
 void no_delay(int fd);
 
 void keep_alive(int fd);
@@ -281,7 +288,8 @@ public:
 /// tcp hello may announce a reply connection, which it then waits for
 /// (through `pairing`), or be that reply connection: its socket goes to
 /// the connection it names, and `handed_over` is set (nothing answered).
-caf::error accept_hello(road_conn& c, uint32_t timeout_ms,
+caf::error accept_hello(road_conn& c,
+                        std::chrono::steady_clock::time_point deadline,
                         road_pairing* pairing, bool& handed_over);
 
 } // namespace troupe

@@ -28,8 +28,9 @@ using namespace road_detail;
 caf::expected<std::unique_ptr<road_listener>>
 road_listener::start(const std::string& host, uint16_t port,
                      uint32_t send_timeout_ms, road_settings settings,
-                     road_handler on_msg) {
+                     std::shared_ptr<road_keyring> keys, road_handler on_msg) {
   std::unique_ptr<road_listener> l{new road_listener};
+  l->keys_ = std::move(keys);
   l->send_timeout_ms_ = send_timeout_ms;
   l->settings_ = settings;
   l->pairing_ = std::make_shared<road_pairing>();
@@ -142,6 +143,7 @@ void road_listener::accept_one(int lfd, road_kind kind) {
     ::close(fd);
     return;
   }
+  evict_unadmitted();
   if (kind == road_kind::shm && !same_user(fd)) {
     TROUPE_LOG_LIMITED(warning, "road",
                        "refused a shared-memory connection from another user:"
@@ -164,7 +166,7 @@ void road_listener::start_conn(int fd, road_kind kind) {
   // reader of every connection it still holds.
   std::lock_guard<std::mutex> guard{mtx_};
   c->start_accepted(
-      send_timeout_ms_, on_msg_,
+      keys_, on_msg_,
       [this](uint64_t serial, const caf::error& err) {
         if (err)
           TROUPE_LOG(debug, "road", "worker connection ended: ", describe(err));
@@ -172,6 +174,28 @@ void road_listener::start_conn(int fd, road_kind kind) {
       },
       pairing_);
   conns_.push_back(std::move(c));
+}
+
+void road_listener::evict_unadmitted() {
+  road_conn_ptr oldest;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    size_t waiting = 0;
+    for (auto& c : conns_) {
+      if (c->admitted() || c->closed())
+        continue;
+      ++waiting;
+      if (!oldest || c->accepted_at() < oldest->accepted_at())
+        oldest = c;
+    }
+    if (waiting < max_unadmitted)
+      return;
+  }
+  TROUPE_LOG_LIMITED(warning, "road", "ended the connection from ",
+                     oldest->peer(), ": ", max_unadmitted,
+                     " connections are in their handshake (strangers?)");
+  oldest->end(caf::make_error(errc::not_a_member,
+                              "road: ended in its handshake to make way"));
 }
 
 void road_listener::forget(uint64_t serial) {

@@ -12,6 +12,7 @@
 
 #include <caf/expected.hpp>
 
+#include "actors/road/road_auth.hpp"
 #include "actors/road/road_conn.hpp"
 #include "actors/road/road_settings.hpp"
 #include "actors/road/road_wire.hpp"
@@ -21,12 +22,14 @@ namespace troupe {
 
 /// A server's listening end: TCP on host:port and, for the same machine,
 /// an abstract unix socket. Each accepted connection gets a reader thread
-/// that hands requests to `on_msg`, and polls as `settings` say.
+/// that checks the member's handshake against `keys` (road_auth.hpp), then
+/// hands requests to `on_msg`, and polls as `settings` say.
 class road_listener {
 public:
   static caf::expected<std::unique_ptr<road_listener>>
   start(const std::string& host, uint16_t port, uint32_t send_timeout_ms,
-        road_settings settings, road_handler on_msg);
+        road_settings settings, std::shared_ptr<road_keyring> keys,
+        road_handler on_msg);
   ~road_listener();
   /// What the server advertises in its Register.
   const road_info& info() const { return info_; }
@@ -34,6 +37,11 @@ public:
   size_t connections() const;
   /// Tcp reply connections offered and not yet taken (for tests).
   size_t reply_connections_waiting() const;
+  /// Connections still in their handshake that a listener keeps at most:
+  /// a new one past these ends the oldest, so strangers that connect and
+  /// stay silent cannot hold the listener against members (who finish in
+  /// milliseconds).
+  static constexpr size_t max_unadmitted = 64;
 
 private:
   road_listener() = default;
@@ -45,11 +53,15 @@ private:
   void start_conn(int fd, road_kind kind);
   /// Connections a listener keeps at most; more are refused.
   static constexpr size_t max_connections = 1024;
+  /// Ends the oldest connection still in its handshake if there are
+  /// max_unadmitted of them.
+  void evict_unadmitted();
   /// Drops an ended connection: its rings go once its messages are gone.
   void forget(uint64_t serial);
 
   road_info info_;
   std::shared_ptr<road_pairing> pairing_;
+  std::shared_ptr<road_keyring> keys_;
   int tcp_fd_ = -1;
   int unix_fd_ = -1;
   int wake_fd_ = -1; // eventfd that ends accept_loop

@@ -15,6 +15,7 @@ namespace troupe {
 caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
   using namespace sched;
   self->state.cfg = cfg;
+  self->state.road_key = cfg.road_key ? *cfg.road_key : random_secret();
   self->set_down_handler(
       [self](const caf::down_msg& dm) { on_down(self, dm); });
   log_stray_errors(self, [] { return std::string{"scheduler"}; });

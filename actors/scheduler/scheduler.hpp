@@ -90,6 +90,7 @@
 #include <caf/response_promise.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include "actors/base/member_secret.hpp"
 #include "actors/scheduler/scheduler_settings.hpp"
 #include "messages/membership.hpp"
 
@@ -97,6 +98,9 @@ namespace troupe {
 
 struct scheduler_state {
   static inline const char* name = "scheduler";
+  /// The cluster's road key (scheduler_settings::road_key): servers get
+  /// it at registration, workers a token derived from it.
+  secret road_key;
   struct member {
     node_info info;
     caf::actor handle;

@@ -176,7 +176,13 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
   record(self, again ? "rejoined" : "joined", info,
          str("view ", self->state.epoch));
   check_barriers(self);
-  auto reply = encode(register_reply{info.rank, current_view(self)});
+  // A server checks every member's token, so it gets the key; a worker
+  // proves itself with its own token only.
+  auto& key = self->state.road_key;
+  auto road_key =
+      req.kind == role::server ? key : member_token(key, {req.kind, info.rank});
+  auto reply = encode(
+      register_reply{info.rank, current_view(self), secret_bytes(road_key)});
   flush_parked(self); // declares waiting for this server
   return reply;
 }

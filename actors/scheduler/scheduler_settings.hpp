@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include <caf/error.hpp>
 
+#include "actors/base/member_secret.hpp"
 #include "actors/cluster/placement.hpp"
 #include "actors/server/server_settings.hpp"
 
@@ -20,6 +22,10 @@ struct scheduler_settings {
   placement_params placement;
   /// The cluster's checkpoints, which the scheduler coordinates.
   checkpoint_settings checkpoint;
+  /// The cluster's road key (member_secret.hpp); none: a fresh random one
+  /// at start, which is what troupe-node does (no flag sets it). Tests
+  /// fix it to speak on roads as a member would.
+  std::optional<secret> road_key;
 };
 
 /// One error naming the --cluster.* flag that is out of range, or none.

@@ -111,8 +111,11 @@ constexpr size_t replica_ring_bytes = size_t{64} << 20;
 /// operation of this link takes it. Without one, they all take CAF.
 void dial_backup_road(self_ptr self, backup_link& link) {
   auto& cfg = self->state.cfg;
-  if (cfg.replica_road == road_kind::middleman || link.node.road.port == 0)
+  if (cfg.replica_road == road_kind::middleman || link.node.road.port == 0 ||
+      !self->state.road_key)
     return;
+  member_id me{role::server, self->state.rank};
+  road_credential cred{me, member_token(*self->state.road_key, me)};
   auto addr = self->address();
   auto serial = link.serial;
   auto on_msg = [addr, serial](road_message_ptr m) {
@@ -125,8 +128,9 @@ void dial_backup_road(self_ptr self, backup_link& link) {
                      describe(err));
   };
   auto limit = std::min<uint32_t>(self->state.request_timeout_ms, 2000);
-  auto conn = road_dial(link.node.host, link.node.road, cfg.replica_road,
-                        replica_ring_bytes, limit, cfg.roads, on_msg, on_down);
+  auto conn =
+      road_dial(link.node.host, link.node.road, cfg.replica_road,
+                replica_ring_bytes, limit, cfg.roads, cred, on_msg, on_down);
   if (!conn) {
     TROUPE_LOG(warning, who(self), "no road to backup ", link.rank, " (",
                describe(conn.error()), "): replicating over CAF");

@@ -78,6 +78,14 @@ void on_registered(self_ptr self, const frame& f) {
     return;
   }
   self->state.rank = reply.rank;
+  secret key;
+  if (secret_from_bytes(reply.road_key, key)) {
+    self->state.road_key = key;
+    self->state.road_keys->set(key);
+  } else if (self->state.road) {
+    TROUPE_LOG(warning, who(self), "the scheduler gave no road key: workers",
+               " cannot prove themselves on our road, and use CAF");
+  }
   self->state.joined_epoch = reply.view.epoch;
   self->state.stores.front().origin = reply.rank;
   self->state.joined = true;

@@ -96,6 +96,10 @@ struct replier {
   void deliver(const caf::error& err);
   /// Who sent the request, for logs.
   std::string source() const;
+  /// A request on a road speaks only for the member its connection proved
+  /// (road_auth.hpp): not_a_member if it claims to be `claimed`. CAF's
+  /// requests pass (TLS authenticates their node, not a rank).
+  caf::error check_sender(member_id claimed) const;
 };
 
 /// A store this server serves: its own, or one it took over as backup.
@@ -163,6 +167,10 @@ struct shard_server_state {
   uint32_t request_timeout_ms = 10000;
   server_settings cfg;
   std::unique_ptr<road_listener> road; // null: CAF only
+  /// The cluster's road key, from our RegisterReply: our listener checks
+  /// members against it, and we prove ourselves to our backup's road.
+  std::shared_ptr<road_keyring> road_keys = std::make_shared<road_keyring>();
+  std::optional<secret> road_key; // none: the scheduler gave no key
   // Worker rank -> epoch of the view it (re)joined in: older requests come
   // from a dead incarnation (7).
   std::map<uint32_t, uint64_t> incarnation;

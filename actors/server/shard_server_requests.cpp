@@ -53,6 +53,17 @@ void when_epoch(self_ptr self, uint64_t epoch, replier& rp, F fn) {
     self->state.held.emplace_back(epoch, std::move(fn));
 }
 
+/// True (and `rp` answered not_a_member) if a road connection sent a
+/// request as a worker it did not prove itself to be.
+bool refused_sender(self_ptr self, uint32_t worker, replier& rp) {
+  auto err = rp.check_sender({role::worker, worker});
+  if (!err)
+    return false;
+  TROUPE_LOG_LIMITED(warning, who(self), "refused a request: ", describe(err));
+  rp.deliver(err);
+  return true;
+}
+
 template <class Request>
 bool decode_or_reject(self_ptr self, bytes_view f, Request& req, replier& rp) {
   if (auto err = decode(f, req)) { // 5
@@ -61,7 +72,7 @@ bool decode_or_reject(self_ptr self, bytes_view f, Request& req, replier& rp) {
     rp.deliver(err);
     return false;
   }
-  return true;
+  return !refused_sender(self, req.worker, rp);
 }
 
 // -- pulls --------------------------------------------------------------------
@@ -341,6 +352,8 @@ void accept_push(self_ptr self, bytes_view f, replier rp,
           non_finite = id;
         return caf::error{};
       });
+  if (!err && refused_sender(self, req.worker, rp))
+    return;
   if (!err && non_finite) { // one bad value would spread to every weight
     err = caf::make_error(errc::non_finite,
                           str("worker ", req.worker,

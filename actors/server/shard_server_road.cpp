@@ -43,6 +43,15 @@ std::string replier::source() const {
   return sender_node(rp.source());
 }
 
+caf::error replier::check_sender(member_id claimed) const {
+  if (!road || road->conn->member() == claimed)
+    return caf::none;
+  return caf::make_error(
+      errc::not_a_member,
+      str("the road connection of ", to_string(road->conn->member()), " from ",
+          road->conn->peer(), " spoke as ", to_string(claimed)));
+}
+
 namespace server_impl {
 
 road_info open_road(self_ptr self, const std::string& host) {
@@ -67,8 +76,9 @@ road_info open_road(self_ptr self, const std::string& host) {
                         road_reply_corked);
   };
   auto& cfg = self->state.cfg;
-  auto road = road_listener::start(host, cfg.road_port,
-                                   cfg.road_send_timeout_ms, cfg.roads, on_msg);
+  auto road =
+      road_listener::start(host, cfg.road_port, cfg.road_send_timeout_ms,
+                           cfg.roads, self->state.road_keys, on_msg);
   if (!road) {
     TROUPE_LOG(warning, who(self), "no fast road (",
                self->system().render(road.error()), "): workers use CAF");
@@ -85,6 +95,8 @@ namespace {
 void accept_replica_op(self_ptr self, road_message_ptr m, replier& to) {
   replicate_request r;
   auto err = decode(m->bytes, r);
+  if (!err)
+    err = to.check_sender({role::server, r.primary});
   auto v = err ? caf::expected<uint64_t>{std::move(err)}
                : apply_replica(self, r.primary, r.link, r.store, r.origin, r.op,
                                r.payload, r.numbers);

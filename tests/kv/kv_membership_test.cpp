@@ -202,7 +202,8 @@ BOOST_AUTO_TEST_CASE(a_kv_client_whose_view_overtakes_its_join_gets_ready) {
   older.slice_floats = 4;
   auto newer = older;
   newer.epoch = 3;
-  auto fake = spawn_overtaking_scheduler(sys, register_reply{0, older}, newer);
+  auto fake =
+      spawn_overtaking_scheduler(sys, register_reply{0, older, {}}, newer);
   kv_settings ks;
   auto client = spawn_kv_client(sys, fake, ks);
   caf::scoped_actor self{sys};

@@ -51,10 +51,16 @@ BOOST_AUTO_TEST_CASE(every_message_survives_a_round_trip) {
   BOOST_CHECK(rq2.kind == role::server && rq2.host == "10.0.0.1");
   BOOST_CHECK(rq2.port == 4301 && rq2.pid == 42);
 
-  register_reply rr{3, sample_view()}, rr2;
+  register_reply rr{3, sample_view(), {}}, rr2;
   BOOST_REQUIRE(!decode(encode(rr), rr2));
   BOOST_CHECK_EQUAL(rr2.rank, 3u);
   BOOST_CHECK(rr2.view == sample_view());
+  BOOST_CHECK(rr2.road_key.empty());
+  rr.road_key.assign(road_key_bytes, '\x7f');
+  BOOST_REQUIRE(!decode(encode(rr), rr2));
+  BOOST_CHECK(rr2.road_key == rr.road_key);
+  rr.road_key.pop_back(); // a key of the wrong length is refused
+  BOOST_CHECK(decode(encode(rr), rr2) == errc::malformed_message);
 
   cluster_view v2;
   BOOST_REQUIRE(!decode(encode(sample_view()), v2));

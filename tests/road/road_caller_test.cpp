@@ -94,13 +94,14 @@ BOOST_AUTO_TEST_CASE(a_caller_that_sent_on_two_roads_leaves_both_to_readers) {
 
 BOOST_AUTO_TEST_CASE(a_peer_that_dies_while_a_caller_reads_ends_the_road) {
   // This listener answers nothing: it drops each connection that asks.
-  auto l = road_listener::start(
-      "127.0.0.1", 0, road_timeout_ms, road_settings{}, [](road_message_ptr m) {
-        if (m->id >= 1000)
-          m->conn->close();
-        else
-          m->conn->send(road_op::reply, m->id, m->bytes);
-      });
+  auto l =
+      road_listener::start("127.0.0.1", 0, road_timeout_ms, road_settings{},
+                           test_keys(), [](road_message_ptr m) {
+                             if (m->id >= 1000)
+                               m->conn->close();
+                             else
+                               m->conn->send(road_op::reply, m->id, m->bytes);
+                           });
   BOOST_REQUIRE_MESSAGE(l, "listener: " << why(l));
   for (auto kind : {road_kind::tcp, road_kind::shm}) {
     traced_client c{**l, kind};
@@ -127,7 +128,8 @@ BOOST_AUTO_TEST_CASE(a_peer_that_stops_mid_frame_does_not_hold_a_caller) {
   // read for good, past any deadline of its call; now the read gives up
   // after the connection's timeout and fails the connection.
   auto l = road_listener::start(
-      "127.0.0.1", 0, road_timeout_ms, road_settings{}, [](road_message_ptr m) {
+      "127.0.0.1", 0, road_timeout_ms, road_settings{}, test_keys(),
+      [](road_message_ptr m) {
         if (m->id < 1000) {
           m->conn->send(road_op::reply, m->id, m->bytes);
           return;
@@ -274,7 +276,7 @@ BOOST_AUTO_TEST_CASE(a_caller_takes_the_road_while_replies_are_outstanding) {
   auto g = std::make_shared<gate>();
   auto l =
       road_listener::start("127.0.0.1", 0, road_timeout_ms, road_settings{},
-                           [g](road_message_ptr m) {
+                           test_keys(), [g](road_message_ptr m) {
                              {
                                std::unique_lock<std::mutex> guard{g->mtx};
                                g->cv.wait_for(guard, std::chrono::seconds{10},

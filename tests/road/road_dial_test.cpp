@@ -51,7 +51,8 @@ BOOST_AUTO_TEST_CASE(tcp_roads_probe_a_peer_that_stays_silent) {
   auto l = start_echo_listener();
   auto box = std::make_shared<inbox>();
   auto c = road_dial("127.0.0.1", l->info(), road_kind::tcp, 0, 2000,
-                     road_settings{}, inbox::on_msg(box), inbox::on_down(box));
+                     road_settings{}, test_member(), inbox::on_msg(box),
+                     inbox::on_down(box));
   BOOST_REQUIRE_MESSAGE(c, why(c));
   auto opt = [&](int fd, int level, int name) {
     int v = -1;
@@ -89,7 +90,8 @@ BOOST_AUTO_TEST_CASE(a_dial_to_a_port_that_drops_it_gives_up_at_its_deadline) {
   auto box = std::make_shared<inbox>();
   auto dial = std::async(std::launch::async, [&] {
     return road_dial("127.0.0.1", info, road_kind::tcp, 0, 60000,
-                     road_settings{}, inbox::on_msg(box), inbox::on_down(box));
+                     road_settings{}, test_member(), inbox::on_msg(box),
+                     inbox::on_down(box));
   });
   // Far past the deadline, far short of the 60 s.
   auto status = dial.wait_for(std::chrono::seconds{30});
@@ -110,12 +112,19 @@ BOOST_AUTO_TEST_CASE(a_server_that_answers_no_reply_connection_is_named) {
   sockaddr_in sa{};
   int l = plain_listener(4, sa);
   std::thread old_server{[l] {
-    int fds[2] = {::accept(l, nullptr, nullptr), ::accept(l, nullptr, nullptr)};
+    auto keys = test_keys();
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    int fds[2] = {::accept(l, nullptr, nullptr), -1};
     raw_header h;
-    if (fds[0] >= 0 &&
+    if (fds[0] >= 0 && check_member(fds[0], *keys, deadline) &&
         ::recv(fds[0], &h, sizeof(h), MSG_WAITALL) == ssize_t(sizeof(h))) {
       raw_header ack; // flags 0: one connection both ways
       ::send(fds[0], &ack, sizeof(ack), MSG_NOSIGNAL);
+      fds[1] = ::accept(l, nullptr, nullptr); // the reply connection
+      if (fds[1] >= 0 && !check_member(fds[1], *keys, deadline)) {
+        ::close(fds[1]);
+        fds[1] = -1;
+      }
     }
     for (int fd : fds) { // until the worker gives up
       char buf[64];
@@ -128,8 +137,9 @@ BOOST_AUTO_TEST_CASE(a_server_that_answers_no_reply_connection_is_named) {
   road_info info;
   info.port = ntohs(sa.sin_port);
   auto box = std::make_shared<inbox>();
-  auto c = road_dial("127.0.0.1", info, road_kind::tcp, 0, 5000,
-                     road_settings{}, inbox::on_msg(box), inbox::on_down(box));
+  auto c =
+      road_dial("127.0.0.1", info, road_kind::tcp, 0, 5000, road_settings{},
+                test_member(), inbox::on_msg(box), inbox::on_down(box));
   BOOST_CHECK_MESSAGE(!c, "dialled a server that answers elsewhere");
   if (!c)
     BOOST_CHECK_MESSAGE(why(c).find("--road.single-conn") != std::string::npos,
@@ -144,9 +154,9 @@ BOOST_AUTO_TEST_CASE(closing_from_two_threads_at_once_ends_cleanly) {
   auto l = start_echo_listener();
   for (int round = 0; round < 100; ++round) {
     auto box = std::make_shared<inbox>();
-    auto c =
-        road_dial("127.0.0.1", l->info(), road_kind::tcp, 0, 2000,
-                  road_settings{}, inbox::on_msg(box), inbox::on_down(box));
+    auto c = road_dial("127.0.0.1", l->info(), road_kind::tcp, 0, 2000,
+                       road_settings{}, test_member(), inbox::on_msg(box),
+                       inbox::on_down(box));
     BOOST_REQUIRE_MESSAGE(c, why(c));
     auto conn = *c;
     std::thread other{[conn] { conn->close(); }};
@@ -162,7 +172,8 @@ BOOST_AUTO_TEST_CASE(a_silent_peer_does_not_hold_up_other_connections) {
   auto t0 = std::chrono::steady_clock::now();
   auto box = std::make_shared<inbox>();
   auto c = road_dial("127.0.0.1", l->info(), road_kind::tcp, 0, 2000,
-                     road_settings{}, inbox::on_msg(box), inbox::on_down(box));
+                     road_settings{}, test_member(), inbox::on_msg(box),
+                     inbox::on_down(box));
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                 std::chrono::steady_clock::now() - t0)
                 .count();

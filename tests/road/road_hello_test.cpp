@@ -320,8 +320,12 @@ BOOST_AUTO_TEST_CASE(an_shm_connection_from_another_user_is_refused) {
   }
   auto l = start_echo_listener();
   auto& name = l->info().socket;
-  // A child that becomes user nobody, connects and sends a plain hello
-  // (no rings): exit 0 if the server dropped it, 1 if it answered hello.
+  // A child that becomes user nobody connects and hands us the socket: the
+  // server sees nobody at its other end (credentials are taken at
+  // connect), and we speak on it as a member would.
+  int pass[2] = {-1, -1};
+  BOOST_REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pass) ==
+                0);
   pid_t kid = ::fork();
   BOOST_REQUIRE(kid >= 0);
   if (kid == 0) { // only system calls here, then _exit
@@ -335,20 +339,57 @@ BOOST_AUTO_TEST_CASE(an_shm_connection_from_another_user_is_refused) {
                                       name.size());
     if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&sa), len) != 0)
       ::_exit(3);
-    timeval limit{road_timeout_ms / 1000, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-    raw_header hello;
-    ::send(fd, &hello, sizeof(hello), MSG_NOSIGNAL);
-    raw_header ack;
-    auto n = ::recv(fd, &ack, sizeof(ack), MSG_WAITALL);
-    ::_exit(n == ssize_t(sizeof(ack)) ? 1 : n <= 0 && errno != EAGAIN ? 0 : 4);
+    char one = 1;
+    iovec iov{&one, 1};
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl;
+    msg.msg_controllen = sizeof(ctl);
+    auto* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    ::_exit(::sendmsg(pass[1], &msg, 0) == 1 ? 0 : 4);
   }
   int st = 0;
   BOOST_REQUIRE_EQUAL(::waitpid(kid, &st, 0), kid);
   BOOST_REQUIRE(WIFEXITED(st));
-  BOOST_CHECK_MESSAGE(WEXITSTATUS(st) == 0, "another user's connection: exit "
-                                                << WEXITSTATUS(st)
-                                                << " (1: answered)");
+  BOOST_REQUIRE_MESSAGE(WEXITSTATUS(st) == 0,
+                        "the child: exit " << WEXITSTATUS(st));
+  int fd = -1;
+  {
+    char one = 0;
+    iovec iov{&one, 1};
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl;
+    msg.msg_controllen = sizeof(ctl);
+    BOOST_REQUIRE_EQUAL(::recvmsg(pass[0], &msg, 0), 1);
+    auto* cm = CMSG_FIRSTHDR(&msg);
+    BOOST_REQUIRE(cm && cm->cmsg_type == SCM_RIGHTS);
+    std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+  }
+  ::close(pass[0]);
+  ::close(pass[1]);
+  // The handshake and hello, as a member: the server must not answer.
+  auto err =
+      prove_member(fd, test_member(), std::chrono::steady_clock::now() + 10s);
+  raw_header hello;
+  bool answered = false;
+  if (!err && ::send(fd, &hello, sizeof(hello), MSG_NOSIGNAL) > 0) {
+    timeval limit{road_timeout_ms / 1000, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+    raw_header ack;
+    answered =
+        ::recv(fd, &ack, sizeof(ack), MSG_WAITALL) == ssize_t(sizeof(ack));
+  }
+  ::close(fd);
+  BOOST_CHECK_MESSAGE(!answered, "another user's connection was answered");
   road_client good{*l, road_kind::shm, 1u << 20}; // ours still are
   echo_one(good, 1, 64u << 10);
 }

@@ -94,10 +94,11 @@ BOOST_AUTO_TEST_CASE(a_forgotten_landing_and_one_on_shm_land_nothing) {
 }
 
 BOOST_AUTO_TEST_CASE(a_failure_in_place_of_a_reply_drops_its_landing) {
-  auto l = road_listener::start(
-      "127.0.0.1", 0, road_timeout_ms, road_settings{}, [](road_message_ptr m) {
-        m->conn->send(road_op::failure, m->id, m->bytes);
-      });
+  auto l =
+      road_listener::start("127.0.0.1", 0, road_timeout_ms, road_settings{},
+                           test_keys(), [](road_message_ptr m) {
+                             m->conn->send(road_op::failure, m->id, m->bytes);
+                           });
   BOOST_REQUIRE(l);
   landing_frame f;
   road_client c{**l, road_kind::tcp, 0};

@@ -34,6 +34,7 @@
 #include "actors/road/road.hpp"
 #include "messages/errors.hpp"
 #include "tests/road/road_traces.hpp"
+#include "tests/test_road_key.hpp"
 
 namespace troupe::test {
 
@@ -114,10 +115,11 @@ struct inbox {
 inline std::unique_ptr<road_listener>
 start_echo_listener(uint32_t send_timeout_ms = road_timeout_ms,
                     road_settings settings = {}) {
-  auto l = road_listener::start(
-      "127.0.0.1", 0, send_timeout_ms, settings, [](road_message_ptr m) {
-        m->conn->send(road_op::reply, m->id, m->bytes);
-      });
+  auto l =
+      road_listener::start("127.0.0.1", 0, send_timeout_ms, settings,
+                           test_keys(), [](road_message_ptr m) {
+                             m->conn->send(road_op::reply, m->id, m->bytes);
+                           });
   BOOST_REQUIRE_MESSAGE(l, "listener: " << why(l));
   BOOST_REQUIRE((*l)->info().port != 0);
   BOOST_REQUIRE(!(*l)->info().socket.empty());
@@ -131,9 +133,10 @@ struct road_client {
 
   road_client(const road_listener& l, road_kind want, size_t ring_bytes,
               uint32_t timeout_ms = road_timeout_ms,
-              road_settings settings = {}) {
+              road_settings settings = {},
+              const road_credential& cred = test_member()) {
     auto c = road_dial("127.0.0.1", l.info(), want, ring_bytes, timeout_ms,
-                       settings, inbox::on_msg(box), inbox::on_down(box));
+                       settings, cred, inbox::on_msg(box), inbox::on_down(box));
     BOOST_REQUIRE_MESSAGE(c, "dial: " << why(c));
     conn = std::move(*c);
   }
@@ -189,6 +192,7 @@ struct traced_client {
     auto box_ = box;
     auto c = road_dial(
         "127.0.0.1", l.info(), want, 8u << 20, timeout_ms, settings,
+        test_member(),
         [put, seen, box_](road_message_ptr m) {
           {
             std::lock_guard<std::mutex> guard{box_->mtx}; // guards `seen` too
@@ -275,9 +279,11 @@ static_assert(sizeof(raw_header) == 40);
 struct raw_peer {
   int fd = -1;
 
-  /// `from`: the local IPv4 address a tcp peer connects from.
+  /// `from`: the local IPv4 address a tcp peer connects from. A
+  /// `member` first proves itself (road_auth.hpp) as worker 0 of the test
+  /// key; a stranger sends only what the test writes.
   raw_peer(const road_listener& l, bool unix_socket,
-           const char* from = "127.0.0.1") {
+           const char* from = "127.0.0.1", bool member = true) {
     if (unix_socket) {
       sockaddr_un sa{};
       sa.sun_family = AF_UNIX;
@@ -300,6 +306,11 @@ struct raw_peer {
           ::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) == 0);
       BOOST_REQUIRE(
           ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+    }
+    if (member) {
+      auto err = prove_member(fd, test_member(),
+                              std::chrono::steady_clock::now() + 10s);
+      BOOST_REQUIRE_MESSAGE(!err, "handshake: " << describe(err));
     }
   }
   ~raw_peer() { ::close(fd); }

@@ -143,8 +143,9 @@ BOOST_AUTO_TEST_CASE(spinning_readers_deliver_every_frame_and_see_a_peer_end) {
   // once rather than after the poll time (10 s here).
   auto spin = callers_off;
   spin.spin_us = 10000000;
-  auto l = road_listener::start("127.0.0.1", 0, road_timeout_ms, spin,
-                                [](road_message_ptr m) { m->conn->close(); });
+  auto l =
+      road_listener::start("127.0.0.1", 0, road_timeout_ms, spin, test_keys(),
+                           [](road_message_ptr m) { m->conn->close(); });
   BOOST_REQUIRE_MESSAGE(l, "listener: " << why(l));
   for (auto kind : {road_kind::tcp, road_kind::shm}) {
     road_client c{**l, kind, 0, road_timeout_ms, spin};
@@ -165,7 +166,7 @@ BOOST_AUTO_TEST_CASE(a_reader_polls_for_the_rest_of_a_large_frame) {
   std::atomic<int> reader_fd{-1}; // our end, which the test sets
   auto l =
       road_listener::start("127.0.0.1", 0, road_timeout_ms, road_settings{},
-                           piecewise_replier(want, reader_fd));
+                           test_keys(), piecewise_replier(want, reader_fd));
   BOOST_REQUIRE_MESSAGE(l, "listener: " << why(l));
   std::vector<uint64_t> words{1};
   for (auto kind : {road_kind::tcp, road_kind::shm}) {

@@ -76,7 +76,7 @@ BOOST_AUTO_TEST_CASE(a_full_ring_sends_frames_inline_until_space_returns) {
   auto held = std::make_shared<std::vector<road_message_ptr>>();
   auto l =
       road_listener::start("127.0.0.1", 0, road_timeout_ms, road_settings{},
-                           [held](road_message_ptr m) {
+                           test_keys(), [held](road_message_ptr m) {
                              if (m->op == road_op::push) {
                                held->push_back(std::move(m));
                                return;

@@ -42,7 +42,7 @@ struct server_with_silent_backup {
     v.keys = {{1, 4}};
     v.placement = {{1, 0, 0}};
     BOOST_REQUIRE_EQUAL(backup_of(0, {0, 1}), 1u);
-    fake = spawn_overtaking_scheduler(sys, register_reply{0, v}, v, notice);
+    fake = spawn_overtaking_scheduler(sys, register_reply{0, v, {}}, v, notice);
     server_settings ss;
     ss.replicas = 1;
     srv = sys.spawn(shard_server, ss, fake, update_fn{add_update});

@@ -66,6 +66,40 @@ struct served_key {
   }
 };
 
+/// A peer on server `node`'s road that proved itself as `who`: what it
+/// sends, and the answers.
+struct road_peer {
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::map<uint64_t, road_message_ptr> got;
+  road_conn_ptr conn;
+  road_peer(const node_info& node, member_id who) {
+    auto on_msg = [this](road_message_ptr m) {
+      std::lock_guard<std::mutex> guard{mtx};
+      got[m->id] = std::move(m);
+      cv.notify_all();
+    };
+    auto c = road_dial(node.host, node.road, road_kind::tcp, 0, 5000,
+                       road_settings{}, test_member(who), on_msg,
+                       [](uint64_t, const caf::error&) {});
+    BOOST_REQUIRE_MESSAGE(c, troupe::test::why(c));
+    conn = std::move(*c);
+  }
+  ~road_peer() { conn->close(); }
+  road_message_ptr answer(uint64_t id) {
+    std::unique_lock<std::mutex> guard{mtx};
+    BOOST_REQUIRE_MESSAGE(
+        cv.wait_for(guard, 10s, [&] { return got.count(id) > 0; }),
+        "no answer to " << id);
+    return got[id];
+  }
+  caf::error refused(uint64_t id) {
+    auto m = answer(id);
+    BOOST_REQUIRE(m->op == road_op::failure);
+    return decode_failure(m->bytes);
+  }
+};
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(server_input_tests)
@@ -152,39 +186,19 @@ BOOST_AUTO_TEST_CASE(
   auto& node = v->second.servers.front();
   BOOST_REQUIRE_NE(node.road.port, 0);
   // A peer that dials the server's road as a primary would.
-  std::mutex mtx;
-  std::condition_variable cv;
-  std::map<uint64_t, road_message_ptr> got;
-  auto on_msg = [&](road_message_ptr m) {
-    std::lock_guard<std::mutex> guard{mtx};
-    got[m->id] = std::move(m);
-    cv.notify_all();
-  };
-  auto conn =
-      road_dial(node.host, node.road, road_kind::tcp, 0, 5000, road_settings{},
-                on_msg, [](uint64_t, const caf::error&) {});
-  BOOST_REQUIRE_MESSAGE(conn, troupe::test::why(conn));
-  auto answer = [&](uint64_t id) {
-    std::unique_lock<std::mutex> guard{mtx};
-    BOOST_REQUIRE_MESSAGE(
-        cv.wait_for(guard, 10s, [&] { return got.count(id); }),
-        "no answer to " << id);
-    return got[id];
-  };
-  auto refused = [&](uint64_t id) {
-    auto m = answer(id);
-    BOOST_REQUIRE(m->op == road_op::failure);
-    return decode_failure(m->bytes);
-  };
+  road_peer peer{node, {role::server, 0}};
+  auto& conn = peer.conn;
+  auto answer = [&](uint64_t id) { return peer.answer(id); };
+  auto refused = [&](uint64_t id) { return peer.refused(id); };
   frame garbage{std::vector<uint8_t>(40, 0x5A)};
-  BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 1, bytes_view{garbage}));
+  BOOST_REQUIRE(!conn->send(road_op::replicate, 1, bytes_view{garbage}));
   BOOST_CHECK(refused(1) == errc::malformed_message);
   // Well formed, but a push to a replica that has no layout yet.
   push_request p{0, 0, v->second.epoch,
                  0, 1, {{{1, 0}, std::vector<float>(1000, 1.0f)}}};
   auto push = encode(p);
   replicate_request r{0, 1, 42, 0, 4 /* push */, {}, bytes_view{push}};
-  BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 2, encode(r)));
+  BOOST_REQUIRE(!conn->send(road_op::replicate, 2, encode(r)));
   auto err = refused(2);
   BOOST_CHECK(err == errc::malformed_message);
   BOOST_CHECK_MESSAGE(describe(err).find("before its layout") !=
@@ -194,15 +208,39 @@ BOOST_AUTO_TEST_CASE(
   // as a primary makes after a refusal (the backup refuses the rest of a
   // link that had one refused).
   replicate_request layout{0, 2, 42, 0, 1 /* owned */, {1, 0, 1000}, {}};
-  BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 3, encode(layout)));
+  BOOST_REQUIRE(!conn->send(road_op::replicate, 3, encode(layout)));
   BOOST_CHECK(answer(3)->op == road_op::reply);
   replicate_request junk{0, 2, 42, 0, 4, {}, bytes_view{garbage}};
-  BOOST_REQUIRE(!(*conn)->send(road_op::replicate, 4, encode(junk)));
+  BOOST_REQUIRE(!conn->send(road_op::replicate, 4, encode(junk)));
   BOOST_CHECK(refused(4) == errc::malformed_message);
-  (*conn)->close();
+  conn->close();
   auto still = c.worker(0).pull(0, {1}); // the server goes on
   BOOST_REQUIRE(still);
   BOOST_CHECK(all_equal(*still, 0.0f));
+}
+
+BOOST_AUTO_TEST_CASE(a_road_connection_speaks_only_for_its_own_member) {
+  // At bc0f027 any connection could pull and push as any worker. Now a
+  // connection is bound to the member its handshake proved.
+  served_key t;
+  auto& node = t.view.servers.front();
+  BOOST_REQUIRE_NE(node.road.port, 0);
+  road_peer as_1{node, {role::worker, 1}};
+  auto push = t.ones(); // worker 0's push
+  BOOST_REQUIRE(!as_1.conn->send(road_op::push, 1, encode(push)));
+  BOOST_CHECK(as_1.refused(1) == errc::not_a_member);
+  pull_request pull{0, 0, t.view.epoch, {{1, 0}}};
+  BOOST_REQUIRE(!as_1.conn->send(road_op::pull, 2, encode(pull)));
+  BOOST_CHECK(as_1.refused(2) == errc::not_a_member);
+  // A worker's connection cannot pose as a primary to its backup.
+  replicate_request r{0, 1, 42, 0, 1 /* owned */, {1, 0, 1000}, {}};
+  BOOST_REQUIRE(!as_1.conn->send(road_op::replicate, 3, encode(r)));
+  BOOST_CHECK(as_1.refused(3) == errc::not_a_member);
+  // Worker 0's own connection is served.
+  road_peer as_0{node, {role::worker, 0}};
+  BOOST_REQUIRE(!as_0.conn->send(road_op::pull, 4, encode(pull)));
+  BOOST_CHECK(as_0.answer(4)->op == road_op::reply);
+  t.expect_clock_0_open_and_applied_once(); // nothing of worker 1's landed
 }
 
 BOOST_AUTO_TEST_CASE(a_view_that_overtakes_the_register_reply_is_not_lost) {
@@ -221,7 +259,8 @@ BOOST_AUTO_TEST_CASE(a_view_that_overtakes_the_register_reply_is_not_lost) {
   newer.workers = {{role::worker, 0, "", 0, 3, {}}};
   newer.keys = {{1, 4}};
   newer.placement = {{1, 0, 1}};
-  auto fake = spawn_overtaking_scheduler(sys, register_reply{1, older}, newer);
+  auto fake =
+      spawn_overtaking_scheduler(sys, register_reply{1, older, {}}, newer);
   auto srv =
       sys.spawn(shard_server, server_settings{}, fake, update_fn{add_update});
   caf::scoped_actor self{sys};
