@@ -10,6 +10,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/io/middleman.hpp>
 
+#include "actors/cluster/connect.hpp"
 #include "actors/kv/kv.hpp"
 #include "actors/node/node_config.hpp"
 #include "bench/cpu_share.hpp"
@@ -89,11 +90,15 @@ caf::expected<road_result> run_road(caf::actor_system& sys,
   return out;
 }
 
-/// A fresh cluster of troupe-node processes and a worker over `road`.
+/// A fresh cluster of troupe-node processes and a worker over `road`,
+/// with mutual TLS from `tls_dir`'s certificates unless it is "".
 caf::expected<road_result> measure_road(const options& opt,
-                                        const std::string& road) {
+                                        const std::string& road,
+                                        const std::string& tls_dir) {
   node_group nodes; // declared before sys, so stopped after sys shut down
-  auto port = start_cluster(nodes, opt);
+  auto port = start_cluster(nodes, opt,
+                            tls_dir.empty() ? std::vector<std::string>{}
+                                            : tls_flags_for(tls_dir));
   if (!port)
     return std::move(port.error());
   node_config cfg;
@@ -107,23 +112,36 @@ caf::expected<road_result> measure_road(const options& opt,
   cfg.road.caller_spin_us = opt.caller_spin_us;
   cfg.road.frame_spin_us = opt.frame_spin_us;
   cfg.road.single_conn = !opt.reply_conn;
+  if (!tls_dir.empty()) {
+    cfg.openssl_certificate = tls_dir + "/node.pem";
+    cfg.openssl_key = tls_dir + "/node.key";
+    cfg.openssl_cafile = tls_dir + "/ca.pem";
+  }
   if (auto err = cfg.finish())
     return err;
   caf::actor_system sys{cfg};
-  return run_road(sys, cfg.kv, *port, opt, road);
+  auto out = run_road(sys, cfg.kv, *port, opt, road);
+  if (out && !tls_dir.empty())
+    out->road += " tls";
+  return out;
 }
 
 /// Each road of `opt` on a fresh cluster, told on stderr as it ends, into
 /// `results`; 0 or the exit code.
 int measure_roads(const options& opt, std::vector<road_result>& results) {
-  for (auto& road : opt.roads) {
-    std::fprintf(stderr, "measuring the %s road...\n", road.c_str());
-    auto r = measure_road(opt, road);
-    if (!r)
-      return fail(("the " + road + " road").c_str(), r.error());
-    results.push_back(std::move(*r));
-    print_progress(results.back(), opt);
-  }
+  std::vector<std::string> tls_runs{""}; // plain text first
+  if (!opt.tls_dir.empty())
+    tls_runs.push_back(opt.tls_dir);
+  for (auto& road : opt.roads)
+    for (auto& tls : tls_runs) {
+      std::fprintf(stderr, "measuring the %s road%s...\n", road.c_str(),
+                   tls.empty() ? "" : " with TLS");
+      auto r = measure_road(opt, road, tls);
+      if (!r)
+        return fail(("the " + road + " road").c_str(), r.error());
+      results.push_back(std::move(*r));
+      print_progress(results.back(), opt);
+    }
   return 0;
 }
 

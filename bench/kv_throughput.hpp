@@ -50,6 +50,9 @@ struct options {
   uint32_t frame_spin_us =
       road_settings::frame_spin_default_us; // both ends (0 = off)
   bool reply_conn = true; // our tcp roads: replies on a connection apart
+  /// --tls=DIR: each road again with mutual TLS on every CAF connection
+  /// (certificates from deploy/make-certs.sh DIR), named "ROAD tls".
+  std::string tls_dir;
 };
 
 /// Reads `--name=value` flags into `opt`; returns an error line, or "".
@@ -107,7 +110,8 @@ struct node_group {
 
 /// Starts a scheduler for one worker, then `opt.servers` servers; returns
 /// the scheduler's port.
-caf::expected<uint16_t> start_cluster(node_group& nodes, const options& opt);
+caf::expected<uint16_t> start_cluster(node_group& nodes, const options& opt,
+                                      const std::vector<std::string>& tls);
 
 // -- rounds (kv_throughput_rounds.cpp) ----------------------------------------
 

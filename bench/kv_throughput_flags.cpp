@@ -14,7 +14,7 @@ const char* const usage =
     " [--road=all|middleman|tcp|shm] [--rows=all|large|small]"
     " [--road-spin-us=N] [--road-caller-spin-us=N] [--road-frame-spin-us=N]"
     " [--road-reply-conn=on|off]"
-    " [--scheduler-only] [--node=PATH]\n"
+    " [--scheduler-only] [--node=PATH] [--tls=DIR]\n"
     "  --road     roads to measure, each on a fresh cluster (default all)\n"
     "  --rows     which rows: the large values (4 KiB..16 MiB), the small"
     " pairs, or all (default all)\n"
@@ -36,7 +36,10 @@ const char* const usage =
     "  --scheduler-only  our kv client runs on CAF's scheduler threads only"
     " (--kv.scheduler-only), for comparison\n"
     "  --node     troupe-node binary (default: beside this program, then in"
-    " its parent dir)\n";
+    " its parent dir)\n"
+    "  --tls      each road again with mutual TLS on every CAF connection,"
+    " certificates from DIR (deploy/make-certs.sh DIR); its rows say"
+    " \"tls\"\n";
 
 namespace {
 
@@ -118,6 +121,11 @@ std::optional<std::string> parse_tuning_flag(const std::string& a,
     if (::access(value.c_str(), X_OK) != 0)
       return "--node: no executable at '" + value + "'";
     opt.node = value;
+  } else if (name == "--tls") {
+    if (::access((value + "/ca.pem").c_str(), R_OK) != 0)
+      return "--tls: no ca.pem in '" + value +
+             "' (make one with deploy/make-certs.sh DIR)";
+    opt.tls_dir = value;
   } else {
     return std::nullopt;
   }

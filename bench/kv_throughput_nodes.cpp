@@ -85,22 +85,27 @@ caf::expected<uint16_t> node_group::await_port(pid_t pid, int fd) {
   return caf::make_error(errc::timeout, "troupe-node did not listen in 10 s");
 }
 
-caf::expected<uint16_t> start_cluster(node_group& nodes, const options& opt) {
+caf::expected<uint16_t> start_cluster(node_group& nodes, const options& opt,
+                                      const std::vector<std::string>& tls) {
   // error level: a warning after our JSON line would end the output.
-  auto port = nodes.start(
-      opt.node, {"--role=scheduler", "--scheduler-port=0", "--log-level=error",
-                 "--cluster.servers=" + std::to_string(opt.servers),
-                 "--cluster.workers=1"});
-  for (uint32_t i = 0; port && i < opt.servers; ++i)
-    if (auto p = nodes.start(
-            opt.node,
-            {"--role=server", "--log-level=error",
-             "--scheduler-port=" + std::to_string(*port),
-             "--server.mode=" + opt.mode,
-             "--road.spin-us=" + std::to_string(opt.spin_us),
-             "--road.frame-spin-us=" + std::to_string(opt.frame_spin_us)});
-        !p)
+  std::vector<std::string> sched{
+      "--role=scheduler", "--scheduler-port=0", "--log-level=error",
+      "--cluster.servers=" + std::to_string(opt.servers),
+      "--cluster.workers=1"};
+  sched.insert(sched.end(), tls.begin(), tls.end());
+  auto port = nodes.start(opt.node, sched);
+  for (uint32_t i = 0; port && i < opt.servers; ++i) {
+    std::vector<std::string> server{
+        "--role=server",
+        "--log-level=error",
+        "--scheduler-port=" + std::to_string(*port),
+        "--server.mode=" + opt.mode,
+        "--road.spin-us=" + std::to_string(opt.spin_us),
+        "--road.frame-spin-us=" + std::to_string(opt.frame_spin_us)};
+    server.insert(server.end(), tls.begin(), tls.end());
+    if (auto p = nodes.start(opt.node, server); !p)
       return p.error();
+  }
   return port;
 }
 

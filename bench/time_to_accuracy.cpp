@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/cluster/connect.hpp"
 #include "actors/node/node_config.hpp"
 #include "bench/time_to_accuracy.hpp"
 #include "kernels/blas.hpp"
@@ -26,30 +27,36 @@ int fail(const char* what, const std::string& why) {
 
 /// Runs every configuration of `opt`, telling each row's figures on stderr
 /// as it ends; false if one failed.
-bool run_rows(const options& opt, const floor_result& before,
+bool run_rows(options opt, const floor_result& before,
               std::vector<row_result>& rows) {
   bool all_ok = true;
+  std::vector<std::vector<std::string>> tls_runs{{}}; // plain text first
+  if (!opt.tls_dir.empty())
+    tls_runs.push_back(tls_flags_for(opt.tls_dir));
   for (auto& mode : opt.modes)
-    for (auto w : opt.workers) {
-      std::fprintf(stderr, "running %s, %u worker(s), %u epoch(s) ...",
-                   mode.c_str(), w, opt.epochs);
-      rows.push_back(run_config(opt, mode, w));
-      auto& r = rows.back();
-      all_ok = all_ok && r.error.empty();
-      // The row's figures now, so that a run cut short still tells them;
-      // the report's overhead uses the higher floor of before and after.
-      if (r.error.empty())
-        std::fprintf(stderr,
-                     " done in %.1f s: %.0f samples/s, final accuracy %.4f,"
-                     " waiting %.1f%%, overhead %.1f%% against the first"
-                     " floor\n",
-                     r.wall_s, r.samples_per_s, r.final_accuracy,
-                     100 * r.wait_share,
-                     100 * overhead(r, before.samples_per_s));
-      else
-        std::fprintf(stderr, " FAILED in %.1f s: %s\n", r.wall_s,
-                     r.error.c_str());
-    }
+    for (auto w : opt.workers)
+      for (auto& tls : tls_runs) {
+        opt.tls_args = tls;
+        std::fprintf(stderr, "running %s%s, %u worker(s), %u epoch(s) ...",
+                     mode.c_str(), tls.empty() ? "" : " with TLS", w,
+                     opt.epochs);
+        rows.push_back(run_config(opt, mode, w));
+        auto& r = rows.back();
+        all_ok = all_ok && r.error.empty();
+        // The row's figures now, so that a run cut short still tells them;
+        // the report's overhead uses the higher floor of before and after.
+        if (r.error.empty())
+          std::fprintf(stderr,
+                       " done in %.1f s: %.0f samples/s, final accuracy %.4f,"
+                       " waiting %.1f%%, overhead %.1f%% against the first"
+                       " floor\n",
+                       r.wall_s, r.samples_per_s, r.final_accuracy,
+                       100 * r.wait_share,
+                       100 * overhead(r, before.samples_per_s));
+        else
+          std::fprintf(stderr, " FAILED in %.1f s: %s\n", r.wall_s,
+                       r.error.c_str());
+      }
   return all_ok;
 }
 

@@ -62,6 +62,11 @@ struct options {
   uint32_t servers = 1;
   std::string node;
   std::vector<std::string> node_args; // for every server and worker
+  /// --tls=DIR: each row runs twice, in plain text and then with mutual
+  /// TLS from DIR's certificates (deploy/make-certs.sh), whose flags
+  /// every node of the second run gets, the scheduler too.
+  std::string tls_dir;
+  std::vector<std::string> tls_args; // the row's; set per run
 };
 
 /// Reads one `--name=value` flag into `opt`; returns an error line, or "".

@@ -11,7 +11,7 @@ namespace troupe::bench::time_to_accuracy {
 
 const char* const usage =
     "usage: time_to_accuracy [--epochs=E] [--modes=M,...] [--workers=W,...]"
-    " [--servers=S] [--node=PATH] [--node-arg=FLAG ...]\n"
+    " [--servers=S] [--node=PATH] [--node-arg=FLAG ...] [--tls=DIR]\n"
     "  --epochs   passes over the training set per run, 1..100 (default 10)\n"
     "  --modes    server modes: sync, async, ssp:S; async+pipe and ssp:S+pipe\n"
     "             add pipelined workers (--worker.pipeline: step t+1 runs\n"
@@ -26,6 +26,9 @@ const char* const usage =
     "  --node     troupe-node binary (default: beside this program)\n"
     "  --node-arg a flag for every server and worker, e.g.\n"
     "             --node-arg=--server.helper-threads=0 (repeatable)\n"
+    "  --tls      each row twice: plain text, then mutual TLS with the\n"
+    "             certificates in DIR (deploy/make-certs.sh DIR); rows\n"
+    "             with TLS say \"tls\" after the mode\n"
     "A run not done in 60 s + 30 s per epoch is killed; its row fails.\n";
 
 std::pair<std::string, stepping> split_mode(const std::string& m) {
@@ -108,8 +111,14 @@ std::string parse_flag(const std::string& a, options& opt) {
              value + "'";
     opt.node_args.push_back(value);
   }
+  if (name == "--tls" && ::access((value + "/ca.pem").c_str(), R_OK) != 0)
+    return "--tls: no ca.pem in '" + value +
+           "' (make one with deploy/make-certs.sh DIR)";
+  if (name == "--tls")
+    opt.tls_dir = value;
   if (name != "--epochs" && name != "--modes" && name != "--workers" &&
-      name != "--servers" && name != "--node" && name != "--node-arg")
+      name != "--servers" && name != "--node" && name != "--node-arg" &&
+      name != "--tls")
     return "unknown flag '" + a + "' (see --help)";
   return "";
 }

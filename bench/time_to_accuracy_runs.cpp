@@ -48,6 +48,7 @@ std::vector<std::string> server_args(const options& opt,
   if (how == stepping::overlap)
     args.insert(args.end(), overlap_args.begin(), overlap_args.end());
   args.insert(args.end(), opt.node_args.begin(), opt.node_args.end());
+  args.insert(args.end(), opt.tls_args.begin(), opt.tls_args.end());
   return args;
 }
 
@@ -75,6 +76,7 @@ std::vector<std::string> worker_args(const options& opt,
     args.insert(args.end(), overlap_args.begin(), overlap_args.end());
   }
   args.insert(args.end(), opt.node_args.begin(), opt.node_args.end());
+  args.insert(args.end(), opt.tls_args.begin(), opt.tls_args.end());
   return args;
 }
 
@@ -84,10 +86,12 @@ std::string start_cluster(node_group& nodes, const options& opt,
                           const std::string& mode, uint32_t workers,
                           const std::string& metrics) {
   uint16_t port = 0;
-  auto err = nodes.start(opt.node, {"--role=scheduler", "--scheduler-port=0",
-                                    "--log-level=warning",
-                                    strf("--cluster.servers=%u", opt.servers),
-                                    strf("--cluster.workers=%u", workers)});
+  std::vector<std::string> sched_args{"--role=scheduler", "--scheduler-port=0",
+                                      "--log-level=warning",
+                                      strf("--cluster.servers=%u", opt.servers),
+                                      strf("--cluster.workers=%u", workers)};
+  sched_args.insert(sched_args.end(), opt.tls_args.begin(), opt.tls_args.end());
+  auto err = nodes.start(opt.node, sched_args);
   if (!err.empty() || !(err = await_port(nodes.kids.back(), port)).empty())
     return "scheduler: " + err;
   auto sched = strf("--scheduler-port=%u", unsigned{port});
@@ -183,7 +187,9 @@ std::string read_metrics(const std::string& path, uint32_t epochs,
 
 row_result run_config(const options& opt, const std::string& mode,
                       uint32_t workers) {
-  row_result r{mode, workers, "", 0, 0, 0, 0, 0, 0, {}, {}};
+  row_result r;
+  r.mode = opt.tls_args.empty() ? mode : mode + " tls";
+  r.workers = workers;
   char path[] = "/tmp/time_to_accuracy-XXXXXX";
   int fd = ::mkstemp(path); // empty: the trainer appends
   if (fd < 0)

@@ -12,10 +12,13 @@
 # env:   TROUPE_BIN  troupe-node to run (default: build/troupe-node)
 #        TROUPE_LOGS folder for the logs (default: logs/<date-time>)
 #        TROUPE_CHECKPOINTS checkpoint folder (default: checkpoints/; "" = off)
+#        TROUPE_TLS  on (default): mutual TLS with the certificates in
+#                    TROUPE_CERTS (default certs/, made if missing); off
+#        TROUPE_CERTS folder of ca.pem, node.pem, node.key
 set -euo pipefail
 
 if [ $# -lt 3 ]; then
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 conf=$1 servers=$2 workers=$3
@@ -77,7 +80,11 @@ checkpoints=${TROUPE_CHECKPOINTS-$here/checkpoints}
 common=(--config-file="$conf" "--cluster.servers=$servers"
         "--cluster.workers=$workers" "--train.metrics-file=$logs/metrics.jsonl")
 [ -z "$checkpoints" ] || common+=("--checkpoint.dir=$checkpoints")
-common+=("$@")
+# shellcheck source=deploy/tls.sh
+. "$here/deploy/tls.sh"
+tls_flags "$here" "$@" || exit 2
+[ ${#tls[@]} -eq 0 ] || echo "mutual TLS with the certificates of ${tls[2]#*=}"
+common+=("${tls[@]}" "$@")
 
 # shellcheck source=deploy/scheduler.sh
 . "$here/deploy/scheduler.sh"

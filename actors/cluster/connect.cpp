@@ -1,15 +1,140 @@
-// Reaching the scheduler, with back-off while it starts.
+// Plain or TLS connections to peers, and reaching the scheduler with
+// back-off while it starts.
 #include "actors/cluster/connect.hpp"
+
+#include <dlfcn.h>
+#include <sys/socket.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/openssl/publish.hpp>
+#include <caf/openssl/remote_actor.hpp>
 
+#include "actors/base/log.hpp"
 #include "messages/errors.hpp"
 
+// Two faults of CAF 0.17's TLS sessions (libcaf_openssl), mended here by
+// wrapping the four OpenSSL calls they make: the dynamic linker picks these
+// before libssl's for every library of the process, and every program that
+// publishes or connects over TLS links this file.
+//
+// 1. They never clear OpenSSL's per-thread error queue, and SSL_get_error
+//    reports SSL_ERROR_SSL for any call while it holds an error. So a
+//    failed handshake (a plaintext or certless peer) left its errors
+//    behind, and the next read of a live peer's connection on that thread
+//    looked failed: one stranger's attempt cut the scheduler off a server.
+//    Each call now starts with a clear queue, as OpenSSL asks of callers.
+// 2. A connection in its handshake keeps the multiplexer busy (a full core)
+//    until the handshake ends, and a peer that connects and stays silent
+//    never ends it. A handshake now has tls_handshake_limit: past it, the
+//    socket is shut, and CAF drops the connection at its next call.
+namespace {
+
+constexpr auto tls_handshake_limit = std::chrono::seconds{3};
+
+template <class Fn> Fn next_ssl_function(const char* name) {
+  auto* fn = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, name));
+  if (!fn)
+    std::abort(); // libssl is linked: it has them
+  return fn;
+}
+
+void free_started(void*, void* started, CRYPTO_EX_DATA*, int, long, void*) {
+  delete static_cast<std::chrono::steady_clock::time_point*>(started);
+}
+
+/// Where a session keeps when its handshake started.
+int started_index() {
+  static const int index =
+      SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, free_started);
+  return index;
+}
+
+/// Clears the error queue; shuts the socket of a handshake past its limit.
+void before_ssl_call(SSL* ssl) {
+  ERR_clear_error();
+  if (SSL_is_init_finished(ssl))
+    return;
+  using clock = std::chrono::steady_clock;
+  auto now = clock::now();
+  auto* started =
+      static_cast<clock::time_point*>(SSL_get_ex_data(ssl, started_index()));
+  if (!started) {
+    SSL_set_ex_data(ssl, started_index(), new clock::time_point(now));
+  } else if (now - *started > tls_handshake_limit) {
+    auto fd = SSL_get_fd(ssl);
+    TROUPE_LOG_LIMITED(warning, "tls", "ended a connection whose TLS handshake",
+                       " took over ", tls_handshake_limit.count(), " s (fd ",
+                       fd, ")");
+    ::shutdown(fd, SHUT_RDWR);
+    *started = clock::time_point::max() - tls_handshake_limit; // said once
+  }
+}
+
+} // namespace
+
+extern "C" {
+
+int SSL_read(SSL* ssl, void* buf, int num) {
+  static auto next = next_ssl_function<int (*)(SSL*, void*, int)>("SSL_read");
+  before_ssl_call(ssl);
+  return next(ssl, buf, num);
+}
+
+int SSL_write(SSL* ssl, const void* buf, int num) {
+  static auto next =
+      next_ssl_function<int (*)(SSL*, const void*, int)>("SSL_write");
+  before_ssl_call(ssl);
+  return next(ssl, buf, num);
+}
+
+int SSL_accept(SSL* ssl) {
+  static auto next = next_ssl_function<int (*)(SSL*)>("SSL_accept");
+  before_ssl_call(ssl);
+  return next(ssl);
+}
+
+int SSL_connect(SSL* ssl) {
+  static auto next = next_ssl_function<int (*)(SSL*)>("SSL_connect");
+  before_ssl_call(ssl);
+  return next(ssl);
+}
+
+} // extern "C"
+
 namespace troupe {
+
+bool speaks_tls(caf::actor_system& sys) {
+  return sys.has_openssl_manager();
+}
+
+caf::io::middleman_actor connector(caf::actor_system& sys) {
+  return speaks_tls(sys) ? sys.openssl_manager().actor_handle()
+                         : sys.middleman().actor_handle();
+}
+
+std::vector<std::string> tls_flags_for(const std::string& dir) {
+  return {"--openssl.certificate=" + dir + "/node.pem",
+          "--openssl.key=" + dir + "/node.key",
+          "--openssl.cafile=" + dir + "/ca.pem"};
+}
+
+caf::expected<uint16_t> publish_actor(caf::actor_system& sys,
+                                      const caf::actor& whom, uint16_t port,
+                                      const std::string& host, bool reuse) {
+  auto* in = host.empty() ? nullptr : host.c_str();
+  if (speaks_tls(sys))
+    return caf::openssl::publish(whom, port, in, reuse);
+  return sys.middleman().publish(whom, port, in, reuse);
+}
 
 caf::expected<caf::actor> connect_scheduler(caf::actor_system& sys,
                                             const std::string& host,
@@ -19,7 +144,8 @@ caf::expected<caf::actor> connect_scheduler(caf::actor_system& sys,
   caf::error last;
   for (auto delay = std::chrono::milliseconds{20};;
        delay = std::min(delay * 2, std::chrono::milliseconds{500})) {
-    auto h = sys.middleman().remote_actor(host, port);
+    auto h = speaks_tls(sys) ? caf::openssl::remote_actor(sys, host, port)
+                             : sys.middleman().remote_actor(host, port);
     if (h)
       return std::move(*h);
     last = std::move(h.error());

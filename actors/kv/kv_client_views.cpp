@@ -16,6 +16,7 @@
 #include <caf/system_messages.hpp>
 
 #include "actors/base/log.hpp"
+#include "actors/cluster/connect.hpp"
 #include "actors/cluster/placement.hpp"
 #include "actors/kv/kv_client_internal.hpp"
 #include "actors/road/run_here.hpp"
@@ -92,7 +93,7 @@ void connect(self_ptr self, const node_info& n, bool again = false) {
     ++self->state.connecting;
   TROUPE_LOG(debug, who(self), "connecting to server ", n.rank, " at ", n.host,
              ":", n.port);
-  auto mm = self->home_system().middleman().actor_handle();
+  auto mm = connector(self->home_system());
   auto rank = n.rank;
   auto named = [self, n] { // the view still names this very server
     auto& vs = self->state.view.servers;

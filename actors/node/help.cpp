@@ -22,11 +22,17 @@ constexpr std::array<const char*, 11> troupe_groups{
     "train",  "worker",  "agent",  "fault", "checkpoint"};
 
 /// CAF's options that a troupe node sets or a user may need; the rest of
-/// CAF's groups (opencl, work-stealing, openssl, logger, ...) do nothing
-/// in troupe and stay out of --help.
-constexpr std::array<const char*, 5> caf_options{
-    "config-file", "scheduler.max-threads", "scheduler.policy",
-    "middleman.heartbeat-interval", "middleman.connection-timeout"};
+/// CAF's groups (opencl, work-stealing, logger, ...) do nothing in troupe
+/// and stay out of --help.
+constexpr std::array<const char*, 9> caf_options{"config-file",
+                                                 "scheduler.max-threads",
+                                                 "scheduler.policy",
+                                                 "middleman.heartbeat-interval",
+                                                 "middleman.connection-timeout",
+                                                 "openssl.certificate",
+                                                 "openssl.key",
+                                                 "openssl.passphrase",
+                                                 "openssl.cafile"};
 
 std::string str(caf::string_view x) {
   return std::string(x.begin(), x.end());
@@ -86,6 +92,15 @@ std::string description_of(const caf::config_option& x) {
   if (name == "middleman.connection-timeout")
     return "a peer silent this long is declared dead (must exceed the"
            " slowest single message)";
+  if (name == "openssl.certificate")
+    return "this node's certificate (PEM): with --openssl.key and"
+           " --openssl.cafile, mutual TLS to every peer (deploy/make-certs.sh)";
+  if (name == "openssl.key")
+    return "the private key of --openssl.certificate (PEM)";
+  if (name == "openssl.passphrase")
+    return "passphrase of --openssl.key, if it has one";
+  if (name == "openssl.cafile")
+    return "the cluster's CA (PEM): peers must hold a certificate it signed";
   return str(x.description());
 }
 

@@ -6,9 +6,13 @@
 #include <xmmintrin.h>
 #endif
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+
+#include <caf/openssl/manager.hpp>
 
 #include "actors/base/log.hpp"
 #include "actors/base/spin_scheduler.hpp"
@@ -325,6 +329,8 @@ caf::error node_config::finish() {
     return err;
   if (auto err = check_checkpoints())
     return err;
+  if (auto err = check_tls())
+    return err;
   share_settings();
   return caf::none;
 }
@@ -370,6 +376,47 @@ caf::error node_config::check_faults() const {
   if (agent.servers > 0 && is_loopback_host(host))
     return caf::make_error(errc::invalid_config,
                            "--host=" + host + " (this agent's servers)" + why);
+  return caf::none;
+}
+
+caf::error node_config::check_tls() {
+  struct file_option {
+    const char* flag;
+    const std::string& path;
+  };
+  const file_option files[] = {{"--openssl.certificate", openssl_certificate},
+                               {"--openssl.key", openssl_key},
+                               {"--openssl.cafile", openssl_cafile}};
+  size_t given = 0;
+  for (auto& f : files)
+    given += f.path.empty() ? 0 : 1;
+  if (given == 0 && openssl_passphrase.empty() && openssl_capath.empty())
+    return caf::none; // plain text: a trusted network (docs/trust.md)
+  if (given < 3) {
+    std::string missing;
+    for (auto& f : files)
+      if (f.path.empty())
+        missing += std::string{missing.empty() ? "" : " and "} + f.flag;
+    return caf::make_error(errc::invalid_config,
+                           "TLS needs --openssl.certificate, --openssl.key and"
+                           " --openssl.cafile together; missing: " +
+                               missing + " (deploy/make-certs.sh makes them)");
+  }
+  for (auto& f : files) {
+    std::ifstream in{f.path};
+    if (!in)
+      return caf::make_error(errc::invalid_config,
+                             std::string{f.flag} + "=" + f.path +
+                                 ": cannot read it (" + std::strerror(errno) +
+                                 ")");
+    std::string first;
+    std::getline(in, first);
+    if (first.rfind("-----BEGIN ", 0) != 0)
+      return caf::make_error(errc::invalid_config, std::string{f.flag} + "=" +
+                                                       f.path +
+                                                       ": not a PEM file");
+  }
+  load<caf::openssl::manager>();
   return caf::none;
 }
 

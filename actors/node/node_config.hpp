@@ -101,6 +101,9 @@ private:
   caf::error check_modes() const;
   caf::error check_faults() const;
   caf::error check_checkpoints() const;
+  /// --openssl.*: all of certificate, key and cafile, or none; each file
+  /// readable. With them, loads CAF's openssl module (mutual TLS).
+  caf::error check_tls();
   // What finish() copies into the settings of several subsystems.
   void share_settings();
 };

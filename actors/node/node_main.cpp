@@ -8,8 +8,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <caf/actor_system.hpp>
@@ -17,6 +19,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include "actors/cluster/connect.hpp"
 #include "actors/kv/kv.hpp"
 #include "actors/node/node_config.hpp"
 #include "actors/road/road.hpp"
@@ -91,8 +94,8 @@ void say_listening(const char* role_name, const std::string& host,
 int run_scheduler(caf::actor_system& sys, const node_config& cfg) {
   stop_on_signals();
   auto sched = sys.spawn(scheduler, cfg.scheduler);
-  auto port = sys.middleman().publish(sched, cfg.scheduler_port,
-                                      cfg.scheduler_host.c_str(), true);
+  auto port =
+      publish_actor(sys, sched, cfg.scheduler_port, cfg.scheduler_host, true);
   if (!port) {
     anon_send_exit(sched, caf::exit_reason::user_shutdown);
     return fail("publishing the scheduler", port.error());
@@ -109,7 +112,7 @@ int run_server(caf::actor_system& sys, const node_config& cfg) {
     return fail("connecting to the scheduler", sched.error());
   auto srv = sys.spawn(shard_server, cfg.server, *sched,
                        make_update_fn(cfg.optimizer));
-  auto port = sys.middleman().publish(srv, cfg.port, cfg.host.c_str(), true);
+  auto port = publish_actor(sys, srv, cfg.port, cfg.host, true);
   if (!port) {
     anon_send_exit(srv, caf::exit_reason::user_shutdown);
     return fail("publishing the server", port.error());
@@ -128,6 +131,27 @@ int run_worker(caf::actor_system& sys, const node_config& cfg) {
     return run_counter_workload(sys, *sched, cfg.worker, cfg.kv);
   return run_training(sys, *sched, cfg.trainer());
 }
+
+/// Ends the process with `rc` if CAF's shutdown (the actor system's
+/// destructor, after main returns) has not ended it within `limit`. CAF
+/// 0.17 waits there for every connection attempt, and a TLS handshake
+/// with a peer that accepted and stays silent never ends by itself: a
+/// worker that had failed in one clear line then hung. Touches nothing
+/// shared, so it may outlive main.
+void bound_shutdown(int rc, std::chrono::seconds limit) {
+  std::thread{[rc, limit] {
+    std::this_thread::sleep_for(limit);
+    std::fprintf(stderr,
+                 "troupe-node: shutdown still waits for a connection"
+                 " after %d s: exiting\n",
+                 static_cast<int>(limit.count()));
+    std::fflush(nullptr);
+    std::_Exit(rc);
+  }}.detach();
+}
+
+/// How long a node's shutdown may take once its role has ended.
+constexpr std::chrono::seconds shutdown_limit{5};
 
 /// This executable's path, for an agent's children.
 std::string self_path(const char* argv0) {
@@ -163,19 +187,26 @@ int main(int argc, char** argv) {
     caf::actor_system sys{cfg};
     agent_run_settings run{cfg.agent, cfg.fault, cfg.scheduler_host,
                            cfg.scheduler_port, cfg.kv.request_timeout_ms};
-    return run_agent(sys, run, self_path(argv[0]), flags, stop_requested);
+    auto rc = run_agent(sys, run, self_path(argv[0]), flags, stop_requested);
+    bound_shutdown(rc, shutdown_limit);
+    return rc;
   }
   auto r = cfg.node_role();
   if (!r)
     return fail("checking options", r.error()) + 1;
   caf::actor_system sys{cfg};
+  int rc = 2;
   switch (*r) {
   case role::scheduler:
-    return run_scheduler(sys, cfg);
+    rc = run_scheduler(sys, cfg);
+    break;
   case role::server:
-    return run_server(sys, cfg);
+    rc = run_server(sys, cfg);
+    break;
   case role::worker:
-    return run_worker(sys, cfg);
+    rc = run_worker(sys, cfg);
+    break;
   }
-  return 2;
+  bound_shutdown(rc, shutdown_limit);
+  return rc;
 }

@@ -17,6 +17,7 @@
 #include <caf/send.hpp>
 
 #include "actors/base/log.hpp"
+#include "actors/cluster/connect.hpp"
 #include "actors/cluster/placement.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -192,7 +193,7 @@ void on_connect_failed(self_ptr self, uint64_t serial, const std::string& host,
 /// once connected. A backup that cannot be reached is dropped.
 void connect_backup(self_ptr self, uint64_t serial, std::string host,
                     uint16_t port, int tries) {
-  auto mm = self->home_system().middleman().actor_handle();
+  auto mm = connector(self->home_system());
   auto limit = std::min<uint32_t>(self->state.request_timeout_ms, 1000);
   self->request(mm, std::chrono::milliseconds{limit}, caf::connect_atom_v, host,
                 port)

@@ -107,6 +107,10 @@ int main(int argc, char** argv) {
   }
   if (cfg.cli_helptext_printed)
     return 0;
+  if (auto err = cfg.finish()) { // checks them; --openssl.* loads TLS
+    std::cerr << "*** bad options: " << troupe::describe(err) << '\n';
+    return 2;
+  }
   caf::actor_system sys{cfg};
   auto sched = troupe::connect_scheduler(sys, cfg.scheduler_host,
                                          cfg.scheduler_port, 10000);

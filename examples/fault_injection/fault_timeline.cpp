@@ -200,6 +200,10 @@ int main(int argc, char** argv) {
   }
   if (cfg.cli_helptext_printed)
     return 0;
+  if (auto err = cfg.finish()) { // checks them; --openssl.* loads TLS
+    std::cerr << "*** checking options failed: " << describe(err) << '\n';
+    return 2;
+  }
   auto heartbeat_timeout_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(
           caf::get_or(cfg, "middleman.connection-timeout", caf::timespan{0}))

@@ -20,6 +20,8 @@
 #                           the demo then runs in a network namespace of its
 #                           own, on 10.214.0.1, and the child in one of its
 #                           own inside it)
+#        TROUPE_TLS         on (default; certificates in TROUPE_CERTS,
+#                           default certs/, made if missing) or off
 set -euo pipefail
 
 # A cut child cannot reach 127.0.0.1 (its own): run the whole demo in a
@@ -48,8 +50,11 @@ done
 mkdir -p "$logs"
 echo "logs in $logs"
 
+# shellcheck source=deploy/tls.sh
+. "$here/deploy/tls.sh"
+tls_flags "$here" "$@" || exit 2 # TROUPE_TLS=off: plain text
 common=(--config-file="$here/deploy/local.ini" --cluster.servers=2
-        --cluster.workers=2 "${host_flags[@]}" "$@")
+        --cluster.workers=2 "${host_flags[@]}" "${tls[@]}" "$@")
 sched_pid=
 stop_scheduler() {
   if [ -n "$sched_pid" ]; then
@@ -96,7 +101,7 @@ agent_rc=${PIPESTATUS[0]}
 set -e
 
 echo
-"$timeline" --scheduler-port="$port" "${host_flags[@]}" | tee "$logs/timeline.txt"
+"$timeline" --scheduler-port="$port" "${host_flags[@]}" "${tls[@]}" | tee "$logs/timeline.txt"
 acc=$(sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p' "$logs/agent.log" |
       tail -n 1)
 echo

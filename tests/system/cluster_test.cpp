@@ -38,6 +38,8 @@ struct watcher {
     cfg.load<caf::io::middleman>();
     cfg.set("middleman.heartbeat-interval", caf::timespan{100ms});
     cfg.set("middleman.connection-timeout", caf::timespan{1s});
+    use_test_tls(cfg);
+    BOOST_REQUIRE(!cfg.finish());
     sys = std::make_unique<caf::actor_system>(cfg);
     self = std::make_unique<caf::scoped_actor>(*sys);
     auto s = connect_scheduler(*sys, "127.0.0.1", port, 10000);

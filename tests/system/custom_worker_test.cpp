@@ -17,9 +17,8 @@ BOOST_AUTO_TEST_CASE(the_linear_regression_example_converges_on_two_workers) {
         start_server(s, mode, {"--optimizer.name=sgd", "--optimizer.lr=0.1"});
     std::vector<std::unique_ptr<child_process>> workers;
     for (int i = 0; i < 2; ++i)
-      workers.push_back(
-          std::make_unique<child_process>(std::vector<std::string>{
-              TROUPE_EXAMPLE_BIN, s.flag(), "--worker.steps=150"}));
+      workers.push_back(std::make_unique<child_process>(node_args(
+          {s.flag(), "--worker.steps=150"}, true, TROUPE_EXAMPLE_BIN)));
     for (auto& w : workers) {
       auto rc = w->wait_exit(120s);
       BOOST_REQUIRE_MESSAGE(rc, "example did not finish: " << w->output());

@@ -22,6 +22,7 @@ BOOST_AUTO_TEST_CASE(the_demo_survives_two_worker_kills_and_a_server_kill) {
   ::setenv("TROUPE_BUILD", TROUPE_BUILD_DIR, 1);
   ::setenv("TROUPE_LOGS", TROUPE_BUILD_DIR "/fault-demo-logs", 1);
   ::setenv("TROUPE_SERVER_KILL", "kill:server-1@5000", 1);
+  ::setenv("TROUPE_CERTS", TROUPE_BUILD_DIR "/test-certs", 1); // TLS is on
   child_process demo{{"/bin/bash",
                       TROUPE_SOURCE_DIR "/examples/fault_injection/run.sh",
                       "--fault.seed=3"}};

@@ -47,6 +47,7 @@ BOOST_AUTO_TEST_CASE(a_job_ends_in_order_with_clean_logs_named_by_rank) {
   ::setenv("TROUPE_BIN", TROUPE_NODE_BIN, 1);
   ::setenv("TROUPE_LOGS", logs.path.c_str(), 1);
   ::setenv("TROUPE_CHECKPOINTS", "", 1);
+  ::setenv("TROUPE_CERTS", TROUPE_BUILD_DIR "/test-certs", 1); // TLS is on
   child_process job{{"/bin/bash", TROUPE_SOURCE_DIR "/deploy/local-cluster.sh",
                      TROUPE_SOURCE_DIR "/deploy/local.ini", "2", "2",
                      "--train.epochs=1", "--train.eval-samples=2000"}};

@@ -9,6 +9,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "actors/cluster/connect.hpp"
+#include "actors/node/node_config.hpp"
 #include "messages/membership.hpp"
 #include "tests/system/child_process.hpp"
 
@@ -33,9 +35,36 @@ inline const std::vector<std::string> fast_heartbeats{
     "--middleman.heartbeat-interval=100ms",
     "--middleman.connection-timeout=1s"};
 
-inline std::vector<std::string> node_args(std::vector<std::string> args) {
-  args.insert(args.begin(), node_bin);
+/// Where the tests' certificates are (CTest's test_certs fixture makes
+/// them with deploy/make-certs.sh): the cluster's, and a rogue CA's.
+inline const std::string test_certs = TROUPE_BUILD_DIR "/test-certs";
+inline const std::string rogue_certs = TROUPE_BUILD_DIR "/test-certs-rogue";
+
+/// The flags of mutual TLS with the certificates in `dir`.
+inline std::vector<std::string> tls_flags(const std::string& dir = test_certs) {
+  return tls_flags_for(dir);
+}
+
+/// Makes `cfg`, the test process's own node, speak mutual TLS with the
+/// test certificates, as the cluster's nodes do; before finish().
+inline void use_test_tls(node_config& cfg) {
+  cfg.openssl_certificate = test_certs + "/node.pem";
+  cfg.openssl_key = test_certs + "/node.key";
+  cfg.openssl_cafile = test_certs + "/ca.pem";
+}
+
+/// A troupe-node command line (or `program`'s, a node of its own):
+/// `args`, fast heartbeats and, as every cluster runs by default
+/// (deploy/local-cluster.sh), mutual TLS unless `tls` is false.
+inline std::vector<std::string>
+node_args(std::vector<std::string> args, bool tls = true,
+          const std::string& program = node_bin) {
+  args.insert(args.begin(), program);
   args.insert(args.end(), fast_heartbeats.begin(), fast_heartbeats.end());
+  if (tls) {
+    auto flags = tls_flags();
+    args.insert(args.end(), flags.begin(), flags.end());
+  }
   return args;
 }
 

@@ -72,6 +72,7 @@ struct test_node {
     cfg.set("middleman.connection-timeout", caf::timespan{1s});
     cfg.kv.request_timeout_ms = 5000;
     cfg.kv.road_text = road;
+    use_test_tls(cfg);
     BOOST_REQUIRE(!cfg.finish());
     sys = std::make_unique<caf::actor_system>(cfg);
     auto s = connect_scheduler(*sys, "127.0.0.1", port, 10000);

@@ -19,6 +19,7 @@
 #include "messages/errors.hpp"
 #include "messages/membership.hpp"
 #include "messages/type_ids.hpp"
+#include "tests/system/nodes.hpp"
 
 namespace troupe::test {
 
@@ -33,6 +34,8 @@ struct scheduler_client {
     cfg.load<caf::io::middleman>();
     cfg.set("middleman.heartbeat-interval", caf::timespan{100ms});
     cfg.set("middleman.connection-timeout", caf::timespan{1s});
+    use_test_tls(cfg); // as the cluster's nodes speak
+    BOOST_REQUIRE(!cfg.finish());
     sys = std::make_unique<caf::actor_system>(cfg);
     auto s = connect_scheduler(*sys, host, port, 10000);
     BOOST_REQUIRE(s);
