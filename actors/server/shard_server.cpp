@@ -181,6 +181,7 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
         start(self, host, port);
       },
       [self](view_atom, const frame& f) { on_view_frame(self, f); },
+      [self](view_atom, tick_atom) { sweep_held(self); },
       // -- requests from workers --
       [self](init_atom, const frame& f) { return on_init(self, f); },
       [self](push_atom, frame& f) { return on_push(self, f); },

@@ -39,7 +39,9 @@
 //   running -3-> running      3: newer view: owned slices and live workers
 //                                change; waiting pulls are re-checked
 //   running -4-> running      4: request from a newer epoch than ours: held
-//                                until that view arrives
+//                                until that view arrives (at most
+//                                max_held_bytes in all, each for at most
+//                                the request timeout)
 //   running -5-> running      5: malformed request: error reply, logged
 //   any     -6-> stopped      6: scheduler down: the job is over
 //   running -7-> running      7: request from an earlier incarnation of its
@@ -59,6 +61,7 @@
 // reported to the scheduler as a "resumed" event.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -162,8 +165,18 @@ struct shard_server_state {
   cluster_view view;
   cluster_view early_view; // newest view received before we joined
   std::vector<waiting_pull> pulls;
-  // Requests from a newer epoch than ours, with that epoch.
-  std::vector<std::pair<uint64_t, std::function<void()>>> held;
+  /// A request from a newer epoch than ours, held until our view has it
+  /// (4): answered with a timeout once `until` passes, dropped if its road
+  /// connection closes first.
+  struct held_request {
+    uint64_t epoch = 0;
+    std::function<void()> run;
+    replier rp;
+    size_t bytes = 0;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::vector<held_request> held;
+  size_t held_bytes = 0; // of every held request's frame
   uint32_t request_timeout_ms = 10000;
   server_settings cfg;
   std::unique_ptr<road_listener> road; // null: CAF only

@@ -60,6 +60,13 @@ caf::response_promise on_pull(self_ptr self, const frame& f);
 /// Answers every waiting pull the stores can serve now.
 void serve_pulls(self_ptr self);
 
+/// How often requests held for a newer view are checked while any are.
+constexpr auto held_sweep_every = std::chrono::seconds{1};
+
+/// Answers held requests past their time, and drops those whose road
+/// connection closed (4).
+void sweep_held(self_ptr self);
+
 // -- the fast road (shard_server_road.cpp) ------------------------------------
 
 /// Opens the fast road; without it, workers use CAF.

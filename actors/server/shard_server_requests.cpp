@@ -4,6 +4,7 @@
 #include "actors/server/shard_server_internal.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "actors/base/log.hpp"
 #include "kernels/tensor.hpp"
 #include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
 
 namespace troupe::server_impl {
 namespace {
@@ -40,17 +42,39 @@ caf::error check_incarnation(self_ptr self, uint32_t worker, uint64_t epoch) {
 /// Views a request may be ahead of ours; more is a broken sender.
 constexpr uint64_t max_epochs_ahead = 1000;
 
-/// Runs `fn` now, or once our view reaches `epoch`.  // 4
+/// Bytes of requests held for a newer view, at most: a worker's view is
+/// ahead of ours only for a moment, with a few parts in flight; at
+/// bc0f027 a peer could make a server hold 400 MiB for good.
+constexpr size_t max_held_bytes = size_t{64} << 20;
+
+/// Runs `fn` now, or once our view reaches `epoch` (4), if there is room
+/// for the `bytes` of its frame among the held requests.
 template <class F>
-void when_epoch(self_ptr self, uint64_t epoch, replier& rp, F fn) {
-  auto ours = self->state.view.epoch;
-  if (epoch <= ours)
+void when_epoch(self_ptr self, uint64_t epoch, replier& rp, size_t bytes,
+                F fn) {
+  auto& st = self->state;
+  auto ours = st.view.epoch;
+  if (epoch <= ours) {
     fn();
-  else if (epoch - ours > max_epochs_ahead) // 5
+  } else if (epoch - ours > max_epochs_ahead) { // 5
     rp.deliver(caf::make_error(errc::malformed_message, "epoch", epoch,
                                "far ahead of", ours));
-  else
-    self->state.held.emplace_back(epoch, std::move(fn));
+  } else if (st.held_bytes + bytes > max_held_bytes) {
+    auto err = caf::make_error(
+        errc::timeout, str("server busy: ", st.held_bytes >> 20,
+                           " MiB of requests wait for views newer than ours (",
+                           ours, "); resend later"));
+    TROUPE_LOG_LIMITED(warning, who(self), "refused a request for view ", epoch,
+                       " from ", rp.source(), ": ", describe(err));
+    rp.deliver(err);
+  } else {
+    if (st.held.empty()) // the first: sweep until none is left
+      self->delayed_send(self, held_sweep_every, view_atom_v, tick_atom_v);
+    st.held_bytes += bytes;
+    st.held.push_back({epoch, std::move(fn), rp, bytes,
+                       std::chrono::steady_clock::now() +
+                           std::chrono::milliseconds{st.request_timeout_ms}});
+  }
 }
 
 /// True (and `rp` answered not_a_member) if a road connection sent a
@@ -309,7 +333,7 @@ template <class Request, class Handler>
 void accept(self_ptr self, bytes_view f, replier rp, Handler handle) {
   Request req;
   if (decode_or_reject(self, f, req, rp))
-    when_epoch(self, req.epoch, rp,
+    when_epoch(self, req.epoch, rp, f.size,
                [self, req = std::move(req), rp, handle]() mutable {
                  handle(self, std::move(req), std::move(rp));
                });
@@ -371,7 +395,7 @@ void accept_push(self_ptr self, bytes_view f, replier rp,
     rp.deliver(err);
     return;
   }
-  when_epoch(self, req.epoch, rp,
+  when_epoch(self, req.epoch, rp, f.size,
              [self, req, values = std::move(values), rp, keep, f]() mutable {
                handle_push(self, req, values, f, std::move(rp));
              });
@@ -386,6 +410,27 @@ caf::response_promise on_push(self_ptr self, frame& f) {
   auto keep = std::make_shared<frame>(std::move(f));
   accept_push(self, *keep, replier{rp, nullptr}, keep);
   return rp;
+}
+
+void sweep_held(self_ptr self) {
+  auto& st = self->state;
+  auto now = std::chrono::steady_clock::now();
+  std::vector<shard_server_state::held_request> keep;
+  for (auto& h : st.held) {
+    bool gone = h.rp.road && h.rp.road->conn->closed(); // no one to answer
+    if (!gone && now < h.until) {
+      keep.push_back(std::move(h));
+      continue;
+    }
+    st.held_bytes -= h.bytes;
+    if (!gone)
+      h.rp.deliver(caf::make_error(
+          errc::timeout, str("held ", st.request_timeout_ms, " ms for view ",
+                             h.epoch, ", and ours is still ", st.view.epoch)));
+  }
+  st.held = std::move(keep);
+  if (!st.held.empty())
+    self->delayed_send(self, held_sweep_every, view_atom_v, tick_atom_v);
 }
 
 caf::response_promise on_pull(self_ptr self, const frame& f) {

@@ -112,11 +112,14 @@ void run_held(self_ptr self) {
   auto& st = self->state;
   auto held = std::move(st.held);
   st.held.clear();
-  for (auto& [epoch, fn] : held)
-    if (epoch <= st.view.epoch)
-      fn();
-    else
-      st.held.emplace_back(epoch, std::move(fn));
+  for (auto& h : held) {
+    if (h.epoch > st.view.epoch) {
+      st.held.push_back(std::move(h));
+      continue;
+    }
+    st.held_bytes -= h.bytes;
+    h.run();
+  }
 }
 
 } // namespace

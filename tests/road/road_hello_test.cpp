@@ -113,6 +113,25 @@ BOOST_AUTO_TEST_CASE(a_bad_header_after_hello_ends_only_that_connection) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_member_that_stalls_mid_frame_is_dropped) {
+  // At bc0f027 a peer could send a frame's header and a part of it, and so
+  // hold a buffer as large as the frame for good. Now the frame must keep
+  // coming: a stall as long as the send timeout ends the connection.
+  auto l = start_echo_listener(500);
+  road_client good{*l, road_kind::tcp, 0};
+  raw_peer bad{*l, false};
+  bad.handshake();
+  raw_header h;
+  h.op = uint8_t(road_op::push);
+  h.id = 1;
+  h.bytes = 1u << 20;
+  bad.write(&h, sizeof(h));
+  std::vector<char> part(4096, 0);
+  bad.write(part.data(), part.size());
+  BOOST_CHECK_MESSAGE(bad.dropped(), "a stalled frame held its connection");
+  echo_one(good, 1, 1024);
+}
+
 BOOST_AUTO_TEST_CASE(a_unix_hello_that_claims_rings_without_them_is_refused) {
   auto l = start_echo_listener();
   raw_peer bad{*l, true};

@@ -89,7 +89,7 @@ struct road_peer {
   road_message_ptr answer(uint64_t id) {
     std::unique_lock<std::mutex> guard{mtx};
     BOOST_REQUIRE_MESSAGE(
-        cv.wait_for(guard, 10s, [&] { return got.count(id) > 0; }),
+        cv.wait_for(guard, 30s, [&] { return got.count(id) > 0; }),
         "no answer to " << id);
     return got[id];
   }
@@ -241,6 +241,36 @@ BOOST_AUTO_TEST_CASE(a_road_connection_speaks_only_for_its_own_member) {
   BOOST_REQUIRE(!as_0.conn->send(road_op::pull, 4, encode(pull)));
   BOOST_CHECK(as_0.answer(4)->op == road_op::reply);
   t.expect_clock_0_open_and_applied_once(); // nothing of worker 1's landed
+}
+
+BOOST_AUTO_TEST_CASE(requests_held_for_a_future_view_are_bounded_and_expire) {
+  // At bc0f027, 400 pushes of 1 MiB for a view 900 ahead were held for
+  // good: 400 MiB that nothing freed. Now the server holds 64 MiB at most,
+  // refuses the rest at once, and answers what it held once its request
+  // timeout (10 s here) passes.
+  served_key t;
+  auto& node = t.view.servers.front();
+  road_peer peer{node, {role::worker, 0}};
+  auto ahead = t.ones();
+  ahead.epoch += 900;
+  ahead.slices.front().values.assign(size_t{1} << 18, 1.0f); // 1 MiB
+  constexpr uint64_t n = 80;
+  auto frame = encode(ahead);
+  for (uint64_t id = 1; id <= n; ++id)
+    BOOST_REQUIRE(!peer.conn->send(road_op::push, id, frame));
+  size_t busy = 0, expired = 0;
+  for (uint64_t id = 1; id <= n; ++id) {
+    auto err = peer.refused(id); // every one is answered, within 20 s
+    BOOST_CHECK(err == errc::timeout);
+    auto why = describe(err);
+    busy += why.find("server busy") != std::string::npos ? 1 : 0;
+    expired += why.find("held 10000 ms for view") != std::string::npos ? 1 : 0;
+  }
+  BOOST_TEST_MESSAGE(busy << " refused at once, " << expired << " expired");
+  BOOST_CHECK_GE(busy, n - 64); // no more than 64 MiB was held
+  BOOST_CHECK_GE(expired, 32u); // and that much was held, then let go
+  BOOST_CHECK_EQUAL(busy + expired, n);
+  t.expect_clock_0_open_and_applied_once(); // none of it was applied
 }
 
 BOOST_AUTO_TEST_CASE(a_view_that_overtakes_the_register_reply_is_not_lost) {
