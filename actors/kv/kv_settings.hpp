@@ -56,6 +56,10 @@ struct kv_settings {
   /// thread sends its request (one more thread wake-up each way). Off by
   /// default: the kv client runs where the work arrives (run_here.hpp).
   bool scheduler_only = false;
+  /// A job that lost values (a "lost" event: a dead server's slices came
+  /// back with no replica) still ends with exit 0 (--cluster.allow-loss;
+  /// node_config copies it here). Default: it ends non-zero, saying so.
+  bool allow_loss = false;
   /// How this process's roads wait for bytes (group "road").
   road_settings roads;
   /// Faults injected into this client's pushes (group "fault").

@@ -120,7 +120,10 @@ void node_config::add_cluster_options() {
            "slice bound in floats (16384 floats = 64 KiB)")
       .add(scheduler.placement.vnodes, "vnodes", "ring points per server")
       .add(scheduler.placement.slack, "balance-slack",
-           "allowed load above the mean per server (0.05 = 5%)");
+           "allowed load above the mean per server (0.05 = 5%)")
+      .add(kv.allow_loss, "allow-loss",
+           "a job whose values were lost (a dead server without a replica)"
+           " still exits 0");
 }
 
 void node_config::add_server_options() {

@@ -16,6 +16,7 @@
 #include "tests/system/scheduler_client.hpp"
 #include "tests/test_support.hpp"
 
+using namespace troupe;
 using namespace troupe::test;
 
 namespace {
@@ -377,6 +378,33 @@ BOOST_AUTO_TEST_CASE(a_diverging_job_stops_with_one_line_and_a_nonzero_exit) {
     BOOST_CHECK_MESSAGE(w->output().find("final test accuracy") ==
                             std::string::npos,
                         on << ": " << w->output());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_job_that_lost_values_ends_nonzero_unless_allowed) {
+  // At bc0f027 a job whose dead server's slices came back with no replica
+  // printed its accuracy and exited 0. The "lost" event here is the one a
+  // server reports then (shard_server_views.cpp), sent by the test.
+  for (bool allowed : {false, true}) {
+    std::vector<std::string> extra;
+    if (allowed)
+      extra.push_back("--cluster.allow-loss");
+    one_epoch job{extra};
+    scheduler_client client{job.s.port};
+    caf::scoped_actor self{*client.sys};
+    self->send(client.sched, event_atom_v,
+               encode(event_record{now_ms(), "lost", role::server, 0, 0,
+                                   "7 slices of a dead server came with no"
+                                   " replica: their values are lost",
+                                   "server 0"}));
+    for (auto* w : {job.w0.get(), job.w1.get()}) {
+      auto rc = w->wait_exit(120s);
+      BOOST_REQUIRE_MESSAGE(rc, said_so_far(job));
+      bool says = w->output().find("*** the job lost values (1 lost event;") !=
+                  std::string::npos;
+      BOOST_CHECK_MESSAGE(allowed ? *rc == 0 && !says : *rc != 0 && says,
+                          "allowed " << allowed << ": " << w->output());
+    }
   }
 }
 
