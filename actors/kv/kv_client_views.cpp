@@ -16,6 +16,7 @@
 #include <caf/system_messages.hpp>
 
 #include "actors/base/log.hpp"
+#include "actors/base/machine_id.hpp"
 #include "actors/cluster/connect.hpp"
 #include "actors/cluster/placement.hpp"
 #include "actors/kv/kv_client_internal.hpp"
@@ -236,8 +237,10 @@ void join(self_ptr self) {
   if (self->state.join_deadline == std::chrono::steady_clock::time_point{})
     self->state.join_deadline =
         std::chrono::steady_clock::now() + timeout_of(self);
+  // Our machine: a server that advertises a loopback address is of no
+  // use to a worker on another (the scheduler refuses one or the other).
   register_request req{role::worker, "", 0, static_cast<uint32_t>(::getpid()),
-                       road_info{}};
+                       road_info{0, machine_id(), ""}};
   self->request(self->state.scheduler, timeout_of(self), register_atom_v,
                 encode(req))
       .then(

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "actors/base/log.hpp"
+#include "actors/base/machine_id.hpp"
 #include "actors/road/road_auth.hpp"
 #include "actors/road/road_internal.hpp"
 #include "messages/errors.hpp"
@@ -163,7 +164,7 @@ road_dial(const std::string& host, const road_info& info, road_kind want,
   if (want == road_kind::middleman || info.port == 0)
     return caf::make_error(errc::not_connected, "no fast road to", host);
   bool shm = want == road_kind::shm && !info.socket.empty() &&
-             info.machine == road_machine_id() && ring_bytes > 0;
+             info.machine == machine_id() && ring_bytes > 0;
   auto s = connect_socket(host, info, shm,
                           std::min(timeout_ms, road_dial_deadline_ms));
   if (!s)

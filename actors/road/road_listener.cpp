@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "actors/base/log.hpp"
+#include "actors/base/machine_id.hpp"
 #include "actors/road/road_internal.hpp"
 #include "actors/road/road_pairing.hpp"
 #include "messages/errors.hpp"
@@ -50,7 +51,7 @@ road_listener::start(const std::string& host, uint16_t port,
                            host + ":" + std::to_string(port),
                            std::string{strerror(errno)});
   l->info_.port = ntohs(sa->sin_port);
-  l->info_.machine = road_machine_id();
+  l->info_.machine = machine_id();
   l->listen_unix();
   l->wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
   if (l->wake_fd_ < 0)

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <fstream>
 
 #include "actors/road/road_internal.hpp"
 #include "messages/errors.hpp"
@@ -117,17 +116,6 @@ road_message::~road_message() {
     conn->release(ring_offset, ring_bytes);
   if (buffer && conn)
     conn->give_buffer(std::move(buffer), buffer_words);
-}
-
-// -- this machine -------------------------------------------------------------
-
-std::string road_machine_id() {
-  std::string boot;
-  std::ifstream in{"/proc/sys/kernel/random/boot_id"};
-  std::getline(in, boot);
-  char ns[128] = {0};
-  auto n = ::readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
-  return boot + "/" + (n > 0 ? std::string(ns, static_cast<size_t>(n)) : "");
 }
 
 } // namespace troupe

@@ -74,8 +74,5 @@ using road_handler = std::function<void(road_message_ptr)>;
 using road_down_handler =
     std::function<void(uint64_t serial, const caf::error&)>;
 
-/// This machine's identity for road_info::machine: boot id and network
-/// namespace (abstract unix sockets are per namespace).
-std::string road_machine_id();
 
 } // namespace troupe

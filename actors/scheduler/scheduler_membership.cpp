@@ -8,6 +8,7 @@
 #include <caf/system_messages.hpp>
 
 #include "actors/base/log.hpp"
+#include "actors/base/machine_id.hpp"
 #include "actors/base/stray_errors.hpp"
 #include "actors/cluster/placement.hpp"
 #include "actors/scheduler/scheduler_internal.hpp"
@@ -150,6 +151,45 @@ caf::error check_room(self_ptr self, role kind) {
                              "s live; raise --cluster.", name, "s to add one"));
 }
 
+/// A server's loopback address reaches only its own machine (its road's
+/// machine: boot id and network namespace): refused where a member, or the
+/// scheduler, is on another. At bc0f027 servers started without --host
+/// on three machines advertised 127.0.0.1, and a dead one's slices came
+/// back with no replica.
+caf::error check_reachable(self_ptr self, const register_request& req) {
+  auto refuse = [&](const std::string& server, const std::string& host,
+                    const std::string& other) {
+    auto err = caf::make_error(
+        errc::invalid_config,
+        str(server, " advertises ", host,
+            ", which only its own machine"
+            " reaches, and ",
+            other,
+            " runs on another: start each server"
+            " (or agent) with --host=AN_ADDRESS_ITS_PEERS_REACH"));
+    TROUPE_LOG_LIMITED(warning, "scheduler", "refused a ", to_string(req.kind),
+                       " from ", sender_node(self->current_sender()), ": ",
+                       describe(err));
+    return err;
+  };
+  auto here = machine_id();
+  if (req.kind == role::server && is_loopback(req.host)) {
+    if (req.road.machine != here)
+      return refuse("this server", req.host, "the scheduler");
+    for (auto& m : self->state.members)
+      if (m.info.road.machine != req.road.machine)
+        return refuse("this server", req.host,
+                      str(to_string(m.info.kind), " ", m.info.rank));
+    return caf::none;
+  }
+  for (auto& m : self->state.members)
+    if (m.info.kind == role::server && is_loopback(m.info.host) &&
+        m.info.road.machine != req.road.machine)
+      return refuse(str("server ", m.info.rank), m.info.host,
+                    str("this ", to_string(req.kind)));
+  return caf::none;
+}
+
 caf::result<frame> on_register(self_ptr self, const frame& f) {
   register_request req;
   if (auto err = decode(f, req)) { // 2
@@ -161,6 +201,8 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
     return caf::make_error(errc::malformed_message,
                            "a scheduler cannot register");
   if (auto err = check_room(self, req.kind))
+    return err;
+  if (auto err = check_reachable(self, req))
     return err;
   auto handle = caf::actor_cast<caf::actor>(self->current_sender());
   node_info info{req.kind, lowest_free_rank(self, req.kind),

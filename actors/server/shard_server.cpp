@@ -14,6 +14,7 @@
 
 #include "actors/base/helper_pool.hpp"
 #include "actors/base/log.hpp"
+#include "actors/base/machine_id.hpp"
 #include "actors/base/stray_errors.hpp"
 #include "actors/server/shard_server_internal.hpp"
 #include "messages/errors.hpp"
@@ -103,6 +104,8 @@ void start(self_ptr self, const std::string& host, uint16_t port) {
   register_request req{role::server, host, port,
                        static_cast<uint32_t>(::getpid()),
                        open_road(self, host)};
+  req.road.machine = machine_id(); // also without a road: who reaches us
+
   self->request(self->state.scheduler,
                 std::chrono::milliseconds{self->state.request_timeout_ms},
                 register_atom_v, encode(req))

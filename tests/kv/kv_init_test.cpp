@@ -12,6 +12,7 @@
 
 #include <caf/scoped_actor.hpp>
 
+#include "actors/base/machine_id.hpp"
 #include "messages/errors.hpp"
 #include "messages/membership.hpp"
 #include "messages/type_ids.hpp"
@@ -35,7 +36,8 @@ struct silent_initialiser {
     register_reply reg;
     (*self)
         ->request(sched, 10s, register_atom_v,
-                  encode(register_request{role::worker, "", 0, 1, {}}))
+                  encode(register_request{
+                      role::worker, "", 0, 1, {0, machine_id(), ""}}))
         .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, reg)); },
                  [](const caf::error& err) { BOOST_FAIL(describe(err)); });
     rank = reg.rank;

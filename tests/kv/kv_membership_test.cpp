@@ -10,6 +10,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "actors/base/machine_id.hpp"
 #include "actors/scheduler/scheduler.hpp"
 #include "messages/errors.hpp"
 #include "messages/membership.hpp"
@@ -53,7 +54,8 @@ BOOST_AUTO_TEST_CASE(the_scheduler_admits_no_more_workers_than_configured) {
     caf::expected<frame> out{caf::make_error(caf::sec::unexpected_response)};
     c.self
         ->request(c.remote_sched, 10s, register_atom_v,
-                  encode(register_request{role::worker, "", 0, 1, {}}))
+                  encode(register_request{
+                      role::worker, "", 0, 1, {0, machine_id(), ""}}))
         .receive([&](frame& f) { out = std::move(f); },
                  [&](caf::error& err) { out = std::move(err); });
     return out;
@@ -121,7 +123,8 @@ BOOST_AUTO_TEST_CASE(a_barrier_waits_for_workers_that_have_not_joined_yet) {
   auto join = [&](caf::scoped_actor& who) {
     register_reply reply;
     who->request(sched, 10s, register_atom_v,
-                 encode(register_request{role::worker, "", 0, 1, {}}))
+                 encode(register_request{
+                     role::worker, "", 0, 1, {0, machine_id(), ""}}))
         .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, reply)); },
                  [](const caf::error& err) { BOOST_FAIL(describe(err)); });
     return reply.rank;

@@ -10,6 +10,7 @@
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "actors/base/machine_id.hpp"
 #include "actors/kv/kv.hpp"
 #include "actors/node/node_config.hpp"
 #include "messages/errors.hpp"
@@ -306,7 +307,8 @@ BOOST_AUTO_TEST_CASE(a_worker_gives_up_on_a_server_that_never_speaks) {
   scheduler_process s{1, 1};
   scheduler_client c{s.port};
   caf::scoped_actor fake{*c.sys}; // registers as the server, stays quiet
-  register_request req{role::server, "127.0.0.1", silent.port, 1, {}};
+  register_request req{
+      role::server, "127.0.0.1", silent.port, 1, {0, machine_id(), ""}};
   fake->request(c.sched, 10s, register_atom_v, encode(req))
       .receive([](const frame&) {},
                [](caf::error& err) { BOOST_FAIL(describe(err)); });
@@ -317,6 +319,47 @@ BOOST_AUTO_TEST_CASE(a_worker_gives_up_on_a_server_that_never_speaks) {
   BOOST_CHECK_NE(*rc, 0);
   BOOST_CHECK_MESSAGE(w->output().find("*** init failed") != std::string::npos,
                       w->output());
+}
+
+BOOST_AUTO_TEST_CASE(a_loopback_server_is_refused_where_a_peer_is_elsewhere) {
+  // At bc0f027 servers started without --host on three machines advertised
+  // 127.0.0.1, and a dead one's slices came back with no replica. Another
+  // machine is another boot id or network namespace: the test registers
+  // as nodes that say they run on one.
+  scheduler_process s{1, 1};
+  scheduler_client c{s.port};
+  caf::scoped_actor fake{*c.sys};
+  auto join = [&](const register_request& req) {
+    caf::error out;
+    fake->request(c.sched, 10s, register_atom_v, encode(req))
+        .receive([](const frame&) {}, [&](caf::error& err) { out = err; });
+    return out;
+  };
+  const std::string elsewhere = "another-boot-id/net:[4026531840]";
+  auto err = join({role::server, "127.0.0.1", 4999, 1, {0, elsewhere, ""}});
+  BOOST_CHECK(err == errc::invalid_config);
+  BOOST_CHECK_MESSAGE(describe(err).find("this server advertises 127.0.0.1") !=
+                              std::string::npos &&
+                          describe(err).find("the scheduler runs on another") !=
+                              std::string::npos,
+                      describe(err));
+  // A server of this machine on loopback joins; a worker from elsewhere
+  // could not reach it.
+  auto srv = start_server(s, "sync");
+  BOOST_REQUIRE(c.wait_for_view(
+      [](const cluster_view& v) { return v.servers.size() == 1; }));
+  err = join({role::worker, "", 0, 2, {0, elsewhere, ""}});
+  BOOST_CHECK(err == errc::invalid_config);
+  BOOST_CHECK_MESSAGE(describe(err).find("server 0 advertises 127.0.0.1") !=
+                          std::string::npos,
+                      describe(err));
+  BOOST_CHECK_MESSAGE(describe(err).find("--host=") != std::string::npos,
+                      describe(err));
+  // Workers of this machine reach it.
+  auto w = start_counter(s, 5);
+  auto rc = w->wait_exit(60s);
+  BOOST_REQUIRE_MESSAGE(rc, w->output());
+  BOOST_CHECK_MESSAGE(*rc == 0, w->output());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
