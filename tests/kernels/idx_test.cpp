@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -182,6 +184,42 @@ BOOST_AUTO_TEST_CASE(a_truncated_file_is_rejected) {
   check_error(read_idx_images(cut, images), cut, "(gzip)");
   BOOST_TEST(read_idx_images(cut, images).find("truncated") !=
              std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_header_that_claims_gigabytes_costs_what_the_file_holds) {
+  // libFuzzer (fuzz/fuzz_idx.cpp) found that a 20-byte file whose header
+  // declared 65535 images of 256x256 made the reader allocate 4.3 GB
+  // before it found the file short. A child with 512 MiB more address
+  // space than it has now reads such a file: it must fail as truncated,
+  // not run out of memory.
+  temp_dir tmp;
+  auto path = tmp.write("liar", idx_bytes(0x803, {65535, 256, 256}, {1, 2, 3}));
+  pid_t kid = ::fork();
+  BOOST_REQUIRE(kid >= 0);
+  if (kid == 0) {
+    long pages = 0;
+    std::ifstream{"/proc/self/statm"} >> pages;
+    rlimit as{};
+    as.rlim_cur = as.rlim_max =
+        rlim_t(pages) * rlim_t(::sysconf(_SC_PAGESIZE)) + (rlim_t{512} << 20);
+    if (::setrlimit(RLIMIT_AS, &as) != 0)
+      ::_exit(3);
+    try {
+      tensor images;
+      auto err = read_idx_images(path, images);
+      ::_exit(err.find("truncated: header declares 65535 images") !=
+                      std::string::npos
+                  ? 0
+                  : 1);
+    } catch (...) { // std::bad_alloc
+      ::_exit(2);
+    }
+  }
+  int st = 0;
+  BOOST_REQUIRE_EQUAL(::waitpid(kid, &st, 0), kid);
+  BOOST_REQUIRE(WIFEXITED(st));
+  BOOST_CHECK_MESSAGE(WEXITSTATUS(st) == 0,
+                      "exit " << WEXITSTATUS(st) << " (2: out of memory)");
 }
 
 BOOST_AUTO_TEST_CASE(a_count_that_disagrees_with_the_data_is_rejected) {
