@@ -9,6 +9,7 @@ packages=(
   libssl-dev openssl         # HMAC on roads; certificates (deploy/make-certs.sh)
   libcapnp-dev capnproto     # Cap'n Proto 0.9.2: messages
   libboost-test-dev          # Boost.Test 1.74: tests
+  clang-16 libfuzzer-16-dev libclang-rt-16-dev # fuzzing (fuzz/run.sh)
   libopenblas-dev            # CPU math
   prometheus-cpp-dev         # metrics
   zlib1g-dev                 # gzipped IDX files
