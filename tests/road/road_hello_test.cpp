@@ -28,6 +28,43 @@ using namespace troupe::test;
 
 BOOST_TEST_GLOBAL_FIXTURE(log_level_from_env);
 
+namespace {
+
+/// One byte with room for one descriptor (SCM_RIGHTS): a socket passed
+/// between processes.
+struct one_fd_message {
+  char byte = 1;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  one_fd_message() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl;
+    msg.msg_controllen = sizeof(ctl);
+  }
+  one_fd_message(const one_fd_message&) = delete;
+  one_fd_message& operator=(const one_fd_message&) = delete;
+  /// Puts `fd` in, to send.
+  void put(int fd) {
+    auto* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+  }
+  /// The descriptor received, or -1.
+  int fd() {
+    auto* cm = CMSG_FIRSTHDR(&msg);
+    int out = -1;
+    if (cm && cm->cmsg_type == SCM_RIGHTS)
+      std::memcpy(&out, CMSG_DATA(cm), sizeof(int));
+    return out;
+  }
+};
+
+} // namespace
+
 BOOST_AUTO_TEST_SUITE(road_hello_tests)
 
 // -- broken peers -------------------------------------------------------------
@@ -358,41 +395,19 @@ BOOST_AUTO_TEST_CASE(an_shm_connection_from_another_user_is_refused) {
                                       name.size());
     if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&sa), len) != 0)
       ::_exit(3);
-    char one = 1;
-    iovec iov{&one, 1};
-    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctl;
-    msg.msg_controllen = sizeof(ctl);
-    auto* cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-    ::_exit(::sendmsg(pass[1], &msg, 0) == 1 ? 0 : 4);
+    one_fd_message out;
+    out.put(fd);
+    ::_exit(::sendmsg(pass[1], &out.msg, 0) == 1 ? 0 : 4);
   }
   int st = 0;
   BOOST_REQUIRE_EQUAL(::waitpid(kid, &st, 0), kid);
   BOOST_REQUIRE(WIFEXITED(st));
   BOOST_REQUIRE_MESSAGE(WEXITSTATUS(st) == 0,
                         "the child: exit " << WEXITSTATUS(st));
-  int fd = -1;
-  {
-    char one = 0;
-    iovec iov{&one, 1};
-    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctl;
-    msg.msg_controllen = sizeof(ctl);
-    BOOST_REQUIRE_EQUAL(::recvmsg(pass[0], &msg, 0), 1);
-    auto* cm = CMSG_FIRSTHDR(&msg);
-    BOOST_REQUIRE(cm && cm->cmsg_type == SCM_RIGHTS);
-    std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-  }
+  one_fd_message in;
+  BOOST_REQUIRE_EQUAL(::recvmsg(pass[0], &in.msg, 0), 1);
+  int fd = in.fd();
+  BOOST_REQUIRE(fd >= 0);
   ::close(pass[0]);
   ::close(pass[1]);
   // The handshake and hello, as a member: the server must not answer.

@@ -30,9 +30,9 @@ uint16_t listening_port(child_process& p, const char* what) {
   return static_cast<uint16_t>(std::stoi(line->substr(colon + 1)));
 }
 
-/// A stranger that speaks plain TCP to `port`: it writes bytes that are no
-/// TLS record and waits (bounded) for the port to close on it.
-void plaintext_stranger(uint16_t port) {
+/// A TCP connection to loopback port `port` whose reads give up after
+/// `limit_s` seconds.
+int connect_loopback(uint16_t port, time_t limit_s) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
@@ -40,10 +40,17 @@ void plaintext_stranger(uint16_t port) {
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) ==
                 0);
+  timeval limit{limit_s, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  return fd;
+}
+
+/// A stranger that speaks plain TCP to `port`: it writes bytes that are no
+/// TLS record and waits (bounded) for the port to close on it.
+void plaintext_stranger(uint16_t port) {
+  int fd = connect_loopback(port, 10);
   const char junk[] = "GET / HTTP/1.1\r\nHost: troupe\r\n\r\nnot a TLS peer";
   ::send(fd, junk, sizeof(junk), MSG_NOSIGNAL);
-  timeval limit{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   char buf[256];
   while (::recv(fd, buf, sizeof(buf), 0) > 0) {
   }
@@ -54,15 +61,7 @@ void plaintext_stranger(uint16_t port) {
 /// closes on it within 20 s. (CAF 0.17 kept such a connection for good, in
 /// a handshake that kept a core busy.)
 bool silent_stranger_is_dropped(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) ==
-                0);
-  timeval limit{20, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  int fd = connect_loopback(port, 20);
   char buf[64];
   auto n = ::recv(fd, buf, sizeof(buf), 0);
   ::close(fd);
