@@ -74,5 +74,4 @@ using road_handler = std::function<void(road_message_ptr)>;
 using road_down_handler =
     std::function<void(uint64_t serial, const caf::error&)>;
 
-
 } // namespace troupe
