@@ -52,6 +52,19 @@ fi
 # A crash, a sanitizer report, a leak, a run past 10 s on one input or past
 # 2 GiB of memory is a finding; a decoder's error is the expected answer.
 failed=0
+pid=""
+# Each harness runs in the background, so that its pid is known: its
+# scratch files are removed after it, and a stop is passed on to it.
+scratch_of() { echo "/dev/shm/troupe-fuzz-$1" "/tmp/troupe-fuzz-$1"; }
+stop() {
+  if [ -n "$pid" ]; then
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" || true
+    rm -rf $(scratch_of "$pid")
+  fi
+  exit 130
+}
+trap stop INT TERM
 for h in "${harnesses[@]}"; do
   work="$build/runs/$h"
   rm -rf "$work" && mkdir -p "$work/corpus"
@@ -59,7 +72,10 @@ for h in "${harnesses[@]}"; do
   rc=0
   "$build/fuzz_$h" "$work/corpus" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -artifact_prefix="$work/" -print_final_stats=1 \
-    >"$work/log" 2>&1 || rc=$?
+    >"$work/log" 2>&1 &
+  pid=$!
+  wait "$pid" || rc=$?
+  rm -rf $(scratch_of "$pid") # a harness that died left them
   execs=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/log")
   status=$({ grep -E '^#[0-9]+' "$work/log" || true; } | tail -1 |
     sed -E 's/.*(cov: [0-9]+ ft: [0-9]+ corp: [0-9]+).*/\1/')
