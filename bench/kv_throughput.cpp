@@ -112,11 +112,8 @@ caf::expected<road_result> measure_road(const options& opt,
   cfg.road.caller_spin_us = opt.caller_spin_us;
   cfg.road.frame_spin_us = opt.frame_spin_us;
   cfg.road.single_conn = !opt.reply_conn;
-  if (!tls_dir.empty()) {
-    cfg.openssl_certificate = tls_dir + "/node.pem";
-    cfg.openssl_key = tls_dir + "/node.key";
-    cfg.openssl_cafile = tls_dir + "/ca.pem";
-  }
+  if (!tls_dir.empty())
+    cfg.use_certificates(tls_dir);
   if (auto err = cfg.finish())
     return err;
   caf::actor_system sys{cfg};

@@ -121,10 +121,14 @@ caf::io::middleman_actor connector(caf::actor_system& sys) {
                          : sys.middleman().actor_handle();
 }
 
+tls_files tls_files_in(const std::string& dir) {
+  return {dir + "/node.pem", dir + "/node.key", dir + "/ca.pem"};
+}
+
 std::vector<std::string> tls_flags_for(const std::string& dir) {
-  return {"--openssl.certificate=" + dir + "/node.pem",
-          "--openssl.key=" + dir + "/node.key",
-          "--openssl.cafile=" + dir + "/ca.pem"};
+  auto f = tls_files_in(dir);
+  return {"--openssl.certificate=" + f.certificate, "--openssl.key=" + f.key,
+          "--openssl.cafile=" + f.cafile};
 }
 
 caf::expected<uint16_t> publish_actor(caf::actor_system& sys,

@@ -23,8 +23,14 @@ bool speaks_tls(caf::actor_system& sys);
 /// openssl middleman with TLS, else the plain one.
 caf::io::middleman_actor connector(caf::actor_system& sys);
 
-/// The three --openssl.* flags of a node whose certificates are in `dir`,
-/// as deploy/make-certs.sh names them (node.pem, node.key, ca.pem).
+/// The files of a node's TLS identity in `dir`, as deploy/make-certs.sh
+/// names them (node.pem, node.key, ca.pem).
+struct tls_files {
+  std::string certificate, key, cafile;
+};
+tls_files tls_files_in(const std::string& dir);
+
+/// The three --openssl.* flags that name tls_files_in(dir).
 std::vector<std::string> tls_flags_for(const std::string& dir);
 
 /// Publishes `whom` on host:port (0 = any free port; with `reuse`,

@@ -16,6 +16,7 @@
 
 #include "actors/base/log.hpp"
 #include "actors/base/spin_scheduler.hpp"
+#include "actors/cluster/connect.hpp"
 #include "actors/node/option_check.hpp"
 #include "actors/supervision/fault_plan.hpp"
 #include "actors/supervision/netns.hpp"
@@ -380,6 +381,13 @@ caf::error node_config::check_faults() const {
     return caf::make_error(errc::invalid_config,
                            "--host=" + host + " (this agent's servers)" + why);
   return caf::none;
+}
+
+void node_config::use_certificates(const std::string& dir) {
+  auto f = tls_files_in(dir);
+  openssl_certificate = f.certificate;
+  openssl_key = f.key;
+  openssl_cafile = f.cafile;
 }
 
 caf::error node_config::check_tls() {

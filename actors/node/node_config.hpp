@@ -84,6 +84,10 @@ struct node_config : caf::actor_system_config {
   /// caf-application.ini if present). Call before parse().
   caf::error check_options(const std::vector<std::string>& args) const;
 
+  /// Speaks mutual TLS with the certificates in `dir` (tls_files_in), as
+  /// the three --openssl.* flags would say; before finish().
+  void use_certificates(const std::string& dir);
+
 private:
   // Option groups, one per subsystem (the constructor calls each).
   void add_global_options();

@@ -448,14 +448,11 @@ int check_nothing_lost(caf::scoped_actor& self, const caf::actor& scheduler,
               << describe(failed) << ")\n";
     return 1;
   }
-  auto lost = std::count_if(log.begin(), log.end(), [](const event_record& e) {
-    return e.kind == "lost";
-  });
-  if (lost == 0)
+  auto is_lost = [](const event_record& e) { return e.kind == "lost"; };
+  auto first = std::find_if(log.begin(), log.end(), is_lost);
+  if (first == log.end())
     return 0;
-  auto first = std::find_if(log.begin(), log.end(), [](const event_record& e) {
-    return e.kind == "lost";
-  });
+  auto lost = std::count_if(first, log.end(), is_lost);
   std::cerr << "*** the job lost values (" << lost << " lost event"
             << (lost == 1 ? "" : "s") << "; the first, from " << first->source
             << ": " << first->detail

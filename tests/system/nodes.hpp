@@ -48,9 +48,7 @@ inline std::vector<std::string> tls_flags(const std::string& dir = test_certs) {
 /// Makes `cfg`, the test process's own node, speak mutual TLS with the
 /// test certificates, as the cluster's nodes do; before finish().
 inline void use_test_tls(node_config& cfg) {
-  cfg.openssl_certificate = test_certs + "/node.pem";
-  cfg.openssl_key = test_certs + "/node.key";
-  cfg.openssl_cafile = test_certs + "/ca.pem";
+  cfg.use_certificates(test_certs);
 }
 
 /// A troupe-node command line (or `program`'s, a node of its own):
