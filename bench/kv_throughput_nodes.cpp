@@ -96,12 +96,13 @@ caf::expected<uint16_t> start_cluster(node_group& nodes, const options& opt,
   auto port = nodes.start(opt.node, sched);
   for (uint32_t i = 0; port && i < opt.servers; ++i) {
     std::vector<std::string> server{
-        "--role=server",
-        "--log-level=error",
+        "--role=server", "--log-level=error",
         "--scheduler-port=" + std::to_string(*port),
         "--server.mode=" + opt.mode,
         "--road.spin-us=" + std::to_string(opt.spin_us),
-        "--road.frame-spin-us=" + std::to_string(opt.frame_spin_us)};
+        "--road.frame-spin-us=" + std::to_string(opt.frame_spin_us),
+        // The frames the servers take: as large as the client cuts them.
+        "--kv.max-message-bytes=" + std::to_string(opt.max_message_bytes)};
     server.insert(server.end(), tls.begin(), tls.end());
     if (auto p = nodes.start(opt.node, server); !p)
       return p.error();

@@ -46,6 +46,8 @@ std::string to_string(errc x) {
     return "cluster_full";
   case errc::non_finite:
     return "non_finite";
+  case errc::message_too_large:
+    return "message_too_large";
   }
   return "errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

@@ -51,10 +51,14 @@ enum class errc : uint8_t {
   /// (a diverged worker must not poison the weights). Fix the cause: a
   /// learning rate too high, bad data.
   non_finite,
+  /// A frame is over what the server takes (--kv.max-message-bytes and the
+  /// view's slice bound): skipped unread. Give every node the same
+  /// --kv.max-message-bytes.
+  message_too_large,
 };
 
 /// The last code of errc (decoders refuse codes past it).
-constexpr errc last_errc = errc::non_finite;
+constexpr errc last_errc = errc::message_too_large;
 
 /// What a member gets when the scheduler dies: the job is over, and says
 /// how to continue it.

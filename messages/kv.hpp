@@ -99,6 +99,32 @@ std::vector<slice_view> views_of(const std::vector<slice_data>& xs);
 /// Most slices in one kv message.
 constexpr size_t max_slices_per_message = size_t{1} << 20;
 
+// -- how large a worker's frames are ------------------------------------------
+
+/// Bytes a slice adds to a Push, Init or PullReply frame beyond its values,
+/// at most: its list element (24), a far pointer's landing pad (16), a
+/// segment table entry (4) and padding (7).
+constexpr uint64_t slice_frame_overhead = 64;
+/// Bytes of a kv frame beyond its slices, at most (root, segment table).
+constexpr uint64_t kv_frame_overhead = 4096;
+
+/// Slices a worker puts in one message cut at `max_message_bytes`: their
+/// overhead stays within a sixteenth of it.
+constexpr uint64_t max_slices_per_part(uint64_t max_message_bytes) {
+  return max_message_bytes / (16 * slice_frame_overhead);
+}
+
+/// The largest frame a worker sends (and a server answers a pull with)
+/// when it cuts its messages at `max_message_bytes` values bytes and
+/// max_slices_per_part slices, with slices of at most `slice_floats`:
+/// one slice alone, or a full part.
+constexpr uint64_t worker_frame_bound(uint64_t max_message_bytes,
+                                      uint64_t slice_floats) {
+  auto part = max_message_bytes + max_message_bytes / 16;
+  auto one = 4 * slice_floats + slice_frame_overhead;
+  return (part > one ? part : one) + kv_frame_overhead;
+}
+
 frame encode(const init_request& x);
 frame encode(const push_request& x);
 frame encode(const push_reply& x);

@@ -79,6 +79,9 @@ struct cluster {
   update_fn update;
 
   uint32_t replicas = 1;
+  /// The workers' --kv.max-message-bytes, which the servers' frame limit
+  /// follows.
+  uint32_t max_message_bytes;
 
   /// `road` is the workers' --kv.road: auto | tcp | middleman; `replicas`
   /// the servers' --server.replicas; `room` the workers the scheduler
@@ -88,7 +91,8 @@ struct cluster {
           uint32_t max_message_bytes = 16u << 20, update_fn update = add_update,
           uint32_t slice_floats = 1000, const std::string& road = "auto",
           uint32_t replicas = 1, uint32_t room = 0)
-      : update(std::move(update)), replicas(replicas) {
+      : update(std::move(update)), replicas(replicas),
+        max_message_bytes(max_message_bytes) {
     scheduler_settings ss;
     ss.servers = nservers;
     ss.workers = std::max(nworkers, room);
@@ -123,6 +127,7 @@ struct cluster {
     server_settings sv;
     sv.mode = *parse_consistency(mode);
     sv.replicas = replicas;
+    sv.max_message_bytes = max_message_bytes;
     auto s = sys.spawn(shard_server, sv, *remote, update);
     auto p = sys.middleman().publish(s, 0, "127.0.0.1");
     BOOST_REQUIRE(p);

@@ -23,6 +23,14 @@ namespace troupe::kv_internal {
 
 namespace {
 
+/// True if a part of `count` slices and `bytes` of values is full before
+/// a slice of `b` more: the server's frame limit is worker_frame_bound.
+bool part_full(self_ptr self, size_t count, size_t bytes, size_t b) {
+  auto limit = self->state.cfg.max_message_bytes;
+  return count > 0 &&
+         (bytes + b > limit || count >= max_slices_per_part(limit));
+}
+
 /// Cuts one server's slices into parts of at most max-message-bytes.
 std::vector<std::vector<slice_view>> cut_parts(self_ptr self,
                                                std::vector<slice_view> xs) {
@@ -30,8 +38,7 @@ std::vector<std::vector<slice_view>> cut_parts(self_ptr self,
   size_t bytes = 0;
   for (auto& x : xs) {
     auto b = x.size * sizeof(float);
-    if (!parts.back().empty() &&
-        bytes + b > self->state.cfg.max_message_bytes) {
+    if (part_full(self, parts.back().size(), bytes, b)) {
       parts.emplace_back();
       bytes = 0;
     }
@@ -149,8 +156,7 @@ std::vector<kv_request> pull_messages(self_ptr self, const pull_target& t,
     pull_request req{self->state.rank, clock, self->state.view.epoch, {}};
     size_t bytes = 0;
     for (auto& [id, n] : slices) {
-      if (!req.slices.empty() &&
-          bytes + n > self->state.cfg.max_message_bytes) {
+      if (part_full(self, req.slices.size(), bytes, n)) {
         msgs.push_back(kv_request{rank, encode(req), bytes});
         req.slices.clear();
         bytes = 0;

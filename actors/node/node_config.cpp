@@ -136,6 +136,9 @@ void node_config::add_server_options() {
            "drop a worker that reads no reply for this long (ms, > 0)")
       .add(server.replicas, "replicas",
            "backups per store: 1 = on the next server (ack after it), 0")
+      .add(server.inflight_bytes, "inflight-bytes",
+           "bytes of workers' road frames in flight, at most, over all"
+           " workers (>= --kv.window-bytes)")
       .add(server.helper_threads, "helper-threads",
            "threads beside the actor's for rounds and replies, 0..16")
       .add(server.replica_road_text, "replica-road",
@@ -311,6 +314,10 @@ caf::error node_config::finish() {
     return err;
   if (auto err = validate(server))
     return err;
+  if (server.inflight_bytes < kv.window_bytes)
+    return caf::make_error(errc::invalid_config,
+                           "--server.inflight-bytes must be >= "
+                           "--kv.window-bytes: one worker's frames in flight");
   if (auto err = validate(road))
     return err;
   if (auto err = validate(optimizer))
@@ -447,6 +454,7 @@ void node_config::share_settings() {
   kv.faults.seed = fault.seed;
   kv.roads = road;
   server.roads = road;
+  server.max_message_bytes = kv.max_message_bytes;
   auto& ck = server.checkpoint;
   ck.mode = mode_text;
   ck.optimizer = optimizer.name + "@" + optimizer.on;

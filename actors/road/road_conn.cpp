@@ -102,8 +102,10 @@ void road_conn::start(road_handler on_msg, road_down_handler on_down) {
 
 void road_conn::start_accepted(std::shared_ptr<road_keyring> keys,
                                road_handler on_msg, road_down_handler on_down,
-                               std::shared_ptr<road_pairing> pairing) {
+                               std::shared_ptr<road_pairing> pairing,
+                               std::shared_ptr<road_intake> intake) {
   stream_ = std::make_unique<road_stream>(read_fd_, settings_);
+  intake_ = std::move(intake);
   on_msg_ = std::move(on_msg);
   on_down_ = std::move(on_down);
   accepted_at_ = std::chrono::steady_clock::now();

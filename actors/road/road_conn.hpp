@@ -46,6 +46,7 @@ constexpr size_t road_pool_budget = size_t{64} << 20;
 class road_stream;  // the buffered reading side of a connection
 class road_pairing; // a listener's tcp connections awaiting their pair
 class road_keyring; // the cluster key a listener checks members against
+class road_intake;  // what a server takes in from workers (road_intake.hpp)
 
 /// One end of a road connection. Thread-safe sends; one reader thread.
 class road_conn : public std::enable_shared_from_this<road_conn> {
@@ -111,9 +112,11 @@ public:
   /// hello, both within road_hello_timeout_ms, before any message. A tcp
   /// hello may pair the connection with another through `pairing` (the
   /// first answers on the second; the second then ends here, quietly).
+  /// A worker's frames go through `intake` (road_intake.hpp), if given.
   void start_accepted(std::shared_ptr<road_keyring> keys, road_handler on_msg,
                       road_down_handler on_down,
-                      std::shared_ptr<road_pairing> pairing = nullptr);
+                      std::shared_ptr<road_pairing> pairing = nullptr,
+                      std::shared_ptr<road_intake> intake = nullptr);
   /// An accepted connection: true once its member proved itself and its
   /// hello was answered.
   bool admitted() const { return admitted_; }
@@ -218,6 +221,19 @@ private:
   /// Notes a reply (or failure) read: one fewer outstanding; on the
   /// reader thread, it may leave the road to callers (1).
   void note_reply_read(bool on_reader);
+  /// Reads `bytes` of a frame into `dst`: from a member, within
+  /// frame_time(bytes) and never stalling for the send timeout. False on
+  /// EOF or error (errno set; ETIMEDOUT: too slow).
+  bool read_bounded(void* dst, uint64_t bytes);
+  /// How long a member's frame of `bytes` may take to arrive.
+  std::chrono::milliseconds frame_time(uint64_t bytes) const;
+  /// A worker's frame of `bytes` against the intake: an error if it is
+  /// refused; else what it took of the budget goes with `m`.
+  caf::error take_intake(uint64_t bytes, bool in_ring, road_message& m);
+  /// Passes over a refused frame: reads it away in pieces (bounded as
+  /// read_bounded) or gives its ring region back. False once the
+  /// connection failed.
+  bool skip_frame(uint64_t bytes, bool in_ring, uint64_t offset);
   /// Fails the connection: it ended in the middle of a frame. False.
   bool lost_mid_frame();
   /// Reads the frame of `h` into `m`, its segments where `l` places them;
@@ -310,6 +326,7 @@ private:
   std::atomic<bool> closed_{false};
   std::atomic<bool> admitted_{false};
   member_id member_;
+  std::shared_ptr<road_intake> intake_; // set before the reader starts
   std::chrono::steady_clock::time_point accepted_at_;
   std::atomic<bool> down_told_{false};
   ring out_;

@@ -185,8 +185,23 @@ inline size_t recv_some(int fd, void* buf, size_t n, int flags) {
   }
 }
 
-/// Reads exactly `n` bytes; false on EOF or error (errno set, 0 on EOF).
-inline bool recv_all(int fd, void* buf, size_t n) {
+/// No deadline: a read may take as long as its socket's timeout allows.
+constexpr auto no_deadline = std::chrono::steady_clock::time_point::max();
+
+/// False with errno ETIMEDOUT if `until` has passed (a frame too slow).
+inline bool before(std::chrono::steady_clock::time_point until) {
+  if (until == no_deadline || std::chrono::steady_clock::now() < until)
+    return true;
+  errno = ETIMEDOUT;
+  return false;
+}
+
+/// Reads exactly `n` bytes; false on EOF or error (errno set, 0 on EOF),
+/// or past `until` (ETIMEDOUT; checked after each recv, which the socket's
+/// receive timeout bounds).
+inline bool
+recv_all(int fd, void* buf, size_t n,
+         std::chrono::steady_clock::time_point until = no_deadline) {
   auto* p = static_cast<char*>(buf);
   while (n > 0) {
     auto got = recv_some(fd, p, n, MSG_WAITALL);
@@ -194,6 +209,8 @@ inline bool recv_all(int fd, void* buf, size_t n) {
       return false;
     p += got;
     n -= got;
+    if (n > 0 && !before(until))
+      return false;
   }
   return true;
 }
@@ -203,16 +220,19 @@ inline bool recv_all(int fd, void* buf, size_t n) {
 /// for more for up to `frame_spin_us` instead of sleeping; once that ran
 /// out, as recv_all does (a caller's read deadline counts from there).
 /// False on EOF or error (errno set, 0 on EOF).
-inline bool recv_frame_rest(int fd, void* buf, size_t n,
-                            uint32_t frame_spin_us) {
+inline bool
+recv_frame_rest(int fd, void* buf, size_t n, uint32_t frame_spin_us,
+                std::chrono::steady_clock::time_point until = no_deadline) {
   auto* p = static_cast<char*>(buf);
   while (n > 0) {
     auto got = recv_some(fd, p, n, MSG_DONTWAIT);
     if (got == 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK)
         return false;
+      if (!before(until))
+        return false;
       if (!spin_until_readable(fd, frame_spin_us, frame_spins_found))
-        return recv_all(fd, p, n);
+        return recv_all(fd, p, n, until);
       continue;
     }
     p += got;
@@ -223,7 +243,8 @@ inline bool recv_frame_rest(int fd, void* buf, size_t n,
 
 /// Reads a stream through a buffer: a small message costs one recv instead
 /// of two, and messages that arrive together share one. Large payloads go
-/// straight to their destination. Polls as `settings` say.
+/// straight to their destination. Polls as `settings` say. A deadline, while
+/// set, ends a read that has not finished by then (ETIMEDOUT).
 class stream_reader {
 public:
   stream_reader(int fd, const road_settings& settings)
@@ -245,7 +266,7 @@ public:
     n -= avail;
     begin_ = end_ = 0;
     if (n >= capacity / 2) // the rest of a large frame, coming now
-      return recv_frame_rest(fd_, out, n, frame_spin_us_);
+      return recv_frame_rest(fd_, out, n, frame_spin_us_, until_);
     while (end_ < n) {
       // then the recv below need not sleep
       spin_until_readable(fd_, spin_us_, spins_found);
@@ -253,6 +274,8 @@ public:
       if (got == 0)
         return false;
       end_ += got;
+      if (end_ < n && !before(until_))
+        return false;
     }
     std::memcpy(out, buf_.get(), n);
     begin_ = n;
@@ -261,6 +284,9 @@ public:
 
   /// Bytes read from the socket and not yet taken.
   size_t buffered() const { return end_ - begin_; }
+
+  /// Reads end by `t` (no_deadline: never), until set again.
+  void set_deadline(std::chrono::steady_clock::time_point t) { until_ = t; }
 
   /// The first of them.
   const char* peek() const { return buf_.get() + begin_; }
@@ -273,6 +299,7 @@ private:
   std::unique_ptr<char[]> buf_;
   size_t begin_ = 0;
   size_t end_ = 0;
+  std::chrono::steady_clock::time_point until_ = no_deadline;
 };
 
 } // namespace road_detail

@@ -29,9 +29,11 @@ using namespace road_detail;
 caf::expected<std::unique_ptr<road_listener>>
 road_listener::start(const std::string& host, uint16_t port,
                      uint32_t send_timeout_ms, road_settings settings,
-                     std::shared_ptr<road_keyring> keys, road_handler on_msg) {
+                     std::shared_ptr<road_keyring> keys, road_handler on_msg,
+                     std::shared_ptr<road_intake> intake) {
   std::unique_ptr<road_listener> l{new road_listener};
   l->keys_ = std::move(keys);
+  l->intake_ = std::move(intake);
   l->send_timeout_ms_ = send_timeout_ms;
   l->settings_ = settings;
   l->pairing_ = std::make_shared<road_pairing>();
@@ -173,7 +175,7 @@ void road_listener::start_conn(int fd, road_kind kind) {
           TROUPE_LOG(debug, "road", "worker connection ended: ", describe(err));
         forget(serial);
       },
-      pairing_);
+      pairing_, intake_);
   conns_.push_back(std::move(c));
 }
 

@@ -14,6 +14,7 @@
 
 #include "actors/road/road_auth.hpp"
 #include "actors/road/road_conn.hpp"
+#include "actors/road/road_intake.hpp"
 #include "actors/road/road_settings.hpp"
 #include "actors/road/road_wire.hpp"
 #include "messages/membership.hpp"
@@ -23,13 +24,14 @@ namespace troupe {
 /// A server's listening end: TCP on host:port and, for the same machine,
 /// an abstract unix socket. Each accepted connection gets a reader thread
 /// that checks the member's handshake against `keys` (road_auth.hpp), then
-/// hands requests to `on_msg`, and polls as `settings` say.
+/// hands requests to `on_msg`, and polls as `settings` say. Workers'
+/// frames go through `intake`, if given (road_intake.hpp).
 class road_listener {
 public:
   static caf::expected<std::unique_ptr<road_listener>>
   start(const std::string& host, uint16_t port, uint32_t send_timeout_ms,
         road_settings settings, std::shared_ptr<road_keyring> keys,
-        road_handler on_msg);
+        road_handler on_msg, std::shared_ptr<road_intake> intake = nullptr);
   ~road_listener();
   /// What the server advertises in its Register.
   const road_info& info() const { return info_; }
@@ -62,6 +64,7 @@ private:
   road_info info_;
   std::shared_ptr<road_pairing> pairing_;
   std::shared_ptr<road_keyring> keys_;
+  std::shared_ptr<road_intake> intake_;
   int tcp_fd_ = -1;
   int unix_fd_ = -1;
   int wake_fd_ = -1; // eventfd that ends accept_loop

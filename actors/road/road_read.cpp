@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "actors/base/log.hpp"
+#include "actors/road/road_intake.hpp"
 #include "actors/road/road_internal.hpp"
 #include "messages/errors.hpp"
 
@@ -116,6 +117,17 @@ bool road_conn::read_next(bool on_reader) {
   m->op = op;
   m->id = h.id;
   m->conn = shared_from_this();
+  if (auto err = take_intake(h.bytes, h.in_ring != 0, *m)) {
+    // Refused unread: the server answers the request with `err`.
+    if (!skip_frame(h.bytes, h.in_ring != 0, h.offset))
+      return false;
+    TROUPE_LOG_LIMITED(warning, "road", "refused a frame from ", peer(), ": ",
+                       describe(err));
+    m->refused = std::move(err);
+    if (on_msg_)
+      on_msg_(std::move(m));
+    return true;
+  }
   if (!read_frame(h.bytes, h.in_ring != 0, h.offset, *m))
     return false;
   if (op == road_op::reply || op == road_op::failure)
@@ -146,23 +158,80 @@ bool road_conn::read_frame(uint64_t bytes, bool in_ring, uint64_t offset,
     m.landing = std::move(l);
   } else {
     m.buffer = take_buffer(bytes / 8 + 1, m.buffer_words);
-    // A member's frame must keep coming: one that stalls for the send
-    // timeout ends the connection, so that no peer holds a buffer (up to
-    // max_frame_bytes) with part of a frame. At bc0f027 four such
-    // connections held 1.3 GiB for good.
-    bool bounded = admitted_ && bytes > stream_->buffered();
-    if (bounded)
-      set_timeout(read_fd_, SO_RCVTIMEO, send_timeout_ms_);
-    bool ok = stream_->read(m.buffer.get(), bytes);
-    int why = errno;
-    if (bounded)
-      set_timeout(read_fd_, SO_RCVTIMEO, 0);
-    errno = why;
-    if (!ok)
+    if (!read_bounded(m.buffer.get(), bytes))
       return lost_mid_frame();
     m.bytes = bytes_view{reinterpret_cast<uint8_t*>(m.buffer.get()), bytes};
   }
   return true;
+}
+
+bool road_conn::read_bounded(void* dst, uint64_t bytes) {
+  // A member's frame must keep coming, and come whole in time: one that
+  // stalls for the send timeout, or takes longer than that plus its size
+  // at road_min_frame_rate, ends the connection, so that no peer holds a
+  // buffer (up to the frame limit) with part of a frame. At bc0f027 four
+  // such connections held 1.3 GiB for good.
+  if (!admitted_ || bytes <= stream_->buffered())
+    return stream_->read(dst, bytes);
+  set_timeout(read_fd_, SO_RCVTIMEO, send_timeout_ms_);
+  stream_->set_deadline(std::chrono::steady_clock::now() + frame_time(bytes));
+  bool ok = stream_->read(dst, bytes);
+  int why = errno;
+  stream_->set_deadline(no_deadline);
+  set_timeout(read_fd_, SO_RCVTIMEO, 0);
+  errno = why;
+  return ok;
+}
+
+std::chrono::milliseconds road_conn::frame_time(uint64_t bytes) const {
+  return std::chrono::milliseconds{send_timeout_ms_ +
+                                   bytes * 1000 / road_min_frame_rate};
+}
+
+// -- frames refused unread ----------------------------------------------------
+
+caf::error road_conn::take_intake(uint64_t bytes, bool in_ring,
+                                  road_message& m) {
+  if (!intake_ || !admitted_ || member_.kind != role::worker)
+    return caf::none;
+  // A frame in the peer's ring takes no memory of ours: only its size counts.
+  if (in_ring)
+    return bytes > intake_->worker_frame_limit() ? intake_->take(member_, bytes)
+                                                 : caf::none;
+  if (auto err = intake_->take(member_, bytes))
+    return err;
+  m.intake = intake_;
+  m.intake_bytes = bytes;
+  return caf::none;
+}
+
+bool road_conn::skip_frame(uint64_t bytes, bool in_ring, uint64_t offset) {
+  if (in_ring) {
+    if (!in_.base || offset > in_.bytes || bytes > in_.bytes - offset) {
+      fail(caf::make_error(errc::malformed_message,
+                           "road: ring region out of bounds"));
+      return false;
+    }
+    release(offset, bytes);
+    return true;
+  }
+  constexpr size_t chunk = 64 * 1024;
+  std::unique_ptr<char[]> scratch{new char[chunk]};
+  // One deadline for the whole frame, as if it were read.
+  auto until = std::chrono::steady_clock::now() + frame_time(bytes);
+  set_timeout(read_fd_, SO_RCVTIMEO, send_timeout_ms_);
+  bool ok = true;
+  for (uint64_t left = bytes; ok && left > 0;) {
+    auto n = std::min<uint64_t>(left, chunk);
+    stream_->set_deadline(until);
+    ok = stream_->read(scratch.get(), n) && before(until);
+    left -= n;
+  }
+  int why = errno;
+  stream_->set_deadline(no_deadline);
+  set_timeout(read_fd_, SO_RCVTIMEO, 0);
+  errno = why;
+  return ok || lost_mid_frame();
 }
 
 void road_conn::note_reply_read(bool on_reader) {
@@ -179,6 +248,9 @@ bool road_conn::lost_mid_frame() {
   if (errno == EAGAIN || errno == EWOULDBLOCK) // a caller's read deadline
     fail(caf::make_error(errc::timeout, "road peer sent nothing more of a",
                          "frame for", send_timeout_ms_, "ms"));
+  else if (errno == ETIMEDOUT) // the frame's deadline (read_bounded)
+    fail(caf::make_error(errc::timeout, "road peer sent a frame too slowly",
+                         "(under", road_min_frame_rate, "bytes/s)"));
   else
     fail(caf::make_error(errc::peer_down, "road connection lost mid-frame",
                          errno ? std::string{strerror(errno)}

@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstring>
 
+#include "actors/road/road_intake.hpp"
 #include "actors/road/road_internal.hpp"
 #include "messages/errors.hpp"
 
@@ -112,6 +113,8 @@ caf::error check_header(const wire_header& h) {
 // -- road_message -------------------------------------------------------------
 
 road_message::~road_message() {
+  if (intake)
+    intake->give_back(intake_bytes);
   if (ring_bytes > 0 && conn)
     conn->release(ring_offset, ring_bytes);
   if (buffer && conn)

@@ -28,6 +28,7 @@ enum class road_op : uint8_t {
 };
 
 class road_conn;
+class road_intake;
 
 /// Where the segments of one reply's frame may be read straight to, on a
 /// tcp road: the kv client's pull destinations, so that a pulled tensor is
@@ -62,6 +63,12 @@ struct road_message {
   /// and the landing that owns the memory some of them lie in.
   std::vector<bytes_view> segments;
   road_landing_ptr landing;
+  /// Set where the road skipped the frame unread (road_intake): `bytes`
+  /// is empty, and the request is to be answered with this error.
+  caf::error refused;
+  /// What this frame took of its server's intake budget, given back here.
+  std::shared_ptr<road_intake> intake;
+  uint64_t intake_bytes = 0;
   road_message() = default;
   road_message(const road_message&) = delete;
   road_message& operator=(const road_message&) = delete;

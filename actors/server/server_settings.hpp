@@ -63,6 +63,15 @@ struct server_settings {
   std::string replica_road_text = "auto";
   /// replica_road_text, parsed by validate().
   road_kind replica_road = road_kind::shm;
+  /// Bytes of workers' road frames read and not yet handled, over all
+  /// workers together; a frame past it is refused ("server busy") without
+  /// being read into memory. At least --kv.window-bytes (one worker's
+  /// frames in flight). Default 1 GiB.
+  uint32_t inflight_bytes = 1u << 30;
+  /// Workers cut their messages at this (--kv.max-message-bytes; set by
+  /// node_config): with the view's slice bound, it sizes the largest
+  /// frame the server takes (worker_frame_bound).
+  uint32_t max_message_bytes = 1u << 20;
   /// How this process's roads wait for bytes (group "road").
   road_settings roads;
   checkpoint_settings checkpoint;

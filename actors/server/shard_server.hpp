@@ -180,6 +180,9 @@ struct shard_server_state {
   uint32_t request_timeout_ms = 10000;
   server_settings cfg;
   std::unique_ptr<road_listener> road; // null: CAF only
+  /// What the road takes in from workers: frames up to worker_frame_bound
+  /// of the view, within --server.inflight-bytes in all (road_intake.hpp).
+  std::shared_ptr<road_intake> intake;
   /// The cluster's road key, from our RegisterReply: our listener checks
   /// members against it, and we prove ourselves to our backup's road.
   std::shared_ptr<road_keyring> road_keys = std::make_shared<road_keyring>();

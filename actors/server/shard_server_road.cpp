@@ -76,9 +76,14 @@ road_info open_road(self_ptr self, const std::string& host) {
                         road_reply_corked);
   };
   auto& cfg = self->state.cfg;
-  auto road =
-      road_listener::start(host, cfg.road_port, cfg.road_send_timeout_ms,
-                           cfg.roads, self->state.road_keys, on_msg);
+  // Until the first view gives the slice bound, no frame is over the
+  // largest a worker could send (and no worker has a view to send with).
+  self->state.intake = std::make_shared<road_intake>(cfg.inflight_bytes);
+  self->state.intake->limit_worker_frames(
+      worker_frame_bound(cfg.max_message_bytes, max_slice_floats));
+  auto road = road_listener::start(
+      host, cfg.road_port, cfg.road_send_timeout_ms, cfg.roads,
+      self->state.road_keys, on_msg, self->state.intake);
   if (!road) {
     TROUPE_LOG(warning, who(self), "no fast road (",
                self->system().render(road.error()), "): workers use CAF");
@@ -113,6 +118,8 @@ void accept_replica_op(self_ptr self, road_message_ptr m, replier& to) {
 void accept_road(self_ptr self, road_message_ptr m) {
   auto f = m->bytes;
   replier to{caf::response_promise{}, m};
+  if (m->refused) // skipped unread: too large, or the server is busy
+    return to.deliver(m->refused);
   switch (m->op) {
   case road_op::init:
     return accept_init(self, f, std::move(to));

@@ -151,6 +151,9 @@ void apply_view(self_ptr self, cluster_view v) { // 3
     h.store.set_workers(workers);
   }
   st.view = std::move(v);
+  if (st.intake)
+    st.intake->limit_worker_frames(
+        worker_frame_bound(st.cfg.max_message_bytes, st.view.slice_floats));
   update_backup(self);
   forward_layout(self, restore_from_checkpoint(self), &kept);
   TROUPE_LOG(debug, who(self), "view ", st.view.epoch, ": ", owned.size(),

@@ -514,6 +514,26 @@ BOOST_AUTO_TEST_CASE(requests_in_flight_when_a_road_breaks_keep_their_order) {
       survive_a_road_cut_in_flight(road, cut);
 }
 
+BOOST_AUTO_TEST_CASE(a_worker_cutting_larger_frames_than_its_server_is_told) {
+  // The servers cut at 1 MiB (--kv.max-message-bytes), this worker at
+  // 16 MiB: its 16 MiB Init is refused unread, with the flag to fix.
+  for (auto road : {"tcp", "auto"}) {
+    cluster c{"async", 1, 0, 1u << 20, add_update, slice_floats, road, 0, 1};
+    kv_settings ks;
+    ks.request_timeout_ms = 10000;
+    ks.max_message_bytes = 16u << 20;
+    ks.road_text = road;
+    ks.road = *parse_road(road);
+    kv w{c.b, c.remote_sched, ks};
+    auto got = w.init({init_array(1, (16u << 20) / 4)});
+    BOOST_REQUIRE_MESSAGE(!got, road << ": a 16 MiB frame was taken");
+    BOOST_CHECK(got.error() == errc::message_too_large);
+    BOOST_CHECK_MESSAGE(describe(got.error()).find("--kv.max-message-bytes") !=
+                            std::string::npos,
+                        describe(got.error()));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(arrays_of_every_size_come_back_exact_over_the_middleman) {
   sweep_sizes("middleman");
 }
