@@ -430,13 +430,9 @@ caf::error worker_logic::step_blocked(uint64_t clock, arrays& weights,
   return caf::none;
 }
 
-namespace {
-
-/// 0 if the scheduler's event log has no "lost" event, else 1, with one
-/// line that says what was lost: a job whose values are gone does not end
-/// as if it had trained (at bc0f027 it printed its accuracy and exit 0).
-int check_nothing_lost(caf::scoped_actor& self, const caf::actor& scheduler,
+int check_nothing_lost(caf::actor_system& sys, const caf::actor& scheduler,
                        uint32_t timeout_ms) {
+  caf::scoped_actor self{sys};
   std::vector<event_record> log;
   caf::error failed;
   self->request(scheduler, std::chrono::milliseconds{timeout_ms}, events_atom_v)
@@ -460,8 +456,6 @@ int check_nothing_lost(caf::scoped_actor& self, const caf::actor& scheduler,
                " accepts that\n";
   return 1;
 }
-
-} // namespace
 
 caf::actor spawn_worker(caf::actor_system& sys, caf::actor kv_client,
                         std::shared_ptr<worker_logic> logic,
@@ -487,7 +481,7 @@ int run_worker(caf::actor_system& sys, caf::actor scheduler,
     }
   });
   if (rc == 0 && !cfg.allow_loss)
-    rc = check_nothing_lost(self, scheduler, cfg.request_timeout_ms);
+    rc = check_nothing_lost(sys, scheduler, cfg.request_timeout_ms);
   if (rc == 0) // done: leave the view, so that our exit is no crash
     self->request(kv, std::chrono::seconds{5}, leave_atom_v)
         .receive([](uint64_t) {},

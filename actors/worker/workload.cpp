@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "actors/kv/kv.hpp"
+#include "actors/worker/worker.hpp"
 #include "messages/errors.hpp"
 
 namespace troupe {
@@ -41,7 +42,7 @@ int fail(const char* what, const caf::error& err) {
 
 int run_counter_workload(caf::actor_system& sys, caf::actor scheduler,
                          const worker_settings& w, const kv_settings& kv_cfg) {
-  kv store{sys, std::move(scheduler), kv_cfg};
+  kv store{sys, scheduler, kv_cfg};
   std::vector<named_array> arrays;
   std::vector<uint64_t> keys;
   for (uint32_t k = 0; k < w.keys; ++k) {
@@ -108,9 +109,12 @@ int run_counter_workload(caf::actor_system& sys, caf::actor scheduler,
               rank, value ? *value : -1.0f, w.steps, workers, expected,
               exact ? "sums exact" : "MISMATCH");
   std::fflush(stdout);
+  int rc = exact ? 0 : 1;
+  if (rc == 0 && !kv_cfg.allow_loss)
+    rc = check_nothing_lost(sys, scheduler, kv_cfg.request_timeout_ms);
   if (auto err = store.leave()) // done: our exit is a departure
     std::cerr << "leaving the cluster failed: " << describe(err) << '\n';
-  return exact ? 0 : 1;
+  return rc;
 }
 
 } // namespace troupe
