@@ -19,6 +19,7 @@
 #include <caf/send.hpp>
 #include <caf/system_messages.hpp>
 
+#include "actors/base/exit_codes.hpp"
 #include "actors/base/log.hpp"
 #include "actors/base/stray_errors.hpp"
 #include "actors/cluster/connect.hpp"
@@ -149,7 +150,9 @@ public:
     }
     for (auto& line : given_up_)
       std::cerr << "*** agent: " << line << '\n';
-    return given_up_.empty() ? 0 : 1;
+    for (auto& line : job_failed_)
+      std::cerr << "*** agent: " << line << '\n';
+    return given_up_.empty() && job_failed_.empty() ? 0 : 1;
   }
 
 private:
@@ -245,6 +248,15 @@ private:
         report("finished", e.child, e.pid, e.detail, e.at);
         return;
       }
+      if (e.detail == describe_exit(exit_job_failed << 8)) { // 1 as well
+        job_failed_.push_back(e.child + " reached the end, and its check"
+                                        " failed (its output says what"
+                                        " differed): not restarted");
+        TROUPE_LOG(error, "agent", e.child, " (pid ", e.pid,
+                   ") finished, and its check failed");
+        report("check-failed", e.child, e.pid, e.detail, e.at);
+        return;
+      }
       TROUPE_LOG(warning, "agent", e.child, " (pid ", e.pid,
                  ") exited: ", e.detail);
       report("exited", e.child, e.pid, e.detail, e.at);
@@ -291,6 +303,8 @@ private:
   std::map<std::string, int> started_; // child -> latest pid
   std::set<std::string> restarting_;   // waiting for a restart
   std::vector<std::string> given_up_;
+  /// Children that reached the job's end and failed its check.
+  std::vector<std::string> job_failed_;
   std::vector<fault_action> faults_;
   size_t next_fault_ = 0;
   steady_clock::time_point began_ = steady_clock::now();

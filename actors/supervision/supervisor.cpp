@@ -5,6 +5,8 @@
 // to its own file once a second user appears.
 #include "actors/supervision/supervisor.hpp"
 
+#include "actors/base/exit_codes.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -266,7 +268,8 @@ restart_tracker::restart_tracker(restart_policy p) : policy_(p) {
 restart_tracker::decision
 restart_tracker::on_exit(std::chrono::steady_clock::time_point now,
                          int wait_status, const std::string& what) {
-  if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0)
+  if (WIFEXITED(wait_status) && (WEXITSTATUS(wait_status) == exit_done ||
+                                 WEXITSTATUS(wait_status) == exit_job_failed))
     return {decision::done, milliseconds{0}, {}};
   while (!restarts_.empty() && now - restarts_.front() >= policy_.window)
     restarts_.pop_front();

@@ -12,6 +12,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include "actors/base/exit_codes.hpp"
 #include "actors/base/log.hpp"
 #include "actors/base/spin_scheduler.hpp"
 #include "actors/base/stray_errors.hpp"
@@ -438,11 +439,11 @@ int check_nothing_lost(caf::actor_system& sys, const caf::actor& scheduler,
   self->request(scheduler, std::chrono::milliseconds{timeout_ms}, events_atom_v)
       .receive([&](const frame& f) { failed = decode(f, log); },
                [&](caf::error& err) { failed = std::move(err); });
-  if (failed) {
+  if (failed) { // a failure of the moment: a restart may tell
     std::cerr << "*** cannot tell whether the job lost values (the"
                  " scheduler's event log: "
               << describe(failed) << ")\n";
-    return 1;
+    return exit_failed;
   }
   auto is_lost = [](const event_record& e) { return e.kind == "lost"; };
   auto first = std::find_if(log.begin(), log.end(), is_lost);
@@ -454,7 +455,7 @@ int check_nothing_lost(caf::actor_system& sys, const caf::actor& scheduler,
             << ": " << first->detail
             << "): its result is not what it trained; --cluster.allow-loss"
                " accepts that\n";
-  return 1;
+  return exit_job_failed;
 }
 
 caf::actor spawn_worker(caf::actor_system& sys, caf::actor kv_client,

@@ -130,10 +130,12 @@ caf::actor spawn_worker(caf::actor_system& sys, caf::actor kv_client,
                         std::shared_ptr<worker_logic> logic,
                         worker_options opts = {});
 
-/// 0 if the scheduler's event log has no "lost" event, else 1, with one
-/// line on stderr that says what was lost: a job whose values are gone
-/// does not end as if it had trained (at bc0f027 it printed its accuracy
-/// and exit 0). Workers call it at their end unless --cluster.allow-loss.
+/// 0 if the scheduler's event log has no "lost" event, else
+/// exit_job_failed (exit_codes.hpp), with one line on stderr that says
+/// what was lost, or exit_failed if the log cannot be read: a job whose values
+/// are gone does not end as if it had trained (at bc0f027 it printed its
+/// accuracy and exit 0). Workers call it at their end unless
+/// --cluster.allow-loss.
 int check_nothing_lost(caf::actor_system& sys, const caf::actor& scheduler,
                        uint32_t timeout_ms);
 

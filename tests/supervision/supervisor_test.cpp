@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "actors/base/exit_codes.hpp"
 #include "actors/supervision/supervisor.hpp"
 #include "tests/test_support.hpp"
 
@@ -188,6 +189,14 @@ BOOST_AUTO_TEST_CASE(normal_exit_is_done) {
   BOOST_TEST(t.on_exit(t0 + 1s, exited_with(1)).kind ==
              restart_tracker::decision::restart);
   BOOST_TEST(t.on_exit(t0 + 2s, exited_with(0)).kind ==
+             restart_tracker::decision::done);
+}
+
+BOOST_AUTO_TEST_CASE(a_job_whose_check_failed_is_done_not_restarted) {
+  // At bc0f027 a counter worker whose sums differed exited 1 at the job's
+  // end, and was restarted to run the end again, four times.
+  restart_tracker t{restart_policy{}};
+  BOOST_TEST(t.on_exit(t0, exited_with(exit_job_failed)).kind ==
              restart_tracker::decision::done);
 }
 

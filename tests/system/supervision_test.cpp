@@ -16,6 +16,7 @@
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "actors/base/exit_codes.hpp"
 #include "actors/kv/kv.hpp"
 #include "actors/node/node_config.hpp"
 #include "messages/errors.hpp"
@@ -212,6 +213,47 @@ BOOST_AUTO_TEST_CASE(a_restart_policy_that_gives_up_says_why_in_one_line) {
   BOOST_CHECK_MESSAGE(std::any_of(evs.begin(), evs.end(),
                                   [](const event_record& e) {
                                     return is(e, "gave-up", role::worker);
+                                  }),
+                      dump(evs));
+}
+
+BOOST_AUTO_TEST_CASE(a_finished_job_whose_check_failed_ends_once_nonzero) {
+  // At bc0f027 a counter worker whose sums differed exited 1 at the job's
+  // end and was restarted to run the end again, four times. Here, in
+  // async mode, the agent's worker pushes 200 clocks and the test's own
+  // 300: the sums the agent's worker expects (200 x 2) are not the
+  // arrays' (200 + 300) after the end barrier, whatever the timing. It
+  // reaches the end once, is not restarted, and the agent ends non-zero
+  // naming it.
+  scheduler_process s{1, 2};
+  event_reader log{s.port};
+  auto agent = start_agent(s, 1, 1,
+                           {"--worker.task=counter", "--optimizer.name=sum",
+                            "--server.mode=async", "--worker.steps=200",
+                            "--worker.keys=3",
+                            "--worker.key-floats=40000"}); // as start_counter
+  auto other = start_counter(s, 300);
+  auto rc = agent->wait_exit(120s);
+  BOOST_REQUIRE_MESSAGE(rc, agent->output());
+  BOOST_CHECK_EQUAL(*rc, 1);
+  BOOST_CHECK_MESSAGE(
+      agent->wait_for_line("*** agent: worker-0 reached the end, and its"
+                           " check failed",
+                           1s),
+      agent->output());
+  BOOST_CHECK_MESSAGE(agent->wait_for_line("the sums differ: key ", 1s),
+                      agent->output());
+  auto other_rc = other->wait_exit(60s);
+  BOOST_CHECK(other_rc && *other_rc == exit_job_failed);
+  auto evs = log.events();
+  BOOST_CHECK_MESSAGE(std::none_of(evs.begin(), evs.end(),
+                                   [](const event_record& e) {
+                                     return is(e, "restarted", role::worker);
+                                   }),
+                      dump(evs));
+  BOOST_CHECK_MESSAGE(std::any_of(evs.begin(), evs.end(),
+                                  [](const event_record& e) {
+                                    return is(e, "check-failed", role::worker);
                                   }),
                       dump(evs));
 }

@@ -1,0 +1,17 @@
+// What a troupe-node's exit code says, for the agent that supervises it.
+#pragma once
+
+namespace troupe {
+
+/// Done: not restarted.
+constexpr int exit_done = 0;
+/// Failed (a crash, a lost peer): the agent restarts it.
+constexpr int exit_failed = 1;
+/// Bad configuration (a flag, a file): one line said what.
+constexpr int exit_bad_config = 2;
+/// The job reached its end, but its result failed a check (the counter's
+/// sums, lost values): not restarted, since running the end again cannot
+/// change the result; the agent ends non-zero, naming it.
+constexpr int exit_job_failed = 4;
+
+} // namespace troupe
