@@ -71,11 +71,13 @@ kernel_status dense_backward_block_cpu(const float* x, size_t ldx,
                                        const float* w, const float* dy,
                                        float* dx, float* dw, size_t batch,
                                        size_t rows, size_t out) {
-  if (!x || !w || !dy || !dw || !valid_dims(batch, rows, out) ||
+  if (!x || !w || !dy || (!dw && !dx) || !valid_dims(batch, rows, out) ||
       !valid_dims(1, ldx, 1) || ldx < rows)
     return kernel_status::bad_input;
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(rows), int(out),
-              int(batch), 1.0f, x, int(ldx), dy, int(out), 0.0f, dw, int(out));
+  if (dw)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(rows), int(out),
+                int(batch), 1.0f, x, int(ldx), dy, int(out), 0.0f, dw,
+                int(out));
   if (dx)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(batch), int(rows),
                 int(out), 1.0f, dy, int(out), w, int(out), 0.0f, dx, int(ldx));

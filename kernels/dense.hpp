@@ -35,9 +35,11 @@ kernel_status dense_forward_block_cpu(const float* x, size_t ldx,
                                       const float* w, float* y, size_t batch,
                                       size_t rows, size_t out);
 
-/// dw = x[:, r0:r0+rows]^T dy (rows x out, overwritten) and, if dx is not
-/// null, dx[:, r0:r0+rows] = dy W_k^T (dx: column r0 of a batch x ldx
-/// matrix, those columns overwritten). Sizes as dense_forward_block_cpu.
+/// dw = x[:, r0:r0+rows]^T dy (rows x out, overwritten) and
+/// dx[:, r0:r0+rows] = dy W_k^T (dx: column r0 of a batch x ldx matrix,
+/// those columns overwritten). Either may be null to skip it (a pipeline
+/// stage makes the input gradient and the weight gradient apart), not
+/// both. Sizes as dense_forward_block_cpu.
 kernel_status dense_backward_block_cpu(const float* x, size_t ldx,
                                        const float* w, const float* dy,
                                        float* dx, float* dw, size_t batch,

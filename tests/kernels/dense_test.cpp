@@ -147,6 +147,25 @@ BOOST_AUTO_TEST_CASE(row_blocks_add_up_to_the_whole_layer) {
   check_close(db, reference_db(c));
 }
 
+BOOST_AUTO_TEST_CASE(input_and_weight_gradients_come_apart) {
+  // A pipeline stage makes dx (B) first and dw (W) later: each alone
+  // equals its part of the whole backward, and leaves the other unwritten.
+  layer_case c{5, 6, 3};
+  std::vector<float> dx(c.batch * c.in, not_written),
+      dw(c.in * c.out, not_written);
+  BOOST_REQUIRE(dense_backward_block_cpu(
+                    c.x.data(), c.in, c.w.data(), c.dy.data(), dx.data(),
+                    nullptr, c.batch, c.in, c.out) == kernel_status::ok);
+  check_close(dx, reference_dx(c));
+  BOOST_TEST(std::isnan(dw.front()));
+  std::fill(dx.begin(), dx.end(), not_written);
+  BOOST_REQUIRE(dense_backward_block_cpu(
+                    c.x.data(), c.in, c.w.data(), c.dy.data(), nullptr,
+                    dw.data(), c.batch, c.in, c.out) == kernel_status::ok);
+  check_close(dw, reference_dw(c));
+  BOOST_TEST(std::isnan(dx.front()));
+}
+
 BOOST_AUTO_TEST_CASE(row_block_forms_reject_bad_strides_and_nulls) {
   layer_case c{2, 4, 3};
   std::vector<float> y(c.batch * c.out), dw(c.in * c.out);

@@ -1,0 +1,219 @@
+// A model cut into stages and run under each schedule computes what the
+// whole model computes: K steps of a pipeline (every schedule, P in
+// {2, 3, 4}, M in {1, 4, 8}) give the weights of K ordinary steps on the
+// same mini-batches, within 1e-5 relative. The stages run here in one
+// thread, in the order a simulation of the schedule starts their work.
+#define BOOST_TEST_MODULE pipeline_exactness_tests
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/pipeline/schedule.hpp"
+#include "kernels/loss.hpp"
+#include "kernels/optimizer.hpp"
+#include "kernels/stage.hpp"
+#include "messages/errors.hpp"
+#include "tests/kernels/random_values.hpp"
+
+using namespace troupe;
+using troupe::test::random_values;
+
+namespace {
+
+const std::string spec = "mlp:20-16-12-8-5"; // 4 layers: up to 4 stages
+constexpr size_t batch = 24;                 // M in {1, 4, 8} divides it
+constexpr float lr = 0.1f;
+
+/// A mini-batch: inputs and labels of step `k`.
+struct mini_batch {
+  std::vector<float> x;
+  std::vector<uint8_t> labels;
+  explicit mini_batch(uint64_t k) : x(random_values(batch * 20, 100 + k)) {
+    auto r = random_values(batch, 200 + k);
+    for (auto v : r)
+      labels.push_back(uint8_t(std::abs(v) * 5) % 5);
+  }
+};
+
+model fresh_model() {
+  std::string err;
+  auto m = model::from_spec(spec, &err);
+  BOOST_REQUIRE_MESSAGE(m, err);
+  m->init_parameters(7);
+  return std::move(*m);
+}
+
+/// One SGD step on every array of `params` with `grads`.
+void sgd_step(std::vector<param_ref> params, std::vector<param_ref> grads) {
+  BOOST_REQUIRE_EQUAL(params.size(), grads.size());
+  for (size_t i = 0; i < params.size(); ++i)
+    BOOST_REQUIRE(sgd_update_cpu(params[i].data, grads[i].data, params[i].size,
+                                 sgd_params{lr, 0.0f, 1.0f}) ==
+                  kernel_status::ok);
+}
+
+/// Weights by name after `steps` ordinary steps.
+std::map<std::string, std::vector<float>> ordinary(uint32_t steps) {
+  auto m = fresh_model();
+  for (uint32_t k = 0; k < steps; ++k) {
+    mini_batch b{k};
+    float loss = 0;
+    BOOST_REQUIRE(m.compute_gradients(b.x.data(), b.labels.data(), batch,
+                                      &loss) == kernel_status::ok);
+    sgd_step(m.parameters(), m.gradients());
+  }
+  std::map<std::string, std::vector<float>> out;
+  for (auto& p : m.parameters())
+    out[p.name].assign(p.data, p.data + p.size);
+  return out;
+}
+
+/// Weights by name after `steps` steps of a `stages`-stage pipeline of
+/// `micros` micro-batches under `s`.
+std::map<std::string, std::vector<float>> pipelined(pipeline_schedule s,
+                                                    uint32_t stages,
+                                                    uint32_t micros,
+                                                    uint32_t steps) {
+  auto m = fresh_model();
+  std::vector<size_t> layer_params;
+  for (auto& p : m.parameters())
+    if (p.name.find(".w") != std::string::npos)
+      layer_params.push_back(p.size);
+  auto cut = cut_layers(layer_params, stages);
+  BOOST_REQUIRE_EQUAL(cut.size(), stages + 1);
+  std::vector<std::unique_ptr<stage_model>> st;
+  for (uint32_t i = 0; i < stages; ++i)
+    st.push_back(std::make_unique<stage_model>(m, cut[i], cut[i + 1]));
+  size_t mb = batch / micros; // rows per micro-batch
+  for (uint32_t k = 0; k < steps; ++k) {
+    mini_batch b{k};
+    for (auto& x : st)
+      x->zero_gradients();
+    // What goes from stage to stage, by (stage, micro-batch): as messages
+    // would carry it, taken when it is made.
+    std::map<std::pair<uint32_t, uint32_t>, std::vector<float>> outs, dxs;
+    auto run = [&](uint32_t i, const stage_work& w) {
+      auto& me = *st[i];
+      kernel_status r = kernel_status::ok;
+      switch (w.kind) {
+      case stage_work::forward: {
+        const float* in = i == 0 ? b.x.data() + w.micro * mb * 20
+                                 : outs.at({i - 1, w.micro}).data();
+        r = me.forward(w.micro, in, mb);
+        auto& y = me.output(w.micro);
+        outs[{i, w.micro}].assign(y.data(), y.data() + y.size());
+        break;
+      }
+      case stage_work::backward:
+      case stage_work::backward_input: {
+        std::vector<float> dy;
+        if (me.is_last()) { // the loss: its mean over the whole mini-batch
+          dy.resize(mb * me.output_size());
+          float loss = 0;
+          r = softmax_xent_cpu(me.output(w.micro).data(),
+                               b.labels.data() + w.micro * mb, mb,
+                               me.output_size(), &loss, dy.data());
+          for (auto& v : dy)
+            v /= float(micros);
+        } else {
+          dy = dxs.at({i + 1, w.micro});
+        }
+        if (r == kernel_status::ok)
+          r = me.backward_input(w.micro, dy.data(), i > 0);
+        if (r == kernel_status::ok && i > 0) {
+          auto& g = me.input_grad();
+          dxs[{i, w.micro}].assign(g.data(), g.data() + g.size());
+        }
+        if (r == kernel_status::ok && w.kind == stage_work::backward)
+          r = me.backward_weight(w.micro);
+        break;
+      }
+      case stage_work::backward_weight:
+        r = me.backward_weight(w.micro);
+        break;
+      }
+      BOOST_REQUIRE_MESSAGE(r == kernel_status::ok,
+                            "stage " << i << " " << to_string(w));
+    };
+    auto sim = simulate(s, stages, micros, {}, run);
+    if (!sim)
+      BOOST_FAIL(describe(sim.error()));
+    for (auto& x : st) {
+      BOOST_CHECK_EQUAL(x->held(), 0u);
+      sgd_step(x->parameters(), x->gradients());
+    }
+  }
+  std::map<std::string, std::vector<float>> out;
+  for (auto& x : st)
+    for (auto& p : x->parameters())
+      out[p.name].assign(p.data, p.data + p.size);
+  return out;
+}
+
+/// ||a - b|| / ||a|| per array, the largest.
+double worst_relative(const std::map<std::string, std::vector<float>>& a,
+                      const std::map<std::string, std::vector<float>>& b) {
+  BOOST_REQUIRE_EQUAL(a.size(), b.size());
+  double worst = 0;
+  for (auto& [name, xs] : a) {
+    auto& ys = b.at(name);
+    BOOST_REQUIRE_EQUAL(xs.size(), ys.size());
+    double d = 0, n = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      d += (double(xs[i]) - ys[i]) * (double(xs[i]) - ys[i]);
+      n += double(xs[i]) * xs[i];
+    }
+    worst = std::max(worst, std::sqrt(d / std::max(n, 1e-30)));
+  }
+  return worst;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(pipeline_exactness_tests)
+
+BOOST_AUTO_TEST_CASE(cuts_split_the_parameters_evenly_into_whole_layers) {
+  BOOST_CHECK(
+      (cut_layers({10, 10, 10, 10}, 2) == std::vector<size_t>{0, 2, 4}));
+  BOOST_CHECK((cut_layers({100, 1, 1, 1}, 2) == std::vector<size_t>{0, 1, 4}));
+  BOOST_CHECK((cut_layers({1, 1, 1, 100}, 2) == std::vector<size_t>{0, 3, 4}));
+  BOOST_CHECK((cut_layers({5, 5, 5}, 3) == std::vector<size_t>{0, 1, 2, 3}));
+  BOOST_CHECK((cut_layers({100, 1, 1}, 3) == std::vector<size_t>{0, 1, 2, 3}));
+  BOOST_CHECK(cut_layers({5, 5}, 3).empty());
+  BOOST_CHECK(cut_layers({5, 5}, 0).empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_stage_refuses_work_out_of_order) {
+  auto m = fresh_model();
+  stage_model s{m, 0, 2};
+  std::vector<float> x(4 * 20, 0.5f), dy(4 * s.output_size(), 0.1f);
+  BOOST_CHECK(s.backward_input(0, dy.data(), false) ==
+              kernel_status::bad_input);
+  BOOST_CHECK(s.forward(0, x.data(), 4) == kernel_status::ok);
+  BOOST_CHECK(s.forward(0, x.data(), 4) == kernel_status::bad_input);
+  BOOST_CHECK(s.backward_weight(0) == kernel_status::bad_input);
+  BOOST_CHECK(s.backward_input(0, dy.data(), false) == kernel_status::ok);
+  BOOST_CHECK(s.backward_weight(0) == kernel_status::ok);
+  BOOST_CHECK_EQUAL(s.held(), 0u);
+}
+
+BOOST_AUTO_TEST_CASE(k_pipeline_steps_give_the_weights_of_k_ordinary_steps) {
+  constexpr uint32_t steps = 3;
+  auto want = ordinary(steps);
+  for (auto s : {pipeline_schedule::gpipe, pipeline_schedule::one_f_one_b,
+                 pipeline_schedule::zb_h1})
+    for (uint32_t p : {2u, 3u, 4u})
+      for (uint32_t m : {1u, 4u, 8u}) {
+        auto got = pipelined(s, p, m, steps);
+        auto rel = worst_relative(want, got);
+        BOOST_CHECK_MESSAGE(rel <= 1e-5, to_string(s) << " P=" << p << " M="
+                                                      << m << ": " << rel);
+      }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
