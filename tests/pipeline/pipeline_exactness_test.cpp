@@ -18,74 +18,19 @@
 #include "kernels/optimizer.hpp"
 #include "kernels/stage.hpp"
 #include "messages/errors.hpp"
-#include "tests/kernels/random_values.hpp"
+#include "tests/pipeline/pipeline_reference.hpp"
 
 using namespace troupe;
-using troupe::test::random_values;
+using namespace troupe::test;
 
 namespace {
 
-const std::string spec = "mlp:20-16-12-8-5"; // 4 layers: up to 4 stages
-constexpr size_t batch = 24;                 // M in {1, 4, 8} divides it
-constexpr float lr = 0.1f;
-
-/// A mini-batch: inputs and labels of step `k`.
-struct mini_batch {
-  std::vector<float> x;
-  std::vector<uint8_t> labels;
-  explicit mini_batch(uint64_t k) : x(random_values(batch * 20, 100 + k)) {
-    auto r = random_values(batch, 200 + k);
-    for (auto v : r)
-      labels.push_back(uint8_t(std::abs(v) * 5) % 5);
-  }
-};
-
-model fresh_model() {
-  std::string err;
-  auto m = model::from_spec(spec, &err);
-  BOOST_REQUIRE_MESSAGE(m, err);
-  m->init_parameters(7);
-  return std::move(*m);
-}
-
-/// One SGD step on every array of `params` with `grads`.
-void sgd_step(std::vector<param_ref> params, std::vector<param_ref> grads) {
-  BOOST_REQUIRE_EQUAL(params.size(), grads.size());
-  for (size_t i = 0; i < params.size(); ++i)
-    BOOST_REQUIRE(sgd_update_cpu(params[i].data, grads[i].data, params[i].size,
-                                 sgd_params{lr, 0.0f, 1.0f}) ==
-                  kernel_status::ok);
-}
-
-/// Weights by name after `steps` ordinary steps.
-std::map<std::string, std::vector<float>> ordinary(uint32_t steps) {
-  auto m = fresh_model();
-  for (uint32_t k = 0; k < steps; ++k) {
-    mini_batch b{k};
-    float loss = 0;
-    BOOST_REQUIRE(m.compute_gradients(b.x.data(), b.labels.data(), batch,
-                                      &loss) == kernel_status::ok);
-    sgd_step(m.parameters(), m.gradients());
-  }
-  std::map<std::string, std::vector<float>> out;
-  for (auto& p : m.parameters())
-    out[p.name].assign(p.data, p.data + p.size);
-  return out;
-}
-
 /// Weights by name after `steps` steps of a `stages`-stage pipeline of
 /// `micros` micro-batches under `s`.
-std::map<std::string, std::vector<float>> pipelined(pipeline_schedule s,
-                                                    uint32_t stages,
-                                                    uint32_t micros,
-                                                    uint32_t steps) {
+weights pipelined(pipeline_schedule s, uint32_t stages, uint32_t micros,
+                  uint32_t steps) {
   auto m = fresh_model();
-  std::vector<size_t> layer_params;
-  for (auto& p : m.parameters())
-    if (p.name.find(".w") != std::string::npos)
-      layer_params.push_back(p.size);
-  auto cut = cut_layers(layer_params, stages);
-  BOOST_REQUIRE_EQUAL(cut.size(), stages + 1);
+  auto cut = cut_of(m, stages);
   std::vector<std::unique_ptr<stage_model>> st;
   for (uint32_t i = 0; i < stages; ++i)
     st.push_back(std::make_unique<stage_model>(m, cut[i], cut[i + 1]));
@@ -153,24 +98,6 @@ std::map<std::string, std::vector<float>> pipelined(pipeline_schedule s,
     for (auto& p : x->parameters())
       out[p.name].assign(p.data, p.data + p.size);
   return out;
-}
-
-/// ||a - b|| / ||a|| per array, the largest.
-double worst_relative(const std::map<std::string, std::vector<float>>& a,
-                      const std::map<std::string, std::vector<float>>& b) {
-  BOOST_REQUIRE_EQUAL(a.size(), b.size());
-  double worst = 0;
-  for (auto& [name, xs] : a) {
-    auto& ys = b.at(name);
-    BOOST_REQUIRE_EQUAL(xs.size(), ys.size());
-    double d = 0, n = 0;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      d += (double(xs[i]) - ys[i]) * (double(xs[i]) - ys[i]);
-      n += double(xs[i]) * xs[i];
-    }
-    worst = std::max(worst, std::sqrt(d / std::max(n, 1e-30)));
-  }
-  return worst;
 }
 
 } // namespace

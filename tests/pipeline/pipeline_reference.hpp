@@ -1,0 +1,100 @@
+// What the pipeline tests compare against: a small model trained by
+// ordinary SGD steps on fixed mini-batches, and how far two sets of
+// weights are apart.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "kernels/model.hpp"
+#include "kernels/optimizer.hpp"
+#include "kernels/stage.hpp"
+#include "tests/kernels/random_values.hpp"
+
+namespace troupe::test {
+
+using weights = std::map<std::string, std::vector<float>>;
+
+inline const std::string spec = "mlp:20-16-12-8-5"; // 4 layers: up to 4 stages
+inline constexpr size_t batch = 24;                 // M in {1, 4, 8} divides it
+inline constexpr float lr = 0.1f;
+
+/// A mini-batch: inputs and labels of step `k`.
+struct mini_batch {
+  std::vector<float> x;
+  std::vector<uint8_t> labels;
+  explicit mini_batch(uint64_t k) : x(random_values(batch * 20, 100 + k)) {
+    auto r = random_values(batch, 200 + k);
+    for (auto v : r)
+      labels.push_back(uint8_t(std::abs(v) * 5) % 5);
+  }
+};
+
+inline model fresh_model() {
+  std::string err;
+  auto m = model::from_spec(spec, &err);
+  BOOST_REQUIRE_MESSAGE(m, err);
+  m->init_parameters(7);
+  return std::move(*m);
+}
+
+/// One SGD step on every array of `params` with `grads`.
+/// `m` cut into `stages` stages of about as many parameters each.
+inline std::vector<size_t> cut_of(model& m, uint32_t stages) {
+  std::vector<size_t> layer_params;
+  for (auto& p : m.parameters())
+    if (p.name.find(".w") != std::string::npos)
+      layer_params.push_back(p.size);
+  auto cut = cut_layers(layer_params, stages);
+  BOOST_REQUIRE_EQUAL(cut.size(), stages + 1);
+  return cut;
+}
+
+inline void sgd_step(std::vector<param_ref> params,
+                     std::vector<param_ref> grads) {
+  BOOST_REQUIRE_EQUAL(params.size(), grads.size());
+  for (size_t i = 0; i < params.size(); ++i)
+    BOOST_REQUIRE(sgd_update_cpu(params[i].data, grads[i].data, params[i].size,
+                                 sgd_params{lr, 0.0f, 1.0f}) ==
+                  kernel_status::ok);
+}
+
+/// Weights by name after `steps` ordinary steps.
+inline weights ordinary(uint32_t steps) {
+  auto m = fresh_model();
+  for (uint32_t k = 0; k < steps; ++k) {
+    mini_batch b{k};
+    float loss = 0;
+    BOOST_REQUIRE(m.compute_gradients(b.x.data(), b.labels.data(), batch,
+                                      &loss) == kernel_status::ok);
+    sgd_step(m.parameters(), m.gradients());
+  }
+  weights out;
+  for (auto& p : m.parameters())
+    out[p.name].assign(p.data, p.data + p.size);
+  return out;
+}
+
+/// ||a - b|| / ||a|| per array, the largest.
+inline double worst_relative(const weights& a, const weights& b) {
+  BOOST_REQUIRE_EQUAL(a.size(), b.size());
+  double worst = 0;
+  for (auto& [name, xs] : a) {
+    auto& ys = b.at(name);
+    BOOST_REQUIRE_EQUAL(xs.size(), ys.size());
+    double d = 0, n = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      d += (double(xs[i]) - ys[i]) * (double(xs[i]) - ys[i]);
+      n += double(xs[i]) * xs[i];
+    }
+    worst = std::max(worst, std::sqrt(d / std::max(n, 1e-30)));
+  }
+  return worst;
+}
+
+} // namespace troupe::test

@@ -1,0 +1,199 @@
+// Stage actors (actors/pipeline/stage_actor.hpp) train what the whole
+// model trains: under each schedule, P stages exchanging StageTensors give
+// the weights of ordinary SGD steps within 1e-5 relative, in one actor
+// system and with each stage in an actor system of its own, over the
+// network (CAF's middleman on loopback). Bad input is refused clearly.
+#define BOOST_TEST_MODULE stage_actor_tests
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/node/node_config.hpp"
+#include "actors/pipeline/stage_actor.hpp"
+#include "messages/errors.hpp"
+#include "messages/pipeline.hpp"
+#include "messages/type_ids.hpp"
+#include "tests/pipeline/pipeline_reference.hpp"
+
+using namespace troupe;
+using namespace troupe::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::unique_ptr<node_config> config() {
+  auto cfg = std::make_unique<node_config>();
+  cfg->load<caf::io::middleman>();
+  BOOST_REQUIRE(!cfg->finish());
+  return cfg;
+}
+
+/// P stage actors, each in the actor system `systems[i % systems.size()]`,
+/// reached from `driver` (over the network where the systems differ).
+struct pipeline {
+  std::vector<caf::actor> stages;
+
+  pipeline(caf::actor_system& driver,
+           std::vector<std::unique_ptr<caf::actor_system>>& systems,
+           pipeline_schedule s, uint32_t p, uint32_t m) {
+    auto whole = fresh_model();
+    auto cut = cut_of(whole, p);
+    for (uint32_t i = 0; i < p; ++i) {
+      stage_settings cfg{spec, 7, cut, i, m, s, lr};
+      auto& sys = *systems[i % systems.size()];
+      auto a = sys.spawn(stage_actor, cfg);
+      if (&sys != &driver) { // reach it over the network
+        auto port = sys.middleman().publish(a, 0, "127.0.0.1");
+        BOOST_REQUIRE(port);
+        auto remote = driver.middleman().remote_actor("127.0.0.1", *port);
+        if (!remote)
+          BOOST_FAIL(driver.render(remote.error()));
+        a = *remote;
+      }
+      stages.push_back(a);
+    }
+    caf::scoped_actor self{driver};
+    for (uint32_t i = 0; i < p; ++i)
+      self->request(stages[i], 10s, link_atom_v,
+                    i > 0 ? stages[i - 1] : caf::actor{},
+                    i + 1 < p ? stages[i + 1] : caf::actor{})
+          .receive([](uint64_t) {},
+                   [&](caf::error& err) { BOOST_FAIL(driver.render(err)); });
+  }
+
+  ~pipeline() { // a test that failed half way leaves no stage waiting
+    for (auto& st : stages)
+      caf::anon_send_exit(st, caf::exit_reason::kill);
+  }
+
+  /// Runs mini-batch `k` through every stage; the last stage's loss sum.
+  double step(caf::actor_system& driver, uint64_t k) {
+    mini_batch b{k};
+    stage_tensor x{k, 0, uint32_t(batch), 20, b.x};
+    stage_tensor y{k, 0, uint32_t(batch), 1, {}};
+    for (auto l : b.labels)
+      y.values.push_back(float(l));
+    caf::scoped_actor self{driver};
+    // Every stage at once (each waits for its neighbours), then the
+    // answers, as plain messages to the sender.
+    for (size_t i = 0; i < stages.size(); ++i) {
+      frame f = i == 0                   ? encode(x)
+                : i + 1 == stages.size() ? encode(y)
+                                         : frame{};
+      self->send(stages[i], step_atom_v, k, f);
+    }
+    double loss = 0;
+    for (size_t i = 0; i < stages.size(); ++i)
+      self->receive([&loss](double l) { loss += l; },
+                    [&](caf::error& err) { BOOST_FAIL(driver.render(err)); },
+                    caf::after(20s) >> [] { BOOST_FAIL("a stage is stuck"); });
+    return loss;
+  }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(stage_actor_tests)
+
+BOOST_AUTO_TEST_CASE(stage_tensors_round_trip_and_bad_ones_are_refused) {
+  stage_tensor x{5, 2, 2, 3, {1, 2, 3, 4, 5, 6}}, y;
+  BOOST_REQUIRE(!decode(encode(x), y));
+  BOOST_CHECK(y.step == 5 && y.micro == 2 && y.rows == 2 && y.cols == 3 &&
+              y.values == x.values);
+  x.cols = 4; // 8 floats claimed, 6 sent
+  auto err = decode(encode(x), y);
+  BOOST_CHECK(err == errc::malformed_message);
+  frame garbage{std::vector<uint8_t>(24, 0xff)};
+  BOOST_CHECK(decode(garbage, y) == errc::malformed_message);
+}
+
+/// Runs `steps` mini-batches through a pipeline of `p` stages spread over
+/// `systems` (driven from the first) and checks its weights against
+/// ordinary training.
+void check_pipeline(std::vector<std::unique_ptr<caf::actor_system>>& systems,
+                    pipeline_schedule s, uint32_t p, uint32_t m) {
+  constexpr uint32_t steps = 3;
+  auto& driver = *systems[0];
+  pipeline pipe{driver, systems, s, p, m};
+  for (uint64_t k = 0; k < steps; ++k)
+    BOOST_CHECK_GT(pipe.step(driver, k), 0.0);
+  weights got;
+  caf::scoped_actor self{driver};
+  for (auto& st : pipe.stages)
+    self->request(st, 10s, pull_atom_v)
+        .receive(
+            [&got](std::vector<named_array>& xs) {
+              for (auto& x : xs)
+                got["dense" + std::to_string(x.key / 2) +
+                    (x.key % 2 ? ".b" : ".w")] = std::move(x.values);
+            },
+            [&](caf::error& err) { BOOST_FAIL(driver.render(err)); });
+  auto rel = worst_relative(ordinary(steps), got);
+  BOOST_CHECK_MESSAGE(rel <= 1e-5,
+                      to_string(s) << " P=" << p << " M=" << m << ": " << rel);
+  for (auto& st : pipe.stages)
+    caf::anon_send_exit(st, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(stages_in_one_system_train_the_whole_model) {
+  auto cfg = config();
+  std::vector<std::unique_ptr<caf::actor_system>> systems;
+  systems.push_back(std::make_unique<caf::actor_system>(*cfg));
+  for (auto s : {pipeline_schedule::gpipe, pipeline_schedule::one_f_one_b,
+                 pipeline_schedule::zb_h1})
+    for (uint32_t p : {2u, 3u, 4u})
+      for (uint32_t m : {1u, 4u, 8u})
+        check_pipeline(systems, s, p, m);
+}
+
+BOOST_AUTO_TEST_CASE(stages_in_systems_of_their_own_talk_over_the_network) {
+  // Four actor systems, one stage each, the driver in the first: the
+  // StageTensors between stages 1, 2 and 3 cross CAF's middleman.
+  std::vector<std::unique_ptr<node_config>> cfgs;
+  std::vector<std::unique_ptr<caf::actor_system>> systems;
+  for (int i = 0; i < 4; ++i) {
+    cfgs.push_back(config());
+    systems.push_back(std::make_unique<caf::actor_system>(*cfgs.back()));
+  }
+  for (auto s : {pipeline_schedule::one_f_one_b, pipeline_schedule::zb_h1})
+    check_pipeline(systems, s, 4, 4);
+}
+
+BOOST_AUTO_TEST_CASE(a_stage_refuses_bad_mini_batches_and_bad_cuts) {
+  auto cfg = config();
+  caf::actor_system sys{*cfg};
+  caf::scoped_actor self{sys};
+  auto whole = fresh_model();
+  auto cut = cut_of(whole, 2);
+  auto first =
+      sys.spawn(stage_actor, stage_settings{spec, 7, cut, 0, 4,
+                                            pipeline_schedule::gpipe, lr});
+  // 6 rows do not cut into 4 micro-batches; 19 columns are not the input.
+  for (auto bad : {stage_tensor{0, 0, 6, 20, std::vector<float>(120)},
+                   stage_tensor{0, 0, 8, 19, std::vector<float>(152)}})
+    self->request(first, 10s, step_atom_v, uint64_t{0}, encode(bad))
+        .receive([](double) { BOOST_FAIL("a bad mini-batch was taken"); },
+                 [](caf::error& err) { BOOST_CHECK(err == errc::bad_shape); });
+  self->request(first, 10s, step_atom_v, uint64_t{0}, frame{})
+      .receive(
+          [](double) { BOOST_FAIL("an empty frame was taken"); },
+          [](caf::error& err) { BOOST_CHECK(err == errc::malformed_message); });
+  // A cut that does not end at the model's last layer: the actor exits.
+  auto bad = sys.spawn(
+      stage_actor,
+      stage_settings{spec, 7, {0, 2}, 0, 1, pipeline_schedule::gpipe, lr});
+  self->monitor(bad);
+  self->receive([](const caf::down_msg& dm) {
+    BOOST_CHECK(dm.reason == errc::invalid_config);
+  });
+  caf::anon_send_exit(first, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
