@@ -1,6 +1,7 @@
-// libFuzzer harness of the kv conversation's decoders (messages/kv.hpp): the
-// input is one frame as a server or worker receives it, given to every
-// decoder in turn. A replicate's payload goes on to the decoders a backup
+// libFuzzer harness of the kv conversation's decoders (messages/kv.hpp), and
+// of the pipeline's StageTensor (messages/pipeline.hpp): the input is one
+// frame as a server, worker or stage receives it, given to every decoder in
+// turn. A replicate's payload goes on to the decoders a backup
 // gives it to, and a pull reply is also read apart, as a landed reply.
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include "fuzz/fuzz_input.hpp"
 #include "messages/checkpoint.hpp"
 #include "messages/kv.hpp"
+#include "messages/pipeline.hpp"
 
 namespace {
 
@@ -51,6 +53,9 @@ void decode_all(bytes_view f) {
   replicate_request rep;
   if (!decode(f, rep) && rep.payload.size > 0)
     decode_payload(rep.payload);
+  stage_tensor tensor;
+  if (!decode(f, tensor))
+    fuzz::touch(tensor.values.data(), tensor.values.size());
 }
 
 } // namespace

@@ -56,26 +56,22 @@ stage_model::stage_model(model& m, size_t first, size_t last) {
   }
 }
 
-std::vector<param_ref> stage_model::parameters() {
+std::vector<param_ref> stage_model::refs(tensor layer::*w, tensor layer::*b) {
   std::vector<param_ref> out;
   for (auto& L : layers_) {
-    out.push_back(
-        {"dense" + std::to_string(L.index) + ".w", L.w.data(), L.w.size()});
-    out.push_back(
-        {"dense" + std::to_string(L.index) + ".b", L.b.data(), L.b.size()});
+    auto name = "dense" + std::to_string(L.index);
+    out.push_back({name + ".w", (L.*w).data(), (L.*w).size()});
+    out.push_back({name + ".b", (L.*b).data(), (L.*b).size()});
   }
   return out;
 }
 
+std::vector<param_ref> stage_model::parameters() {
+  return refs(&layer::w, &layer::b);
+}
+
 std::vector<param_ref> stage_model::gradients() {
-  std::vector<param_ref> out;
-  for (auto& L : layers_) {
-    out.push_back(
-        {"dense" + std::to_string(L.index) + ".w", L.dw.data(), L.dw.size()});
-    out.push_back(
-        {"dense" + std::to_string(L.index) + ".b", L.db.data(), L.db.size()});
-  }
-  return out;
+  return refs(&layer::dw, &layer::db);
 }
 
 void stage_model::zero_gradients() {

@@ -80,6 +80,8 @@ private:
     std::vector<tensor> acts; // [0] input; [l + 1] output of layer l
     std::vector<tensor> dys;  // after B: the gradient at layer l's output
   };
+  /// The arrays `w` and `b` of every layer, named as parameters().
+  std::vector<param_ref> refs(tensor layer::*w, tensor layer::*b);
   std::vector<layer> layers_;
   bool last_of_model_ = false;
   std::map<uint32_t, micro_state> micros_;

@@ -1,6 +1,9 @@
 // A stage actor: see the header.
 #include "actors/pipeline/stage_actor.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include <caf/event_based_actor.hpp>
 
 #include "actors/base/log.hpp"
@@ -58,6 +61,15 @@ caf::error failed(stage_ptr self, const stage_work& w, kernel_status st) {
                                               " failed: " + to_string(st));
 }
 
+/// The synthetic cost of `w` (stage_settings::work_us), taken once what
+/// it needs is there and before what it makes goes out.
+void synthetic_work(stage_ptr self, const stage_work& w) {
+  auto us = self->state.cfg.work_us;
+  if (us > 0)
+    std::this_thread::sleep_for(std::chrono::microseconds{
+        w.kind == stage_work::backward ? 2 * us : us});
+}
+
 /// Runs work `w` if what it needs is there; false if it must wait.
 caf::expected<bool> run(stage_ptr self, const stage_work& w) {
   auto& st = self->state;
@@ -80,6 +92,7 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
                                who(self) + ": activations of the wrong shape");
       x = in.values.data();
     }
+    synthetic_work(self, w);
     if (auto r = m.forward(w.micro, x, rows); r != kernel_status::ok)
       return failed(self, w, r);
     if (!is_last(self))
@@ -112,6 +125,7 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
         return caf::make_error(errc::bad_shape,
                                who(self) + ": a gradient of the wrong shape");
     }
+    synthetic_work(self, w);
     auto r = m.backward_input(w.micro, dy.data(), !is_first(self));
     if (r == kernel_status::ok && w.kind == stage_work::backward)
       r = m.backward_weight(w.micro);
@@ -122,6 +136,7 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
     return true;
   }
   case stage_work::backward_weight:
+    synthetic_work(self, w);
     if (auto r = m.backward_weight(w.micro); r != kernel_status::ok)
       return failed(self, w, r);
     return true;

@@ -53,6 +53,10 @@ struct stage_settings {
   uint32_t micros = 1;                     ///< micro-batches per mini-batch
   pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
   float lr = 0.05f; ///< SGD on the stage's weights, once per mini-batch
+  /// Benchmarks: each F, B and W also takes this long (a whole backward
+  /// twice), asleep, so that a schedule's bubble shows apart from how the
+  /// stages share cores; spawn such stages detached. 0 = off.
+  uint32_t work_us = 0;
 };
 
 struct stage_state {

@@ -158,11 +158,7 @@ BOOST_AUTO_TEST_CASE(a_member_that_stalls_mid_frame_is_dropped) {
   road_client good{*l, road_kind::tcp, 0};
   raw_peer bad{*l, false};
   bad.handshake();
-  raw_header h;
-  h.op = uint8_t(road_op::push);
-  h.id = 1;
-  h.bytes = 1u << 20;
-  bad.write(&h, sizeof(h));
+  bad.begin_push(1u << 20);
   std::vector<char> part(4096, 0);
   bad.write(part.data(), part.size());
   BOOST_CHECK_MESSAGE(bad.dropped(), "a stalled frame held its connection");

@@ -175,11 +175,7 @@ BOOST_AUTO_TEST_CASE(a_frame_that_trickles_in_ends_its_connection) {
   road_client good{*l, road_kind::tcp, 0};
   raw_peer bad{*l, false};
   bad.handshake();
-  raw_header h;
-  h.op = uint8_t(road_op::push);
-  h.id = 1;
-  h.bytes = 256u << 10; // due within 0.5 s + 0.25 s
-  bad.write(&h, sizeof(h));
+  bad.begin_push(256u << 10); // due within 0.5 s + 0.25 s
   // A byte each time the listener has not dropped us for 100 ms, for 10 s.
   bool dropped = false;
   char byte = 0;

@@ -337,6 +337,15 @@ struct raw_peer {
     BOOST_REQUIRE_EQUAL(::sendmsg(fd, &msg, MSG_NOSIGNAL), ssize_t(sizeof(h)));
   }
 
+  /// Sends the header of push `id`, a frame of `bytes`, and none of it.
+  void begin_push(uint64_t bytes, uint64_t id = 1) {
+    raw_header h;
+    h.op = uint8_t(road_op::push);
+    h.id = id;
+    h.bytes = bytes;
+    write(&h, sizeof(h));
+  }
+
   /// Sends hello and reads the listener's hello.
   void handshake() {
     raw_header h;

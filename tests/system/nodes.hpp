@@ -2,6 +2,12 @@
 // free port (read from its output), servers, and the flags they share.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <ctime>
 #include <memory>
 #include <optional>
 #include <string>
@@ -128,6 +134,21 @@ start_agent(const scheduler_process& s, uint32_t servers, uint32_t workers,
   auto p = std::make_unique<child_process>(node_args(std::move(extra)));
   BOOST_REQUIRE_MESSAGE(p->wait_for_line("agent starting", 20s), p->output());
   return p;
+}
+
+/// A TCP connection to loopback port `port` whose reads give up after
+/// `limit_s` seconds (0: never).
+inline int connect_loopback(uint16_t port, time_t limit_s = 0) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) ==
+                0);
+  timeval limit{limit_s, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  return fd;
 }
 
 /// The figure of the agent's (or a worker's) "final test accuracy: " line.

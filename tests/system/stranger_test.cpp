@@ -41,15 +41,7 @@ uint64_t peak_rss(pid_t pid) {
 /// A stranger's TCP connection to 127.0.0.1:port.
 struct stranger {
   int fd = -1;
-  explicit stranger(uint16_t port) {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) ==
-                  0);
-  }
+  explicit stranger(uint16_t port) : fd(connect_loopback(port)) {}
   ~stranger() { ::close(fd); }
   /// Sends what it can of `n` bytes at `p` (the node may end it first).
   void send(const void* p, size_t n) {

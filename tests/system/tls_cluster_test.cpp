@@ -30,21 +30,6 @@ uint16_t listening_port(child_process& p, const char* what) {
   return static_cast<uint16_t>(std::stoi(line->substr(colon + 1)));
 }
 
-/// A TCP connection to loopback port `port` whose reads give up after
-/// `limit_s` seconds.
-int connect_loopback(uint16_t port, time_t limit_s) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  BOOST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) ==
-                0);
-  timeval limit{limit_s, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  return fd;
-}
-
 /// A stranger that speaks plain TCP to `port`: it writes bytes that are no
 /// TLS record and waits (bounded) for the port to close on it.
 void plaintext_stranger(uint16_t port) {
