@@ -132,15 +132,18 @@ caf::expected<double> measure(caf::actor_system& sys, const options& opt,
     auto t0 = bench::steady::now();
     for (uint32_t i = 0; i < p; ++i)
       self->send(stages[i], step_atom_v, k,
-                 i == 0 ? encode(x) : i + 1 == p ? encode(y) : frame{});
+                 i == 0       ? encode(x)
+                 : i + 1 == p ? encode(y)
+                              : frame{});
     double loss = 0;
     for (uint32_t i = 0; i < p; ++i)
       self->receive([&loss](double l) { loss += l; },
                     [&failed](caf::error& e) { failed = std::move(e); },
-                    caf::after(120s) >> [&failed] {
-                      failed = caf::make_error(errc::timeout,
-                                               "a stage did not finish");
-                    });
+                    caf::after(120s) >>
+                        [&failed] {
+                          failed = caf::make_error(errc::timeout,
+                                                   "a stage did not finish");
+                        });
     auto wall = bench::since(t0);
     if (!failed && !(loss > 0 && std::isfinite(loss)))
       failed = caf::make_error(errc::bad_shape, "the loss is not positive");
@@ -173,19 +176,19 @@ int main(int argc, char** argv) {
         auto sim = simulate(s, p, m);
         auto wall = measure(sys, opt, s, p, m);
         if (!sim || !wall) {
-          std::fprintf(stderr, "*** pipeline: %s P=%u M=%u: %s\n",
-                       to_string(s), p, m,
+          std::fprintf(stderr, "*** pipeline: %s P=%u M=%u: %s\n", to_string(s),
+                       p, m,
                        describe(sim ? wall.error() : sim.error()).c_str());
           return 1;
         }
         double work = 3.0 * m * opt.unit_us * 1e-6;
-        uint32_t held = *std::max_element(sim->peak_held.begin(),
-                                          sim->peak_held.end());
-        rows.push_back({p, m, s,
-                        s == pipeline_schedule::zb_h1 ? sim->bubble
-                                                      : theory_bubble(p, m),
-                        sim->bubble, std::max(0.0, 1.0 - work / *wall),
-                        m * rows_per_micro / *wall, held});
+        uint32_t held =
+            *std::max_element(sim->peak_held.begin(), sim->peak_held.end());
+        rows.push_back(
+            {p, m, s,
+             s == pipeline_schedule::zb_h1 ? sim->bubble : theory_bubble(p, m),
+             sim->bubble, std::max(0.0, 1.0 - work / *wall),
+             m * rows_per_micro / *wall, held});
       }
   std::printf("pipeline bubble: stages asleep %u us per F, B or W; best of "
               "%u mini-batches\n\n",

@@ -13,8 +13,8 @@
 #include "messages/checkpoint.hpp"
 #include "messages/errors.hpp"
 #include "messages/kv.hpp"
-#include "messages/pipeline.hpp"
 #include "messages/membership.hpp"
+#include "messages/pipeline.hpp"
 
 namespace {
 
@@ -73,7 +73,8 @@ void kv_seeds() {
   auto inner = encode(push);
   replicate_request rep{1, 5, 77, 0, 2, {1, 0, 4}, bytes_view{inner}};
   put("kv", "replicate", encode(rep).flatten());
-  put("kv", "stage-tensor", encode(stage_tensor{3, 1, 2, 3, {1, 2, 3, 4, 5, 6}}));
+  put("kv", "stage-tensor",
+      encode(stage_tensor{3, 1, 2, 3, {1, 2, 3, 4, 5, 6}}));
   put("frame", "push-reply", encode(push_reply{42, true}));
   put("frame", "push", encode(push));
   put("frame", "pull-reply-split", reply_split.flatten());
