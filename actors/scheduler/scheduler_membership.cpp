@@ -10,6 +10,7 @@
 #include "actors/base/log.hpp"
 #include "actors/base/machine_id.hpp"
 #include "actors/base/stray_errors.hpp"
+#include "actors/cluster/peer_name.hpp"
 #include "actors/cluster/placement.hpp"
 #include "actors/scheduler/scheduler_internal.hpp"
 #include "messages/errors.hpp"
@@ -142,9 +143,12 @@ caf::error check_room(self_ptr self, role kind) {
   if (live < limit)
     return caf::none;
   auto name = std::string{kind == role::server ? "server" : "worker"};
-  TROUPE_LOG_LIMITED(warning, "scheduler", "refused a ", name, " from ",
-                     sender_node(self->current_sender()), ": ", live, " of ",
-                     limit, " ", name, "s live");
+  with_peer_name(self, self->current_sender(),
+                 [name, live, limit](const std::string& peer) {
+                   TROUPE_LOG_LIMITED(warning, "scheduler", "refused a ", name,
+                                      " from ", peer, ": ", live, " of ", limit,
+                                      " ", name, "s live");
+                 });
   return caf::make_error(errc::cluster_full,
                          str("the cluster is full: ", live, " of --cluster.",
                              name, "s=", limit, " ", name,
@@ -167,9 +171,12 @@ caf::error check_reachable(self_ptr self, const register_request& req) {
             other,
             " runs on another: start each server"
             " (or agent) with --host=AN_ADDRESS_ITS_PEERS_REACH"));
-    TROUPE_LOG_LIMITED(warning, "scheduler", "refused a ", to_string(req.kind),
-                       " from ", sender_node(self->current_sender()), ": ",
-                       describe(err));
+    with_peer_name(self, self->current_sender(),
+                   [kind = std::string{to_string(req.kind)},
+                    why = describe(err)](const std::string& peer) {
+                     TROUPE_LOG_LIMITED(warning, "scheduler", "refused a ",
+                                        kind, " from ", peer, ": ", why);
+                   });
     return err;
   };
   auto here = machine_id();

@@ -99,6 +99,11 @@ struct replier {
   void deliver(const caf::error& err);
   /// Who sent the request, for logs.
   std::string source() const;
+  /// Runs `say` with who sent the request, naming its address: at once for
+  /// a road, once CAF's middleman says where a remote node is otherwise
+  /// (with_peer_name).
+  void say_source(caf::event_based_actor* self,
+                  std::function<void(const std::string&)> say) const;
   /// A request on a road speaks only for the member its connection proved
   /// (road_auth.hpp): not_a_member if it claims to be `claimed`. CAF's
   /// requests pass (TLS authenticates their node, not a rank).

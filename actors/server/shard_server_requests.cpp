@@ -64,8 +64,11 @@ void when_epoch(self_ptr self, uint64_t epoch, replier& rp, size_t bytes,
         errc::timeout, str("server busy: ", st.held_bytes >> 20,
                            " MiB of requests wait for views newer than ours (",
                            ours, "); resend later"));
-    TROUPE_LOG_LIMITED(warning, who(self), "refused a request for view ", epoch,
-                       " from ", rp.source(), ": ", describe(err));
+    rp.say_source(self, [name = who(self), epoch,
+                         why = describe(err)](const std::string& peer) {
+      TROUPE_LOG_LIMITED(warning, name, "refused a request for view ", epoch,
+                         " from ", peer, ": ", why);
+    });
     rp.deliver(err);
   } else {
     if (st.held.empty()) // the first: sweep until none is left
@@ -75,6 +78,15 @@ void when_epoch(self_ptr self, uint64_t epoch, replier& rp, size_t bytes,
                        std::chrono::steady_clock::now() +
                            std::chrono::milliseconds{st.request_timeout_ms}});
   }
+}
+
+/// Logs a malformed request from `rp`'s sender.
+void say_dropped(self_ptr self, const replier& rp, const caf::error& err) {
+  rp.say_source(self, [name = who(self), why = self->system().render(err)](
+                          const std::string& peer) {
+    TROUPE_LOG_LIMITED(warning, name, "dropped a malformed request from ", peer,
+                       ": ", why);
+  });
 }
 
 /// True (and `rp` answered not_a_member) if a road connection sent a
@@ -91,8 +103,7 @@ bool refused_sender(self_ptr self, uint32_t worker, replier& rp) {
 template <class Request>
 bool decode_or_reject(self_ptr self, bytes_view f, Request& req, replier& rp) {
   if (auto err = decode(f, req)) { // 5
-    TROUPE_LOG_LIMITED(warning, who(self), "dropped a malformed request from ",
-                       rp.source(), ": ", self->system().render(err));
+    say_dropped(self, rp, err);
     rp.deliver(err);
     return false;
   }
@@ -384,14 +395,16 @@ void accept_push(self_ptr self, bytes_view f, replier rp,
                               " pushed a NaN or infinity at clock ", req.clock,
                               " in key ", non_finite->key, " (slice ",
                               non_finite->index, ")"));
-    TROUPE_LOG_LIMITED(warning, who(self), "refused a push from ", rp.source(),
-                       ": ", describe(err));
+    rp.say_source(
+        self, [name = who(self), why = describe(err)](const std::string& peer) {
+          TROUPE_LOG_LIMITED(warning, name, "refused a push from ", peer, ": ",
+                             why);
+        });
     rp.deliver(err);
     return;
   }
   if (err) { // 5
-    TROUPE_LOG_LIMITED(warning, who(self), "dropped a malformed request from ",
-                       rp.source(), ": ", self->system().render(err));
+    say_dropped(self, rp, err);
     rp.deliver(err);
     return;
   }

@@ -9,6 +9,7 @@
 
 #include "actors/base/log.hpp"
 #include "actors/base/stray_errors.hpp"
+#include "actors/cluster/peer_name.hpp"
 #include "actors/road/run_here.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -41,6 +42,14 @@ std::string replier::source() const {
     return std::string{"the "} + to_string(road->conn->kind()) +
            " road connection from " + road->conn->peer();
   return sender_node(rp.source());
+}
+
+void replier::say_source(caf::event_based_actor* self,
+                         std::function<void(const std::string&)> say) const {
+  if (road)
+    say(source());
+  else
+    with_peer_name(self, rp.source(), std::move(say));
 }
 
 caf::error replier::check_sender(member_id claimed) const {

@@ -13,6 +13,7 @@
 
 #include "actors/base/log.hpp"
 #include "actors/base/stray_errors.hpp"
+#include "actors/cluster/peer_name.hpp"
 #include "actors/cluster/placement.hpp"
 #include "messages/errors.hpp"
 
@@ -170,9 +171,10 @@ void on_view_frame(self_ptr self, const frame& f) {
   auto from = self->current_sender();
   if (from == nullptr || caf::actor_cast<caf::actor_addr>(from) !=
                              self->state.scheduler.address()) {
-    TROUPE_LOG_LIMITED(warning, who(self), "refused a view from ",
-                       sender_node(from),
-                       ": views come from the scheduler alone");
+    with_peer_name(self, from, [name = who(self)](const std::string& peer) {
+      TROUPE_LOG_LIMITED(warning, name, "refused a view from ", peer,
+                         ": views come from the scheduler alone");
+    });
     return;
   }
   cluster_view v;

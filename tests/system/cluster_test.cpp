@@ -343,6 +343,12 @@ BOOST_AUTO_TEST_CASE(a_loopback_server_is_refused_where_a_peer_is_elsewhere) {
                           describe(err).find("the scheduler runs on another") !=
                               std::string::npos,
                       describe(err));
+  // The scheduler's line names the refused peer's address, not only its
+  // CAF node (at 18d411b only the node id, which ends in its pid).
+  auto line = s.proc->wait_for_line("refused a server from ", 10s);
+  BOOST_REQUIRE_MESSAGE(line, s.proc->output());
+  BOOST_TEST_MESSAGE(*line);
+  BOOST_CHECK_MESSAGE(line->find(" at 127.0.0.1:") != std::string::npos, *line);
   // A server of this machine on loopback joins; a worker from elsewhere
   // could not reach it.
   auto srv = start_server(s, "sync");
