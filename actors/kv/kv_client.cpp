@@ -92,14 +92,18 @@ caf::response_promise on_barrier(self_ptr self, const std::string& name,
         auto limit = std::chrono::milliseconds{timeout_ms};
         self->request(self->state.scheduler, limit, barrier_atom_v, encode(req))
             .then([rp](uint64_t epoch) mutable { rp.deliver(epoch); },
-                  [rp, name, limit](caf::error& err) mutable {
+                  [self, rp, name, limit](caf::error& err) mutable {
                     // Held until every worker of --cluster.workers joined
                     // and came: one never started, or is still starting.
+                    auto& v = self->state.view;
                     rp.deliver(scheduler_timeout(
                         std::move(err),
-                        "barrier '" + name +
-                            "' (the scheduler releases it"
-                            " once every expected worker has joined and come)",
+                        str("barrier '", name,
+                            "' (the scheduler releases it once every"
+                            " expected worker has joined and come; ",
+                            v.workers.size(), " of ", v.expected_workers,
+                            " workers are in our view, --cluster.workers=",
+                            v.expected_workers, ")"),
                         limit));
                   });
       },

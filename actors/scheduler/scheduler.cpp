@@ -40,6 +40,7 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
         return rp;
       },
       [self](tick_atom) { checkpoint_tick(self); },
+      [self](barrier_atom, tick_atom) { report_waiting(self); },
       [self](events_atom, uint64_t n) { return on_events_poll(self, n); },
       [self](watch_atom) { return on_watch(self); },
   };

@@ -137,6 +137,9 @@ struct scheduler_state {
   std::vector<parked_declare> parked;        // until servers have joined
   std::map<role, uint32_t> joined;           // registrations ever, per role
   std::map<std::string, barrier> barriers;
+  /// A report of what the held barriers and declares wait for is due
+  /// (report_waiting): at most one is ever armed.
+  bool waiting_report_armed = false;
   std::set<std::string> passed;             // released barrier names
   std::set<std::pair<role, uint32_t>> seen; // (role, rank) ever joined
   std::vector<event_record> events;         // oldest first

@@ -1,11 +1,14 @@
 // Barriers: each is released once every live node of its role has arrived
 // (and the expected number has ever joined); a released name stays passed.
 #include <algorithm>
+#include <chrono>
+#include <string>
 
 #include <caf/event_based_actor.hpp>
 
 #include "actors/base/log.hpp"
 #include "actors/scheduler/scheduler_internal.hpp"
+#include "messages/type_ids.hpp"
 
 namespace troupe::sched {
 
@@ -48,7 +51,57 @@ caf::result<uint64_t> on_barrier(self_ptr self, const frame& f) {
   auto rp = self->make_response_promise();
   b.waiting.push_back(rp);
   check_barriers(self);
+  arm_waiting_report(self); // says so if it is still held then
   return rp;
+}
+
+namespace {
+
+/// How often the scheduler says what held barriers and declares wait for.
+constexpr auto waiting_report_every = std::chrono::seconds{3};
+
+/// "workers: 1 of 2 joined (--cluster.workers=2)", or "" if all have.
+std::string short_of(self_ptr self, role kind) {
+  auto& st = self->state;
+  auto expected = kind == role::server ? st.cfg.servers : st.cfg.workers;
+  auto live = nodes_of(self, kind).size();
+  if (st.joined[kind] >= expected && live > 0)
+    return {};
+  auto name = std::string{to_string(kind)} + "s";
+  return str(name, ": ", live, " of ", expected, " joined (--cluster.", name,
+             "=", expected, ")");
+}
+
+} // namespace
+
+void report_waiting(self_ptr self) {
+  auto& st = self->state;
+  st.waiting_report_armed = false;
+  std::string held;
+  for (auto& [name, b] : st.barriers)
+    if (!b.waiting.empty())
+      held += str(held.empty() ? "" : ", ", "barrier '", name, "' (",
+                  b.arrived.size(), " arrived)");
+  if (!st.parked.empty())
+    held += str(held.empty() ? "" : ", ", st.parked.size(), " declare",
+                st.parked.size() == 1 ? "" : "s");
+  if (held.empty())
+    return; // nothing waits: no more reports until something does
+  std::string missing;
+  for (auto kind : {role::server, role::worker})
+    if (auto m = short_of(self, kind); !m.empty())
+      missing += (missing.empty() ? "" : "; ") + m;
+  TROUPE_LOG(info, "scheduler", "waiting for ",
+             missing.empty() ? std::string{"live members to arrive"} : missing,
+             "; held: ", held);
+  arm_waiting_report(self);
+}
+
+void arm_waiting_report(self_ptr self) {
+  if (self->state.waiting_report_armed)
+    return;
+  self->state.waiting_report_armed = true;
+  self->delayed_send(self, waiting_report_every, barrier_atom_v, tick_atom_v);
 }
 
 } // namespace troupe::sched

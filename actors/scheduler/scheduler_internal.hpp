@@ -62,6 +62,12 @@ void flush_parked(self_ptr self);
 /// Releases every barrier that all its live nodes have reached.
 void check_barriers(self_ptr self);
 
+/// Says, every few seconds while barriers or declares are held, what they
+/// wait for ("waiting for workers: 1 of 2 joined (--cluster.workers=2)");
+/// arm_waiting_report starts that (once) when something is held.
+void report_waiting(self_ptr self);
+void arm_waiting_report(self_ptr self);
+
 caf::result<uint64_t> on_barrier(self_ptr self, const frame& f);
 
 // -- events (scheduler_events.cpp) --------------------------------------------

@@ -131,6 +131,7 @@ caf::result<frame> on_declare(self_ptr self, const frame& f) {
   auto rp = self->make_response_promise();
   self->state.parked.push_back({std::move(req), rp});
   flush_parked(self);
+  arm_waiting_report(self); // says so if it is still parked then
   return rp;
 }
 

@@ -113,6 +113,18 @@ BOOST_AUTO_TEST_CASE(a_barrier_waits_for_every_worker) {
   BOOST_CHECK(released);
 }
 
+BOOST_AUTO_TEST_CASE(a_barrier_that_times_out_names_who_is_missing) {
+  // At bc0f027 the worker's line was a bare system_error(request_timeout).
+  cluster c{"sync", 1, 1, 16u << 20, add_update, 1000, "auto", 1, 2};
+  auto got = c.worker(0).barrier("start", 1000);
+  BOOST_REQUIRE(!got);
+  BOOST_CHECK(got.error() == errc::timeout);
+  BOOST_CHECK_MESSAGE(describe(got.error())
+                              .find("1 of 2 workers are in our view, "
+                                    "--cluster.workers=2") != std::string::npos,
+                      describe(got.error()));
+}
+
 BOOST_AUTO_TEST_CASE(a_barrier_waits_for_workers_that_have_not_joined_yet) {
   auto cfg = troupe::test::make_config();
   caf::actor_system sys{*cfg};

@@ -321,6 +321,26 @@ BOOST_AUTO_TEST_CASE(a_worker_gives_up_on_a_server_that_never_speaks) {
                       w->output());
 }
 
+BOOST_AUTO_TEST_CASE(a_rendezvous_says_what_it_waits_for) {
+  // At bc0f027 a job one worker short was silent until the worker's
+  // barrier timed out. Now the scheduler says every few seconds for whom
+  // its barriers wait (kv_membership_test checks the worker's own line).
+  scheduler_process s{1, 2};
+  auto srv = start_server(s, "sync");
+  auto w0 = start_counter(s, 10);
+  auto line = s.proc->wait_for_line("waiting for workers: 1 of 2 joined", 30s);
+  BOOST_REQUIRE_MESSAGE(line, s.proc->output());
+  BOOST_CHECK_MESSAGE(line->find("--cluster.workers=2") != std::string::npos &&
+                          line->find("barrier 'start'") != std::string::npos,
+                      *line);
+  auto w1 = start_counter(s, 10);
+  for (auto* w : {w0.get(), w1.get()}) {
+    auto done = w->wait_exit(60s);
+    BOOST_REQUIRE_MESSAGE(done, w->output());
+    BOOST_CHECK_MESSAGE(*done == 0, w->output());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_loopback_server_is_refused_where_a_peer_is_elsewhere) {
   // At bc0f027 servers started without --host on three machines advertised
   // 127.0.0.1, and a dead one's slices came back with no replica. Another
