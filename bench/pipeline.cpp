@@ -104,10 +104,8 @@ struct row {
 /// stage actors; the best wall time of a mini-batch, or an error.
 caf::expected<double> measure(caf::actor_system& sys, const options& opt,
                               pipeline_schedule s, uint32_t p, uint32_t m) {
-  std::string err;
-  auto whole = model::from_spec(spec, &err);
-  std::vector<size_t> layer_params(whole->layer_count(), 72);
-  auto cut = cut_layers(layer_params, p);
+  auto whole = model::from_spec(spec, nullptr); // a valid spec
+  auto cut = cut_model(*whole, p);
   std::vector<caf::actor> stages;
   for (uint32_t i = 0; i < p; ++i)
     stages.push_back(sys.spawn<caf::detached>(

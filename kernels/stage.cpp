@@ -32,6 +32,13 @@ std::vector<size_t> cut_layers(const std::vector<size_t>& layer_params,
   return cut;
 }
 
+std::vector<size_t> cut_model(model& m, uint32_t stages) {
+  std::vector<size_t> layer_params(m.layer_count(), 0);
+  for (auto& p : m.parameters()) // "dense<i>.w", "dense<i>.w.<k>", "dense<i>.b"
+    layer_params.at(std::stoul(p.name.substr(5))) += p.size;
+  return cut_layers(layer_params, stages);
+}
+
 stage_model::stage_model(model& m, size_t first, size_t last) {
   auto params = m.parameters();
   last_of_model_ = last == m.layer_count();

@@ -26,6 +26,9 @@ namespace troupe {
 std::vector<size_t> cut_layers(const std::vector<size_t>& layer_params,
                                uint32_t stages);
 
+/// cut_layers of `m`'s layers by their parameters (weights and bias).
+std::vector<size_t> cut_model(model& m, uint32_t stages);
+
 /// Layers [first, last) of a model, with their own copy of its weights.
 /// Not thread-safe.
 class stage_model {
@@ -39,6 +42,9 @@ public:
   /// True if the stage ends with the model's last layer (its output is
   /// the logits).
   bool is_last() const { return last_of_model_; }
+  /// The model's index of the stage's first layer: parameters() holds
+  /// layer first_layer() + i / 2 at i (weights, then bias).
+  size_t first_layer() const { return layers_.front().index; }
 
   /// The stage's parameter and gradient arrays, named as the model names
   /// them ("dense<i>.w", "dense<i>.b", i the model's layer index).

@@ -122,8 +122,8 @@ double cost_of(const work& x, const work_costs& c) {
 /// (0) for the first stage's forwards.
 struct done_times {
   uint32_t stages;
-  // (stage, micro) -> end of its F, of its B (or whole backward), of its W
-  std::map<std::pair<uint32_t, uint32_t>, double> f, b, w;
+  // (stage, micro) -> end of its F, of its B (or whole backward)
+  std::map<std::pair<uint32_t, uint32_t>, double> f, b;
 
   bool ready(uint32_t stage, const work& x, double& at) const {
     auto find = [&at](const std::map<std::pair<uint32_t, uint32_t>, double>& m,
@@ -154,14 +154,10 @@ struct done_times {
       f[{stage, x.micro}] = end;
       return;
     case work::backward:
-      b[{stage, x.micro}] = end;
-      w[{stage, x.micro}] = end;
-      return;
     case work::backward_input:
       b[{stage, x.micro}] = end;
       return;
-    case work::backward_weight:
-      w[{stage, x.micro}] = end;
+    case work::backward_weight: // nothing waits for a W
       return;
     }
   }
@@ -235,7 +231,7 @@ caf::expected<pipeline_run> simulate(pipeline_schedule schedule,
   }
   std::vector<size_t> next(stages, 0);
   std::vector<double> free_at(stages, 0), busy(stages, 0);
-  done_times done{stages, {}, {}, {}};
+  done_times done{stages, {}, {}};
   for (bool progress = true; progress;) {
     progress = false;
     for (uint32_t s = 0; s < stages; ++s)

@@ -225,15 +225,13 @@ caf::result<double> on_step(stage_ptr self, uint64_t step, const frame& f) {
 }
 
 std::vector<named_array> weights_of(stage_ptr self) {
+  auto& m = *self->state.model;
+  auto params = m.parameters();
   std::vector<named_array> out;
-  auto params = self->state.model->parameters();
-  for (size_t i = 0; i < params.size(); ++i) {
-    auto& p = params[i];
-    auto layer = std::stoull(p.name.substr(5, p.name.find('.') - 5));
-    bool bias = p.name.back() == 'b';
-    out.push_back(named_array{2 * layer + (bias ? 1 : 0),
-                              std::vector<float>(p.data, p.data + p.size)});
-  }
+  for (size_t i = 0; i < params.size(); ++i) // weights, bias, per layer
+    out.push_back(named_array{
+        2 * m.first_layer() + i,
+        std::vector<float>(params[i].data, params[i].data + params[i].size)});
   return out;
 }
 

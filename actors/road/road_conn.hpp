@@ -225,6 +225,9 @@ private:
   /// frame_time(bytes) and never stalling for the send timeout. False on
   /// EOF or error (errno set; ETIMEDOUT: too slow).
   bool read_bounded(void* dst, uint64_t bytes);
+  /// True if `bytes` at `offset` lie in the peer's ring; else fails the
+  /// connection.
+  bool ring_region_ok(uint64_t offset, uint64_t bytes);
   /// How long a member's frame of `bytes` may take to arrive.
   std::chrono::milliseconds frame_time(uint64_t bytes) const;
   /// A worker's frame of `bytes` against the intake: an error if it is

@@ -5,13 +5,21 @@
 
 namespace troupe {
 
+caf::error road_intake::check_size(const member_id& from,
+                                   uint64_t bytes) const {
+  auto limit = frame_limit_.load();
+  if (bytes <= limit)
+    return caf::none;
+  return caf::make_error(
+      errc::message_too_large,
+      str("a frame of ", bytes, " bytes from ", to_string(from),
+          " is over this server's limit of ", limit,
+          " bytes: give every node the same --kv.max-message-bytes"));
+}
+
 caf::error road_intake::take(const member_id& from, uint64_t bytes) {
-  if (bytes > frame_limit_)
-    return caf::make_error(
-        errc::message_too_large,
-        str("a frame of ", bytes, " bytes from ", to_string(from),
-            " is over this server's limit of ", frame_limit_.load(),
-            " bytes: give every node the same --kv.max-message-bytes"));
+  if (auto err = check_size(from, bytes))
+    return err;
   auto now = in_flight_.fetch_add(bytes) + bytes;
   if (now <= budget_)
     return caf::none;

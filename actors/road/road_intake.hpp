@@ -27,6 +27,9 @@ public:
   void limit_worker_frames(uint64_t bytes) { frame_limit_ = bytes; }
   uint64_t worker_frame_limit() const { return frame_limit_; }
 
+  /// message_too_large if a frame of `bytes` from `from` is over the size
+  /// limit.
+  caf::error check_size(const member_id& from, uint64_t bytes) const;
   /// Takes `bytes` of the budget for a frame of `from`, or says why not:
   /// the frame is over the size limit, or the budget has no room now.
   caf::error take(const member_id& from, uint64_t bytes);

@@ -141,11 +141,8 @@ bool road_conn::read_frame(uint64_t bytes, bool in_ring, uint64_t offset,
                            road_message& m) {
   auto op = m.op;
   if (in_ring) {
-    if (!in_.base || offset > in_.bytes || bytes > in_.bytes - offset) {
-      fail(caf::make_error(errc::malformed_message,
-                           "road: ring region out of bounds"));
+    if (!ring_region_ok(offset, bytes))
       return false;
-    }
     m.bytes = bytes_view{in_.base + offset, bytes};
     m.ring_offset = offset;
     m.ring_bytes = bytes;
@@ -183,6 +180,14 @@ bool road_conn::read_bounded(void* dst, uint64_t bytes) {
   return ok;
 }
 
+bool road_conn::ring_region_ok(uint64_t offset, uint64_t bytes) {
+  if (in_.base && offset <= in_.bytes && bytes <= in_.bytes - offset)
+    return true;
+  fail(caf::make_error(errc::malformed_message,
+                       "road: ring region out of bounds"));
+  return false;
+}
+
 std::chrono::milliseconds road_conn::frame_time(uint64_t bytes) const {
   return std::chrono::milliseconds{send_timeout_ms_ +
                                    bytes * 1000 / road_min_frame_rate};
@@ -196,8 +201,7 @@ caf::error road_conn::take_intake(uint64_t bytes, bool in_ring,
     return caf::none;
   // A frame in the peer's ring takes no memory of ours: only its size counts.
   if (in_ring)
-    return bytes > intake_->worker_frame_limit() ? intake_->take(member_, bytes)
-                                                 : caf::none;
+    return intake_->check_size(member_, bytes);
   if (auto err = intake_->take(member_, bytes))
     return err;
   m.intake = intake_;
@@ -207,31 +211,23 @@ caf::error road_conn::take_intake(uint64_t bytes, bool in_ring,
 
 bool road_conn::skip_frame(uint64_t bytes, bool in_ring, uint64_t offset) {
   if (in_ring) {
-    if (!in_.base || offset > in_.bytes || bytes > in_.bytes - offset) {
-      fail(caf::make_error(errc::malformed_message,
-                           "road: ring region out of bounds"));
+    if (!ring_region_ok(offset, bytes))
       return false;
-    }
     release(offset, bytes);
     return true;
   }
+  // Read away in pieces, each bounded as read_bounded bounds a frame, and
+  // the whole within the time the frame would have had.
   constexpr size_t chunk = 64 * 1024;
   std::unique_ptr<char[]> scratch{new char[chunk]};
-  // One deadline for the whole frame, as if it were read.
   auto until = std::chrono::steady_clock::now() + frame_time(bytes);
-  set_timeout(read_fd_, SO_RCVTIMEO, send_timeout_ms_);
-  bool ok = true;
-  for (uint64_t left = bytes; ok && left > 0;) {
+  for (uint64_t left = bytes; left > 0;) {
     auto n = std::min<uint64_t>(left, chunk);
-    stream_->set_deadline(until);
-    ok = stream_->read(scratch.get(), n) && before(until);
+    if (!read_bounded(scratch.get(), n) || !before(until))
+      return lost_mid_frame();
     left -= n;
   }
-  int why = errno;
-  stream_->set_deadline(no_deadline);
-  set_timeout(read_fd_, SO_RCVTIMEO, 0);
-  errno = why;
-  return ok || lost_mid_frame();
+  return true;
 }
 
 void road_conn::note_reply_read(bool on_reader) {

@@ -46,11 +46,7 @@ inline model fresh_model() {
 /// One SGD step on every array of `params` with `grads`.
 /// `m` cut into `stages` stages of about as many parameters each.
 inline std::vector<size_t> cut_of(model& m, uint32_t stages) {
-  std::vector<size_t> layer_params;
-  for (auto& p : m.parameters())
-    if (p.name.find(".w") != std::string::npos)
-      layer_params.push_back(p.size);
-  auto cut = cut_layers(layer_params, stages);
+  auto cut = cut_model(m, stages);
   BOOST_REQUIRE_EQUAL(cut.size(), stages + 1);
   return cut;
 }
