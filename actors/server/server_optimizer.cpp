@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 
 #include "kernels/optimizer.hpp"
 #include "messages/errors.hpp"
@@ -93,6 +94,24 @@ caf::error slice_optimizer::load(const slice_snapshot& s) {
   }
   states_[s.id] = std::move(st);
   return caf::none;
+}
+
+slice_optimizer::states slice_optimizer::capture() const {
+  return std::make_shared<const std::map<slice_id, slice_state>>(states_);
+}
+
+void slice_optimizer::restore(const states& x) {
+  states_ = *x;
+}
+
+shard_store::restore_fn capture_optimizer(update_fn& fn) {
+  auto* opt = optimizer_of(fn);
+  if (opt == nullptr)
+    return nullptr;
+  return [x = opt->capture()](update_fn& g) {
+    if (auto* o = optimizer_of(g))
+      o->restore(x);
+  };
 }
 
 slice_optimizer* optimizer_of(update_fn& fn) {

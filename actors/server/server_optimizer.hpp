@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,12 +39,19 @@ public:
   /// this optimizer.
   caf::error load(const slice_snapshot& s);
 
-private:
   struct slice_state { // what one slice remembers between updates
     uint64_t updates = 0;
     momentum_state momentum;
     adam_state adam;
   };
+  using states = std::shared_ptr<const std::map<slice_id, slice_state>>;
+
+  /// Every slice's state, copied for a store's undo image
+  /// (shard_store::await_cuts), and put back.
+  states capture() const;
+  void restore(const states& x);
+
+private:
   /// The state of `id`, made on first use under states_mtx_.
   slice_state& state_of(slice_id id);
 
@@ -55,6 +63,10 @@ private:
 /// The slice_optimizer inside `fn` (made by make_optimizer_fn), or null if
 /// it holds none (sum, optimizer on the workers, another hook).
 slice_optimizer* optimizer_of(update_fn& fn);
+
+/// Captures the state of the slice_optimizer inside the hook it is given
+/// for an undo image (shard_store::await_cuts); nothing for other hooks.
+shard_store::restore_fn capture_optimizer(update_fn& fn);
 
 /// The update hook of a server for `x`: with the optimizer on the workers,
 /// values = mean of the round's pushes; else make_optimizer_fn(x).

@@ -58,6 +58,16 @@ void shard_store::set_workers(const std::set<uint32_t>& live) {
       mode_.kind == consistency::kind_t::sync ? rounds_applied_ : min_clock();
   for (auto i = workers_.begin(); i != workers_.end();)
     if (live.count(i->first) == 0) {
+      // A clock it had not pushed whole here is not whole everywhere: no
+      // server keeps it (the cluster's cut is below it). Its parts leave
+      // the open round; a rank back pushes the clock again.
+      auto& wc = i->second;
+      if (mode_.kind == consistency::kind_t::sync && !wc.parts.empty()) {
+        if (auto r = rounds_.find(wc.clock); r != rounds_.end())
+          r->second.erase(i->first);
+        wc.start_at(wc.clock);
+      }
+      cuts_.erase(i->first); // its cut is the cluster's to say anew
       departed_[i->first] = std::move(i->second);
       i = workers_.erase(i);
     } else {
@@ -194,16 +204,16 @@ shard_store::push(const push_request& req,
   for (auto& x : fresh_slices)
     wc.taken.insert(x.id);
   if (mode_.kind == consistency::kind_t::sync)
-    add_to_round(req.clock, fresh_slices);
+    add_to_round(req.worker, req.clock, fresh_slices);
   else
     apply_now(fresh_slices);
   wc.parts.insert(req.part);
   if (wc.parts.size() == req.parts) {
     wc.start_at(wc.clock + 1);
     complete_rounds();
+  } else if (!tentative_.empty()) {
+    settle();
   }
-  if (mode_.kind == consistency::kind_t::sync)
-    keep_borrowed(req.clock, fresh_slices);
   return push_reply{version_, false};
 }
 
@@ -218,71 +228,110 @@ void shard_store::apply_now(const std::vector<slice_view>& xs) {
   ++version_;
 }
 
-void shard_store::add_to_round(uint64_t clock,
+void shard_store::add_to_round(uint32_t worker, uint64_t clock,
                                const std::vector<slice_view>& xs) {
-  auto& round = rounds_[clock];
-  std::vector<round_sum*> sums;
-  std::vector<const float*> adds;
+  auto& mine = rounds_[clock][worker];
+  std::vector<contribution*> adds;
+  std::vector<const float*> from;
   for (auto& x : xs) {
-    auto& r = round[x.id];
-    if (r.contributors++ == 0) { // the first push of a round: no copy yet
-      r.borrowed = x.data;
-      r.size = x.size;
-    } else {
-      if (r.borrowed) { // the slice twice in one push
-        r.sum.assign(r.borrowed, r.borrowed + r.size);
-        r.borrowed = nullptr;
-      }
-      sums.push_back(&r);
-      adds.push_back(x.data);
+    auto& c = mine[x.id];
+    if (c.pushes++ == 0) {
+      c.values.assign(x.data, x.data + x.size);
+    } else { // the slice twice in one push
+      adds.push_back(&c);
+      from.push_back(x.data);
     }
   }
-  for_slices({sums.begin(), sums.end()}, [&](size_t k) {
-    add_into(sums[k]->sum.data(), adds[k], sums[k]->size);
+  for_slices({adds.begin(), adds.end()}, [&](size_t k) {
+    add_into(adds[k]->values.data(), from[k], adds[k]->values.size());
   });
 }
 
-void shard_store::keep_borrowed(uint64_t clock,
-                                const std::vector<slice_view>& xs) {
-  auto i = rounds_.find(clock);
-  if (i == rounds_.end()) // the push completed its round
-    return;
-  std::vector<round_sum*> sums;
-  for (auto& x : xs) {
-    auto r = i->second.find(x.id);
-    if (r != i->second.end() && r->second.borrowed)
-      sums.push_back(&r->second);
-  }
-  for_slices({sums.begin(), sums.end()}, [&](size_t k) {
-    auto& r = *sums[k];
-    r.sum.assign(r.borrowed, r.borrowed + r.size);
-    r.borrowed = nullptr;
+void shard_store::apply_round(const round_parts& r) {
+  struct todo {
+    const slice_id* id;
+    std::vector<float>* values;
+    std::vector<const contribution*> parts; // in rank order
+  };
+  std::map<slice_id, todo> by_slice;
+  for (auto& [w, mine] : r) // a std::map: ranks in order
+    for (auto& [id, c] : mine) {
+      auto s = slices_.find(id);
+      if (s == slices_.end()) // may have moved away meanwhile
+        continue;
+      auto& t = by_slice[id];
+      t.id = &s->first;
+      t.values = &s->second.values;
+      t.parts.push_back(&c);
+    }
+  std::vector<todo*> todos;
+  for (auto& [id, t] : by_slice)
+    todos.push_back(&t);
+  // One sum per slice in a round: no two items touch one slice.
+  loop_(todos.size(), [&](size_t k) {
+    auto& t = *todos[k];
+    uint32_t pushes = 0;
+    for (auto* c : t.parts)
+      pushes += c->pushes;
+    if (t.parts.size() == 1)
+      return update_(*t.id, *t.values, t.parts[0]->values.data(), pushes);
+    std::vector<float> sum = t.parts[0]->values;
+    for (size_t i = 1; i < t.parts.size(); ++i)
+      add_into(sum.data(), t.parts[i]->values.data(), sum.size());
+    update_(*t.id, *t.values, sum.data(), pushes);
   });
+}
+
+bool shard_store::settled(uint64_t clock, const round_parts& r) const {
+  for (auto& [w, mine] : r) {
+    auto cut = cuts_.find(w);
+    if (cut != cuts_.end() && clock < cut->second)
+      continue; // the cluster keeps it
+    auto live = workers_.find(w);
+    if (live == workers_.end()) {
+      if (await_cuts_)
+        return false; // its cut is not known yet
+      continue;
+    }
+    // Its push of clock + 1 has begun here: it pulled clock + 1 from every
+    // server, so its push of `clock` is whole on every one.
+    auto& wc = live->second;
+    if (wc.clock <= clock + 1 && (wc.clock < clock + 1 || wc.parts.empty()))
+      return false;
+  }
+  return true;
+}
+
+void shard_store::settle() {
+  for (auto& [clock, r] : tentative_)
+    if (!settled(clock, r))
+      return;
+  tentative_.clear();
+  image_.reset();
 }
 
 void shard_store::complete_rounds() {
   if (mode_.kind != consistency::kind_t::sync || workers_.empty())
-    return;
+    return settle();
   while (min_clock() > rounds_applied_) {
     auto i = rounds_.find(rounds_applied_);
     auto to = rounds_applied_ + 1;
     if (i != rounds_.end()) {
-      struct todo {
-        const slice_id* id;
-        std::vector<float>* values;
-        const round_sum* r;
-      };
-      std::vector<todo> todos;
-      for (auto& [id, r] : i->second) {
-        auto s = slices_.find(id);
-        if (s != slices_.end()) // may have moved away meanwhile
-          todos.push_back(todo{&id, &s->second.values, &r});
+      if (await_cuts_) {
+        settle();
+        if (!image_) { // the state this round may have to be undone to
+          undo_image im;
+          for (auto& [id, s] : slices_)
+            if (s.ready)
+              im.values.emplace(id, s.values);
+          if (capture_)
+            im.restore_hook = capture_(update_);
+          image_ = std::move(im);
+        }
       }
-      // One sum per slice in a round: no two items touch one slice.
-      loop_(todos.size(), [&](size_t k) {
-        auto& t = todos[k];
-        update_(*t.id, *t.values, t.r->data(), t.r->contributors);
-      });
+      apply_round(i->second);
+      if (await_cuts_)
+        tentative_.emplace(i->first, std::move(i->second));
       rounds_.erase(i);
     } else {
       // Rounds no push reached here (workers met at a higher clock: this
@@ -305,6 +354,48 @@ void shard_store::complete_rounds() {
         fn();
     }
   }
+  settle();
+}
+
+void shard_store::await_cuts(capture_fn capture) {
+  await_cuts_ = true;
+  capture_ = std::move(capture);
+}
+
+bool shard_store::cut(uint32_t w, uint64_t keep) {
+  if (workers_.count(w) != 0)
+    return false;
+  cuts_[w] = keep;
+  auto d = departed_.find(w);
+  if (d != departed_.end() && d->second.clock > keep)
+    d->second.start_at(keep); // a rank back pushes them again
+  for (auto& [clock, r] : rounds_)
+    if (clock >= keep)
+      r.erase(w);
+  bool undo = false;
+  for (auto& [clock, r] : tentative_)
+    if (clock >= keep && r.erase(w) != 0)
+      undo = true;
+  if (undo && image_) { // back to the image, then the rounds without w
+    for (auto& [id, values] : image_->values) {
+      auto s = slices_.find(id);
+      if (s != slices_.end())
+        s->second.values = values;
+    }
+    if (image_->restore_hook)
+      image_->restore_hook(update_);
+    for (auto& [clock, r] : tentative_)
+      apply_round(r);
+  }
+  settle();
+  return true;
+}
+
+std::optional<uint64_t> shard_store::whole_clocks(uint32_t w) const {
+  auto d = departed_.find(w);
+  if (workers_.count(w) != 0 || d == departed_.end() || d->second.fresh)
+    return std::nullopt;
+  return d->second.clock;
 }
 
 caf::error shard_store::check_pull(uint32_t worker, uint64_t clock) const {
@@ -373,7 +464,8 @@ std::map<slice_id, uint32_t> shard_store::owned() const {
 }
 
 bool shard_store::pristine() const {
-  if (version_ > 0 || rounds_applied_ > 0 || !rounds_.empty())
+  if (version_ > 0 || rounds_applied_ > 0 || !rounds_.empty() ||
+      !tentative_.empty())
     return false;
   for (auto& [id, s] : slices_)
     if (s.ready)

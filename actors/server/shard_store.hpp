@@ -14,7 +14,10 @@
 // that a push of its that already sits in an open round is not added again.
 //   sync   round t is applied (sum of every live worker's push, one update)
 //          when every live worker's clock passed t; version = rounds applied;
-//          a worker at clock c reads once version >= c.
+//          a worker at clock c reads once version >= c. Pushes are summed in
+//          rank order, whatever order they came in. A worker that leaves
+//          with its clock not whole here takes its parts of it out of the
+//          round (docs/atomic-pushes.md).
 //   async  each push is applied on arrival; reads never wait.
 //   ssp:s  each push is applied on arrival; a worker at clock c reads once
 //          the slowest live worker's clock is >= c - s.
@@ -23,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -157,6 +161,38 @@ public:
   /// not the current version. Calls for the same `v` all run, in order.
   caf::error at_version(uint64_t v, std::function<void()> fn);
 
+  // -- atomic pushes (docs/atomic-pushes.md) -------------------------------
+
+  /// Takes a copy of the state of the update hook it is given, and returns
+  /// what puts the copy back into the hook it is then given (the store, and
+  /// its hook with it, may have moved in between).
+  using restore_fn = std::function<void(update_fn&)>;
+  using capture_fn = std::function<restore_fn(update_fn&)>;
+
+  /// sync: from now on the cluster decides, for each worker that leaves,
+  /// how many of its clocks every server keeps (cut()). Until then a round
+  /// that holds a departed worker's push stays tentative: it is applied at
+  /// once, over an undo image of the slices and of the hook's state
+  /// (`capture`, null when the hook keeps none). Without it a departed
+  /// worker's whole clocks are kept, as a server alone can tell.
+  /// Either way a departed worker's clock not whole here is dropped.
+  void await_cuts(capture_fn capture);
+
+  /// The cluster keeps the pushes of clocks below `keep` of worker `w`,
+  /// which left: its parts of later clocks are taken out of the rounds,
+  /// and applied rounds they were in are applied again without them. A
+  /// worker live here (a new process under its rank) is left alone:
+  /// returns false.
+  bool cut(uint32_t w, uint64_t keep);
+
+  /// The clocks departed worker `w` pushed whole here: the cluster keeps
+  /// the least of them over its servers. Empty if `w` is live here or
+  /// never pushed here since it joined.
+  std::optional<uint64_t> whole_clocks(uint32_t w) const;
+
+  /// True while an applied round may still be undone by a cut.
+  bool tentative() const { return image_.has_value(); }
+
   /// True if no push waits in an open sync round (always outside sync):
   /// then snapshot() holds every push accepted.
   bool between_rounds() const;
@@ -167,14 +203,19 @@ private:
     bool ready = false; // initialised
     std::vector<float> values;
   };
-  struct round_sum { // sync: one slice's sum for one clock
-    std::vector<float> sum;
-    /// The first push's data, read in place while push() runs (a round
-    /// it completes needs no copy); copied into `sum` before it returns.
-    const float* borrowed = nullptr;
-    size_t size = 0;
-    uint32_t contributors = 0;
-    const float* data() const { return borrowed ? borrowed : sum.data(); }
+  /// One worker's slices of one clock (sync), as taken: kept apart from
+  /// the other workers' until its round is settled, so that a departed
+  /// worker's part can be taken out (docs/atomic-pushes.md).
+  struct contribution {
+    std::vector<float> values;
+    uint32_t pushes = 0; // a part may name a slice twice: each is added
+  };
+  using round_parts = std::map<uint32_t, std::map<slice_id, contribution>>;
+  /// The values of the slices before the oldest tentative round, and what
+  /// puts the update hook's state back as it was then.
+  struct undo_image {
+    std::map<slice_id, std::vector<float>> values;
+    restore_fn restore_hook;
   };
   struct worker_clock {
     uint64_t clock = 0;
@@ -201,10 +242,16 @@ private:
 
   caf::error check_slices(const std::vector<slice_view>& xs) const;
   void apply_now(const std::vector<slice_view>& xs);
-  void add_to_round(uint64_t clock, const std::vector<slice_view>& xs);
-  /// Copies the sums of round `clock` that still borrow a push's data.
-  void keep_borrowed(uint64_t clock, const std::vector<slice_view>& xs);
+  void add_to_round(uint32_t worker, uint64_t clock,
+                    const std::vector<slice_view>& xs);
+  /// Applies the sum of a round's contributions, in rank order.
+  void apply_round(const round_parts& r);
   void complete_rounds();
+  /// Round `clock` cannot be undone any more: each contributor has pushed
+  /// later here, or its cut is known.
+  bool settled(uint64_t clock, const round_parts& r) const;
+  /// Drops the undo image once every tentative round is settled.
+  void settle();
 
   /// Runs body(0 .. n - 1) through loop_, serially if two items would
   /// touch the same slice (a push naming a slice twice).
@@ -216,7 +263,13 @@ private:
   loop_fn loop_ = run_serially;
   std::map<slice_id, slice_state> slices_;
   std::map<uint32_t, worker_clock> workers_;
-  std::map<uint64_t, std::map<slice_id, round_sum>> rounds_; // sync only
+  std::map<uint64_t, round_parts> rounds_;    // sync: open rounds
+  std::map<uint64_t, round_parts> tentative_; // sync: applied, not settled
+  std::optional<undo_image> image_;           // before tentative_'s first
+  capture_fn capture_;
+  bool await_cuts_ = false;
+  /// Ranks whose last departure's cut is known: the clocks kept.
+  std::map<uint32_t, uint64_t> cuts_;
   uint64_t rounds_applied_ = 0;
   uint64_t version_ = 0;
   std::map<uint32_t, worker_clock> resume_clocks_; // from a checkpoint

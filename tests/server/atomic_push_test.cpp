@@ -1,0 +1,201 @@
+// Atomic pushes in one sync store (docs/atomic-pushes.md): a departed
+// worker's clock that is not whole here is dropped; one that is whole
+// stays tentative until the cluster's cut keeps it or takes it out, and
+// taking it out leaves exactly the state of a run without it, optimizer
+// state included.
+#define BOOST_TEST_MODULE atomic_push_tests
+#include <boost/test/unit_test.hpp>
+
+#include <vector>
+
+#include "actors/server/server_optimizer.hpp"
+#include "actors/server/shard_store.hpp"
+#include "tests/server/shard_store_fixture.hpp"
+
+using namespace troupe;
+using namespace troupe::test;
+
+namespace {
+
+/// A sync store over slices a and b with `hook`, whose rounds are
+/// tentative until the cluster's cuts (await_cuts).
+struct cut_store {
+  shard_store store;
+  explicit cut_store(update_fn hook, std::set<uint32_t> workers = {0, 1, 2})
+      : store(*parse_consistency("sync"), std::move(hook)) {
+    store.await_cuts(capture_optimizer);
+    store.set_owned({{a, 3}, {b, 2}});
+    store.set_workers(workers);
+    BOOST_REQUIRE(
+        !store.init(init_request{0, 1, {{a, {0.5f, 1, -1}}, {b, {2, 0.25f}}}}));
+  }
+  void push(uint32_t w, uint64_t clock, float x, uint32_t part = 0,
+            uint32_t parts = 1) {
+    // worker w's gradient differs per element, so sums in another order
+    // or a lost part would show
+    std::vector<float> va{x, x * 0.5f + w, -x}, vb{x + 0.125f * w, 3 * x};
+    push_request req{w, clock, 1, part, parts, {}};
+    if (parts == 1 || part == 0)
+      req.slices.push_back({a, va});
+    if (parts == 1 || part == 1)
+      req.slices.push_back({b, vb});
+    BOOST_REQUIRE(store.push(req));
+  }
+  std::vector<float> values() {
+    auto r = store.read({a, b});
+    BOOST_REQUIRE(r);
+    auto out = r->slices[0].values;
+    out.insert(out.end(), r->slices[1].values.begin(),
+               r->slices[1].values.end());
+    return out;
+  }
+};
+
+optimizer_settings momentum() {
+  optimizer_settings x;
+  x.name = "momentum";
+  x.lr = 0.1f;
+  x.momentum = 0.9f;
+  return x;
+}
+
+void check_same(const std::vector<float>& got, const std::vector<float>& want) {
+  BOOST_REQUIRE_EQUAL(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    BOOST_CHECK_EQUAL(got[i], want[i]); // bit for bit: the same sums
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(atomic_push_tests)
+
+BOOST_AUTO_TEST_CASE(a_leavers_unfinished_clock_is_dropped_from_its_round) {
+  // Worker 2 sent part 0 of 2 of clock 0 (slice a) and died: the clock is
+  // not whole here, so no server keeps it, and slice a must not hold it
+  // while slice b does not.
+  fixture f{"sync"};
+  BOOST_REQUIRE(f.store.push(push_request{2, 0, 1, 0, 2, {{a, {5, 5, 5}}}}));
+  BOOST_REQUIRE(f.push(0, 0, 1.0f));
+  BOOST_REQUIRE(f.push(1, 0, 1.0f));
+  f.store.set_workers({0, 1});
+  BOOST_CHECK_EQUAL(f.store.version(), 1u);
+  BOOST_CHECK_EQUAL(f.value_of(a), 2.0f);
+  BOOST_CHECK_EQUAL(f.value_of(b), 2.0f);
+  BOOST_CHECK(!f.store.whole_clocks(2).has_value() ||
+              *f.store.whole_clocks(2) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_back_pushes_its_dropped_clock_again) {
+  // The same, with the rank back before the round passed: its clock 0
+  // starts over, and its new parts are taken, not called duplicates.
+  fixture f{"sync"};
+  BOOST_REQUIRE(f.store.push(push_request{2, 0, 1, 0, 2, {{a, {5, 5, 5}}}}));
+  BOOST_REQUIRE(f.push(0, 0, 1.0f));
+  f.store.set_workers({0, 1});
+  f.store.set_workers({0, 1, 2});
+  BOOST_CHECK_EQUAL(f.store.clock_of(2), 0u);
+  auto again = f.push(2, 0, 4.0f);
+  BOOST_REQUIRE(again);
+  BOOST_CHECK(!again->duplicate);
+  BOOST_REQUIRE(f.push(1, 0, 1.0f));
+  BOOST_CHECK_EQUAL(f.value_of(a), 6.0f);
+  BOOST_CHECK_EQUAL(f.value_of(b), 6.0f);
+}
+
+BOOST_AUTO_TEST_CASE(a_cut_below_an_applied_round_undoes_it_exactly) {
+  // Worker 2's clock 0 was whole here and its round applied; then it died,
+  // and elsewhere its clock 0 was not whole: the cut keeps 0 clocks. The
+  // store must equal one that never saw worker 2, momentum included, also
+  // over the round applied on top meanwhile.
+  cut_store s{make_optimizer_fn(momentum())};
+  cut_store ref{make_optimizer_fn(momentum()), {0, 1}};
+  s.push(2, 0, 4.0f);
+  for (auto* x : {&s, &ref}) {
+    x->push(0, 0, 1.0f);
+    x->push(1, 0, 2.0f);
+  }
+  BOOST_CHECK(s.store.tentative());
+  s.store.set_workers({0, 1}); // worker 2 left
+  BOOST_REQUIRE(s.store.whole_clocks(2));
+  BOOST_CHECK_EQUAL(*s.store.whole_clocks(2), 1u);
+  for (auto* x : {&s, &ref}) { // round 1 meanwhile, without worker 2
+    x->push(0, 1, -1.0f);
+    x->push(1, 1, 3.0f);
+  }
+  BOOST_CHECK_EQUAL(s.store.version(), 2u);
+  BOOST_CHECK(s.store.tentative()); // worker 2's cut is not known
+  BOOST_REQUIRE(s.store.cut(2, 0));
+  check_same(s.values(), ref.values());
+  for (auto* x : {&s, &ref}) { // and the optimizer state: one more round
+    x->push(0, 2, 0.5f);
+    x->push(1, 2, 0.25f);
+  }
+  check_same(s.values(), ref.values());
+  s.push(0, 3, 1.0f, 0, 2); // round 2 is final once both begin clock 3
+  BOOST_CHECK(s.store.tentative());
+  s.push(1, 3, 1.0f, 0, 2);
+  BOOST_CHECK(!s.store.tentative());
+}
+
+BOOST_AUTO_TEST_CASE(a_cut_that_keeps_the_clock_changes_nothing) {
+  cut_store s{make_optimizer_fn(momentum())};
+  cut_store ref{make_optimizer_fn(momentum())};
+  for (auto* x : {&s, &ref})
+    for (uint32_t w = 0; w < 3; ++w)
+      x->push(w, 0, 1.0f + w);
+  s.store.set_workers({0, 1});
+  ref.store.set_workers({0, 1});
+  BOOST_REQUIRE(s.store.cut(2, 1));
+  check_same(s.values(), ref.values());
+  BOOST_CHECK(s.store.tentative()); // 0 and 1 have not begun clock 1: once
+  for (auto* x : {&s, &ref}) {      // they do, with worker 2's cut known,
+    x->push(0, 1, 1.0f, 0, 2);      // round 0 is final
+    x->push(1, 1, 1.0f, 0, 2);
+  }
+  BOOST_CHECK(!s.store.tentative());
+}
+
+BOOST_AUTO_TEST_CASE(live_workers_settle_a_round_by_beginning_the_next) {
+  cut_store s{add_update};
+  for (uint32_t w = 0; w < 3; ++w)
+    s.push(w, 0, 1.0f);
+  BOOST_CHECK(s.store.tentative());
+  s.push(0, 1, 1.0f, 0, 2);
+  s.push(1, 1, 1.0f, 0, 2);
+  BOOST_CHECK(s.store.tentative()); // worker 2 has not begun clock 1
+  s.push(2, 1, 1.0f, 0, 2);
+  BOOST_CHECK(!s.store.tentative());
+  BOOST_CHECK(!s.store.cut(2, 0)); // a live worker is not cut
+}
+
+BOOST_AUTO_TEST_CASE(a_cut_takes_a_leavers_whole_clock_out_of_an_open_round) {
+  // Worker 2's clock 0 is whole here, the round still open (worker 1 is
+  // slow), and the cut keeps nothing: the round goes on without it, and a
+  // rank back before the round passed pushes clock 0 anew.
+  fixture f{"sync"};
+  f.store.await_cuts(nullptr);
+  BOOST_REQUIRE(f.push(2, 0, 5.0f));
+  BOOST_REQUIRE(f.push(0, 0, 1.0f));
+  f.store.set_workers({0, 1});
+  BOOST_REQUIRE(f.store.cut(2, 0));
+  f.store.set_workers({0, 1, 2});
+  auto again = f.push(2, 0, 4.0f);
+  BOOST_REQUIRE(again);
+  BOOST_CHECK(!again->duplicate);
+  BOOST_REQUIRE(f.push(1, 0, 1.0f));
+  BOOST_CHECK_EQUAL(f.value_of(a), 6.0f);
+  BOOST_CHECK_EQUAL(f.value_of(b), 6.0f);
+}
+
+BOOST_AUTO_TEST_CASE(without_cuts_a_leavers_whole_clock_is_kept) {
+  // What a server alone can tell: nothing stays tentative.
+  fixture f{"sync"};
+  BOOST_REQUIRE(f.push(2, 0, 5.0f));
+  BOOST_REQUIRE(f.push(0, 0, 1.0f));
+  f.store.set_workers({0, 1});
+  BOOST_REQUIRE(f.push(1, 0, 1.0f));
+  BOOST_CHECK(!f.store.tentative());
+  BOOST_CHECK_EQUAL(f.value_of(a), 7.0f);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
