@@ -60,6 +60,13 @@ struct push_request {
   std::vector<slice_data> slices;
 };
 
+/// Atomic pushes (docs/atomic-pushes.md). When worker w leaves, the
+/// scheduler asks each server (cut_atom, w, epoch) how many of w's clocks it
+/// took whole; a server with none of w's pushes answers no_whole_clocks.
+/// The least answer is the cut, which the scheduler sends to every server
+/// (cut_atom, keep_atom, w, cut): each keeps w's clocks below the cut.
+constexpr uint64_t no_whole_clocks = ~uint64_t{0};
+
 /// Server -> worker: the push was accepted (or was a duplicate).
 struct push_reply {
   uint64_t version = 0;

@@ -52,5 +52,7 @@ CAF_ADD_ATOM(troupe, troupe, link_atom, "link")
 CAF_ADD_ATOM(troupe, troupe, step_atom, "step")
 CAF_ADD_ATOM(troupe, troupe, activation_atom, "activation")
 CAF_ADD_ATOM(troupe, troupe, gradient_atom, "gradient")
+CAF_ADD_ATOM(troupe, troupe, cut_atom, "cut")
+CAF_ADD_ATOM(troupe, troupe, keep_atom, "keep")
 
 CAF_END_TYPE_ID_BLOCK(troupe)

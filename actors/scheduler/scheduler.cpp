@@ -43,6 +43,7 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
       [self](barrier_atom, tick_atom) { report_waiting(self); },
       [self](events_atom, uint64_t n) { return on_events_poll(self, n); },
       [self](watch_atom) { return on_watch(self); },
+      [self](cut_atom, uint32_t rank) { retry_cut(self, rank); },
   };
 }
 

@@ -150,6 +150,25 @@ struct scheduler_state {
   /// registers later takes a dead worker's rank (its data partition and its
   /// clock) before one of these.
   std::set<uint32_t> finished_workers;
+  /// Atomic pushes (scheduler_cuts.cpp): the cuts of departed workers
+  /// being gathered, by worker rank (the servers that answered, and what),
+  /// and those decided (the clocks every server keeps).
+  struct cut_gather {
+    uint64_t serial = 0; // of the latest asking; older answers are stale
+    std::set<uint32_t> asked;
+    std::map<uint32_t, uint64_t> answers; // server rank -> whole clocks
+  };
+  std::map<uint32_t, cut_gather> cuts_pending;
+  std::map<uint32_t, uint64_t> cuts;
+  uint64_t cut_serial = 0;
+  /// Workers registering under a rank whose cut is pending, until it is
+  /// known.
+  struct parked_register {
+    register_request req;
+    caf::actor handle;
+    caf::response_promise rp;
+  };
+  std::vector<parked_register> parked_registers;
   uint64_t generation = 0; // last checkpoint generation started
   bool checkpointing = false;
   std::function<void(caf::error)> abort_checkpoint; // fails the attempt

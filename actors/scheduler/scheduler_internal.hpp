@@ -38,7 +38,16 @@ void replace_placement(self_ptr self);
 /// Whether worker `rank` is a member now.
 bool is_live_worker(self_ptr self, uint32_t rank);
 
+/// The rank a node of role `kind` that registers now takes.
+uint32_t lowest_free_rank(self_ptr self, role kind);
+
+/// Why a node of role `kind` cannot join now (none: it can).
+caf::error check_room(self_ptr self, role kind);
+
 caf::result<frame> on_register(self_ptr self, const frame& f);
+
+/// Makes the node `handle` that sent `req` a member: its RegisterReply.
+frame admit(self_ptr self, const register_request& req, caf::actor handle);
 
 caf::result<uint64_t> on_stale(self_ptr self, uint32_t backup, uint64_t link);
 
@@ -49,6 +58,24 @@ void on_down(self_ptr self, const caf::down_msg& dm);
 
 /// Adds the sender to the watchers; returns the view now.
 frame on_watch(self_ptr self);
+
+// -- atomic pushes (scheduler_cuts.cpp) ---------------------------------------
+
+/// Worker `rank` left: asks every server how many of its clocks it took
+/// whole, and sends them all the least (its cut) once each answered.
+void start_cut(self_ptr self, uint32_t rank);
+
+/// A server left: the cuts under way ask the servers of the new view (a
+/// promoted backup answers for its primary's stores), and the cuts decided
+/// go to every server again (a primary may have died before it forwarded
+/// one to the backup now serving its stores).
+void servers_changed(self_ptr self);
+
+/// Asks the servers again about worker `rank`, after one failed to answer.
+void retry_cut(self_ptr self, uint32_t rank);
+
+/// True while the cut of worker rank `rank` is not known.
+bool cut_pending(self_ptr self, uint32_t rank);
 
 // -- declares: keys and their initialisers (scheduler_keys.cpp) ---------------
 

@@ -70,22 +70,6 @@ namespace {
 /// use. For workers of a job of known size, the lowest such rank of the job
 /// whose worker did not finish comes first: a worker restarted after another
 /// finished resumes the dead one's partition, not the finished one's.
-uint32_t lowest_free_rank(self_ptr self, role kind) {
-  auto& st = self->state;
-  std::set<uint32_t> used;
-  for (auto& m : st.members)
-    if (m.info.kind == kind)
-      used.insert(m.info.rank);
-  if (kind == role::worker)
-    for (uint32_t r = 0; r < st.cfg.workers; ++r)
-      if (used.count(r) == 0 && st.finished_workers.count(r) == 0)
-        return r;
-  uint32_t r = 0;
-  while (used.count(r) != 0)
-    ++r;
-  return r;
-}
-
 /// A server left: its slices go to its backup, which holds their replicas
 /// (chain replication), if the backup lives. Returns the slices moved.
 size_t promote_backup(self_ptr self, uint32_t dead,
@@ -105,6 +89,22 @@ size_t promote_backup(self_ptr self, uint32_t dead,
 }
 
 } // namespace
+
+uint32_t lowest_free_rank(self_ptr self, role kind) {
+  auto& st = self->state;
+  std::set<uint32_t> used;
+  for (auto& m : st.members)
+    if (m.info.kind == kind)
+      used.insert(m.info.rank);
+  if (kind == role::worker)
+    for (uint32_t r = 0; r < st.cfg.workers; ++r)
+      if (used.count(r) == 0 && st.finished_workers.count(r) == 0)
+        return r;
+  uint32_t r = 0;
+  while (used.count(r) != 0)
+    ++r;
+  return r;
+}
 
 std::vector<uint32_t> server_ranks(self_ptr self) {
   std::vector<uint32_t> out;
@@ -212,6 +212,19 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
   if (auto err = check_reachable(self, req))
     return err;
   auto handle = caf::actor_cast<caf::actor>(self->current_sender());
+  // A worker taking the rank of one whose cut is not known yet waits for
+  // it: the servers must drop the old process's clocks before the new one
+  // pushes under its rank (scheduler_cuts.cpp).
+  if (req.kind == role::worker &&
+      cut_pending(self, lowest_free_rank(self, role::worker))) {
+    auto rp = self->make_response_promise();
+    self->state.parked_registers.push_back({req, handle, rp});
+    return rp;
+  }
+  return admit(self, req, handle);
+}
+
+frame admit(self_ptr self, const register_request& req, caf::actor handle) {
   node_info info{req.kind, lowest_free_rank(self, req.kind),
                  req.host, req.port,
                  req.pid,  req.road};
@@ -303,6 +316,10 @@ void remove_member(self_ptr self,
   if (info.kind == role::server)
     replace_placement(self);
   publish(self);
+  if (info.kind == role::worker)
+    start_cut(self, info.rank);
+  else if (info.kind == role::server)
+    servers_changed(self);
   abort_checkpoint_for(self, info);
   record(self, kind, info, str(why, "; view ", self->state.epoch));
   if (promoted > 0)

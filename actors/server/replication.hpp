@@ -159,7 +159,8 @@ enum replica_op : uint8_t {
   op_init,      ///< frame: an Init
   op_push,      ///< frame: a Push
   op_restore,   ///< frame: a Checkpoint of one store, restored into it
-  op_copy       ///< a whole store for a backup that came late: layout, state
+  op_copy,      ///< a whole store for a backup that came late: layout, state
+  op_cut        ///< numbers: a departed worker's rank and the clocks kept
 };
 
 /// What runs once the backup is done with a forwarded operation: with the

@@ -3,6 +3,8 @@
 // (F1-F3), their staleness (B1-B3), and their promotion (B4, B5).
 #include "actors/server/shard_server_internal.hpp"
 
+#include "actors/server/server_optimizer.hpp"
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "actors/base/log.hpp"
+#include "actors/server/server_optimizer.hpp"
 #include "messages/errors.hpp"
 
 namespace troupe::server_impl {
@@ -107,6 +110,12 @@ caf::expected<uint64_t> apply_to_replica(shard_store& m, uint8_t op,
   }
   case op_restore:
     return restore_replica(m, f);
+  case op_cut:
+    if (xs.size() != 2 || xs[0] > UINT32_MAX)
+      return caf::make_error(errc::malformed_message, "a cut of", xs.size(),
+                             "numbers");
+    m.cut(static_cast<uint32_t>(xs[0]), xs[1]);
+    return m.version();
   default:
     return caf::make_error(errc::malformed_message, "replica operation", op);
   }
@@ -160,6 +169,7 @@ mirror_store new_mirror(self_ptr self, uint32_t primary, uint32_t origin) {
   mirror_store m{primary, origin, shard_store{st.cfg.mode, st.fresh_fn},
                  std::nullopt};
   m.store.set_loop(st.loop);
+  m.store.await_cuts(capture_optimizer);
   return m;
 }
 

@@ -16,6 +16,7 @@
 #include "actors/base/log.hpp"
 #include "actors/base/machine_id.hpp"
 #include "actors/base/stray_errors.hpp"
+#include "actors/server/server_optimizer.hpp"
 #include "actors/server/shard_server_internal.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -163,6 +164,7 @@ void set_up(self_ptr self, const server_settings& cfg, caf::actor scheduler,
   self->state.stores.push_back(
       hosted_store{new_store_id(), 0, shard_store{cfg.mode, std::move(fn)}});
   self->state.stores.back().store.set_loop(self->state.loop);
+  self->state.stores.back().store.await_cuts(capture_optimizer);
   self->state.cfg = cfg;
   self->state.scheduler = scheduler;
   self->monitor(scheduler);
@@ -224,6 +226,13 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
       },
       [self](stale_atom, uint32_t primary, uint64_t link) {
         on_link_dropped(self, primary, link);
+      },
+      // -- atomic pushes (shard_server_cuts.cpp) --
+      [self](cut_atom, uint32_t worker, uint64_t epoch) {
+        return on_cut_query(self, worker, epoch);
+      },
+      [self](cut_atom, keep_atom, uint32_t worker, uint64_t keep) {
+        on_cut(self, worker, keep);
       },
   };
 }

@@ -182,6 +182,14 @@ struct shard_server_state {
   };
   std::vector<held_request> held;
   size_t held_bytes = 0; // of every held request's frame
+  /// The scheduler's questions about a departed worker's clocks that wait
+  /// for our view to reach their epoch (shard_server_cuts.cpp).
+  struct cut_query {
+    uint32_t worker = 0;
+    uint64_t epoch = 0;
+    caf::response_promise rp;
+  };
+  std::vector<cut_query> cut_queries;
   uint32_t request_timeout_ms = 10000;
   server_settings cfg;
   std::unique_ptr<road_listener> road; // null: CAF only

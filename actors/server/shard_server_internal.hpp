@@ -86,6 +86,27 @@ void on_view_frame(self_ptr self, const frame& f);
 /// Reports the first update after a worker was lost (a "resumed" event).
 void report_resumed(self_ptr self);
 
+// -- atomic pushes (shard_server_cuts.cpp) ------------------------------------
+
+/// True if the message being handled comes from our scheduler; else says
+/// that `what` was refused, naming the sender.
+bool from_scheduler(self_ptr self, const char* what);
+
+/// The scheduler asks how many clocks departed worker `worker` pushed
+/// whole here (the least over our stores, or no_whole_clocks): answered
+/// once our view is `epoch` or newer (the worker is gone from it, so no
+/// more of its parts are taken), and once our backup has every part our
+/// stores took (a backup promoted later has what we reported).
+caf::response_promise on_cut_query(self_ptr self, uint32_t worker,
+                                   uint64_t epoch);
+
+/// Answers the queries that waited for our view.
+void answer_cut_queries(self_ptr self);
+
+/// The cluster's cut for departed worker `worker`: every store we host keeps
+/// its clocks below `keep`, and our backup's replicas do the same.
+void on_cut(self_ptr self, uint32_t worker, uint64_t keep);
+
 // -- checkpoints (shard_server_checkpoints.cpp) -------------------------------
 
 /// With --resume, loads the checkpoint before we join; false (and we quit)

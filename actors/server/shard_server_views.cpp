@@ -13,7 +13,6 @@
 
 #include "actors/base/log.hpp"
 #include "actors/base/stray_errors.hpp"
-#include "actors/cluster/peer_name.hpp"
 #include "actors/cluster/placement.hpp"
 #include "messages/errors.hpp"
 
@@ -162,21 +161,12 @@ void apply_view(self_ptr self, cluster_view v) { // 3
              " workers");
   run_held(self);
   serve_pulls(self);
+  answer_cut_queries(self);
 }
 
 void on_view_frame(self_ptr self, const frame& f) {
-  // Views come from our scheduler alone: one from anyone else (a stranger
-  // on the CAF port) could hand our slices away. BASP takes the sender's
-  // word for who it is; authenticated connections make that word good.
-  auto from = self->current_sender();
-  if (from == nullptr || caf::actor_cast<caf::actor_addr>(from) !=
-                             self->state.scheduler.address()) {
-    with_peer_name(self, from, [name = who(self)](const std::string& peer) {
-      TROUPE_LOG_LIMITED(warning, name, "refused a view from ", peer,
-                         ": views come from the scheduler alone");
-    });
+  if (!from_scheduler(self, "a view"))
     return;
-  }
   cluster_view v;
   if (auto err = decode(f, v)) {
     TROUPE_LOG(warning, who(self),

@@ -358,12 +358,14 @@ void shard_store::complete_rounds() {
 }
 
 void shard_store::await_cuts(capture_fn capture) {
+  if (mode_.kind != consistency::kind_t::sync)
+    return; // async and ssp apply pushes on arrival: nothing to undo
   await_cuts_ = true;
   capture_ = std::move(capture);
 }
 
 bool shard_store::cut(uint32_t w, uint64_t keep) {
-  if (workers_.count(w) != 0)
+  if (!await_cuts_ || workers_.count(w) != 0)
     return false;
   cuts_[w] = keep;
   auto d = departed_.find(w);
@@ -393,7 +395,8 @@ bool shard_store::cut(uint32_t w, uint64_t keep) {
 
 std::optional<uint64_t> shard_store::whole_clocks(uint32_t w) const {
   auto d = departed_.find(w);
-  if (workers_.count(w) != 0 || d == departed_.end() || d->second.fresh)
+  if (!await_cuts_ || workers_.count(w) != 0 || d == departed_.end() ||
+      d->second.fresh)
     return std::nullopt;
   return d->second.clock;
 }

@@ -176,18 +176,19 @@ public:
   /// (`capture`, null when the hook keeps none). Without it a departed
   /// worker's whole clocks are kept, as a server alone can tell.
   /// Either way a departed worker's clock not whole here is dropped.
+  /// Outside sync it changes nothing.
   void await_cuts(capture_fn capture);
 
   /// The cluster keeps the pushes of clocks below `keep` of worker `w`,
   /// which left: its parts of later clocks are taken out of the rounds,
   /// and applied rounds they were in are applied again without them. A
-  /// worker live here (a new process under its rank) is left alone:
-  /// returns false.
+  /// worker live here (a new process under its rank) is left alone, as is
+  /// a store that does not await cuts: returns false.
   bool cut(uint32_t w, uint64_t keep);
 
   /// The clocks departed worker `w` pushed whole here: the cluster keeps
-  /// the least of them over its servers. Empty if `w` is live here or
-  /// never pushed here since it joined.
+  /// the least of them over its servers. Empty if `w` is live here, never
+  /// pushed here since it joined, or the store does not await cuts.
   std::optional<uint64_t> whole_clocks(uint32_t w) const;
 
   /// True while an applied round may still be undone by a cut.

@@ -1,0 +1,166 @@
+// Atomic pushes across servers (issue 41, docs/atomic-pushes.md): a worker
+// that dies having pushed a clock to one server but not the other leaves
+// every slice of every array with the same pushes: the servers' cut drops
+// that clock everywhere, also where a backup serves the slices of the
+// server that held it.
+#define BOOST_TEST_MODULE kv_cuts_tests
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <caf/io/middleman.hpp>
+
+#include "actors/base/machine_id.hpp"
+#include "actors/cluster/placement.hpp"
+#include "tests/kv/kv_helpers.hpp"
+
+using namespace troupe;
+using namespace troupe::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// A worker without a kv client: it registers, and sends each server only
+/// what the test says, as a worker that dies halfway through a push would
+/// have.
+struct raw_worker {
+  cluster& c;
+  std::optional<caf::scoped_actor> self;
+  register_reply joined;
+  explicit raw_worker(cluster& c) : c(c), self(std::in_place, c.b) {
+    (*self)
+        ->request(c.remote_sched, 10s, register_atom_v,
+                  encode(register_request{
+                      role::worker, "", 0, 1, {0, machine_id(), ""}}))
+        .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, joined)); },
+                 [](const caf::error& err) { BOOST_FAIL(describe(err)); });
+  }
+  /// Pushes `x` into every slice of key 1 that server `server` holds, as
+  /// the whole of clock `clock` there; waits for the acknowledgement.
+  void push_to(uint32_t server, uint64_t clock, float x) {
+    push_request req{joined.rank, clock, joined.view.epoch, 0, 1, {}};
+    for (auto& p : joined.view.placement)
+      if (p.key == 1 && p.server == server) {
+        auto r = slice_range(joined.view.keys.front().size,
+                             joined.view.slice_floats, p.index);
+        req.slices.push_back(
+            {slice_id{1, p.index}, std::vector<float>(r.second - r.first, x)});
+      }
+    BOOST_REQUIRE(!req.slices.empty());
+    auto srv =
+        c.b.middleman().remote_actor("127.0.0.1", c.server_ports.at(server));
+    BOOST_REQUIRE(srv);
+    (*self)
+        ->request(*srv, 10s, push_atom_v, encode(req))
+        .receive([](const frame&) {},
+                 [](const caf::error& err) { BOOST_FAIL(describe(err)); });
+  }
+  void die() { self.reset(); }
+};
+
+/// Runs clock `clock` on the kv workers (each pushes 1 everywhere) and
+/// returns what worker 0 pulled after it.
+std::vector<named_array> step(cluster& c, uint64_t clock, size_t n) {
+  std::vector<std::thread> ts;
+  std::vector<caf::expected<std::vector<named_array>>> got(
+      c.workers.size(), caf::make_error(caf::sec::unexpected_response));
+  for (size_t w = 0; w < c.workers.size(); ++w)
+    ts.emplace_back([&, w] {
+      got[w] = c.workers[w]->push_pull(clock, filled(1, n, 1.0f), {1});
+    });
+  for (auto& t : ts)
+    t.join();
+  for (auto& g : got)
+    BOOST_REQUIRE_MESSAGE(g, why(g));
+  return *got[0];
+}
+
+/// The one value of every float of `xs`, or a failure naming two that
+/// differ.
+float uniform_value(const std::vector<named_array>& xs) {
+  BOOST_REQUIRE(!xs.empty() && !xs[0].values.empty());
+  auto v = xs[0].values[0];
+  for (size_t i = 0; i < xs[0].values.size(); ++i)
+    BOOST_REQUIRE_MESSAGE(xs[0].values[i] == v,
+                          "element " << i << " is " << xs[0].values[i]
+                                     << ", element 0 " << v);
+  return v;
+}
+
+/// The detail of the scheduler's cut event for worker `rank`.
+std::string cut_of(cluster& c, uint32_t rank) {
+  for (int i = 0; i < 100; ++i) {
+    for (auto& e : c.events(10s))
+      if (e.kind == "cut" && e.rank == rank)
+        return e.detail;
+    c.events_of("cut", 1s, c.events(10s).size());
+  }
+  BOOST_FAIL("no cut event for worker " << rank);
+  return {};
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(kv_cuts_tests)
+
+BOOST_AUTO_TEST_CASE(a_worker_dead_halfway_through_a_push_leaves_no_trace) {
+  constexpr size_t n = 8; // slices of 2 floats over both servers
+  cluster c{"sync", 2, 2, 16u << 20, add_update, 2, "auto", 1, 3};
+  init_all(c, n);
+  raw_worker dying{c};
+  BOOST_CHECK_EQUAL(dying.joined.rank, 2u);
+  dying.push_to(0, 0, 1.0f); // clock 0 whole on both servers
+  dying.push_to(1, 0, 1.0f);
+  BOOST_CHECK_EQUAL(uniform_value(step(c, 0, n)), 3.0f);
+  dying.push_to(0, 1, 1.0f); // clock 1 on server 0 only: then it dies
+  dying.die();
+  BOOST_CHECK_MESSAGE(cut_of(c, 2).find("keeps its clocks below 1") !=
+                          std::string::npos,
+                      cut_of(c, 2));
+  step(c, 1, n);
+  // Worker 2's clock 0 is in, its clock 1 nowhere: 3 + 2 + 2.
+  BOOST_CHECK_EQUAL(uniform_value(step(c, 2, n)), 7.0f);
+}
+
+BOOST_AUTO_TEST_CASE(a_cut_reaches_the_backup_that_takes_over_the_slices) {
+  // As above, and server 0, which alone took the dead worker's clock 1, dies
+  // right after it: server 1 serves its slices from its replica, which has
+  // that clock too, and the cut drops it there as well.
+  constexpr size_t n = 8;
+  cluster c{"sync", 2, 2, 16u << 20, add_update, 2, "auto", 2, 3};
+  init_all(c, n);
+  raw_worker dying{c};
+  dying.push_to(0, 0, 1.0f);
+  dying.push_to(1, 0, 1.0f);
+  BOOST_CHECK_EQUAL(uniform_value(step(c, 0, n)), 3.0f);
+  dying.push_to(0, 1, 1.0f);
+  dying.die();
+  caf::anon_send_exit(c.servers[0], caf::exit_reason::kill);
+  BOOST_CHECK_MESSAGE(cut_of(c, 2).find("keeps its clocks below 1") !=
+                          std::string::npos,
+                      cut_of(c, 2));
+  step(c, 1, n);
+  BOOST_CHECK_EQUAL(uniform_value(step(c, 2, n)), 7.0f);
+}
+
+BOOST_AUTO_TEST_CASE(a_worker_dead_after_a_whole_push_keeps_it) {
+  constexpr size_t n = 8;
+  cluster c{"sync", 2, 2, 16u << 20, add_update, 2, "auto", 1, 3};
+  init_all(c, n);
+  raw_worker dying{c};
+  dying.push_to(0, 0, 1.0f);
+  dying.push_to(1, 0, 1.0f);
+  dying.die();
+  BOOST_CHECK_MESSAGE(cut_of(c, 2).find("keeps its clocks below 1") !=
+                          std::string::npos,
+                      cut_of(c, 2));
+  step(c, 0, n);
+  BOOST_CHECK_EQUAL(uniform_value(step(c, 1, n)), 5.0f);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
