@@ -79,6 +79,8 @@ struct cluster {
   update_fn update;
 
   uint32_t replicas = 1;
+  /// The servers' --server.atomic-pushes.
+  bool atomic_pushes = false;
   /// The workers' --kv.max-message-bytes, which the servers' frame limit
   /// follows.
   uint32_t max_message_bytes;
@@ -90,8 +92,8 @@ struct cluster {
   cluster(const std::string& mode, uint32_t nservers, uint32_t nworkers,
           uint32_t max_message_bytes = 16u << 20, update_fn update = add_update,
           uint32_t slice_floats = 1000, const std::string& road = "auto",
-          uint32_t replicas = 1, uint32_t room = 0)
-      : update(std::move(update)), replicas(replicas),
+          uint32_t replicas = 1, uint32_t room = 0, bool atomic = false)
+      : update(std::move(update)), replicas(replicas), atomic_pushes(atomic),
         max_message_bytes(max_message_bytes) {
     scheduler_settings ss;
     ss.servers = nservers;
@@ -128,6 +130,7 @@ struct cluster {
     sv.mode = *parse_consistency(mode);
     sv.replicas = replicas;
     sv.max_message_bytes = max_message_bytes;
+    sv.atomic_pushes = atomic_pushes;
     auto s = sys.spawn(shard_server, sv, *remote, update);
     auto p = sys.middleman().publish(s, 0, "127.0.0.1");
     BOOST_REQUIRE(p);

@@ -139,6 +139,9 @@ void node_config::add_server_options() {
       .add(server.inflight_bytes, "inflight-bytes",
            "bytes of workers' road frames in flight, at most, over all"
            " workers (>= --kv.window-bytes)")
+      .add(server.atomic_pushes, "atomic-pushes",
+           "sync: a dying worker's push is kept on every server or none"
+           " (costs a copy of each store per round)")
       .add(server.helper_threads, "helper-threads",
            "threads beside the actor's for rounds and replies, 0..16")
       .add(server.replica_road_text, "replica-road",

@@ -169,7 +169,8 @@ mirror_store new_mirror(self_ptr self, uint32_t primary, uint32_t origin) {
   mirror_store m{primary, origin, shard_store{st.cfg.mode, st.fresh_fn},
                  std::nullopt};
   m.store.set_loop(st.loop);
-  m.store.await_cuts(capture_optimizer);
+  if (st.cfg.atomic_pushes)
+    m.store.await_cuts(capture_optimizer);
   return m;
 }
 

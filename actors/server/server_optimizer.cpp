@@ -26,7 +26,7 @@ slice_optimizer::slice_optimizer(optimizer_settings x) : x_(std::move(x)) {
 }
 
 slice_optimizer::slice_optimizer(const slice_optimizer& other)
-    : x_(other.x_), states_(other.states_) {
+    : x_(other.x_), states_(other.states_), captured_(other.captured_) {
   // a mutex of its own
 }
 
@@ -96,21 +96,22 @@ caf::error slice_optimizer::load(const slice_snapshot& s) {
   return caf::none;
 }
 
-slice_optimizer::states slice_optimizer::capture() const {
-  return std::make_shared<const std::map<slice_id, slice_state>>(states_);
+void slice_optimizer::capture() {
+  captured_ = states_; // map nodes and vectors of the last copy are reused
 }
 
-void slice_optimizer::restore(const states& x) {
-  states_ = *x;
+void slice_optimizer::restore() {
+  states_ = captured_;
 }
 
 shard_store::restore_fn capture_optimizer(update_fn& fn) {
   auto* opt = optimizer_of(fn);
   if (opt == nullptr)
     return nullptr;
-  return [x = opt->capture()](update_fn& g) {
+  opt->capture();
+  return [](update_fn& g) {
     if (auto* o = optimizer_of(g))
-      o->restore(x);
+      o->restore();
   };
 }
 

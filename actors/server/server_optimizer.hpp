@@ -44,12 +44,11 @@ public:
     momentum_state momentum;
     adam_state adam;
   };
-  using states = std::shared_ptr<const std::map<slice_id, slice_state>>;
-
-  /// Every slice's state, copied for a store's undo image
-  /// (shard_store::await_cuts), and put back.
-  states capture() const;
-  void restore(const states& x);
+  /// Copies every slice's state aside for a store's undo image
+  /// (shard_store::await_cuts), into the buffers of the last copy; and
+  /// puts the copy back.
+  void capture();
+  void restore();
 
 private:
   /// The state of `id`, made on first use under states_mtx_.
@@ -57,6 +56,7 @@ private:
 
   optimizer_settings x_;
   std::map<slice_id, slice_state> states_;
+  std::map<slice_id, slice_state> captured_; // capture()'s copy
   std::unique_ptr<std::mutex> states_mtx_ = std::make_unique<std::mutex>();
 };
 

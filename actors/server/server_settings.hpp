@@ -68,6 +68,11 @@ struct server_settings {
   /// being read into memory. At least --kv.window-bytes (one worker's
   /// frames in flight). Default 1 GiB.
   uint32_t inflight_bytes = 1u << 30;
+  /// sync: a departed worker's clocks are kept on every server or on none
+  /// (docs/atomic-pushes.md): rounds are applied over an undo image until
+  /// the cluster's cut. Costs a copy of each store and its optimizer state
+  /// per round (--server.atomic-pushes). Default off.
+  bool atomic_pushes = false;
   /// Workers cut their messages at this (--kv.max-message-bytes; set by
   /// node_config): with the view's slice bound, it sizes the largest
   /// frame the server takes (worker_frame_bound).

@@ -164,7 +164,8 @@ void set_up(self_ptr self, const server_settings& cfg, caf::actor scheduler,
   self->state.stores.push_back(
       hosted_store{new_store_id(), 0, shard_store{cfg.mode, std::move(fn)}});
   self->state.stores.back().store.set_loop(self->state.loop);
-  self->state.stores.back().store.await_cuts(capture_optimizer);
+  if (cfg.atomic_pushes)
+    self->state.stores.back().store.await_cuts(capture_optimizer);
   self->state.cfg = cfg;
   self->state.scheduler = scheduler;
   self->monitor(scheduler);

@@ -20,6 +20,14 @@ void add_into(float* __restrict sum, const float* __restrict x, size_t n) {
     sum[i] += x[i];
 }
 
+/// sum = x + y, in one pass.
+TROUPE_WIDE_LOOP
+void add_two(float* __restrict sum, const float* __restrict x,
+             const float* __restrict y, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    sum[i] = x[i] + y[i];
+}
+
 } // namespace
 
 void add_update(slice_id, std::vector<float>& values, const float* sum,
@@ -230,13 +238,16 @@ void shard_store::apply_now(const std::vector<slice_view>& xs) {
 
 void shard_store::add_to_round(uint32_t worker, uint64_t clock,
                                const std::vector<slice_view>& xs) {
-  auto& mine = rounds_[clock][worker];
+  // Without cuts nothing takes a part out again: one running sum, under a
+  // rank no worker has, costs what a plain sum does.
+  auto& mine = rounds_[clock][await_cuts_ ? worker : all_workers];
   std::vector<contribution*> adds;
   std::vector<const float*> from;
   for (auto& x : xs) {
     auto& c = mine[x.id];
     if (c.pushes++ == 0) {
-      c.values.assign(x.data, x.data + x.size);
+      c.values = take_buffer(x.size);
+      std::copy(x.data, x.data + x.size, c.values.begin());
     } else { // the slice twice in one push
       adds.push_back(&c);
       from.push_back(x.data);
@@ -247,11 +258,12 @@ void shard_store::add_to_round(uint32_t worker, uint64_t clock,
   });
 }
 
-void shard_store::apply_round(const round_parts& r) {
+void shard_store::apply_round(const round_parts& r, bool image) {
   struct todo {
     const slice_id* id;
     std::vector<float>* values;
     std::vector<const contribution*> parts; // in rank order
+    undo_image::slice_copy* copy = nullptr; // to take first
   };
   std::map<slice_id, todo> by_slice;
   for (auto& [w, mine] : r) // a std::map: ranks in order
@@ -265,21 +277,62 @@ void shard_store::apply_round(const round_parts& r) {
       t.parts.push_back(&c);
     }
   std::vector<todo*> todos;
-  for (auto& [id, t] : by_slice)
+  std::vector<std::vector<float>> sums; // taken here: the loop may be threads
+  for (auto& [id, t] : by_slice) {
+    if (image) { // map nodes made here: the loop may be threads
+      auto& c = image_.slices[id];
+      if (!c.taken)
+        t.copy = &c;
+    }
     todos.push_back(&t);
+    sums.push_back(t.parts.size() > 1 ? take_buffer(t.values->size())
+                                      : std::vector<float>{});
+  }
   // One sum per slice in a round: no two items touch one slice.
   loop_(todos.size(), [&](size_t k) {
     auto& t = *todos[k];
+    if (t.copy) {
+      t.copy->values = *t.values; // reuses the buffer of the last image
+      t.copy->taken = true;
+    }
     uint32_t pushes = 0;
     for (auto* c : t.parts)
       pushes += c->pushes;
     if (t.parts.size() == 1)
       return update_(*t.id, *t.values, t.parts[0]->values.data(), pushes);
-    std::vector<float> sum = t.parts[0]->values;
-    for (size_t i = 1; i < t.parts.size(); ++i)
+    auto& sum = sums[k];
+    add_two(sum.data(), t.parts[0]->values.data(), t.parts[1]->values.data(),
+            sum.size());
+    for (size_t i = 2; i < t.parts.size(); ++i)
       add_into(sum.data(), t.parts[i]->values.data(), sum.size());
     update_(*t.id, *t.values, sum.data(), pushes);
   });
+  for (auto& sum : sums)
+    if (!sum.empty())
+      spare_.push_back(std::move(sum));
+}
+
+std::vector<float> shard_store::take_buffer(size_t n) {
+  for (size_t i = spare_.size(); i-- > 0;)
+    if (spare_[i].capacity() >= n) {
+      auto out = std::move(spare_[i]);
+      spare_[i] = std::move(spare_.back());
+      spare_.pop_back();
+      out.resize(n);
+      return out;
+    }
+  return std::vector<float>(n);
+}
+
+void shard_store::recycle(round_parts& r) {
+  // Rounds in steady state take back what they give: a few per slice and
+  // worker; more (slices that moved away) are freed.
+  auto bound = 4 * (slices_.size() + workers_.size()) + 64;
+  for (auto& [w, mine] : r)
+    for (auto& [id, c] : mine)
+      if (c.values.capacity() > 0 && spare_.size() < bound)
+        spare_.push_back(std::move(c.values));
+  r.clear();
 }
 
 bool shard_store::settled(uint64_t clock, const round_parts& r) const {
@@ -306,8 +359,17 @@ void shard_store::settle() {
   for (auto& [clock, r] : tentative_)
     if (!settled(clock, r))
       return;
+  for (auto& [clock, r] : tentative_)
+    recycle(r);
   tentative_.clear();
-  image_.reset();
+  image_.taken = false;
+  for (auto i = image_.slices.begin(); i != image_.slices.end();)
+    if (slices_.count(i->first) == 0) { // moved away
+      i = image_.slices.erase(i);
+    } else {
+      i->second.taken = false;
+      ++i;
+    }
 }
 
 void shard_store::complete_rounds() {
@@ -319,19 +381,16 @@ void shard_store::complete_rounds() {
     if (i != rounds_.end()) {
       if (await_cuts_) {
         settle();
-        if (!image_) { // the state this round may have to be undone to
-          undo_image im;
-          for (auto& [id, s] : slices_)
-            if (s.ready)
-              im.values.emplace(id, s.values);
-          if (capture_)
-            im.restore_hook = capture_(update_);
-          image_ = std::move(im);
+        if (!image_.taken) { // the state this round may have to be undone to
+          image_.restore_hook = capture_ ? capture_(update_) : nullptr;
+          image_.taken = true;
         }
       }
-      apply_round(i->second);
+      apply_round(i->second, await_cuts_);
       if (await_cuts_)
         tentative_.emplace(i->first, std::move(i->second));
+      else
+        recycle(i->second);
       rounds_.erase(i);
     } else {
       // Rounds no push reached here (workers met at a higher clock: this
@@ -378,16 +437,16 @@ bool shard_store::cut(uint32_t w, uint64_t keep) {
   for (auto& [clock, r] : tentative_)
     if (clock >= keep && r.erase(w) != 0)
       undo = true;
-  if (undo && image_) { // back to the image, then the rounds without w
-    for (auto& [id, values] : image_->values) {
+  if (undo && image_.taken) { // back to the image, then rounds without w
+    for (auto& [id, c] : image_.slices) {
       auto s = slices_.find(id);
-      if (s != slices_.end())
-        s->second.values = values;
+      if (c.taken && s != slices_.end())
+        s->second.values = c.values;
     }
-    if (image_->restore_hook)
-      image_->restore_hook(update_);
+    if (image_.restore_hook)
+      image_.restore_hook(update_);
     for (auto& [clock, r] : tentative_)
-      apply_round(r);
+      apply_round(r, false);
   }
   settle();
   return true;

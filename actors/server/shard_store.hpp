@@ -15,9 +15,9 @@
 //   sync   round t is applied (sum of every live worker's push, one update)
 //          when every live worker's clock passed t; version = rounds applied;
 //          a worker at clock c reads once version >= c. Pushes are summed in
-//          rank order, whatever order they came in. A worker that leaves
-//          with its clock not whole here takes its parts of it out of the
-//          round (docs/atomic-pushes.md).
+//          rank order, whatever order they came in, once a store awaits
+//          cuts (docs/atomic-pushes.md); then a worker that leaves with its
+//          clock not whole here takes its parts of it out of the round.
 //   async  each push is applied on arrival; reads never wait.
 //   ssp:s  each push is applied on arrival; a worker at clock c reads once
 //          the slowest live worker's clock is >= c - s.
@@ -174,9 +174,10 @@ public:
   /// that holds a departed worker's push stays tentative: it is applied at
   /// once, over an undo image of the slices and of the hook's state
   /// (`capture`, null when the hook keeps none). Without it a departed
-  /// worker's whole clocks are kept, as a server alone can tell.
-  /// Either way a departed worker's clock not whole here is dropped.
-  /// Outside sync it changes nothing.
+  /// worker's clocks are kept as they came (a round keeps one running sum,
+  /// so a clock not whole here stays in it too). With it, a departed
+  /// worker's clock not whole here is dropped at once. Outside sync it
+  /// changes nothing.
   void await_cuts(capture_fn capture);
 
   /// The cluster keeps the pushes of clocks below `keep` of worker `w`,
@@ -192,7 +193,7 @@ public:
   std::optional<uint64_t> whole_clocks(uint32_t w) const;
 
   /// True while an applied round may still be undone by a cut.
-  bool tentative() const { return image_.has_value(); }
+  bool tentative() const { return image_.taken; }
 
   /// True if no push waits in an open sync round (always outside sync):
   /// then snapshot() holds every push accepted.
@@ -212,10 +213,23 @@ private:
     uint32_t pushes = 0; // a part may name a slice twice: each is added
   };
   using round_parts = std::map<uint32_t, std::map<slice_id, contribution>>;
+  /// The rank a round's one running sum is kept under when the store does
+  /// not await cuts (no worker has it: ranks are below --cluster.workers).
+  static constexpr uint32_t all_workers = ~uint32_t{0};
   /// The values of the slices before the oldest tentative round, and what
   /// puts the update hook's state back as it was then.
+  /// Kept between rounds, once taken: its buffers are reused (taking it
+  /// anew each round, the allocations and first touches of fresh pages
+  /// cost more than the copy).
+  /// A slice's values are copied into it as the first tentative round
+  /// that changes the slice is applied (in the same pass, while in cache).
   struct undo_image {
-    std::map<slice_id, std::vector<float>> values;
+    bool taken = false;
+    struct slice_copy {
+      bool taken = false;
+      std::vector<float> values;
+    };
+    std::map<slice_id, slice_copy> slices;
     restore_fn restore_hook;
   };
   struct worker_clock {
@@ -245,8 +259,10 @@ private:
   void apply_now(const std::vector<slice_view>& xs);
   void add_to_round(uint32_t worker, uint64_t clock,
                     const std::vector<slice_view>& xs);
-  /// Applies the sum of a round's contributions, in rank order.
-  void apply_round(const round_parts& r);
+  /// Applies the sum of a round's contributions, in rank order; with
+  /// `image`, first copies into image_ each slice it changes that is not
+  /// there yet.
+  void apply_round(const round_parts& r, bool image);
   void complete_rounds();
   /// Round `clock` cannot be undone any more: each contributor has pushed
   /// later here, or its cut is known.
@@ -266,7 +282,13 @@ private:
   std::map<uint32_t, worker_clock> workers_;
   std::map<uint64_t, round_parts> rounds_;    // sync: open rounds
   std::map<uint64_t, round_parts> tentative_; // sync: applied, not settled
-  std::optional<undo_image> image_;           // before tentative_'s first
+  undo_image image_;                          // before tentative_'s first
+  /// Buffers of settled rounds, reused for the next rounds' parts and sums.
+  std::vector<std::vector<float>> spare_;
+  /// A buffer of `n` floats (contents undefined), from spare_ if one is.
+  std::vector<float> take_buffer(size_t n);
+  /// Gives the buffers of `r` back to spare_.
+  void recycle(round_parts& r);
   capture_fn capture_;
   bool await_cuts_ = false;
   /// Ranks whose last departure's cut is known: the clocks kept.

@@ -110,7 +110,7 @@ BOOST_AUTO_TEST_SUITE(kv_cuts_tests)
 
 BOOST_AUTO_TEST_CASE(a_worker_dead_halfway_through_a_push_leaves_no_trace) {
   constexpr size_t n = 8; // slices of 2 floats over both servers
-  cluster c{"sync", 2, 2, 16u << 20, add_update, 2, "auto", 1, 3};
+  cluster c{"sync", 2, 2, 16u << 20, add_update, 2, "auto", 1, 3, true};
   init_all(c, n);
   raw_worker dying{c};
   BOOST_CHECK_EQUAL(dying.joined.rank, 2u);
@@ -132,7 +132,7 @@ BOOST_AUTO_TEST_CASE(a_cut_reaches_the_backup_that_takes_over_the_slices) {
   // right after it: server 1 serves its slices from its replica, which has
   // that clock too, and the cut drops it there as well.
   constexpr size_t n = 8;
-  cluster c{"sync", 2, 2, 16u << 20, add_update, 2, "auto", 2, 3};
+  cluster c{"sync", 2, 2, 16u << 20, add_update, 2, "auto", 2, 3, true};
   init_all(c, n);
   raw_worker dying{c};
   dying.push_to(0, 0, 1.0f);
@@ -150,7 +150,7 @@ BOOST_AUTO_TEST_CASE(a_cut_reaches_the_backup_that_takes_over_the_slices) {
 
 BOOST_AUTO_TEST_CASE(a_worker_dead_after_a_whole_push_keeps_it) {
   constexpr size_t n = 8;
-  cluster c{"sync", 2, 2, 16u << 20, add_update, 2, "auto", 1, 3};
+  cluster c{"sync", 2, 2, 16u << 20, add_update, 2, "auto", 1, 3, true};
   init_all(c, n);
   raw_worker dying{c};
   dying.push_to(0, 0, 1.0f);

@@ -74,6 +74,7 @@ BOOST_AUTO_TEST_CASE(a_leavers_unfinished_clock_is_dropped_from_its_round) {
   // not whole here, so no server keeps it, and slice a must not hold it
   // while slice b does not.
   fixture f{"sync"};
+  f.store.await_cuts(nullptr);
   BOOST_REQUIRE(f.store.push(push_request{2, 0, 1, 0, 2, {{a, {5, 5, 5}}}}));
   BOOST_REQUIRE(f.push(0, 0, 1.0f));
   BOOST_REQUIRE(f.push(1, 0, 1.0f));
@@ -89,6 +90,7 @@ BOOST_AUTO_TEST_CASE(a_rank_back_pushes_its_dropped_clock_again) {
   // The same, with the rank back before the round passed: its clock 0
   // starts over, and its new parts are taken, not called duplicates.
   fixture f{"sync"};
+  f.store.await_cuts(nullptr);
   BOOST_REQUIRE(f.store.push(push_request{2, 0, 1, 0, 2, {{a, {5, 5, 5}}}}));
   BOOST_REQUIRE(f.push(0, 0, 1.0f));
   f.store.set_workers({0, 1});
@@ -187,15 +189,18 @@ BOOST_AUTO_TEST_CASE(a_cut_takes_a_leavers_whole_clock_out_of_an_open_round) {
   BOOST_CHECK_EQUAL(f.value_of(b), 6.0f);
 }
 
-BOOST_AUTO_TEST_CASE(without_cuts_a_leavers_whole_clock_is_kept) {
-  // What a server alone can tell: nothing stays tentative.
+BOOST_AUTO_TEST_CASE(without_cuts_a_leavers_clock_is_kept_as_it_came) {
+  // --server.atomic-pushes off: one running sum per round, nothing stays
+  // tentative, and a leaver's clock stays in its round, whole or not.
   fixture f{"sync"};
+  BOOST_REQUIRE(f.store.push(push_request{1, 0, 1, 0, 2, {{b, {3, 3}}}}));
   BOOST_REQUIRE(f.push(2, 0, 5.0f));
   BOOST_REQUIRE(f.push(0, 0, 1.0f));
-  f.store.set_workers({0, 1});
-  BOOST_REQUIRE(f.push(1, 0, 1.0f));
+  f.store.set_workers({0, 2}); // worker 1 left with 1 part of 2
   BOOST_CHECK(!f.store.tentative());
-  BOOST_CHECK_EQUAL(f.value_of(a), 7.0f);
+  BOOST_CHECK_EQUAL(f.value_of(a), 6.0f);
+  BOOST_CHECK_EQUAL(f.value_of(b), 9.0f);
+  BOOST_CHECK(!f.store.cut(1, 0)); // nothing to cut
 }
 
 BOOST_AUTO_TEST_SUITE_END()
