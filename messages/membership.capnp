@@ -117,6 +117,9 @@ struct Event {
   pid    @4 :UInt32;  # its process id; 0 = unknown
   detail @5 :Text;    # for people, at most 1024 bytes
   source @6 :Text;    # who observed it, e.g. "scheduler", "agent 1234"
+  clock  @7 :UInt64;  # the training clock it is about, if hasClock: a
+                      # cut's clocks kept, a worker's first clock (started)
+  hasClock @8 :Bool;
 }
 
 struct EventLog {

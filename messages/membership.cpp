@@ -164,6 +164,8 @@ void write_event(schema::Event::Builder b, const event_record& x) {
   b.setPid(x.pid);
   b.setDetail(x.detail);
   b.setSource(x.source);
+  b.setHasClock(x.clock.has_value());
+  b.setClock(x.clock.value_or(0));
 }
 
 caf::error read_event(schema::Event::Reader r, event_record& x) {
@@ -181,6 +183,9 @@ caf::error read_event(schema::Event::Reader r, event_record& x) {
   x.pid = r.getPid();
   x.detail = r.getDetail().cStr();
   x.source = r.getSource().cStr();
+  x.clock.reset();
+  if (r.getHasClock())
+    x.clock = r.getClock();
   return caf::none;
 }
 
@@ -206,7 +211,7 @@ void append_json_string(std::string& out, const std::string& s) {
 bool event_record::operator==(const event_record& y) const {
   return at_ms == y.at_ms && kind == y.kind && about == y.about &&
          rank == y.rank && pid == y.pid && detail == y.detail &&
-         source == y.source;
+         source == y.source && clock == y.clock;
 }
 
 int64_t now_ms() {
@@ -225,6 +230,8 @@ std::string to_json(const event_record& x) {
   append_json_string(out, x.detail);
   out += ",\"source\":";
   append_json_string(out, x.source);
+  if (x.clock)
+    out += ",\"clock\":" + std::to_string(*x.clock);
   out += '}';
   return out;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,9 @@ struct event_record {
   uint32_t pid = 0;   ///< 0 = unknown
   std::string detail; ///< for people
   std::string source; ///< who observed it
+  /// The training clock it is about: a cut's clocks kept, a worker's first
+  /// clock ("started"); none for other kinds.
+  std::optional<uint64_t> clock = std::nullopt;
   bool operator==(const event_record& y) const;
 };
 
@@ -128,7 +132,7 @@ struct event_record {
 int64_t now_ms();
 
 /// One line of JSON: {"at_ms":..,"kind":..,"role":..,"rank":..,"pid":..,
-/// "detail":..,"source":..}, strings escaped.
+/// "detail":..,"source":..[,"clock":..]}, strings escaped.
 std::string to_json(const event_record& x);
 
 // -- limits checked by decode -----------------------------------------------

@@ -128,7 +128,8 @@ int run_worker(caf::actor_system& sys, const node_config& cfg) {
   if (!sched)
     return fail("connecting to the scheduler", sched.error());
   if (cfg.worker.task == "counter")
-    return run_counter_workload(sys, *sched, cfg.worker, cfg.kv);
+    return run_counter_workload(sys, *sched, cfg.worker, cfg.kv,
+                                cfg.server.checkpoint.resume);
   return run_training(sys, *sched, cfg.trainer());
 }
 

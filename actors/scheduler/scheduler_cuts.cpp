@@ -53,12 +53,13 @@ void decide(self_ptr self, uint32_t rank) {
   }
   st.cuts_pending.erase(i);
   st.cuts[rank] = keep;
-  auto detail =
-      keep == no_whole_clocks
-          ? str("no server holds a push of it (", said, ")")
-          : str("every server keeps its clocks below ", keep, " (", said, ")");
-  record(self, event_record{now_ms(), "cut", role::worker, rank, 0, detail,
-                            "scheduler"});
+  auto detail = keep == no_whole_clocks
+                    ? str("no server holds a push of it (", said, ")")
+                    : str("its clocks below ", keep, " are kept (", said, ")");
+  event_record e{now_ms(), "cut", role::worker, rank, 0, detail, "scheduler"};
+  if (keep != no_whole_clocks)
+    e.clock = keep;
+  record(self, std::move(e));
   if (keep != no_whole_clocks)
     for (auto& m : st.members)
       if (m.info.kind == role::server)

@@ -64,7 +64,12 @@ void on_event(self_ptr self, const frame& f) {
   bool member = std::any_of(ms.begin(), ms.end(), [&from](const auto& m) {
     return m.handle.address() == caf::actor_cast<caf::actor_addr>(from);
   });
-  if (!member && from) {
+  // A non-member that reports is a node agent, watched so that its end is
+  // an event too; one that asks for an answer (a worker saying where it
+  // starts, from a helper of its own) is not one.
+  auto* msg = self->current_mailbox_element();
+  bool one_off = msg != nullptr && msg->mid.is_request();
+  if (!member && from && !one_off) {
     auto addr = caf::actor_cast<caf::actor_addr>(from);
     if (self->state.reporters.emplace(addr, e.source).second)
       self->monitor(addr);

@@ -454,8 +454,7 @@ bool shard_store::cut(uint32_t w, uint64_t keep) {
 
 std::optional<uint64_t> shard_store::whole_clocks(uint32_t w) const {
   auto d = departed_.find(w);
-  if (!await_cuts_ || workers_.count(w) != 0 || d == departed_.end() ||
-      d->second.fresh)
+  if (workers_.count(w) != 0 || d == departed_.end() || d->second.fresh)
     return std::nullopt;
   return d->second.clock;
 }

@@ -188,8 +188,9 @@ public:
   bool cut(uint32_t w, uint64_t keep);
 
   /// The clocks departed worker `w` pushed whole here: the cluster keeps
-  /// the least of them over its servers. Empty if `w` is live here, never
-  /// pushed here since it joined, or the store does not await cuts.
+  /// the least of them over its servers (without await_cuts the cut is
+  /// only the accounting's: the store keeps what it took). Empty if `w` is
+  /// live here or never pushed here since it joined.
   std::optional<uint64_t> whole_clocks(uint32_t w) const;
 
   /// True while an applied round may still be undone by a cut.

@@ -6,6 +6,11 @@
 # server's backup serves its slices from their replica. At the end the demo
 # prints the timeline of every failure and recovery from the scheduler's
 # event log, the figures per fault, and the final test accuracy.
+# With --worker.task=counter (and --optimizer.name=sum) the workers add 1
+# per clock instead, and the demo prints each worker's accounting of the
+# pushes kept (docs/atomic-pushes.md) and checks every element against it;
+# add --server.atomic-pushes for a dying worker's push to be kept on every
+# server or on none.
 #
 # usage: examples/fault_injection/run.sh [FLAG...]
 #   FLAGs go to every node, e.g. --fault.seed=7 (the same worker kills
@@ -96,7 +101,7 @@ set +e
   --fault.random-kills=2 --fault.random-targets=worker \
   --fault.random-from-ms=2500 --fault.random-to-ms=5500 "${plan[@]}" \
   "$@" 2>&1 | tee "$logs/agent.log" |
-  grep --line-buffered -E 'epoch [0-9]|final test|agent: |\*\*\*'
+  grep --line-buffered -E 'epoch [0-9]|final test|final value|agent: |\*\*\*'
 agent_rc=${PIPESTATUS[0]}
 set -e
 
@@ -105,6 +110,18 @@ echo
 acc=$(sed -n 's/^final test accuracy: \([0-9.]*\).*/\1/p' "$logs/agent.log" |
       tail -n 1)
 echo
+if [[ " $* " == *" --worker.task=counter "* ]]; then
+  # The counter task: each worker's last accounting, then its verdict.
+  grep -E '^worker [0-9]+: (accounting|final value)' "$logs/agent.log" |
+    tail -n 4 || true
+  if [ "$agent_rc" -ne 0 ] || ! grep -q 'sums exact' "$logs/agent.log" ||
+     grep -q 'MISMATCH' "$logs/agent.log"; then
+    echo "*** the counter demo failed (agent exit code $agent_rc); see $logs" >&2
+    exit 1
+  fi
+  echo "counter: every element holds exactly the pushes kept"
+  exit 0
+fi
 if [ "$agent_rc" -ne 0 ] || [ -z "$acc" ]; then
   echo "*** the demo failed (agent exit code $agent_rc); see $logs" >&2
   exit 1
