@@ -262,13 +262,16 @@ void do_push_pull(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
   });
 }
 
-/// The clock this worker resumes at: the smallest of its clocks over the
-/// servers that hold slices (0 on a first run). A server whose rounds lag
-/// by one when a restarted worker joins holds it a clock lower than the
-/// others: resuming there, the worker's first push is a duplicate where
-/// rounds are ahead and completes the lagging round (resuming at the
-/// largest would leave that round waiting for it forever). A server with
-/// no slices (a restarted one) does not count: it takes the clock of the
+/// The clock this worker resumes at (0 on a first run), over the servers
+/// that hold slices: in sync the largest of its clocks there, else the
+/// smallest (kv_settings::resume_at_largest). A sync server whose rounds
+/// lagged by one when a restarted worker joined holds it a clock lower
+/// than the others, and applies that round without it once it pulls at
+/// the larger clock (shard_store::pulled): resuming at the smallest
+/// instead, its first push was a duplicate where the round had passed and
+/// was taken where it had not, and the servers' sums differed by one
+/// (seen with the counter task's exact accounting). A server with no
+/// slices (a restarted one) does not count: it takes the clock of the
 /// worker's first push.
 void do_clock(self_ptr self,
               std::function<void(caf::expected<uint64_t>)> reply) {
@@ -283,10 +286,12 @@ void do_clock(self_ptr self,
           s.rank, encode(pull_request{st.rank, 0, st.view.epoch, {}})});
   auto g = std::make_shared<gather>();
   g->on_error = [reply](caf::error err) { reply(std::move(err)); };
+  auto largest = st.cfg.resume_at_largest;
   auto lo = std::make_shared<uint64_t>(UINT64_MAX);
+  auto hi = std::make_shared<uint64_t>(0);
   scatter(
       self, pull_atom_v, road_op::pull, g, std::move(msgs),
-      [lo](bytes_view f) {
+      [lo, hi](bytes_view f) {
         uint64_t version = 0, clock = 0;
         auto err = visit_pull_reply(
             f, version,
@@ -296,9 +301,12 @@ void do_clock(self_ptr self,
             },
             &clock);
         *lo = std::min(*lo, clock);
+        *hi = std::max(*hi, clock);
         return err;
       },
-      [reply, lo] { reply(*lo == UINT64_MAX ? 0 : *lo); });
+      [reply, lo, hi, largest] {
+        reply(largest ? *hi : *lo == UINT64_MAX ? 0 : *lo);
+      });
 }
 
 // -- init ---------------------------------------------------------------------

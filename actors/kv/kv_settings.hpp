@@ -31,6 +31,12 @@ struct kv_fault_settings {
 struct kv_settings {
   /// Give up on any reply after this long, in ms; 0 is not allowed.
   uint32_t request_timeout_ms = 10000;
+  /// A worker back resumes at the largest of its clocks over the servers
+  /// (sync: a round one server applied without it is not pushed again
+  /// there, so the others must not take it either), else the smallest
+  /// (async and ssp: a clock some servers lack is pushed again, and is a
+  /// duplicate where it is whole). Set from --server.mode by node_config.
+  bool resume_at_largest = false;
   /// Cut pushes and pulls into parts of at most this many bytes, so that
   /// a large transfer streams: the server applies one part while the next
   /// is on its way (docs/benchmarks.md). Default 1 MiB.

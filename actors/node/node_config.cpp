@@ -311,6 +311,7 @@ caf::error node_config::finish() {
   if (!mode)
     return std::move(mode.error());
   server.mode = *mode;
+  kv.resume_at_largest = mode->kind == consistency::kind_t::sync;
   if (auto err = validate(scheduler))
     return err;
   if (auto err = validate(kv))

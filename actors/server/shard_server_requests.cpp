@@ -333,6 +333,8 @@ void handle_pull(self_ptr self, pull_request req, replier rp) {
       rp.deliver(caf::make_error(errc::slice_not_owned, id.key, id.index));
       return;
     }
+  for (auto& h : st.stores) // a rank back may start past a round here
+    h.store.pulled(req.worker, req.clock);
   st.pulls.push_back({std::move(req), std::move(rp)});
   serve_pulls(self);
 }

@@ -472,6 +472,15 @@ caf::error shard_store::check_pull(uint32_t worker, uint64_t clock) const {
   return caf::none;
 }
 
+void shard_store::pulled(uint32_t worker, uint64_t clock) {
+  auto w = workers_.find(worker);
+  if (mode_.kind != consistency::kind_t::sync || w == workers_.end() ||
+      !w->second.fresh || clock <= w->second.clock)
+    return;
+  w->second.start_at(clock);
+  complete_rounds();
+}
+
 bool shard_store::readable_at(uint64_t clock) const {
   switch (mode_.kind) {
   case consistency::kind_t::sync:

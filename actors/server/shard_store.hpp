@@ -94,6 +94,14 @@ public:
   /// for others, never for the puller itself).
   caf::error check_pull(uint32_t worker, uint64_t clock) const;
 
+  /// sync: `worker`, which check_pull let pull at `clock`, reads there. A
+  /// worker back that has pushed nothing since it joined starts at
+  /// `clock` if that is past its clock here, as its first push would: a
+  /// server whose rounds lagged by one when it joined placed it a clock
+  /// lower than the others, and the round it lagged in must not wait for
+  /// it (it resumes at the largest of its clocks, kv_settings).
+  void pulled(uint32_t worker, uint64_t clock);
+
   /// True if a worker at `clock` may read now under the mode.
   bool readable_at(uint64_t clock) const;
 

@@ -15,6 +15,7 @@
 
 #include <caf/io/middleman.hpp>
 
+#include "actors/base/log.hpp"
 #include "actors/base/machine_id.hpp"
 #include "actors/cluster/placement.hpp"
 #include "tests/kv/kv_helpers.hpp"
@@ -42,10 +43,12 @@ struct raw_worker {
   }
   /// Pushes `x` into every slice of key 1 that server `server` holds, as
   /// the whole of clock `clock` there; waits for the acknowledgement.
-  void push_to(uint32_t server, uint64_t clock, float x) {
-    push_request req{joined.rank, clock, joined.view.epoch, 0, 1, {}};
+  void push_to(uint32_t server, uint64_t clock, float x, uint32_t part = 0,
+               uint32_t parts = 1) {
+    push_request req{joined.rank, clock, joined.view.epoch, part, parts, {}};
+    size_t k = 0; // the server's slices are dealt out to the parts in turn
     for (auto& p : joined.view.placement)
-      if (p.key == 1 && p.server == server) {
+      if (p.key == 1 && p.server == server && k++ % parts == part) {
         auto r = slice_range(joined.view.keys.front().size,
                              joined.view.slice_floats, p.index);
         req.slices.push_back(
@@ -104,6 +107,29 @@ std::string cut_of(cluster& c, uint32_t rank) {
   return {};
 }
 
+/// Key 1 of `n` floats initialised, and a raw worker (rank 2) whose clock
+/// 0 is whole on both servers, in `parts` parts each, and in round 0 with
+/// the kv workers' (3 everywhere).
+std::unique_ptr<raw_worker> with_clock_0_everywhere(cluster& c, size_t n,
+                                                    uint32_t parts = 1) {
+  init_all(c, n);
+  auto dying = std::make_unique<raw_worker>(c);
+  BOOST_CHECK_EQUAL(dying->joined.rank, 2u);
+  for (uint32_t s = 0; s < 2; ++s)
+    for (uint32_t part = 0; part < parts; ++part)
+      dying->push_to(s, 0, 1.0f, part, parts);
+  BOOST_CHECK_EQUAL(uniform_value(step(c, 0, n)), 3.0f);
+  return dying;
+}
+
+/// Waits for worker `rank`'s cut and checks that it keeps `keep` clocks.
+void check_cut(cluster& c, uint32_t rank, uint64_t keep) {
+  auto detail = cut_of(c, rank);
+  BOOST_CHECK_MESSAGE(detail.find(str("clocks below ", keep, " are kept")) !=
+                          std::string::npos,
+                      detail);
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(kv_cuts_tests)
@@ -111,17 +137,10 @@ BOOST_AUTO_TEST_SUITE(kv_cuts_tests)
 BOOST_AUTO_TEST_CASE(a_worker_dead_halfway_through_a_push_leaves_no_trace) {
   constexpr size_t n = 8; // slices of 2 floats over both servers
   cluster c{"sync", 2, 2, 16u << 20, add_update, 2, "auto", 1, 3, true};
-  init_all(c, n);
-  raw_worker dying{c};
-  BOOST_CHECK_EQUAL(dying.joined.rank, 2u);
-  dying.push_to(0, 0, 1.0f); // clock 0 whole on both servers
-  dying.push_to(1, 0, 1.0f);
-  BOOST_CHECK_EQUAL(uniform_value(step(c, 0, n)), 3.0f);
-  dying.push_to(0, 1, 1.0f); // clock 1 on server 0 only: then it dies
-  dying.die();
-  BOOST_CHECK_MESSAGE(cut_of(c, 2).find("clocks below 1 are kept") !=
-                          std::string::npos,
-                      cut_of(c, 2));
+  auto dying = with_clock_0_everywhere(c, n);
+  dying->push_to(0, 1, 1.0f); // clock 1 on server 0 only: then it dies
+  dying->die();
+  check_cut(c, 2, 1);
   step(c, 1, n);
   // Worker 2's clock 0 is in, its clock 1 nowhere: 3 + 2 + 2.
   BOOST_CHECK_EQUAL(uniform_value(step(c, 2, n)), 7.0f);
@@ -133,17 +152,26 @@ BOOST_AUTO_TEST_CASE(a_cut_reaches_the_backup_that_takes_over_the_slices) {
   // that clock too, and the cut drops it there as well.
   constexpr size_t n = 8;
   cluster c{"sync", 2, 2, 16u << 20, add_update, 2, "auto", 2, 3, true};
-  init_all(c, n);
-  raw_worker dying{c};
-  dying.push_to(0, 0, 1.0f);
-  dying.push_to(1, 0, 1.0f);
-  BOOST_CHECK_EQUAL(uniform_value(step(c, 0, n)), 3.0f);
-  dying.push_to(0, 1, 1.0f);
-  dying.die();
+  auto dying = with_clock_0_everywhere(c, n);
+  dying->push_to(0, 1, 1.0f);
+  dying->die();
   caf::anon_send_exit(c.servers[0], caf::exit_reason::kill);
-  BOOST_CHECK_MESSAGE(cut_of(c, 2).find("clocks below 1 are kept") !=
-                          std::string::npos,
-                      cut_of(c, 2));
+  check_cut(c, 2, 1);
+  step(c, 1, n);
+  BOOST_CHECK_EQUAL(uniform_value(step(c, 2, n)), 7.0f);
+}
+
+BOOST_AUTO_TEST_CASE(a_worker_dead_after_one_part_of_two_leaves_no_trace) {
+  // As the counter task's pushes are: several parts per server. The dying
+  // worker's clock 1 is whole on server 0 and half there on server 1.
+  constexpr size_t n = 16;
+  cluster c{"sync", 2, 2, 16u << 20, add_update, 2, "auto", 1, 3, true};
+  auto dying = with_clock_0_everywhere(c, n, 2);
+  dying->push_to(0, 1, 1.0f, 0, 2);
+  dying->push_to(0, 1, 1.0f, 1, 2);
+  dying->push_to(1, 1, 1.0f, 0, 2);
+  dying->die();
+  check_cut(c, 2, 1);
   step(c, 1, n);
   BOOST_CHECK_EQUAL(uniform_value(step(c, 2, n)), 7.0f);
 }
@@ -156,9 +184,7 @@ BOOST_AUTO_TEST_CASE(a_worker_dead_after_a_whole_push_keeps_it) {
   dying.push_to(0, 0, 1.0f);
   dying.push_to(1, 0, 1.0f);
   dying.die();
-  BOOST_CHECK_MESSAGE(cut_of(c, 2).find("clocks below 1 are kept") !=
-                          std::string::npos,
-                      cut_of(c, 2));
+  check_cut(c, 2, 1);
   step(c, 0, n);
   BOOST_CHECK_EQUAL(uniform_value(step(c, 1, n)), 5.0f);
 }

@@ -59,6 +59,17 @@ optimizer_settings momentum() {
   return x;
 }
 
+/// Worker 2, back, pushes its clock 0 (4) anew: taken, not a duplicate;
+/// with worker 1's (1) and worker 0's (1, pushed before), 6 everywhere.
+void pushes_clock_0_anew(fixture& f) {
+  auto again = f.push(2, 0, 4.0f);
+  BOOST_REQUIRE(again);
+  BOOST_CHECK(!again->duplicate);
+  BOOST_REQUIRE(f.push(1, 0, 1.0f));
+  BOOST_CHECK_EQUAL(f.value_of(a), 6.0f);
+  BOOST_CHECK_EQUAL(f.value_of(b), 6.0f);
+}
+
 void check_same(const std::vector<float>& got, const std::vector<float>& want) {
   BOOST_REQUIRE_EQUAL(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)
@@ -96,12 +107,7 @@ BOOST_AUTO_TEST_CASE(a_rank_back_pushes_its_dropped_clock_again) {
   f.store.set_workers({0, 1});
   f.store.set_workers({0, 1, 2});
   BOOST_CHECK_EQUAL(f.store.clock_of(2), 0u);
-  auto again = f.push(2, 0, 4.0f);
-  BOOST_REQUIRE(again);
-  BOOST_CHECK(!again->duplicate);
-  BOOST_REQUIRE(f.push(1, 0, 1.0f));
-  BOOST_CHECK_EQUAL(f.value_of(a), 6.0f);
-  BOOST_CHECK_EQUAL(f.value_of(b), 6.0f);
+  pushes_clock_0_anew(f);
 }
 
 BOOST_AUTO_TEST_CASE(a_cut_below_an_applied_round_undoes_it_exactly) {
@@ -181,12 +187,7 @@ BOOST_AUTO_TEST_CASE(a_cut_takes_a_leavers_whole_clock_out_of_an_open_round) {
   f.store.set_workers({0, 1});
   BOOST_REQUIRE(f.store.cut(2, 0));
   f.store.set_workers({0, 1, 2});
-  auto again = f.push(2, 0, 4.0f);
-  BOOST_REQUIRE(again);
-  BOOST_CHECK(!again->duplicate);
-  BOOST_REQUIRE(f.push(1, 0, 1.0f));
-  BOOST_CHECK_EQUAL(f.value_of(a), 6.0f);
-  BOOST_CHECK_EQUAL(f.value_of(b), 6.0f);
+  pushes_clock_0_anew(f);
 }
 
 BOOST_AUTO_TEST_CASE(without_cuts_a_leavers_clock_is_kept_as_it_came) {

@@ -160,6 +160,31 @@ BOOST_AUTO_TEST_CASE(a_rejoining_worker_resumes_at_the_smallest_clock) {
   BOOST_CHECK(ahead.store.readable_at(6));
 }
 
+BOOST_AUTO_TEST_CASE(a_rank_back_pulling_past_a_lagging_round_is_not_in_it) {
+  // Worker 2 comes back while this server's round 1 is still open and
+  // another server has applied it already (without worker 2): the worker
+  // resumes at the larger clock, 2, and pulls there first. The open round
+  // must not wait for it, nor take a push of it, as the other did not.
+  fixture f{"sync"};
+  for (uint32_t w = 0; w < 3; ++w)
+    BOOST_REQUIRE(f.push(w, 0, 1.0f));
+  f.store.set_workers({0, 1}); // worker 2 died
+  BOOST_REQUIRE(f.push(0, 1, 1.0f));
+  f.store.set_workers({0, 1, 2}); // back: here at clock 1, the rounds'
+  BOOST_CHECK_EQUAL(f.store.clock_of(2), 1u);
+  BOOST_REQUIRE(!f.store.check_pull(2, 2));
+  f.store.pulled(2, 2);
+  BOOST_CHECK_EQUAL(f.store.clock_of(2), 2u);
+  BOOST_REQUIRE(f.push(1, 1, 1.0f));
+  BOOST_CHECK(f.store.readable_at(2)); // round 1: workers 0 and 1
+  BOOST_CHECK_EQUAL(f.value_of(a), 5.0f);
+  auto first = f.push(2, 2, 1.0f);
+  BOOST_REQUIRE(first);
+  BOOST_CHECK(!first->duplicate);
+  f.store.pulled(0, 7); // a worker that pushed since it joined: no jump
+  BOOST_CHECK_EQUAL(f.store.clock_of(0), 2u);
+}
+
 BOOST_AUTO_TEST_CASE(a_worker_back_after_a_crash_is_not_counted_twice) {
   // Sync: worker 2 pushed clock 0 and died before the others did; its
   // restarted process comes back under rank 2 before the round is
