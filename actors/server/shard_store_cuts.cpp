@@ -1,0 +1,88 @@
+// Atomic pushes in a shard store (docs/atomic-pushes.md): when a tentative
+// round is final, the undo image, and the cluster's cut of a departed
+// worker's clocks; see shard_store.hpp.
+#include "actors/server/shard_store.hpp"
+
+namespace troupe {
+
+bool shard_store::settled(uint64_t clock, const round_parts& r) const {
+  for (auto& [w, mine] : r) {
+    auto cut = cuts_.find(w);
+    if (cut != cuts_.end() && clock < cut->second)
+      continue; // the cluster keeps it
+    auto live = workers_.find(w);
+    if (live == workers_.end()) {
+      if (await_cuts_)
+        return false; // its cut is not known yet
+      continue;
+    }
+    // Its push of clock + 1 has begun here: it pulled clock + 1 from every
+    // server, so its push of `clock` is whole on every one.
+    auto& wc = live->second;
+    if (wc.clock <= clock + 1 && (wc.clock < clock + 1 || wc.parts.empty()))
+      return false;
+  }
+  return true;
+}
+
+void shard_store::settle() {
+  for (auto& [clock, r] : tentative_)
+    if (!settled(clock, r))
+      return;
+  for (auto& [clock, r] : tentative_)
+    recycle(r);
+  tentative_.clear();
+  image_.taken = false;
+  for (auto i = image_.slices.begin(); i != image_.slices.end();)
+    if (slices_.count(i->first) == 0) { // moved away
+      i = image_.slices.erase(i);
+    } else {
+      i->second.taken = false;
+      ++i;
+    }
+}
+
+void shard_store::await_cuts(capture_fn capture) {
+  if (mode_.kind != consistency::kind_t::sync)
+    return; // async and ssp apply pushes on arrival: nothing to undo
+  await_cuts_ = true;
+  capture_ = std::move(capture);
+}
+
+bool shard_store::cut(uint32_t w, uint64_t keep) {
+  if (!await_cuts_ || workers_.count(w) != 0)
+    return false;
+  cuts_[w] = keep;
+  auto d = departed_.find(w);
+  if (d != departed_.end() && d->second.clock > keep)
+    d->second.start_at(keep); // a rank back pushes them again
+  for (auto& [clock, r] : rounds_)
+    if (clock >= keep)
+      r.erase(w);
+  bool undo = false;
+  for (auto& [clock, r] : tentative_)
+    if (clock >= keep && r.erase(w) != 0)
+      undo = true;
+  if (undo && image_.taken) { // back to the image, then rounds without w
+    for (auto& [id, c] : image_.slices) {
+      auto s = slices_.find(id);
+      if (c.taken && s != slices_.end())
+        s->second.values = c.values;
+    }
+    if (image_.restore_hook)
+      image_.restore_hook(update_);
+    for (auto& [clock, r] : tentative_)
+      apply_round(r, false);
+  }
+  settle();
+  return true;
+}
+
+std::optional<uint64_t> shard_store::whole_clocks(uint32_t w) const {
+  auto d = departed_.find(w);
+  if (workers_.count(w) != 0 || d == departed_.end() || d->second.fresh)
+    return std::nullopt;
+  return d->second.clock;
+}
+
+} // namespace troupe
