@@ -68,9 +68,11 @@ void shard_store::set_workers(const std::set<uint32_t>& live) {
     if (live.count(i->first) == 0) {
       // A clock it had not pushed whole here is not whole everywhere: no
       // server keeps it (the cluster's cut is below it). Its parts leave
-      // the open round; a rank back pushes the clock again.
+      // the open round; a rank back pushes the clock again. (Without cuts
+      // a round is one running sum: the parts stay, and the slices they
+      // brought stay taken, so a rank back does not add them twice.)
       auto& wc = i->second;
-      if (mode_.kind == consistency::kind_t::sync && !wc.parts.empty()) {
+      if (await_cuts_ && !wc.parts.empty()) {
         if (auto r = rounds_.find(wc.clock); r != rounds_.end())
           r->second.erase(i->first);
         wc.start_at(wc.clock);

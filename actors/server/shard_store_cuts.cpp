@@ -5,17 +5,15 @@
 
 namespace troupe {
 
+// Rounds are tentative only in a store that awaits cuts.
 bool shard_store::settled(uint64_t clock, const round_parts& r) const {
   for (auto& [w, mine] : r) {
     auto cut = cuts_.find(w);
     if (cut != cuts_.end() && clock < cut->second)
       continue; // the cluster keeps it
     auto live = workers_.find(w);
-    if (live == workers_.end()) {
-      if (await_cuts_)
-        return false; // its cut is not known yet
-      continue;
-    }
+    if (live == workers_.end())
+      return false; // its cut is not known yet
     // Its push of clock + 1 has begun here: it pulled clock + 1 from every
     // server, so its push of `clock` is whole on every one.
     auto& wc = live->second;

@@ -204,4 +204,22 @@ BOOST_AUTO_TEST_CASE(without_cuts_a_leavers_clock_is_kept_as_it_came) {
   BOOST_CHECK(!f.store.cut(1, 0)); // nothing to cut
 }
 
+BOOST_AUTO_TEST_CASE(without_cuts_a_rank_back_does_not_add_a_part_twice) {
+  // Worker 2 left with part 0 of 2 of clock 0 in the running sum, and comes
+  // back before the round passed: its part 0 again is a duplicate, its part
+  // 1 completes the clock.
+  fixture f{"sync"};
+  BOOST_REQUIRE(f.store.push(push_request{2, 0, 1, 0, 2, {{a, {5, 5, 5}}}}));
+  f.store.set_workers({0, 1});
+  f.store.set_workers({0, 1, 2});
+  auto again = f.store.push(push_request{2, 0, 1, 0, 2, {{a, {5, 5, 5}}}});
+  BOOST_REQUIRE(again);
+  BOOST_CHECK(again->duplicate);
+  BOOST_REQUIRE(f.store.push(push_request{2, 0, 1, 1, 2, {{b, {5, 5}}}}));
+  BOOST_REQUIRE(f.push(0, 0, 1.0f));
+  BOOST_REQUIRE(f.push(1, 0, 1.0f));
+  BOOST_CHECK_EQUAL(f.value_of(a), 7.0f);
+  BOOST_CHECK_EQUAL(f.value_of(b), 7.0f);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
