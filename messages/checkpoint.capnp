@@ -30,6 +30,17 @@ struct WorkerClock {
   parts @2 :List(UInt32);  # parts seen of `clock` (async, ssp)
   cut   @3 :UInt64;        # view epoch those parts were cut under; 0 = unknown
   taken @4 :List(TakenSlice); # slices of `clock` taken so far
+  held  @5 :List(HeldSlice);  # async and ssp with --server.atomic-pushes:
+                              # its pushes taken and not yet applied
+                              # (docs/atomic-pushes.md)
+}
+
+struct HeldSlice {
+  clock  @0 :UInt64;       # the push's clock
+  key    @1 :UInt64;
+  index  @2 :UInt32;
+  pushes @3 :UInt32;       # how many times the push named the slice
+  values @4 :Data;         # their sum, float32
 }
 
 struct TakenSlice {

@@ -92,6 +92,15 @@ void write_store(schema::StoreState::Builder b, const store_snapshot& x) {
       ts[j].setKey(w.taken[j].key);
       ts[j].setIndex(w.taken[j].index);
     }
+    auto hs = ws[i].initHeld(static_cast<unsigned>(w.held.size()));
+    for (unsigned j = 0; j < w.held.size(); ++j) {
+      auto& h = w.held[j];
+      hs[j].setClock(h.clock);
+      hs[j].setKey(h.id.key);
+      hs[j].setIndex(h.id.index);
+      hs[j].setPushes(h.pushes);
+      hs[j].setValues(bytes_of(h.values));
+    }
   }
   auto ss = b.initSlices(static_cast<unsigned>(x.slices.size()));
   for (unsigned i = 0; i < x.slices.size(); ++i) {
@@ -119,7 +128,7 @@ caf::error read_store(schema::StoreState::Reader r, store_snapshot& x) {
   for (auto w : r.getWorkers()) {
     if (!ranks.insert(w.getRank()).second)
       return bad("a worker twice in a checkpointed store");
-    worker_snapshot ws{w.getRank(), w.getClock(), {}, w.getCut(), {}};
+    worker_snapshot ws{w.getRank(), w.getClock(), {}, w.getCut(), {}, {}};
     for (auto p : w.getParts())
       ws.parts.push_back(p);
     std::set<slice_id> taken;
@@ -127,6 +136,19 @@ caf::error read_store(schema::StoreState::Reader r, store_snapshot& x) {
       if (!taken.insert(slice_id{t.getKey(), t.getIndex()}).second)
         return bad("a slice taken twice by a checkpointed worker");
     ws.taken.assign(taken.begin(), taken.end());
+    std::set<std::pair<uint64_t, slice_id>> held;
+    for (auto h : w.getHeld()) {
+      worker_snapshot::held_slice out{
+          h.getClock(), slice_id{h.getKey(), h.getIndex()}, h.getPushes(), {}};
+      if (!held.insert({out.clock, out.id}).second)
+        return bad("a held slice twice in a checkpointed worker");
+      if (h.getValues().size() % sizeof(float) != 0 || out.pushes == 0)
+        return bad("a checkpointed held slice of a broken length or count");
+      if (auto err = read_floats(
+              h.getValues(), h.getValues().size() / sizeof(float), out.values))
+        return err;
+      ws.held.push_back(std::move(out));
+    }
     x.workers.push_back(std::move(ws));
   }
   std::set<slice_id> seen;

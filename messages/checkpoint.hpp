@@ -39,6 +39,14 @@ struct worker_snapshot {
   /// anew, and these tell which of its slices are taken already.
   uint64_t cut = 0;
   std::vector<slice_id> taken;
+  /// async and ssp with atomic pushes: its pushes taken, not yet applied.
+  struct held_slice {
+    uint64_t clock = 0;
+    slice_id id;
+    uint32_t pushes = 0;
+    std::vector<float> values;
+  };
+  std::vector<held_slice> held;
 };
 
 /// One store of a server.

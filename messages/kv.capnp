@@ -47,6 +47,11 @@ struct Push {
   part   @3 :UInt32;        # 0 .. parts-1
   parts  @4 :UInt32;        # >= 1; the clock is complete when all arrived
   slices @5 :List(Slice);   # every slice of this part held by the receiver
+  acked  @6 :UInt64;        # every server acknowledged the sender's pushes
+                            # of the clocks below this one: with
+                            # --server.atomic-pushes, async and ssp servers
+                            # apply a clock's parts once it is below
+                            # (docs/atomic-pushes.md)
 }
 
 struct PushReply {
@@ -62,14 +67,18 @@ struct Pull {
                             # ssp:s serves slowest clock >= clock - s
   epoch  @2 :UInt64;        # sender's view epoch
   slices @3 :List(SliceRef);
+  acked  @4 :UInt64;        # as Push's
 }
 
 struct PullReply {
   version @0 :UInt64;       # server version the values belong to
   slices  @1 :List(Slice);  # in the order they were asked for
   clock   @2 :UInt64;       # the puller's clock here: clocks it has pushed
-                            # whole (a rejoining worker resumes from the
-                            # smallest over the servers holding slices)
+                            # whole, over the server's stores (a rejoining
+                            # worker resumes from the largest over the
+                            # servers holding slices in sync and with
+                            # atomic pushes, else the smallest; a server
+                            # reports its stores' alike)
 }
 
 struct Failure {

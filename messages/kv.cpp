@@ -177,6 +177,7 @@ outbound encode_push(const push_request& x,
   b.setEpoch(x.epoch);
   b.setPart(x.part);
   b.setParts(x.parts);
+  b.setAcked(x.acked);
   write_slices(b.initSlices(slices.size()), slices, msg.get());
   return to_outbound(std::move(msg));
 }
@@ -221,6 +222,7 @@ frame encode(const pull_request& x) {
   b.setWorker(x.worker);
   b.setClock(x.clock);
   b.setEpoch(x.epoch);
+  b.setAcked(x.acked);
   auto refs = b.initSlices(x.slices.size());
   for (size_t i = 0; i < x.slices.size(); ++i) {
     refs[i].setKey(x.slices[i].key);
@@ -264,8 +266,7 @@ caf::error decode_failure(bytes_view f) {
     if (text.size() > max_failure_chars)
       return bad("failure text too long");
     std::string what{text.cStr()};
-    if (r.getCode() == 0 ||
-        r.getCode() > static_cast<uint8_t>(last_errc))
+    if (r.getCode() == 0 || r.getCode() > static_cast<uint8_t>(last_errc))
       out = caf::make_error(caf::sec::runtime_error, std::move(what));
     else
       out = caf::make_error(static_cast<errc>(r.getCode()), std::move(what));
@@ -330,6 +331,7 @@ caf::error decode(bytes_view f, pull_request& x) {
     x.worker = r.getWorker();
     x.clock = r.getClock();
     x.epoch = r.getEpoch();
+    x.acked = r.getAcked();
     auto refs = r.getSlices();
     if (auto err = check_distinct(refs, "pull"))
       return err;
@@ -372,6 +374,7 @@ caf::error visit_push(
     x.epoch = r.getEpoch();
     x.part = r.getPart();
     x.parts = r.getParts();
+    x.acked = r.getAcked();
     if (x.parts == 0 || x.part >= x.parts)
       return bad("push part out of range");
     if (auto err = check_distinct(r.getSlices(), "push"))

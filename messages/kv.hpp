@@ -58,6 +58,9 @@ struct push_request {
   uint32_t part = 0;
   uint32_t parts = 1;
   std::vector<slice_data> slices;
+  /// Every server acknowledged the sender's pushes of the clocks below
+  /// this one (docs/atomic-pushes.md).
+  uint64_t acked = 0;
 };
 
 /// Atomic pushes (docs/atomic-pushes.md). When worker w leaves, the
@@ -91,6 +94,7 @@ struct pull_request {
   uint64_t clock = 0;
   uint64_t epoch = 0;
   std::vector<slice_id> slices;
+  uint64_t acked = 0; ///< as push_request's
 };
 
 /// Server -> worker: values in the order asked for.

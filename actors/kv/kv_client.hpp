@@ -88,6 +88,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -222,6 +223,11 @@ struct kv_client_state {
   /// thread (a write there could block on the very peer that waits for
   /// that thread to read): sent on (road_atom).
   std::vector<uint64_t> deferred_calls;
+  /// Our pushes not yet acknowledged by every server, by clock, and one
+  /// past the highest that was: what Push and Pull carry as `acked`
+  /// (acked_through, docs/atomic-pushes.md).
+  std::set<uint64_t> unacked;
+  uint64_t acked_top = 0;
   bool ticking = false;       // a timeout sweep is scheduled
   std::mt19937_64 faults;     // draws of --fault.drop-pushes / duplicate-pushes
   uint64_t road_requests = 0; // sent on roads, for --fault.cut-road-after

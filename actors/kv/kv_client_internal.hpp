@@ -228,6 +228,14 @@ void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
 void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
              std::function<void(caf::expected<arrays>)> reply);
 
+/// The clock below which every server acknowledged each of our pushes
+/// (clocks this process never pushed count: they were before it began,
+/// and a cut or the process before settled them).
+inline uint64_t acked_through(self_ptr self) {
+  auto& st = self->state;
+  return st.unacked.empty() ? st.acked_top : *st.unacked.begin();
+}
+
 /// Push, then pull at the next clock, sent together.
 void do_push_pull(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
                   const std::vector<uint64_t>& keys,

@@ -101,6 +101,8 @@ void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
   }
   auto by_server = slices_by_server(self, xs);
   keep_for_spares(self, keep);
+  self->state.unacked.insert(clock); // a resend's is in already
+  auto acked = acked_through(self);
   std::vector<kv_request> msgs;
   // Every server hears from us each clock, even with nothing to add, so
   // that its sync rounds and ssp clocks advance.
@@ -113,7 +115,8 @@ void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
                                            self->state.view.epoch,
                                            p,
                                            static_cast<uint32_t>(parts.size()),
-                                           {}},
+                                           {},
+                                           acked},
                               parts[p])});
   }
   auto g = std::make_shared<gather>();
@@ -128,7 +131,12 @@ void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
         *version = std::min(*version, r.version);
         return err;
       },
-      [answer, version] { (*answer)(*version == UINT64_MAX ? 0 : *version); },
+      [self, clock, answer, version] {
+        auto& st = self->state;
+        st.unacked.erase(clock);
+        st.acked_top = std::max(st.acked_top, clock + 1);
+        (*answer)(*version == UINT64_MAX ? 0 : *version);
+      },
       keep);
 }
 
@@ -153,7 +161,11 @@ std::vector<kv_request> pull_messages(self_ptr self, const pull_target& t,
   }
   std::vector<kv_request> msgs;
   for (auto& [rank, slices] : by_server) {
-    pull_request req{self->state.rank, clock, self->state.view.epoch, {}};
+    pull_request req{self->state.rank,
+                     clock,
+                     self->state.view.epoch,
+                     {},
+                     acked_through(self)};
     size_t bytes = 0;
     for (auto& [id, n] : slices) {
       if (part_full(self, req.slices.size(), bytes, n)) {
@@ -283,7 +295,8 @@ void do_clock(self_ptr self,
   for (auto& s : st.view.servers) // an empty pull: only the clock comes back
     if (holders.empty() || holders.count(s.rank) != 0)
       msgs.push_back(kv_request{
-          s.rank, encode(pull_request{st.rank, 0, st.view.epoch, {}})});
+          s.rank, encode(pull_request{
+                      st.rank, 0, st.view.epoch, {}, acked_through(self)})});
   auto g = std::make_shared<gather>();
   g->on_error = [reply](caf::error err) { reply(std::move(err)); };
   auto largest = st.cfg.resume_at_largest;

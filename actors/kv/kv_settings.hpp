@@ -33,9 +33,11 @@ struct kv_settings {
   uint32_t request_timeout_ms = 10000;
   /// A worker back resumes at the largest of its clocks over the servers
   /// (sync: a round one server applied without it is not pushed again
-  /// there, so the others must not take it either), else the smallest
-  /// (async and ssp: a clock some servers lack is pushed again, and is a
-  /// duplicate where it is whole). Set from --server.mode by node_config.
+  /// there, so the others must not take it either), and with atomic
+  /// pushes (a process that pushed nothing to a server is cut at its clock
+  /// there), else the smallest (async and ssp: a clock some servers lack
+  /// is pushed again, and is a duplicate where it is whole). Set from
+  /// --server.mode and --server.atomic-pushes by node_config.
   bool resume_at_largest = false;
   /// Cut pushes and pulls into parts of at most this many bytes, so that
   /// a large transfer streams: the server applies one part while the next

@@ -140,8 +140,9 @@ void node_config::add_server_options() {
            "bytes of workers' road frames in flight, at most, over all"
            " workers (>= --kv.window-bytes)")
       .add(server.atomic_pushes, "atomic-pushes",
-           "sync: a dying worker's push is kept on every server or none"
-           " (costs a copy of each store per round)")
+           "a dying worker's push is kept on every server or none (sync:"
+           " costs a copy of each store per round; async, ssp: a push shows"
+           " with its worker's next request)")
       .add(server.helper_threads, "helper-threads",
            "threads beside the actor's for rounds and replies, 0..16")
       .add(server.replica_road_text, "replica-road",
@@ -311,7 +312,11 @@ caf::error node_config::finish() {
   if (!mode)
     return std::move(mode.error());
   server.mode = *mode;
-  kv.resume_at_largest = mode->kind == consistency::kind_t::sync;
+  // With atomic pushes a process that pushed nothing to a server is cut
+  // at its clock there (shard_store::whole_clocks): it must start at or
+  // above each.
+  kv.resume_at_largest =
+      mode->kind == consistency::kind_t::sync || server.atomic_pushes;
   if (auto err = validate(scheduler))
     return err;
   if (auto err = validate(kv))
@@ -365,6 +370,13 @@ caf::error node_config::check_modes() const {
                            "--worker.overlap needs --server.mode=sync or"
                            " async: the servers count each block as a clock,"
                            " so an ssp bound would count blocks, not steps");
+  if (server.atomic_pushes && server.mode.kind == consistency::kind_t::ssp &&
+      server.mode.staleness == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--server.atomic-pushes with --server.mode=ssp:0:"
+                           " a push shows with its worker's next request, so"
+                           " a step that pushes and pulls at once would wait"
+                           " for itself; use --server.mode=sync");
   if (worker.task == "counter" && optimizer.name != "sum")
     return caf::make_error(errc::invalid_config,
                            "--worker.task=counter needs --optimizer.name=sum"

@@ -160,6 +160,11 @@ struct scheduler_state {
   };
   std::map<uint32_t, cut_gather> cuts_pending;
   std::map<uint32_t, uint64_t> cuts;
+  /// Decided cuts some server has not yet said it applied: their `cut`
+  /// events wait, so that a worker that reads one (the counter's
+  /// accounting) reads the servers after it, and so do registrations
+  /// under their ranks.
+  std::set<uint32_t> cuts_applying;
   uint64_t cut_serial = 0;
   /// Workers registering under a rank whose cut is pending, until it is
   /// known.

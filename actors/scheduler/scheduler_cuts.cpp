@@ -4,6 +4,7 @@
 // worker's clocks is kept on every server or on none.
 #include <algorithm>
 #include <chrono>
+#include <memory>
 
 #include "actors/base/log.hpp"
 #include "actors/scheduler/scheduler_internal.hpp"
@@ -40,7 +41,16 @@ void release_parked(self_ptr self) {
   }
 }
 
-/// Every server asked answered: the cut is the least, sent to every server.
+/// Every server applied `rank`'s cut (or died): its event, and the
+/// registrations parked for it.
+void applied(self_ptr self, uint32_t rank, event_record e) {
+  self->state.cuts_applying.erase(rank);
+  record(self, std::move(e));
+  release_parked(self);
+}
+
+/// Every server asked answered: the cut is the least, sent to every server;
+/// once each applied it, it is an event.
 void decide(self_ptr self, uint32_t rank) {
   auto& st = self->state;
   auto i = st.cuts_pending.find(rank);
@@ -59,12 +69,31 @@ void decide(self_ptr self, uint32_t rank) {
   event_record e{now_ms(), "cut", role::worker, rank, 0, detail, "scheduler"};
   if (keep != no_whole_clocks)
     e.clock = keep;
-  record(self, std::move(e));
-  if (keep != no_whole_clocks)
-    for (auto& m : st.members)
-      if (m.info.kind == role::server)
-        self->send(m.handle, cut_atom_v, keep_atom_v, rank, keep);
-  release_parked(self);
+  if (keep == no_whole_clocks)
+    return applied(self, rank, std::move(e));
+  st.cuts_applying.insert(rank);
+  struct gather {
+    size_t left = 0;
+    event_record e;
+  };
+  auto g = std::make_shared<gather>(gather{0, std::move(e)});
+  for (auto& m : st.members)
+    if (m.info.kind == role::server)
+      ++g->left;
+  if (g->left == 0)
+    return applied(self, rank, std::move(g->e));
+  auto one_done = [self, rank, g] {
+    if (--g->left == 0)
+      applied(self, rank, std::move(g->e));
+  };
+  // A server that fails to answer is gone or leaving: the next view's
+  // servers get the cut again (servers_changed).
+  for (auto& m : st.members)
+    if (m.info.kind == role::server)
+      self->request(m.handle, cut_answer_timeout, cut_atom_v, keep_atom_v, rank,
+                    keep)
+          .then([one_done](uint64_t) { one_done(); },
+                [one_done](caf::error&) { one_done(); });
 }
 
 void on_answer(self_ptr self, uint32_t rank, uint64_t serial, uint32_t server,
@@ -140,12 +169,15 @@ void servers_changed(self_ptr self) {
   for (auto& [rank, keep] : st.cuts)
     if (keep != no_whole_clocks && !is_live_worker(self, rank))
       for (auto& m : st.members)
-        if (m.info.kind == role::server)
-          self->send(m.handle, cut_atom_v, keep_atom_v, rank, keep);
+        if (m.info.kind == role::server) // the answer is decide()'s
+          self->request(m.handle, cut_answer_timeout, cut_atom_v, keep_atom_v,
+                        rank, keep)
+              .then([](uint64_t) {}, [](caf::error&) {});
 }
 
 bool cut_pending(self_ptr self, uint32_t rank) {
-  return self->state.cuts_pending.count(rank) != 0;
+  return self->state.cuts_pending.count(rank) != 0 ||
+         self->state.cuts_applying.count(rank) != 0;
 }
 
 } // namespace troupe::sched

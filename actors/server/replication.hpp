@@ -160,7 +160,10 @@ enum replica_op : uint8_t {
   op_push,      ///< frame: a Push
   op_restore,   ///< frame: a Checkpoint of one store, restored into it
   op_copy,      ///< a whole store for a backup that came late: layout, state
-  op_cut        ///< numbers: a departed worker's rank and the clocks kept
+  op_cut,       ///< numbers: a departed worker's rank and the clocks kept
+  op_pulled     ///< numbers: a worker's rank, the clock it pulled at and
+                ///< its acked (shard_store::pulled), where that changed
+                ///< the store
 };
 
 /// What runs once the backup is done with a forwarded operation: with the

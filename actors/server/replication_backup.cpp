@@ -116,6 +116,12 @@ caf::expected<uint64_t> apply_to_replica(shard_store& m, uint8_t op,
                              "numbers");
     m.cut(static_cast<uint32_t>(xs[0]), xs[1]);
     return m.version();
+  case op_pulled:
+    if (xs.size() != 3 || xs[0] > UINT32_MAX)
+      return caf::make_error(errc::malformed_message, "a pull of", xs.size(),
+                             "numbers");
+    m.pulled(static_cast<uint32_t>(xs[0]), xs[1], xs[2]);
+    return m.version();
   default:
     return caf::make_error(errc::malformed_message, "replica operation", op);
   }

@@ -233,7 +233,7 @@ caf::behavior shard_server(shard_server_actor* self, server_settings cfg,
         return on_cut_query(self, worker, epoch);
       },
       [self](cut_atom, keep_atom, uint32_t worker, uint64_t keep) {
-        on_cut(self, worker, keep);
+        return on_cut(self, worker, keep);
       },
   };
 }

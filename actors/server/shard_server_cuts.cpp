@@ -93,18 +93,21 @@ void answer_cut_queries(self_ptr self) {
       answer_after_backup(self, std::move(q));
 }
 
-void on_cut(self_ptr self, uint32_t worker, uint64_t keep) {
+uint64_t on_cut(self_ptr self, uint32_t worker, uint64_t keep) {
   if (!from_scheduler(self, "a cut"))
-    return;
+    return 0;
+  uint64_t n = 0;
   for (auto& h : self->state.stores) {
     auto undone = h.store.version();
     if (!h.store.cut(worker, keep))
       continue;
+    ++n;
     TROUPE_LOG(info, who(self), "keeps worker ", worker, "'s clocks below ",
                keep, " (store ", h.id, ", version ", undone, ")");
     forward(self, h, op_cut, frame{}, {worker, keep}, ignore_outcome);
   }
   serve_pulls(self);
+  return n; // the stores that applied it
 }
 
 } // namespace troupe::server_impl

@@ -105,7 +105,7 @@ void answer_cut_queries(self_ptr self);
 
 /// The cluster's cut for departed worker `worker`: every store we host keeps
 /// its clocks below `keep`, and our backup's replicas do the same.
-void on_cut(self_ptr self, uint32_t worker, uint64_t keep);
+uint64_t on_cut(self_ptr self, uint32_t worker, uint64_t keep);
 
 // -- checkpoints (shard_server_checkpoints.cpp) -------------------------------
 

@@ -133,9 +133,20 @@ void answer_pull(self_ptr self, const pull_request& req, replier& to,
   auto& st = self->state;
   std::vector<slice_view> views;
   views.reserve(req.slices.size());
-  uint64_t version = UINT64_MAX, clock = UINT64_MAX;
-  for (auto& h : st.stores)
-    clock = std::min(clock, h.store.clock_of(req.worker));
+  // The puller's clock here, over our stores (a promoted one may be a
+  // round apart from ours): the largest where a worker back resumes at
+  // the largest over the servers (kv_settings::resume_at_largest), since
+  // a store that holds it lower takes it higher, and one that holds it
+  // higher would drop a lower push as a duplicate (one store's slices
+  // were then one push short: the counter task with server kills);
+  // else the smallest.
+  bool largest =
+      st.cfg.mode.kind == consistency::kind_t::sync || st.cfg.atomic_pushes;
+  uint64_t version = UINT64_MAX, clock = largest ? 0 : UINT64_MAX;
+  for (auto& h : st.stores) {
+    auto c = h.store.clock_of(req.worker);
+    clock = largest ? std::max(clock, c) : std::min(clock, c);
+  }
   std::vector<slice_view> one;
   for (auto& id : req.slices) {
     auto s = store_of(self, id);
@@ -333,8 +344,12 @@ void handle_pull(self_ptr self, pull_request req, replier rp) {
       rp.deliver(caf::make_error(errc::slice_not_owned, id.key, id.index));
       return;
     }
-  for (auto& h : st.stores) // a rank back may start past a round here
-    h.store.pulled(req.worker, req.clock);
+  // A rank back may start past a round here; held pushes the worker says
+  // every server has are applied. The backup's replicas do the same.
+  for (auto& h : st.stores)
+    if (h.store.pulled(req.worker, req.clock, req.acked))
+      forward(self, h, op_pulled, frame{}, {req.worker, req.clock, req.acked},
+              ignore_outcome);
   st.pulls.push_back({std::move(req), std::move(rp)});
   serve_pulls(self);
 }

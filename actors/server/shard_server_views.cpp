@@ -146,8 +146,13 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   for (auto& [rank, epoch] : st.incarnation)
     if (epoch == v.epoch)
       kept.erase(rank);
+  // In our first view every worker is new to us (and each counts as
+  // rejoined now): our stores meet them, rather than see them join, and
+  // know nothing of their clocks (shard_store::whole_clocks).
+  bool first = st.view.epoch == 0;
   for (auto& h : st.stores) {
-    h.store.set_workers(kept);
+    if (!first)
+      h.store.set_workers(kept);
     h.store.set_workers(workers);
   }
   st.view = std::move(v);

@@ -75,6 +75,10 @@ void shard_store::set_workers(const std::set<uint32_t>& live) {
       if (await_cuts_ && !wc.parts.empty()) {
         if (auto r = rounds_.find(wc.clock); r != rounds_.end())
           r->second.erase(i->first);
+        if (auto h = wc.held.find(wc.clock); h != wc.held.end()) {
+          recycle(h->second);
+          wc.held.erase(h);
+        }
         wc.start_at(wc.clock);
       }
       cuts_.erase(i->first); // its cut is the cluster's to say anew
@@ -95,6 +99,8 @@ void shard_store::set_workers(const std::set<uint32_t>& live) {
         departed_.erase(d);
         if (wc.clock >= start && resume_clocks_.count(w) == 0) {
           wc.fresh = true;
+          wc.placed = false; // its clock here is its own
+          wc.known = true;
           workers_[w] = std::move(wc);
           continue;
         }
@@ -111,8 +117,11 @@ void shard_store::set_workers(const std::set<uint32_t>& live) {
         workers_[w] = std::move(wc);
       } else {
         workers_[w].clock = start;
+        workers_[w].placed = mode_.kind != consistency::kind_t::sync;
+        workers_[w].known = had_view_;
       }
     }
+  had_view_ = true;
   complete_rounds();
 }
 
@@ -159,7 +168,7 @@ shard_store::check_push(const push_request& req,
   if (req.clock > max_clock)
     return caf::make_error(errc::malformed_message, "push at clock", req.clock,
                            "beyond", max_clock);
-  if (req.clock < wc.clock)
+  if (req.clock < wc.clock && !(wc.fresh && wc.placed))
     return true;
   // A push resent under a newer view (a server died) is cut into parts
   // anew: its parts replace those of the older cut, and slices an older
@@ -193,13 +202,16 @@ shard_store::push(const push_request& req,
   auto dup = check_push(req, slices);
   if (!dup)
     return std::move(dup.error());
+  auto& wc = workers_.find(req.worker)->second; // check_push found it
+  if (holds_pushes()) // a duplicate's acknowledgements count too
+    release(wc, req.acked);
   if (*dup)
     return push_reply{version_, true};
-  auto& wc = workers_.find(req.worker)->second; // check_push found it
   bool recut = wc.recut_by(req);
-  if (req.clock > wc.clock) // a fresh worker's first push: its clock
+  if (req.clock != wc.clock) // a fresh worker's first push: its clock
     wc.start_at(req.clock);
   wc.fresh = false;
+  wc.placed = false;
   if (recut)
     wc.parts.clear();
   if (wc.parts.empty() || recut)
@@ -214,7 +226,9 @@ shard_store::push(const push_request& req,
   for (auto& x : fresh_slices)
     wc.taken.insert(x.id);
   if (mode_.kind == consistency::kind_t::sync)
-    add_to_round(req.worker, req.clock, fresh_slices);
+    add_part(rounds_[req.clock], req.worker, fresh_slices);
+  else if (holds_pushes())
+    add_part(wc.held[req.clock], req.worker, fresh_slices);
   else
     apply_now(fresh_slices);
   wc.parts.insert(req.part);
@@ -238,11 +252,11 @@ void shard_store::apply_now(const std::vector<slice_view>& xs) {
   ++version_;
 }
 
-void shard_store::add_to_round(uint32_t worker, uint64_t clock,
-                               const std::vector<slice_view>& xs) {
+void shard_store::add_part(round_parts& r, uint32_t worker,
+                           const std::vector<slice_view>& xs) {
   // Without cuts nothing takes a part out again: one running sum, under a
   // rank no worker has, costs what a plain sum does.
-  auto& mine = rounds_[clock][await_cuts_ ? worker : all_workers];
+  auto& mine = r[await_cuts_ ? worker : all_workers];
   std::vector<contribution*> adds;
   std::vector<const float*> from;
   for (auto& x : xs) {
@@ -394,13 +408,18 @@ caf::error shard_store::check_pull(uint32_t worker, uint64_t clock) const {
   return caf::none;
 }
 
-void shard_store::pulled(uint32_t worker, uint64_t clock) {
+bool shard_store::pulled(uint32_t worker, uint64_t clock, uint64_t acked) {
   auto w = workers_.find(worker);
-  if (mode_.kind != consistency::kind_t::sync || w == workers_.end() ||
-      !w->second.fresh || clock <= w->second.clock)
-    return;
+  if (w == workers_.end())
+    return false;
+  if (holds_pushes())
+    return release(w->second, acked);
+  if (mode_.kind != consistency::kind_t::sync || !w->second.fresh ||
+      clock <= w->second.clock)
+    return false;
   w->second.start_at(clock);
   complete_rounds();
+  return true;
 }
 
 bool shard_store::readable_at(uint64_t clock) const {
@@ -409,8 +428,15 @@ bool shard_store::readable_at(uint64_t clock) const {
     return rounds_applied_ >= clock;
   case consistency::kind_t::async:
     return true;
-  case consistency::kind_t::ssp:
-    return min_clock() + mode_.staleness >= clock;
+  case consistency::kind_t::ssp: {
+    if (!holds_pushes())
+      return min_clock() + mode_.staleness >= clock;
+    // The clocks a reader sees are those applied, not those held.
+    for (auto& [w, wc] : workers_)
+      if (wc.applied() + mode_.staleness < clock)
+        return false;
+    return true;
+  }
   }
   return false;
 }
@@ -480,91 +506,6 @@ uint64_t shard_store::min_clock() const {
   for (auto& [w, wc] : workers_)
     lo = std::min(lo, wc.clock);
   return lo;
-}
-
-store_snapshot shard_store::snapshot() const {
-  store_snapshot out;
-  out.version = version_;
-  out.rounds = rounds_applied_;
-  bool sync = mode_.kind == consistency::kind_t::sync;
-  for (auto& [w, wc] : workers_) {
-    worker_snapshot ws{w,
-                       wc.clock,
-                       {wc.parts.begin(), wc.parts.end()},
-                       wc.cut,
-                       {wc.taken.begin(), wc.taken.end()}};
-    if (sync) { // cut at the rounds applied
-      ws.clock = std::min(wc.clock, rounds_applied_);
-      ws.parts.clear();
-      ws.cut = 0;
-      ws.taken.clear();
-    }
-    out.workers.push_back(std::move(ws));
-  }
-  for (auto& [id, s] : slices_) {
-    slice_snapshot x;
-    x.id = id;
-    x.floats = s.floats;
-    x.ready = s.ready;
-    if (s.ready)
-      x.values = s.values;
-    out.slices.push_back(std::move(x));
-  }
-  return out;
-}
-
-size_t
-shard_store::restore(uint64_t version, uint64_t rounds,
-                     const std::vector<worker_snapshot>& workers,
-                     const std::map<slice_id, const slice_snapshot*>& slices) {
-  version_ = std::max(version_, version);
-  if (mode_.kind == consistency::kind_t::sync) {
-    rounds_applied_ = std::max(rounds_applied_, rounds);
-    version_ = rounds_applied_;
-  }
-  for (auto& w : workers) { // a live worker that has not pushed takes it now
-    worker_clock wc;
-    wc.clock = w.clock;
-    wc.parts.insert(w.parts.begin(), w.parts.end());
-    wc.cut = w.cut;
-    wc.taken.insert(w.taken.begin(), w.taken.end());
-    auto i = workers_.find(w.rank);
-    if (i != workers_.end() && i->second.fresh)
-      i->second = std::move(wc);
-    else if (i == workers_.end())
-      resume_clocks_[w.rank] = std::move(wc);
-  }
-  if (mode_.kind == consistency::kind_t::sync) // no one starts below a round
-    for (auto& [w, wc] : workers_)
-      if (wc.fresh && wc.clock < rounds_applied_)
-        wc.start_at(rounds_applied_);
-  size_t n = 0;
-  for (auto& [id, s] : slices_) {
-    auto i = slices.find(id);
-    if (s.ready || i == slices.end() || !i->second->ready ||
-        i->second->floats != s.floats)
-      continue;
-    s.values = i->second->values;
-    s.ready = true;
-    ++n;
-  }
-  return n;
-}
-
-bool shard_store::between_rounds() const {
-  return rounds_.empty();
-}
-
-caf::error shard_store::at_version(uint64_t v, std::function<void()> fn) {
-  if (v == version_) {
-    fn();
-    return caf::none;
-  }
-  if (v < version_ || mode_.kind != consistency::kind_t::sync)
-    return caf::make_error(errc::clock_gap, "checkpoint at version", v,
-                           "but the store is at", version_);
-  at_version_[v].push_back(std::move(fn));
-  return caf::none;
 }
 
 } // namespace troupe

@@ -8,7 +8,10 @@
 // already seen) is a duplicate, acknowledged and dropped. Only a worker's
 // first push since it (re)joined may carry a higher clock, which it then
 // takes: a server that joined late (a restarted one) starts where the
-// workers are.
+// workers are. In async and ssp, a worker placed where the others were
+// when it joined takes the clock of its first push also if it is lower:
+// servers place it where each saw the others, and the others go on
+// meanwhile, so it resumes at the smallest of its clocks over them.
 // A worker that leaves and comes back (a restarted process under its old
 // rank) goes on from its own clock if the rounds have not passed it, so
 // that a push of its that already sits in an open round is not added again.
@@ -21,6 +24,10 @@
 //   async  each push is applied on arrival; reads never wait.
 //   ssp:s  each push is applied on arrival; a worker at clock c reads once
 //          the slowest live worker's clock is >= c - s.
+//          Once a store awaits cuts, async and ssp hold each push until
+//          its worker says every server acknowledged it (the `acked` of a
+//          later Push or Pull: pulled()), or the cluster's cut of a
+//          departed worker keeps it; ssp's clocks count the pushes applied.
 #pragma once
 
 #include <cstdint>
@@ -94,13 +101,17 @@ public:
   /// for others, never for the puller itself).
   caf::error check_pull(uint32_t worker, uint64_t clock) const;
 
-  /// sync: `worker`, which check_pull let pull at `clock`, reads there. A
-  /// worker back that has pushed nothing since it joined starts at
+  /// `worker`, which check_pull let pull at `clock`, reads there, and every
+  /// server acknowledged its pushes below `acked`.
+  /// sync: a worker back that has pushed nothing since it joined starts at
   /// `clock` if that is past its clock here, as its first push would: a
   /// server whose rounds lagged by one when it joined placed it a clock
   /// lower than the others, and the round it lagged in must not wait for
   /// it (it resumes at the largest of its clocks, kv_settings).
-  void pulled(uint32_t worker, uint64_t clock);
+  /// async and ssp awaiting cuts: its held pushes below `acked` are
+  /// applied. Returns true if that changed anything (a backup must then
+  /// hear of it: op_pulled).
+  bool pulled(uint32_t worker, uint64_t clock, uint64_t acked = 0);
 
   /// True if a worker at `clock` may read now under the mode.
   bool readable_at(uint64_t clock) const;
@@ -177,15 +188,17 @@ public:
   using restore_fn = std::function<void(update_fn&)>;
   using capture_fn = std::function<restore_fn(update_fn&)>;
 
-  /// sync: from now on the cluster decides, for each worker that leaves,
-  /// how many of its clocks every server keeps (cut()). Until then a round
-  /// that holds a departed worker's push stays tentative: it is applied at
-  /// once, over an undo image of the slices and of the hook's state
-  /// (`capture`, null when the hook keeps none). Without it a departed
-  /// worker's clocks are kept as they came (a round keeps one running sum,
-  /// so a clock not whole here stays in it too). With it, a departed
-  /// worker's clock not whole here is dropped at once. Outside sync it
-  /// changes nothing.
+  /// From now on the cluster decides, for each worker that leaves, how
+  /// many of its clocks every server keeps (cut()). Without it a departed
+  /// worker's clocks are kept as they came (a sync round keeps one running
+  /// sum, so a clock not whole here stays in it too). With it, a departed
+  /// worker's clock not whole here is dropped at once, and
+  /// sync: a round that holds a departed worker's push stays tentative
+  ///   until its cut: it is applied at once, over an undo image of the
+  ///   slices and of the hook's state (`capture`, null when the hook keeps
+  ///   none);
+  /// async, ssp: a push is held until every server acknowledged it (the
+  ///   `acked` its worker sends later), or the cut keeps it.
   void await_cuts(capture_fn capture);
 
   /// The cluster keeps the pushes of clocks below `keep` of worker `w`,
@@ -197,12 +210,18 @@ public:
 
   /// The clocks departed worker `w` pushed whole here: the cluster keeps
   /// the least of them over its servers (without await_cuts the cut is
-  /// only the accounting's: the store keeps what it took). Empty if `w` is
-  /// live here or never pushed here since it joined.
+  /// only the accounting's: the store keeps what it took). For a process
+  /// that pushed nothing here, its clock here if that is known (it starts
+  /// at the largest of its clocks over the servers, so it had nothing here
+  /// at or above it). Empty if `w` is live here, or pushed nothing here
+  /// and its clock here is not known.
   std::optional<uint64_t> whole_clocks(uint32_t w) const;
 
   /// True while an applied round may still be undone by a cut.
   bool tentative() const { return image_.taken; }
+
+  /// Pushes held (async, ssp awaiting cuts), over every worker.
+  size_t held() const;
 
   /// True if no push waits in an open sync round (always outside sync):
   /// then snapshot() holds every push accepted.
@@ -249,6 +268,21 @@ private:
     uint64_t cut = 0;
     std::set<slice_id> taken; // slices of `clock` taken (any cut)
     bool fresh = true;        // no push accepted since it (re)joined
+    /// Its clock is where the others were when it joined, not its own
+    /// (async and ssp: its first push takes its clock, lower or higher).
+    bool placed = false;
+    /// Its clock here bounds what a process of it that pushed nothing here
+    /// has kept: it is its own (the process before it), or this store
+    /// placed it on seeing it join (in a view after its first: a store
+    /// that meets workers in its first view knows nothing of them).
+    bool known = false;
+    /// async and ssp awaiting cuts: its pushes taken and not applied yet,
+    /// by clock (each under its rank, as a round's).
+    std::map<uint64_t, round_parts> held;
+    /// Clocks whose pushes are applied: below `clock` and the first held.
+    uint64_t applied() const {
+      return held.empty() ? clock : std::min(clock, held.begin()->first);
+    }
     /// True if `req`, a part of `clock`, is of a newer cut than the parts
     /// taken: its parts replace theirs.
     bool recut_by(const push_request& req) const {
@@ -266,8 +300,15 @@ private:
 
   caf::error check_slices(const std::vector<slice_view>& xs) const;
   void apply_now(const std::vector<slice_view>& xs);
-  void add_to_round(uint32_t worker, uint64_t clock,
-                    const std::vector<slice_view>& xs);
+  /// Adds `worker`'s slices `xs` to its contribution in `r`.
+  void add_part(round_parts& r, uint32_t worker,
+                const std::vector<slice_view>& xs);
+  /// True if pushes wait for their worker's acknowledgements (async and
+  /// ssp awaiting cuts).
+  bool holds_pushes() const;
+  /// Applies `wc`'s held pushes of clocks below `upto`, in clock order;
+  /// true if there were any.
+  bool release(worker_clock& wc, uint64_t upto);
   /// Applies the sum of a round's contributions, in rank order; with
   /// `image`, first copies into image_ each slice it changes that is not
   /// there yet.
@@ -309,6 +350,7 @@ private:
   /// from there while the rounds have not passed it.
   std::map<uint32_t, worker_clock> departed_;
   std::map<uint64_t, std::vector<std::function<void()>>> at_version_;
+  bool had_view_ = false; // set_workers ran before
 };
 
 } // namespace troupe

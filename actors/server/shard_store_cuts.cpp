@@ -41,10 +41,35 @@ void shard_store::settle() {
 }
 
 void shard_store::await_cuts(capture_fn capture) {
-  if (mode_.kind != consistency::kind_t::sync)
-    return; // async and ssp apply pushes on arrival: nothing to undo
   await_cuts_ = true;
-  capture_ = std::move(capture);
+  capture_ = std::move(capture); // sync's undo image
+}
+
+bool shard_store::holds_pushes() const {
+  return await_cuts_ && mode_.kind != consistency::kind_t::sync;
+}
+
+size_t shard_store::held() const {
+  size_t n = 0;
+  for (auto* ws : {&workers_, &departed_})
+    for (auto& [w, wc] : *ws)
+      n += wc.held.size();
+  return n;
+}
+
+bool shard_store::release(worker_clock& wc, uint64_t upto) {
+  // Only clocks whole here: `upto` above them would be a worker's error.
+  upto = std::min(upto, wc.clock);
+  bool any = false;
+  while (!wc.held.empty() && wc.held.begin()->first < upto) {
+    auto h = wc.held.begin();
+    apply_round(h->second, false);
+    ++version_;
+    recycle(h->second);
+    wc.held.erase(h);
+    any = true;
+  }
+  return any;
 }
 
 bool shard_store::cut(uint32_t w, uint64_t keep) {
@@ -52,6 +77,12 @@ bool shard_store::cut(uint32_t w, uint64_t keep) {
     return false;
   cuts_[w] = keep;
   auto d = departed_.find(w);
+  if (d != departed_.end() && holds_pushes()) {
+    release(d->second, keep);
+    for (auto& [clock, r] : d->second.held)
+      recycle(r);
+    d->second.held.clear();
+  }
   if (d != departed_.end() && d->second.clock > keep)
     d->second.start_at(keep); // a rank back pushes them again
   for (auto& [clock, r] : rounds_)
@@ -78,7 +109,8 @@ bool shard_store::cut(uint32_t w, uint64_t keep) {
 
 std::optional<uint64_t> shard_store::whole_clocks(uint32_t w) const {
   auto d = departed_.find(w);
-  if (workers_.count(w) != 0 || d == departed_.end() || d->second.fresh)
+  if (workers_.count(w) != 0 || d == departed_.end() ||
+      (d->second.fresh && !d->second.known))
     return std::nullopt;
   return d->second.clock;
 }

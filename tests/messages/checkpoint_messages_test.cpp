@@ -47,7 +47,17 @@ checkpoint_data sample_checkpoint() {
   a.origin = 1;
   a.version = 42;
   a.rounds = 40;
-  a.workers = {{0, 41, {}, 0, {}}, {3, 40, {0, 2, 5}, 9, {{5, 0}, {5, 1}}}};
+  // Held pushes (async and ssp with atomic pushes): two clocks, one slice
+  // named twice by its push.
+  a.workers = {{0, 41, {}, 0, {}, {}},
+               {3,
+                40,
+                {0, 2, 5},
+                9,
+                {{5, 0}, {5, 1}},
+                {{39, {5, 0}, 2, {1.0f, 2.0f, 3.0f, 4.0f}},
+                 {39, {5, 1}, 1, {-1.0f, 0.5f, 0.25f}},
+                 {40, {5, 0}, 1, {4.0f, 3.0f, 2.0f, 1.0f}}}}};
   a.slices.push_back({{5, 0},
                       4,
                       true,
@@ -61,7 +71,7 @@ checkpoint_data sample_checkpoint() {
   b.origin = 0;
   b.version = 100;
   b.rounds = 0;
-  b.workers = {{2, 99, {1}, 4, {}}};
+  b.workers = {{2, 99, {1}, 4, {}, {}}};
   b.slices.push_back({{6, 0},
                       5,
                       true,
@@ -110,6 +120,14 @@ void check_same(const store_snapshot& x, const store_snapshot& y) {
     BOOST_CHECK(x.workers[i].parts == y.workers[i].parts);
     BOOST_CHECK_EQUAL(x.workers[i].cut, y.workers[i].cut);
     BOOST_CHECK(x.workers[i].taken == y.workers[i].taken);
+    auto &hx = x.workers[i].held, &hy = y.workers[i].held;
+    BOOST_REQUIRE_EQUAL(hx.size(), hy.size());
+    for (size_t j = 0; j < hx.size(); ++j) {
+      BOOST_CHECK_EQUAL(hx[j].clock, hy[j].clock);
+      BOOST_CHECK(hx[j].id == hy[j].id);
+      BOOST_CHECK_EQUAL(hx[j].pushes, hy[j].pushes);
+      BOOST_CHECK(hx[j].values == hy[j].values);
+    }
   }
   BOOST_REQUIRE_EQUAL(x.slices.size(), y.slices.size());
   for (size_t i = 0; i < x.slices.size(); ++i)
@@ -250,12 +268,25 @@ BOOST_AUTO_TEST_CASE(a_slice_twice_in_one_store_is_malformed) {
   BOOST_CHECK(rejected(x));
 }
 
+BOOST_AUTO_TEST_CASE(a_held_slice_twice_or_of_no_push_is_malformed) {
+  auto x = sample_checkpoint();
+  auto& held = x.stores[0].workers[1].held;
+  held.push_back(held.front()); // the same clock and slice again
+  BOOST_CHECK(rejected(x));
+  auto y = sample_checkpoint();
+  y.stores[0].workers[1].held[1].pushes = 0;
+  BOOST_CHECK(rejected(y));
+  auto z = sample_checkpoint(); // the same slice at another clock is fine
+  z.stores[0].workers[1].held[2].clock = 41;
+  BOOST_CHECK(!rejected(z));
+}
+
 BOOST_AUTO_TEST_CASE(a_store_or_a_worker_twice_is_malformed) {
   auto x = sample_checkpoint();
   x.stores[1].id = x.stores[0].id;
   BOOST_CHECK(rejected(x));
   auto y = sample_checkpoint();
-  y.stores[0].workers.push_back({3, 1, {}, 0, {}});
+  y.stores[0].workers.push_back({3, 1, {}, 0, {}, {}});
   BOOST_CHECK(rejected(y));
   auto z = sample_checkpoint(); // a slice taken twice in one clock
   z.stores[0].workers[1].taken.push_back({5, 0});

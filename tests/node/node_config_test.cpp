@@ -153,6 +153,14 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   // Overlapped steps: not with ssp (its bound would count blocks), not
   // with pipelining; a worker gets a second scheduler thread for them.
   rejected({"--worker.overlap", "--server.mode=ssp:2"}, "--worker.overlap");
+  // ssp:0's fused steps would wait for their own held push.
+  rejected({"--server.atomic-pushes", "--server.mode=ssp:0"},
+           "--server.atomic-pushes");
+  for (auto mode : {"sync", "async", "ssp:1"}) {
+    node_config ok;
+    BOOST_CHECK(!parse(
+        ok, {"--server.atomic-pushes", std::string{"--server.mode="} + mode}));
+  }
   rejected({"--worker.overlap", "--worker.pipeline", "--server.mode=async"},
            "--worker.overlap");
   rejected({"--worker.overlap", "--worker.task=counter"}, "--worker.overlap");

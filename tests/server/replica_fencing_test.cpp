@@ -339,4 +339,27 @@ BOOST_AUTO_TEST_CASE(a_refused_operation_makes_the_replicas_stale) {
   expect_one_lost(t, "promoted at version 3");
 }
 
+BOOST_AUTO_TEST_CASE(a_pull_operation_is_taken_and_a_malformed_one_refused) {
+  // op_pulled (shard_store::pulled on the replica) carries a worker, a
+  // clock and its acked: three numbers, the rank within 32 bits.
+  backup_under_test t;
+  constexpr uint32_t primary = 78;
+  constexpr uint64_t store = 4343;
+  auto link = replica_link_tag(3, 1);
+  BOOST_REQUIRE_EQUAL(t.feed(primary, link, store, 1), 1u);
+  auto ok = t.replicate(primary, link, store, op_pulled, {}, {worker, 1, 1});
+  BOOST_REQUIRE(ok); // (a _MESSAGE would render ok.error() on success)
+  BOOST_CHECK_EQUAL(*ok, 1u);
+  for (auto numbers : {std::vector<uint64_t>{worker, 1},
+                       std::vector<uint64_t>{uint64_t{1} << 40, 1, 1}}) {
+    backup_under_test u;
+    BOOST_REQUIRE_EQUAL(u.feed(primary, link, store, 1), 1u);
+    auto bad = u.replicate(primary, link, store, op_pulled, {}, numbers);
+    BOOST_REQUIRE(!bad);
+    BOOST_CHECK_MESSAGE(describe(bad.error()).find("a pull of") !=
+                            std::string::npos,
+                        describe(bad.error()));
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
