@@ -12,6 +12,7 @@ packages=(
   clang-16 libfuzzer-16-dev libclang-rt-16-dev # fuzzing (fuzz/run.sh)
   libopenblas-dev            # CPU math
   prometheus-cpp-dev         # metrics
+  nlohmann-json3-dev         # JSON: events.jsonl read back (fault_timeline)
   zlib1g-dev                 # gzipped IDX files
   dataset-fashion-mnist      # training data
   iproute2 procps            # ip (network cuts), ss, kill, pgrep

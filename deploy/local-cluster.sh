@@ -88,7 +88,8 @@ common+=("${tls[@]}" "$@")
 
 # shellcheck source=deploy/scheduler.sh
 . "$here/deploy/scheduler.sh"
-if ! start_scheduler "$bin" "$logs/scheduler.log" "${common[@]}"; then
+if ! start_scheduler "$bin" "$logs/scheduler.log" "${common[@]}" \
+     "--cluster.events-file=$logs/events.jsonl"; then
   kill "$sched_pid" 2>/dev/null || true
   exit 1
 fi

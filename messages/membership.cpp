@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "messages/errors.hpp"
 #include "messages/frame_codec.hpp"
 #include "messages/membership.capnp.h"
@@ -234,6 +236,43 @@ std::string to_json(const event_record& x) {
     out += ",\"clock\":" + std::to_string(*x.clock);
   out += '}';
   return out;
+}
+
+caf::expected<event_record> event_from_json(const std::string& line) {
+  auto bad = [](const std::string& what) {
+    return caf::make_error(errc::malformed_message, "event line: " + what);
+  };
+  auto j = nlohmann::json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return bad("not a JSON object");
+  event_record e;
+  try {
+    e.at_ms = j.at("at_ms").get<int64_t>();
+    e.kind = j.at("kind").get<std::string>();
+    auto r = j.at("role").get<std::string>();
+    if (r == "scheduler")
+      e.about = role::scheduler;
+    else if (r == "server")
+      e.about = role::server;
+    else if (r == "worker")
+      e.about = role::worker;
+    else
+      return bad("unknown role \"" + r + "\"");
+    for (auto key : {"rank", "pid", "clock"})
+      if (j.contains(key) && (!j[key].is_number_unsigned() ||
+                              (j[key].get<uint64_t>() > UINT32_MAX &&
+                               std::string{key} != "clock")))
+        return bad(std::string{key} + " is not a count in range");
+    e.rank = j.at("rank").get<uint32_t>();
+    e.pid = j.at("pid").get<uint32_t>();
+    e.detail = j.at("detail").get<std::string>();
+    e.source = j.at("source").get<std::string>();
+    if (j.contains("clock"))
+      e.clock = j.at("clock").get<uint64_t>();
+  } catch (const nlohmann::json::exception& x) {
+    return bad(x.what()); // a field missing or of the wrong type
+  }
+  return e;
 }
 
 const char* to_string(role x) {

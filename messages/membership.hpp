@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <caf/error.hpp>
+#include <caf/expected.hpp>
 
 #include "messages/frame.hpp"
 
@@ -134,6 +135,10 @@ int64_t now_ms();
 /// One line of JSON: {"at_ms":..,"kind":..,"role":..,"rank":..,"pid":..,
 /// "detail":..,"source":..[,"clock":..]}, strings escaped.
 std::string to_json(const event_record& x);
+
+/// The event of one line that to_json wrote (an events.jsonl line), or
+/// malformed_message naming what is wrong with it.
+caf::expected<event_record> event_from_json(const std::string& line);
 
 // -- limits checked by decode -----------------------------------------------
 

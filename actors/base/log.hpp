@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -65,6 +66,12 @@ template <class... Ts> std::string str(const Ts&... xs) {
   std::ostringstream out;
   (out << ... << xs);
   return out.str();
+}
+
+/// `x` as a JSON number, or null where JSON has none (NaN, infinities):
+/// a reader rejects a line with "nan" in it, whole.
+inline std::string json_number(double x) {
+  return std::isfinite(x) ? str(x) : std::string{"null"};
 }
 
 } // namespace troupe

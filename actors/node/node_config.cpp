@@ -122,6 +122,9 @@ void node_config::add_cluster_options() {
       .add(scheduler.placement.vnodes, "vnodes", "ring points per server")
       .add(scheduler.placement.slack, "balance-slack",
            "allowed load above the mean per server (0.05 = 5%)")
+      .add(scheduler.events_file, "events-file",
+           "append every event as a line of JSON to this file"
+           " (events.jsonl; fault_timeline --events-file reads it)")
       .add(kv.allow_loss, "allow-loss",
            "a job whose values were lost (a dead server without a replica)"
            " still exits 0");

@@ -8,6 +8,7 @@
 
 #include "actors/base/stray_errors.hpp"
 #include "actors/scheduler/scheduler_internal.hpp"
+#include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
 namespace troupe {
@@ -22,6 +23,16 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
   if (auto err = prepare_checkpoints(self)) {
     self->quit(err);
     return {};
+  }
+  if (!cfg.events_file.empty()) {
+    self->state.events_out =
+        std::make_shared<std::ofstream>(cfg.events_file, std::ios::app);
+    if (!*self->state.events_out) {
+      self->quit(caf::make_error(errc::invalid_config,
+                                 "--cluster.events-file: cannot open " +
+                                     cfg.events_file + " to append"));
+      return {};
+    }
   }
   return {
       [self](register_atom, const frame& f) { return on_register(self, f); },

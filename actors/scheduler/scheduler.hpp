@@ -78,8 +78,10 @@
 //      the view until their own monitors fire.
 #pragma once
 
+#include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -143,7 +145,9 @@ struct scheduler_state {
   std::set<std::string> passed;             // released barrier names
   std::set<std::pair<role, uint32_t>> seen; // (role, rank) ever joined
   std::vector<event_record> events;         // oldest first
-  uint64_t events_dropped = 0;              // oldest ones no longer kept
+  /// cfg.events_file, open to append; null: none.
+  std::shared_ptr<std::ofstream> events_out;
+  uint64_t events_dropped = 0; // oldest ones no longer kept
   std::vector<std::pair<uint64_t, caf::response_promise>> event_polls;
   std::map<caf::actor_addr, std::string> reporters; // non-members reporting
   /// Ranks of workers that finished their share and left: a worker that

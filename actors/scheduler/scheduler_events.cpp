@@ -35,6 +35,14 @@ void record(self_ptr self, event_record e) {
     TROUPE_LOG(warning, "scheduler", "event ", to_json(e));
   else
     TROUPE_LOG(info, "scheduler", "event ", to_json(e));
+  if (auto& out = self->state.events_out) { // a line for tools, whole
+    *out << to_json(e) << '\n' << std::flush;
+    if (!*out) {
+      TROUPE_LOG_LIMITED(error, "scheduler", "writing ",
+                         self->state.cfg.events_file, " failed");
+      out->clear();
+    }
+  }
   if (evs.size() == max_events) {
     evs.erase(evs.begin(), evs.begin() + max_events / 2);
     self->state.events_dropped += max_events / 2;

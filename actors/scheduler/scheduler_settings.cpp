@@ -1,6 +1,10 @@
 // Checks of the scheduler's settings.
 #include "actors/scheduler/scheduler_settings.hpp"
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
 #include "messages/errors.hpp"
 
 namespace troupe {
@@ -19,6 +23,14 @@ caf::error validate(const scheduler_settings& x) {
   if (x.servers == 0)
     return caf::make_error(errc::invalid_config,
                            "--cluster.servers must be at least 1");
+  if (!x.events_file.empty()) { // opened to append: the file is made now
+    std::ofstream probe{x.events_file, std::ios::app};
+    if (!probe)
+      return caf::make_error(errc::invalid_config,
+                             "--cluster.events-file: cannot open " +
+                                 x.events_file +
+                                 " to append: " + std::strerror(errno));
+  }
   return caf::none;
 }
 

@@ -26,6 +26,9 @@ struct scheduler_settings {
   /// at start, which is what troupe-node does (no flag sets it). Tests
   /// fix it to speak on roads as a member would.
   std::optional<secret> road_key;
+  /// Where every event also goes as a line of JSON (events.jsonl, opened
+  /// to append); empty: nowhere (--cluster.events-file).
+  std::string events_file;
 };
 
 /// One error naming the --cluster.* flag that is out of range, or none.

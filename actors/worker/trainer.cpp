@@ -406,8 +406,10 @@ private:
         std::snprintf(buf, sizeof(buf), "%.*f", digits, x);
       return std::string{buf};
     };
+    // JSON has no NaN or infinity: a diverged loss is null, as a part
+    // without steps is (a reader would reject the whole line otherwise).
     auto json = [stepped](double x) {
-      return stepped ? str(x) : std::string{"null"};
+      return stepped ? json_number(x) : std::string{"null"};
     };
     auto elapsed = seconds(clock_type::now() - started_);
     // This rank's steps since the last report: its own work and its wait
@@ -422,7 +424,7 @@ private:
     std::fflush(stdout);
     if (metrics_)
       metrics_ << "{\"epoch\":" << epoch << ",\"train_loss\":" << json(loss)
-               << ",\"test_accuracy\":" << acc
+               << ",\"test_accuracy\":" << json_number(acc)
                << ",\"samples_per_s\":" << json(rate)
                << ",\"train_s\":" << train_secs_ << ",\"elapsed_s\":" << elapsed
                << ",\"compute_s\":" << compute_s_ << ",\"wait_s\":" << wait_s_

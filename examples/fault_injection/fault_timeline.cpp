@@ -6,10 +6,14 @@
 //
 // usage: fault_timeline --scheduler-port=PORT [--scheduler-host=HOST]
 //        [--middleman.connection-timeout=T] (the cluster's, if not default)
+//    or: fault_timeline --events-file=FILE [--middleman.connection-timeout=T]
+//        (the scheduler's --cluster.events-file, also after the job ended)
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -189,9 +193,44 @@ void print(std::vector<event_record> log, int64_t heartbeat_timeout_ms) {
   std::printf("%s]}\n", json.c_str());
 }
 
+/// The events of an events.jsonl file, or what is wrong with it (its path
+/// and line number).
+caf::expected<std::vector<event_record>> read_events(const std::string& path) {
+  std::ifstream in{path};
+  if (!in)
+    return caf::make_error(errc::invalid_config,
+                           "cannot read " + path + ": " + std::strerror(errno));
+  std::vector<event_record> log;
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    if (line.empty())
+      continue;
+    auto e = event_from_json(line);
+    if (!e)
+      return caf::make_error(errc::malformed_message,
+                             path + ":" + std::to_string(n) + ": " +
+                                 describe(e.error()));
+    log.push_back(std::move(*e));
+  }
+  return log;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
+  // --events-file is ours alone; the rest are node options.
+  std::string events_file;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    constexpr const char* flag = "--events-file=";
+    if (i > 0 && std::strncmp(argv[i], flag, std::strlen(flag)) == 0)
+      events_file = argv[i] + std::strlen(flag);
+    else
+      args.push_back(argv[i]);
+  }
+  argc = static_cast<int>(args.size());
+  argv = args.data();
   node_config cfg;
   cfg.load<caf::io::middleman>();
   if (auto err = cfg.parse(argc, argv)) {
@@ -208,6 +247,16 @@ int main(int argc, char** argv) {
       std::chrono::duration_cast<std::chrono::milliseconds>(
           caf::get_or(cfg, "middleman.connection-timeout", caf::timespan{0}))
           .count();
+  if (!events_file.empty()) {
+    auto log = read_events(events_file);
+    if (!log) {
+      std::cerr << "*** reading the event log failed: " << describe(log.error())
+                << '\n';
+      return 1;
+    }
+    print(*log, heartbeat_timeout_ms);
+    return 0;
+  }
   caf::actor_system sys{cfg};
   auto sched = connect_scheduler(sys, cfg.scheduler_host, cfg.scheduler_port,
                                  cfg.kv.request_timeout_ms);

@@ -72,7 +72,8 @@ trap 'echo "interrupted"; exit 130' INT TERM
 
 # shellcheck source=deploy/scheduler.sh
 . "$here/deploy/scheduler.sh"
-start_scheduler "$bin" "$logs/scheduler.log" "${common[@]}" || exit 1
+start_scheduler "$bin" "$logs/scheduler.log" "${common[@]}" \
+  "--cluster.events-file=$logs/events.jsonl" || exit 1
 
 # Faults fall 2.5-5.5 s in (server: 3-5.5 s): within training on every
 # machine measured, where 10 epochs end 8 s in on the fastest (kills up to

@@ -179,6 +179,47 @@ BOOST_AUTO_TEST_CASE(events_round_trip_and_bad_events_are_malformed) {
   BOOST_CHECK(decode(raw(msg), e2) == errc::malformed_message);
 }
 
+BOOST_AUTO_TEST_CASE(an_events_jsonl_line_reads_back_and_bad_lines_say_why) {
+  // events.jsonl (--cluster.events-file) holds to_json lines; tools read
+  // them back with event_from_json: every field, escapes and the optional
+  // clock included.
+  event_record e{
+      1763712000123, "cut", role::worker, 1, 0, "worker 1 \"gone\"\n\t\\",
+      "scheduler"};
+  for (auto clock : {std::optional<uint64_t>{}, std::optional<uint64_t>{791}}) {
+    e.clock = clock;
+    auto back = event_from_json(to_json(e));
+    BOOST_REQUIRE(back);
+    BOOST_CHECK(*back == e);
+  }
+  for (auto about : {role::scheduler, role::server}) {
+    e.about = about;
+    auto back = event_from_json(to_json(e));
+    BOOST_REQUIRE(back);
+    BOOST_CHECK(back->about == about);
+  }
+  auto says = [](const std::string& line, const std::string& what) {
+    auto x = event_from_json(line);
+    BOOST_REQUIRE_MESSAGE(!x, line);
+    BOOST_CHECK(x.error() == errc::malformed_message);
+    BOOST_CHECK_MESSAGE(describe(x.error()).find(what) != std::string::npos,
+                        line << ": " << describe(x.error()));
+  };
+  auto line = to_json(e);
+  says(line.substr(0, line.size() / 2), "not a JSON object"); // torn
+  says("[1,2]", "not a JSON object");
+  says("{\"at_ms\":1,\"kind\":\"x\"}", "role"); // fields missing
+  auto swap = [&line](const std::string& from, const std::string& to) {
+    auto out = line;
+    out.replace(out.find(from), from.size(), to);
+    return out;
+  };
+  says(swap("\"role\":\"server\"", "\"role\":\"agent\""), "unknown role");
+  says(swap("\"rank\":1", "\"rank\":-1"), "rank is not a count");
+  says(swap("\"pid\":0", "\"pid\":4294967296"), "pid is not a count");
+  says(swap("\"kind\":\"cut\"", "\"kind\":7"), "type");
+}
+
 BOOST_AUTO_TEST_CASE(a_frame_with_unaligned_bytes_still_decodes) {
   auto f = encode(barrier_request{"x", role::server, 1});
   // Copy into a buffer whose data starts one byte off an 8-byte boundary.

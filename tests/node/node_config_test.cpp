@@ -153,6 +153,9 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   // Overlapped steps: not with ssp (its bound would count blocks), not
   // with pipelining; a worker gets a second scheduler thread for them.
   rejected({"--worker.overlap", "--server.mode=ssp:2"}, "--worker.overlap");
+  // An events file that cannot be appended to: one clear error at start.
+  rejected({"--cluster.events-file=/nonexistent-dir/events.jsonl"},
+           "--cluster.events-file");
   // ssp:0's fused steps would wait for their own held push.
   rejected({"--server.atomic-pushes", "--server.mode=ssp:0"},
            "--server.atomic-pushes");

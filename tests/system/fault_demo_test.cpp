@@ -6,11 +6,14 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
 #include <string>
 
+#include "messages/membership.hpp"
 #include "tests/system/child_process.hpp"
 
 using namespace troupe::test;
@@ -20,7 +23,9 @@ BOOST_AUTO_TEST_SUITE(fault_demo_tests)
 
 BOOST_AUTO_TEST_CASE(the_demo_survives_two_worker_kills_and_a_server_kill) {
   ::setenv("TROUPE_BUILD", TROUPE_BUILD_DIR, 1);
-  ::setenv("TROUPE_LOGS", TROUPE_BUILD_DIR "/fault-demo-logs", 1);
+  const std::string logs = TROUPE_BUILD_DIR "/fault-demo-logs";
+  std::filesystem::remove_all(logs); // events.jsonl is appended to
+  ::setenv("TROUPE_LOGS", logs.c_str(), 1);
   ::setenv("TROUPE_SERVER_KILL", "kill:server-1@5000", 1);
   ::setenv("TROUPE_CERTS", TROUPE_BUILD_DIR "/test-certs", 1); // TLS is on
   child_process demo{{"/bin/bash",
@@ -55,6 +60,33 @@ BOOST_AUTO_TEST_CASE(the_demo_survives_two_worker_kills_and_a_server_kill) {
                           json.find("\"resumed_ms\":null") == std::string::npos,
                       json);
   BOOST_CHECK(json.find("server-1: kill server-1") != std::string::npos);
+  // The scheduler wrote every event to events.jsonl, one JSON line each,
+  // and fault_timeline reads the file once the job is over (the scheduler
+  // is gone) to the same figures.
+  std::ifstream events{logs + "/events.jsonl"};
+  BOOST_REQUIRE_MESSAGE(events, "no " << logs << "/events.jsonl");
+  size_t lines = 0;
+  for (std::string l; std::getline(events, l); ++lines) {
+    auto e = troupe::event_from_json(l);
+    BOOST_REQUIRE_MESSAGE(e, "events.jsonl line " << lines + 1 << ": " << l);
+  }
+  BOOST_CHECK_GT(lines, 10u);
+  child_process after{{TROUPE_BUILD_DIR "/fault_timeline",
+                       "--events-file=" + logs + "/events.jsonl"}};
+  auto after_rc = after.wait_exit(60s);
+  BOOST_REQUIRE(after_rc);
+  BOOST_CHECK_EQUAL(*after_rc, 0);
+  auto from_file = after.output();
+  BOOST_CHECK_MESSAGE(from_file.find(json) != std::string::npos,
+                      "live: " << json << "\nfrom the file:\n"
+                               << from_file);
+  child_process missing{{TROUPE_BUILD_DIR "/fault_timeline",
+                         "--events-file=" + logs + "/none.jsonl"}};
+  auto missing_rc = missing.wait_exit(60s);
+  BOOST_REQUIRE(missing_rc);
+  BOOST_CHECK_EQUAL(*missing_rc, 1);
+  BOOST_CHECK_MESSAGE(missing.output().find("cannot read") != std::string::npos,
+                      missing.output());
   // The timeline names each process by the scheduler's rank, whoever
   // reported the event: one pid, one role and rank.
   std::map<std::string, std::set<std::string>> ranks_of_pid;

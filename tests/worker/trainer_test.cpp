@@ -3,9 +3,14 @@
 #define BOOST_TEST_MODULE trainer_tests
 #include <boost/test/unit_test.hpp>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
+#include "actors/base/log.hpp"
 #include "actors/node/node_config.hpp"
 #include "actors/worker/trainer.hpp"
 #include "kernels/blas.hpp"
@@ -202,6 +207,30 @@ BOOST_AUTO_TEST_CASE(rank_0_back_mid_step_still_reports_the_evaluation_point) {
           lines[0]);
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_metrics_line_is_json_also_when_the_weights_diverged) {
+  // --optimizer.lr=1000 once wrote "train_loss":-nan, which JSON readers
+  // reject, line and all. Weights gone to NaN now stop the training (the
+  // step fails), and the evaluation point's line still reads as JSON.
+  reporting_trainer rt;
+  auto w = rt.t->parameters();
+  for (auto& x : w)
+    std::fill(x.values.begin(), x.values.end(),
+              std::numeric_limits<float>::quiet_NaN());
+  auto st = rt.t->step(4, w); // clock 4 reports, then fails
+  BOOST_REQUIRE(!st);
+  BOOST_CHECK(st.error() == errc::non_finite);
+  auto lines = rt.lines();
+  BOOST_REQUIRE_EQUAL(lines.size(), 1u);
+  auto j = nlohmann::json::parse(lines[0], nullptr, false);
+  BOOST_REQUIRE_MESSAGE(!j.is_discarded(), "not JSON: " << lines[0]);
+  BOOST_CHECK_MESSAGE(j.at("train_loss").is_null(), lines[0]);
+  BOOST_CHECK_MESSAGE(j.at("test_accuracy").is_number(), lines[0]);
+  // What the line's numbers go through: no NaN or infinity gets out.
+  BOOST_CHECK_EQUAL(json_number(std::nan("")), "null");
+  BOOST_CHECK_EQUAL(json_number(-HUGE_VAL), "null");
+  BOOST_CHECK_EQUAL(json_number(0.25), "0.25");
 }
 
 BOOST_AUTO_TEST_CASE(rank_0_back_in_the_last_step_reports_it_before_the_end) {

@@ -1,0 +1,89 @@
+// troupe-plot draws a finished job's metrics.jsonl as an HTML page: one
+// SVG chart per measure, a line through the points, broken where a value
+// is null; a file that is not metrics gets one error naming its line.
+#define BOOST_TEST_MODULE plot_tests
+#include <boost/test/unit_test.hpp>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "tests/system/child_process.hpp"
+#include "tests/test_support.hpp"
+
+using namespace troupe::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in{path};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(plot_tests)
+
+BOOST_AUTO_TEST_CASE(the_curves_of_a_job_are_drawn_with_gaps_for_nulls) {
+  temp_dir dir;
+  std::ofstream{dir / "metrics.jsonl"}
+      << "{\"epoch\":1,\"train_loss\":0.9,\"test_accuracy\":0.7,"
+         "\"samples_per_s\":1000}\n"
+      << "{\"epoch\":2,\"train_loss\":null,\"test_accuracy\":0.8,"
+         "\"samples_per_s\":null}\n"
+      << "{\"epoch\":3,\"train_loss\":0.5,\"test_accuracy\":0.85,"
+         "\"samples_per_s\":1200}\n"
+      << "{\"epoch\":4,\"train_loss\":0.4,\"test_accuracy\":0.87,"
+         "\"samples_per_s\":1300}\n";
+  child_process plot{{TROUPE_PLOT_BIN, dir / "metrics.jsonl"}};
+  auto rc = plot.wait_exit(30s);
+  BOOST_REQUIRE(rc);
+  BOOST_CHECK_EQUAL(*rc, 0);
+  BOOST_CHECK_MESSAGE(plot.output().find("4 points") != std::string::npos,
+                      plot.output());
+  auto html = read_all(dir / "curves.html"); // beside the metrics
+  BOOST_CHECK_EQUAL(count(html, "<svg"), 3u);
+  // Accuracy: one line through 4 points; loss and rate: broken at epoch
+  // 2, a point alone and a line of two.
+  BOOST_CHECK_EQUAL(count(html, "<polyline"), 1u + 2u + 2u);
+  BOOST_CHECK_EQUAL(count(html, "<circle"), 4u + 3u + 3u);
+  BOOST_CHECK(html.find("test accuracy") != std::string::npos);
+  BOOST_CHECK(html.find("0.8700") != std::string::npos); // the top label
+}
+
+BOOST_AUTO_TEST_CASE(a_file_that_is_not_metrics_gets_one_error) {
+  temp_dir dir;
+  std::ofstream{dir / "bad.jsonl"} << "{\"epoch\":1,\"train_loss\":0.9}\n"
+                                   << "{\"epoch\":2,\"train_loss\":-nan}\n";
+  child_process bad{{TROUPE_PLOT_BIN, dir / "bad.jsonl", dir / "out.html"}};
+  auto rc = bad.wait_exit(30s);
+  BOOST_REQUIRE(rc);
+  BOOST_CHECK_EQUAL(*rc, 1);
+  BOOST_CHECK_MESSAGE(bad.output().find("bad.jsonl:2: not a metrics line") !=
+                          std::string::npos,
+                      bad.output());
+  child_process missing{{TROUPE_PLOT_BIN, dir / "none.jsonl"}};
+  rc = missing.wait_exit(30s);
+  BOOST_REQUIRE(rc);
+  BOOST_CHECK_EQUAL(*rc, 1);
+  BOOST_CHECK(missing.output().find("cannot read") != std::string::npos);
+  std::ofstream{dir / "empty.jsonl"};
+  child_process empty{{TROUPE_PLOT_BIN, dir / "empty.jsonl"}};
+  rc = empty.wait_exit(30s);
+  BOOST_REQUIRE(rc);
+  BOOST_CHECK_EQUAL(*rc, 1);
+  BOOST_CHECK(empty.output().find("no metrics lines") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
