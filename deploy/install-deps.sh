@@ -13,6 +13,8 @@ packages=(
   libopenblas-dev            # CPU math
   prometheus-cpp-dev         # metrics
   nlohmann-json3-dev         # JSON: events.jsonl read back (fault_timeline)
+  libzip-dev                 # troupe-export's .npz
+  python3-numpy              # tests: numpy reads troupe-export's .npz
   zlib1g-dev                 # gzipped IDX files
   dataset-fashion-mnist      # training data
   iproute2 procps            # ip (network cuts), ss, kill, pgrep
