@@ -258,11 +258,16 @@ caf::expected<event_record> event_from_json(const std::string& line) {
       e.about = role::worker;
     else
       return bad("unknown role \"" + r + "\"");
-    for (auto key : {"rank", "pid", "clock"})
-      if (j.contains(key) && (!j[key].is_number_unsigned() ||
-                              (j[key].get<uint64_t>() > UINT32_MAX &&
-                               std::string{key} != "clock")))
+    // get<uint32_t> would wrap a negative or large number silently.
+    auto count = [&j](const char* key, uint64_t most) {
+      return j.at(key).is_number_unsigned() &&
+             j.at(key).get<uint64_t>() <= most;
+    };
+    for (auto key : {"rank", "pid"})
+      if (!count(key, UINT32_MAX))
         return bad(std::string{key} + " is not a count in range");
+    if (j.contains("clock") && !count("clock", UINT64_MAX))
+      return bad("clock is not a count");
     e.rank = j.at("rank").get<uint32_t>();
     e.pid = j.at("pid").get<uint32_t>();
     e.detail = j.at("detail").get<std::string>();

@@ -315,11 +315,7 @@ caf::error node_config::finish() {
   if (!mode)
     return std::move(mode.error());
   server.mode = *mode;
-  // With atomic pushes a process that pushed nothing to a server is cut
-  // at its clock there (shard_store::whole_clocks): it must start at or
-  // above each.
-  kv.resume_at_largest =
-      mode->kind == consistency::kind_t::sync || server.atomic_pushes;
+  kv.resume_at_largest = workers_resume_at_largest(server);
   if (auto err = validate(scheduler))
     return err;
   if (auto err = validate(kv))

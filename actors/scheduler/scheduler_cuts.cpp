@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "actors/base/log.hpp"
 #include "actors/scheduler/scheduler_internal.hpp"
@@ -71,29 +72,28 @@ void decide(self_ptr self, uint32_t rank) {
     e.clock = keep;
   if (keep == no_whole_clocks)
     return applied(self, rank, std::move(e));
-  st.cuts_applying.insert(rank);
-  struct gather {
-    size_t left = 0;
-    event_record e;
-  };
-  auto g = std::make_shared<gather>(gather{0, std::move(e)});
+  std::vector<caf::actor> servers;
   for (auto& m : st.members)
     if (m.info.kind == role::server)
-      ++g->left;
-  if (g->left == 0)
-    return applied(self, rank, std::move(g->e));
+      servers.push_back(m.handle);
+  if (servers.empty())
+    return applied(self, rank, std::move(e));
+  st.cuts_applying.insert(rank);
+  struct gather {
+    size_t left;
+    event_record e;
+  };
+  auto g = std::make_shared<gather>(gather{servers.size(), std::move(e)});
   auto one_done = [self, rank, g] {
     if (--g->left == 0)
       applied(self, rank, std::move(g->e));
   };
   // A server that fails to answer is gone or leaving: the next view's
   // servers get the cut again (servers_changed).
-  for (auto& m : st.members)
-    if (m.info.kind == role::server)
-      self->request(m.handle, cut_answer_timeout, cut_atom_v, keep_atom_v, rank,
-                    keep)
-          .then([one_done](uint64_t) { one_done(); },
-                [one_done](caf::error&) { one_done(); });
+  for (auto& s : servers)
+    self->request(s, cut_answer_timeout, cut_atom_v, keep_atom_v, rank, keep)
+        .then([one_done](uint64_t) { one_done(); },
+              [one_done](caf::error&) { one_done(); });
 }
 
 void on_answer(self_ptr self, uint32_t rank, uint64_t serial, uint32_t server,

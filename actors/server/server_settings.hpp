@@ -85,4 +85,13 @@ struct server_settings {
 /// Checks `x` and parses replica_road_text; one error names the flag.
 caf::error validate(server_settings& x);
 
+/// True if a worker back resumes at the largest of its clocks over the
+/// servers (kv_settings::resume_at_largest), else the smallest: in sync,
+/// and with atomic pushes (a process that pushed nothing to a server is
+/// cut at its clock there, shard_store::whole_clocks, so it must start at
+/// or above each). A server reports its stores' clocks alike.
+inline bool workers_resume_at_largest(const server_settings& x) {
+  return x.mode.kind == consistency::kind_t::sync || x.atomic_pushes;
+}
+
 } // namespace troupe

@@ -135,13 +135,11 @@ void answer_pull(self_ptr self, const pull_request& req, replier& to,
   views.reserve(req.slices.size());
   // The puller's clock here, over our stores (a promoted one may be a
   // round apart from ours): the largest where a worker back resumes at
-  // the largest over the servers (kv_settings::resume_at_largest), since
-  // a store that holds it lower takes it higher, and one that holds it
-  // higher would drop a lower push as a duplicate (one store's slices
-  // were then one push short: the counter task with server kills);
-  // else the smallest.
-  bool largest =
-      st.cfg.mode.kind == consistency::kind_t::sync || st.cfg.atomic_pushes;
+  // the largest over the servers, since a store that holds it lower takes
+  // it higher, and one that holds it higher would drop a lower push as a
+  // duplicate (one store's slices were then one push short: the counter
+  // task with server kills); else the smallest.
+  bool largest = workers_resume_at_largest(st.cfg);
   uint64_t version = UINT64_MAX, clock = largest ? 0 : UINT64_MAX;
   for (auto& h : st.stores) {
     auto c = h.store.clock_of(req.worker);
