@@ -3,8 +3,6 @@
 // (F1-F3), their staleness (B1-B3), and their promotion (B4, B5).
 #include "actors/server/shard_server_internal.hpp"
 
-#include "actors/server/server_optimizer.hpp"
-
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -175,8 +173,10 @@ mirror_store new_mirror(self_ptr self, uint32_t primary, uint32_t origin) {
   mirror_store m{primary, origin, shard_store{st.cfg.mode, st.fresh_fn},
                  std::nullopt};
   m.store.set_loop(st.loop);
-  if (st.cfg.atomic_pushes)
+  if (st.cfg.atomic_pushes) {
     m.store.await_cuts(capture_optimizer);
+    m.store.replica(true); // no undo image until it is promoted
+  }
   return m;
 }
 
@@ -301,6 +301,7 @@ void promote_replicas(self_ptr self, const cluster_view& v,
       if (st.lost_epoch == 0) // reported as resumed at the next update
         st.lost_version = own_store(self).version();
       st.lost_epoch = v.epoch;
+      i->second.store.replica(false); // its rounds held back, tentatively
       st.stores.push_back(hosted_store{i->first, i->second.origin,
                                        std::move(i->second.store), v.epoch});
       i = st.mirrors.erase(i);

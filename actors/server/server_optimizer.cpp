@@ -26,7 +26,8 @@ slice_optimizer::slice_optimizer(optimizer_settings x) : x_(std::move(x)) {
 }
 
 slice_optimizer::slice_optimizer(const slice_optimizer& other)
-    : x_(other.x_), states_(other.states_), captured_(other.captured_) {
+    : x_(other.x_), states_(other.states_), captured_(other.captured_),
+      capturing_(other.capturing_) {
   // a mutex of its own
 }
 
@@ -40,6 +41,8 @@ void slice_optimizer::operator()(slice_id id, std::vector<float>& values,
   // The mean of the sum is taken inside the update's own pass.
   auto d = float(std::max<uint32_t>(contributors, 1));
   auto n = values.size();
+  if (capturing_)
+    capture_slice(id);
   auto& st = state_of(id);
   auto lr = scheduled_lr(x_, st.updates++);
   auto* w = values.data();
@@ -97,11 +100,38 @@ caf::error slice_optimizer::load(const slice_snapshot& s) {
 }
 
 void slice_optimizer::capture() {
-  captured_ = states_; // map nodes and vectors of the last copy are reused
+  capturing_ = true;
+  for (auto& [id, c] : captured_)
+    c.taken = false;
+}
+
+void slice_optimizer::capture_slice(slice_id id) {
+  capture_slot* c = nullptr;
+  const slice_state* now = nullptr;
+  {
+    std::lock_guard<std::mutex> guard{*states_mtx_};
+    c = &captured_[id]; // map nodes stay put, as in state_of
+    if (c->taken)
+      return;
+    c->taken = true;
+    auto i = states_.find(id);
+    c->existed = i != states_.end();
+    now = c->existed ? &i->second : nullptr;
+  }
+  if (now == nullptr)
+    return;
+  c->state = *now; // vectors keep their buffers from the last copy
 }
 
 void slice_optimizer::restore() {
-  states_ = captured_;
+  for (auto& [id, c] : captured_) {
+    if (!c.taken)
+      continue; // not updated since capture()
+    if (c.existed)
+      states_[id] = c.state;
+    else
+      states_.erase(id);
+  }
 }
 
 shard_store::restore_fn capture_optimizer(update_fn& fn) {

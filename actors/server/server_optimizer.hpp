@@ -44,9 +44,10 @@ public:
     momentum_state momentum;
     adam_state adam;
   };
-  /// Copies every slice's state aside for a store's undo image
-  /// (shard_store::await_cuts), into the buffers of the last copy; and
-  /// puts the copy back.
+  /// Begins a store's undo image (shard_store::await_cuts): from now on
+  /// each slice's state is copied aside as it is first updated (in the
+  /// update's own pass, into the buffers of the last copy). restore()
+  /// puts the copies back: the states as they were at capture().
   void capture();
   void restore();
 
@@ -56,7 +57,15 @@ private:
 
   optimizer_settings x_;
   std::map<slice_id, slice_state> states_;
-  std::map<slice_id, slice_state> captured_; // capture()'s copy
+  struct capture_slot {
+    bool taken = false;   // copied since the last capture()
+    bool existed = false; // the slice had a state then
+    slice_state state;
+  };
+  /// Copies the state of `id` aside unless it was since capture().
+  void capture_slice(slice_id id);
+  std::map<slice_id, capture_slot> captured_;
+  bool capturing_ = false; // capture() ran
   std::unique_ptr<std::mutex> states_mtx_ = std::make_unique<std::mutex>();
 };
 

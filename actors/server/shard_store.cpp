@@ -28,6 +28,27 @@ void add_two(float* __restrict sum, const float* __restrict x,
     sum[i] = x[i] + y[i];
 }
 
+/// part = x and sum = first + x, in one pass over x.
+TROUPE_WIDE_LOOP
+void copy_and_add_two(float* __restrict part, float* __restrict sum,
+                      const float* __restrict first, const float* __restrict x,
+                      size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    part[i] = x[i];
+    sum[i] = first[i] + x[i];
+  }
+}
+
+/// part = x and sum += x, in one pass over x.
+TROUPE_WIDE_LOOP
+void copy_and_add(float* __restrict part, float* __restrict sum,
+                  const float* __restrict x, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    part[i] = x[i];
+    sum[i] += x[i];
+  }
+}
+
 } // namespace
 
 void add_update(slice_id, std::vector<float>& values, const float* sum,
@@ -54,6 +75,7 @@ void shard_store::for_slices(const std::vector<const void*>& targets,
 }
 
 void shard_store::set_owned(const std::map<slice_id, uint32_t>& owned) {
+  catch_up(); // the rounds held back hold slices this may drop
   for (auto i = slices_.begin(); i != slices_.end();)
     i = owned.count(i->first) == 0 ? slices_.erase(i) : std::next(i);
   for (auto& [id, floats] : owned)
@@ -144,6 +166,7 @@ caf::error shard_store::check_init(const init_request& req) const {
 caf::error shard_store::init(const init_request& req) {
   if (auto err = check_init(req))
     return err;
+  catch_up();
   for (auto& x : req.slices) {
     auto& s = slices_[x.id];
     if (!s.ready) {
@@ -226,16 +249,16 @@ shard_store::push(const push_request& req,
   for (auto& x : fresh_slices)
     wc.taken.insert(x.id);
   if (mode_.kind == consistency::kind_t::sync)
-    add_part(rounds_[req.clock], req.worker, fresh_slices);
+    add_part(rounds_[req.clock], req.worker, fresh_slices, await_cuts_);
   else if (holds_pushes())
-    add_part(wc.held[req.clock], req.worker, fresh_slices);
+    add_part(wc.held[req.clock], req.worker, fresh_slices, false);
   else
     apply_now(fresh_slices);
   wc.parts.insert(req.part);
   if (wc.parts.size() == req.parts) {
     wc.start_at(wc.clock + 1);
     complete_rounds();
-  } else if (!tentative_.empty()) {
+  } else if (!tentative_.empty() || !deferred_.empty()) {
     settle();
   }
   return push_reply{version_, false};
@@ -253,22 +276,58 @@ void shard_store::apply_now(const std::vector<slice_view>& xs) {
 }
 
 void shard_store::add_part(round_parts& r, uint32_t worker,
-                           const std::vector<slice_view>& xs) {
+                           const std::vector<slice_view>& xs, bool sum) {
   // Without cuts nothing takes a part out again: one running sum, under a
   // rank no worker has, costs what a plain sum does.
-  auto& mine = r[await_cuts_ ? worker : all_workers];
+  auto& mine = r.ranks[await_cuts_ ? worker : all_workers];
   std::vector<contribution*> adds;
   std::vector<const float*> from;
+  struct fresh {
+    contribution* part;
+    const float* x;
+    round_parts::running* run = nullptr;
+    const float* first = nullptr; // the one part summed so far
+  };
+  std::vector<fresh> copies;
   for (auto& x : xs) {
     auto& c = mine[x.id];
-    if (c.pushes++ == 0) {
-      c.values = take_buffer(x.size);
-      std::copy(x.data, x.data + x.size, c.values.begin());
-    } else { // the slice twice in one push
+    if (c.pushes++ != 0) { // the slice twice in one push
       adds.push_back(&c);
       from.push_back(x.data);
+      if (sum && r.summing)
+        r.sums[x.id].broken = true; // the part changes after it was added
+      continue;
     }
+    c.values = take_buffer(x.size);
+    fresh f{&c, x.data};
+    if (sum && r.summing) {
+      auto& run = r.sums[x.id];
+      if (run.broken || (run.parts > 1 && worker < run.top)) {
+        run.broken = true; // out of rank order: apply_round sums the parts
+      } else {
+        if (run.parts == 1) {
+          f.first = r.ranks[run.top][x.id].values.data();
+          run.values = take_buffer(x.size);
+        }
+        if (run.parts > 0)
+          f.run = &run;
+        run.top = std::max(run.top, worker);
+        ++run.parts;
+      }
+    }
+    copies.push_back(f);
   }
+  loop_(copies.size(), [&](size_t k) { // distinct slices
+    auto& f = copies[k];
+    auto* to = f.part->values.data();
+    auto n = f.part->values.size();
+    if (f.run == nullptr)
+      std::copy(f.x, f.x + n, to);
+    else if (f.first != nullptr)
+      copy_and_add_two(to, f.run->values.data(), f.first, f.x, n);
+    else
+      copy_and_add(to, f.run->values.data(), f.x, n);
+  });
   for_slices({adds.begin(), adds.end()}, [&](size_t k) {
     add_into(adds[k]->values.data(), from[k], adds[k]->values.size());
   });
@@ -278,11 +337,12 @@ void shard_store::apply_round(const round_parts& r, bool image) {
   struct todo {
     const slice_id* id;
     std::vector<float>* values;
-    std::vector<const contribution*> parts; // in rank order
-    undo_image::slice_copy* copy = nullptr; // to take first
+    std::vector<const contribution*> parts;    // in rank order
+    undo_image::slice_copy* copy = nullptr;    // to take first
+    const round_parts::running* run = nullptr; // the parts' sum, if whole
   };
   std::map<slice_id, todo> by_slice;
-  for (auto& [w, mine] : r) // a std::map: ranks in order
+  for (auto& [w, mine] : r.ranks) // a std::map: ranks in order
     for (auto& [id, c] : mine) {
       auto s = slices_.find(id);
       if (s == slices_.end()) // may have moved away meanwhile
@@ -300,9 +360,14 @@ void shard_store::apply_round(const round_parts& r, bool image) {
       if (!c.taken)
         t.copy = &c;
     }
+    if (auto run = r.sums.find(id);
+        run != r.sums.end() && !run->second.broken &&
+        run->second.parts == t.parts.size() && t.parts.size() > 1)
+      t.run = &run->second;
     todos.push_back(&t);
-    sums.push_back(t.parts.size() > 1 ? take_buffer(t.values->size())
-                                      : std::vector<float>{});
+    sums.push_back(t.parts.size() > 1 && t.run == nullptr
+                       ? take_buffer(t.values->size())
+                       : std::vector<float>{});
   }
   // One sum per slice in a round: no two items touch one slice.
   loop_(todos.size(), [&](size_t k) {
@@ -316,6 +381,8 @@ void shard_store::apply_round(const round_parts& r, bool image) {
       pushes += c->pushes;
     if (t.parts.size() == 1)
       return update_(*t.id, *t.values, t.parts[0]->values.data(), pushes);
+    if (t.run != nullptr)
+      return update_(*t.id, *t.values, t.run->values.data(), pushes);
     auto& sum = sums[k];
     add_two(sum.data(), t.parts[0]->values.data(), t.parts[1]->values.data(),
             sum.size());
@@ -344,11 +411,14 @@ void shard_store::recycle(round_parts& r) {
   // Rounds in steady state take back what they give: a few per slice and
   // worker; more (slices that moved away) are freed.
   auto bound = 4 * (slices_.size() + workers_.size()) + 64;
-  for (auto& [w, mine] : r)
+  for (auto& [w, mine] : r.ranks)
     for (auto& [id, c] : mine)
       if (c.values.capacity() > 0 && spare_.size() < bound)
         spare_.push_back(std::move(c.values));
-  r.clear();
+  for (auto& [id, run] : r.sums)
+    if (run.values.capacity() > 0 && spare_.size() < bound)
+      spare_.push_back(std::move(run.values));
+  r = round_parts{};
 }
 
 void shard_store::complete_rounds() {
@@ -357,7 +427,10 @@ void shard_store::complete_rounds() {
   while (min_clock() > rounds_applied_) {
     auto i = rounds_.find(rounds_applied_);
     auto to = rounds_applied_ + 1;
-    if (i != rounds_.end()) {
+    if (i != rounds_.end() && replica_) {
+      deferred_.emplace(i->first, std::move(i->second)); // settle() applies it
+      rounds_.erase(i);
+    } else if (i != rounds_.end()) {
       if (await_cuts_) {
         settle();
         if (!image_.taken) { // the state this round may have to be undone to
@@ -483,7 +556,7 @@ std::map<slice_id, uint32_t> shard_store::owned() const {
 
 bool shard_store::pristine() const {
   if (version_ > 0 || rounds_applied_ > 0 || !rounds_.empty() ||
-      !tentative_.empty())
+      !tentative_.empty() || !deferred_.empty())
     return false;
   for (auto& [id, s] : slices_)
     if (s.ready)

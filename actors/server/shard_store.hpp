@@ -217,8 +217,19 @@ public:
   /// and its clock here is not known.
   std::optional<uint64_t> whole_clocks(uint32_t w) const;
 
+  /// A replica (on) applies a sync round only once it is settled (each
+  /// contributor has pushed later, or its cut is known), with no undo
+  /// image: nothing reads a replica, so it may lag a round. Off (it is
+  /// promoted), and before anything but pushes, pulls, views and cuts
+  /// changes it, the rounds it holds back are applied as a primary holds
+  /// them: tentatively, over an undo image. Needs await_cuts.
+  void replica(bool on);
+
   /// True while an applied round may still be undone by a cut.
   bool tentative() const { return image_.taken; }
+
+  /// Sync rounds complete but not applied yet (a replica's, replica()).
+  size_t deferred() const { return deferred_.size(); }
 
   /// Pushes held (async, ssp awaiting cuts), over every worker.
   size_t held() const;
@@ -240,7 +251,32 @@ private:
     std::vector<float> values;
     uint32_t pushes = 0; // a part may name a slice twice: each is added
   };
-  using round_parts = std::map<uint32_t, std::map<slice_id, contribution>>;
+  /// The parts of one round (or of one held push), by rank.
+  struct round_parts {
+    std::map<uint32_t, std::map<slice_id, contribution>> ranks;
+    /// Per slice of a sync round awaiting cuts: the sum of its parts in
+    /// rank order, added as each came (while its frame is in cache), as
+    /// long as they came in rank order (two in either: a + b == b + a).
+    /// apply_round takes it when it holds every part of the slice.
+    struct running {
+      std::vector<float> values;
+      uint32_t parts = 0;  // parts added in
+      uint32_t top = 0;    // the highest rank added
+      bool broken = false; // a part came out of order, or changed
+    };
+    std::map<slice_id, running> sums;
+    bool summing = true; // false once a part was taken out
+    bool empty() const { return ranks.empty(); }
+    /// Takes worker `w`'s parts out (and the sums they are in); true if
+    /// it had any.
+    bool erase(uint32_t w) {
+      if (ranks.erase(w) == 0)
+        return false;
+      sums.clear();
+      summing = false;
+      return true;
+    }
+  };
   /// The rank a round's one running sum is kept under when the store does
   /// not await cuts (no worker has it: ranks are below --cluster.workers).
   static constexpr uint32_t all_workers = ~uint32_t{0};
@@ -300,9 +336,10 @@ private:
 
   caf::error check_slices(const std::vector<slice_view>& xs) const;
   void apply_now(const std::vector<slice_view>& xs);
-  /// Adds `worker`'s slices `xs` to its contribution in `r`.
+  /// Adds `worker`'s slices `xs` to its contribution in `r`, and with
+  /// `sum` to r's running sums.
   void add_part(round_parts& r, uint32_t worker,
-                const std::vector<slice_view>& xs);
+                const std::vector<slice_view>& xs, bool sum);
   /// True if pushes wait for their worker's acknowledgements (async and
   /// ssp awaiting cuts).
   bool holds_pushes() const;
@@ -317,8 +354,12 @@ private:
   /// Round `clock` cannot be undone any more: each contributor has pushed
   /// later here, or its cut is known.
   bool settled(uint64_t clock, const round_parts& r) const;
-  /// Drops the undo image once every tentative round is settled.
+  /// Drops the undo image once every tentative round is settled; then
+  /// applies a replica's deferred rounds that are settled, in order.
   void settle();
+  /// Applies every deferred round, tentatively (a replica that is
+  /// promoted, or about to change otherwise than by rounds).
+  void catch_up();
 
   /// Runs body(0 .. n - 1) through loop_, serially if two items would
   /// touch the same slice (a push naming a slice twice).
@@ -332,7 +373,10 @@ private:
   std::map<uint32_t, worker_clock> workers_;
   std::map<uint64_t, round_parts> rounds_;    // sync: open rounds
   std::map<uint64_t, round_parts> tentative_; // sync: applied, not settled
-  undo_image image_;                          // before tentative_'s first
+  /// sync, a replica: complete, not applied (after tentative_'s).
+  std::map<uint64_t, round_parts> deferred_;
+  bool replica_ = false;
+  undo_image image_; // before tentative_'s first
   /// Buffers of settled rounds, reused for the next rounds' parts and sums.
   std::vector<std::vector<float>> spare_;
   /// A buffer of `n` floats (contents undefined), from spare_ if one is.

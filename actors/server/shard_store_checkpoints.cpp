@@ -11,9 +11,11 @@ namespace troupe {
 
 store_snapshot shard_store::snapshot() const {
   store_snapshot out;
-  out.version = version_;
-  out.rounds = rounds_applied_;
   bool sync = mode_.kind == consistency::kind_t::sync;
+  // A replica's rounds held back are not in its slices yet (replica()).
+  auto applied = deferred_.empty() ? rounds_applied_ : deferred_.begin()->first;
+  out.version = sync ? applied : version_;
+  out.rounds = applied;
   for (auto& [w, wc] : workers_) {
     worker_snapshot ws{w,
                        wc.clock,
@@ -22,13 +24,13 @@ store_snapshot shard_store::snapshot() const {
                        {wc.taken.begin(), wc.taken.end()},
                        {}};
     if (sync) { // cut at the rounds applied
-      ws.clock = std::min(wc.clock, rounds_applied_);
+      ws.clock = std::min(wc.clock, applied);
       ws.parts.clear();
       ws.cut = 0;
       ws.taken.clear();
     }
     for (auto& [clock, r] : wc.held)
-      for (auto& [rank, mine] : r)
+      for (auto& [rank, mine] : r.ranks)
         for (auto& [id, c] : mine)
           ws.held.push_back({clock, id, c.pushes, c.values});
     out.workers.push_back(std::move(ws));
@@ -49,6 +51,7 @@ size_t
 shard_store::restore(uint64_t version, uint64_t rounds,
                      const std::vector<worker_snapshot>& workers,
                      const std::map<slice_id, const slice_snapshot*>& slices) {
+  catch_up();
   version_ = std::max(version_, version);
   if (mode_.kind == consistency::kind_t::sync) {
     rounds_applied_ = std::max(rounds_applied_, rounds);
@@ -63,7 +66,7 @@ shard_store::restore(uint64_t version, uint64_t rounds,
     for (auto& h : w.held) { // those of slices we own, whole
       auto s = slices_.find(h.id);
       if (s != slices_.end() && s->second.floats == h.values.size())
-        wc.held[h.clock][w.rank][h.id] = contribution{h.values, h.pushes};
+        wc.held[h.clock].ranks[w.rank][h.id] = contribution{h.values, h.pushes};
     }
     auto i = workers_.find(w.rank);
     if (i != workers_.end() && i->second.fresh)
@@ -89,7 +92,7 @@ shard_store::restore(uint64_t version, uint64_t rounds,
 }
 
 bool shard_store::between_rounds() const {
-  return rounds_.empty();
+  return rounds_.empty() && deferred_.empty();
 }
 
 caf::error shard_store::at_version(uint64_t v, std::function<void()> fn) {

@@ -7,7 +7,7 @@ namespace troupe {
 
 // Rounds are tentative only in a store that awaits cuts.
 bool shard_store::settled(uint64_t clock, const round_parts& r) const {
-  for (auto& [w, mine] : r) {
+  for (auto& [w, mine] : r.ranks) {
     auto cut = cuts_.find(w);
     if (cut != cuts_.end() && clock < cut->second)
       continue; // the cluster keeps it
@@ -27,17 +27,49 @@ void shard_store::settle() {
   for (auto& [clock, r] : tentative_)
     if (!settled(clock, r))
       return;
-  for (auto& [clock, r] : tentative_)
-    recycle(r);
-  tentative_.clear();
-  image_.taken = false;
-  for (auto i = image_.slices.begin(); i != image_.slices.end();)
-    if (slices_.count(i->first) == 0) { // moved away
-      i = image_.slices.erase(i);
-    } else {
-      i->second.taken = false;
-      ++i;
-    }
+  if (image_.taken) {
+    for (auto& [clock, r] : tentative_)
+      recycle(r);
+    tentative_.clear();
+    image_.taken = false;
+    for (auto i = image_.slices.begin(); i != image_.slices.end();)
+      if (slices_.count(i->first) == 0) { // moved away
+        i = image_.slices.erase(i);
+      } else {
+        i->second.taken = false;
+        ++i;
+      }
+  }
+  // A replica's rounds held back, once nothing can take a part out: for
+  // good, as a primary's settled ones are (the same pushes, in the same
+  // order over the same state, so the same bits).
+  while (!deferred_.empty() &&
+         settled(deferred_.begin()->first, deferred_.begin()->second)) {
+    apply_round(deferred_.begin()->second, false);
+    recycle(deferred_.begin()->second);
+    deferred_.erase(deferred_.begin());
+  }
+}
+
+void shard_store::catch_up() {
+  settle();
+  if (deferred_.empty())
+    return;
+  if (!image_.taken) {
+    image_.restore_hook = capture_ ? capture_(update_) : nullptr;
+    image_.taken = true;
+  }
+  for (auto& [clock, r] : deferred_) {
+    apply_round(r, true);
+    tentative_.emplace(clock, std::move(r));
+  }
+  deferred_.clear();
+}
+
+void shard_store::replica(bool on) {
+  replica_ = on && await_cuts_ && mode_.kind == consistency::kind_t::sync;
+  if (!replica_)
+    catch_up();
 }
 
 void shard_store::await_cuts(capture_fn capture) {
@@ -88,9 +120,12 @@ bool shard_store::cut(uint32_t w, uint64_t keep) {
   for (auto& [clock, r] : rounds_)
     if (clock >= keep)
       r.erase(w);
+  for (auto& [clock, r] : deferred_) // never applied: nothing to undo
+    if (clock >= keep)
+      r.erase(w);
   bool undo = false;
   for (auto& [clock, r] : tentative_)
-    if (clock >= keep && r.erase(w) != 0)
+    if (clock >= keep && r.erase(w))
       undo = true;
   if (undo && image_.taken) { // back to the image, then rounds without w
     for (auto& [id, c] : image_.slices) {

@@ -21,9 +21,11 @@ namespace {
 /// tentative until the cluster's cuts (await_cuts).
 struct cut_store {
   shard_store store;
-  explicit cut_store(update_fn hook, std::set<uint32_t> workers = {0, 1, 2})
+  explicit cut_store(update_fn hook, std::set<uint32_t> workers = {0, 1, 2},
+                     bool replica = false)
       : store(*parse_consistency("sync"), std::move(hook)) {
     store.await_cuts(capture_optimizer);
+    store.replica(replica);
     store.set_owned({{a, 3}, {b, 2}});
     store.set_workers(workers);
     BOOST_REQUIRE(
@@ -220,6 +222,120 @@ BOOST_AUTO_TEST_CASE(without_cuts_a_rank_back_does_not_add_a_part_twice) {
   BOOST_REQUIRE(f.push(1, 0, 1.0f));
   BOOST_CHECK_EQUAL(f.value_of(a), 7.0f);
   BOOST_CHECK_EQUAL(f.value_of(b), 7.0f);
+}
+
+BOOST_AUTO_TEST_CASE(a_round_sums_its_parts_in_rank_order_whatever_came_first) {
+  // Primary and backup see the parts in their own orders and must hold
+  // the same bits: the sum is (p0 + p1) + p2 in every order of arrival,
+  // whether it was added up as the parts came or at the end. With these
+  // values another order gives another float: (1e8 + 1) - 1e8 = 0, but
+  // (1e8 - 1e8) + 1 = 1.
+  const float p[3] = {1e8f, 1.0f, -1e8f};
+  std::vector<std::vector<uint32_t>> orders{{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
+                                            {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+  for (auto& order : orders) {
+    fixture f{"sync"};
+    f.store.await_cuts(nullptr);
+    for (auto w : order)
+      BOOST_REQUIRE(f.push(w, 0, p[w]));
+    BOOST_CHECK_EQUAL(f.store.version(), 1u);
+    BOOST_CHECK_EQUAL(f.value_of(a), 0.0f); // (1e8 + 1) - 1e8 in floats
+    // and once more with a part named twice in its push (added to the
+    // part after it arrived): still the rank order's sum
+    fixture g{"sync"};
+    g.store.await_cuts(nullptr);
+    for (auto w : order)
+      BOOST_REQUIRE(g.store.push(push_request{
+          w, 0, 1, 0, 1, {{a, {p[w], 0, 0}}, {a, {p[w], 0, 0}}, {b, {1, 1}}}}));
+    BOOST_CHECK_EQUAL(g.value_of(a), 0.0f); // (2e8 + 2) - 2e8 in floats
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_replica_applies_a_round_once_it_is_settled) {
+  // A backup's replica takes no undo image: it holds round 0 back until
+  // every contributor began clock 1, then applies it for good, and ends
+  // with the primary's bits, optimizer state included.
+  cut_store p{make_optimizer_fn(momentum())};
+  cut_store r{make_optimizer_fn(momentum()), {0, 1, 2}, true};
+  auto before = r.values();
+  for (auto* x : {&p, &r})
+    for (uint32_t w = 0; w < 3; ++w)
+      x->push(w, 0, 1.0f + w);
+  BOOST_CHECK(p.store.tentative());
+  BOOST_CHECK(!r.store.tentative());
+  BOOST_CHECK_EQUAL(r.store.deferred(), 1u);
+  BOOST_CHECK_EQUAL(r.store.version(), p.store.version()); // rounds closed
+  check_same(r.values(), before);
+  BOOST_CHECK_EQUAL(r.store.snapshot().rounds, 0u); // what its slices hold
+  for (auto* x : {&p, &r})
+    for (uint32_t w = 0; w < 3; ++w)
+      x->push(w, 1, 0.5f * w, 0, 2);
+  BOOST_CHECK_EQUAL(r.store.deferred(), 0u);
+  check_same(r.values(), p.values());
+  for (auto* x : {&p, &r})
+    for (uint32_t w = 0; w < 3; ++w)
+      x->push(w, 1, -1.0f, 1, 2);
+  for (auto* x : {&p, &r})
+    for (uint32_t w = 0; w < 3; ++w)
+      x->push(w, 2, 2.0f);
+  BOOST_CHECK_EQUAL(r.store.deferred(), 1u); // round 2 waits for clock 3
+  r.store.replica(false);                    // promoted: round 2 applied
+  BOOST_CHECK_EQUAL(r.store.deferred(), 0u);
+  BOOST_CHECK(r.store.tentative());
+  check_same(r.values(), p.values());
+}
+
+BOOST_AUTO_TEST_CASE(a_replica_takes_a_cut_part_out_before_applying) {
+  // As a_cut_below_an_applied_round_undoes_it_exactly, on a replica: round
+  // 0 with worker 2's push is held back, the cut takes the push out, and
+  // the replica equals a store that never saw worker 2, without an image.
+  cut_store r{make_optimizer_fn(momentum()), {0, 1, 2}, true};
+  cut_store ref{make_optimizer_fn(momentum()), {0, 1}};
+  r.push(2, 0, 4.0f);
+  for (auto* x : {&r, &ref}) {
+    x->push(0, 0, 1.0f);
+    x->push(1, 0, 2.0f);
+  }
+  r.store.set_workers({0, 1});
+  for (auto* x : {&r, &ref}) {
+    x->push(0, 1, -1.0f);
+    x->push(1, 1, 3.0f);
+  }
+  BOOST_CHECK_EQUAL(r.store.deferred(), 2u); // worker 2's cut not known
+  BOOST_REQUIRE(r.store.cut(2, 0));
+  BOOST_CHECK(!r.store.tentative());
+  BOOST_CHECK_EQUAL(r.store.deferred(), 1u); // round 1: not begun clock 2
+  for (auto* x : {&r, &ref}) {
+    x->push(0, 2, 0.5f);
+    x->push(1, 2, 0.25f);
+  }
+  r.store.replica(false);
+  check_same(r.values(), ref.values());
+}
+
+BOOST_AUTO_TEST_CASE(a_promoted_replica_can_still_undo_a_held_round) {
+  // Promoted with round 0 (worker 2's push in it) held back: the round is
+  // applied over an undo image, as the dead primary held it, and a cut
+  // that then takes worker 2 out undoes it exactly.
+  cut_store r{make_optimizer_fn(momentum()), {0, 1, 2}, true};
+  cut_store p{make_optimizer_fn(momentum())};
+  cut_store ref{make_optimizer_fn(momentum()), {0, 1}};
+  for (auto* x : {&r, &p})
+    x->push(2, 0, 4.0f);
+  for (auto* x : {&r, &p, &ref}) {
+    x->push(0, 0, 1.0f);
+    x->push(1, 0, 2.0f);
+  }
+  r.store.set_workers({0, 1});
+  r.store.replica(false);
+  check_same(r.values(), p.values());
+  BOOST_REQUIRE(r.store.cut(2, 0));
+  check_same(r.values(), ref.values());
+  for (auto* x : {&r, &ref}) { // and the optimizer state
+    x->push(0, 1, 0.5f);
+    x->push(1, 1, 0.25f);
+  }
+  check_same(r.values(), ref.values());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -84,6 +84,36 @@ BOOST_AUTO_TEST_CASE(with_the_optimizer_on_workers_servers_only_average) {
   BOOST_CHECK(w == std::vector<float>({2, 2})); // replaced, not added
 }
 
+BOOST_AUTO_TEST_CASE(a_capture_puts_back_the_states_of_then) {
+  // An undo image's optimizer half: capture(), updates (a slice seen
+  // before, and one first seen after), restore(): both as at capture(),
+  // and again after the same updates once more.
+  optimizer_settings s;
+  s.name = "momentum";
+  s.lr = 1.0f;
+  s.momentum = 0.5f;
+  auto fn = make_update_fn(s);
+  auto* opt = optimizer_of(fn);
+  BOOST_REQUIRE(opt != nullptr);
+  slice_id x{1, 0}, y{2, 0};
+  std::vector<float> a{0}, b{0};
+  fn(x, a, std::vector<float>{1}.data(), 1); // v = 1, a = -1
+  opt->capture();
+  for (int undo = 0; undo < 2; ++undo) {
+    std::vector<float> a2 = a, b2 = b;
+    fn(x, a2, std::vector<float>{1}.data(), 1); // v = 1.5, a = -2.5
+    fn(x, a2, std::vector<float>{1}.data(), 1); // v = 1.75
+    fn(y, b2, std::vector<float>{2}.data(), 1); // its v = 2
+    BOOST_CHECK_EQUAL(a2[0], -4.25f);
+    BOOST_CHECK_EQUAL(b2[0], -2.0f);
+    opt->restore();
+  }
+  fn(x, a, std::vector<float>{1}.data(), 1); // from v = 1 again: v = 1.5
+  fn(y, b, std::vector<float>{2}.data(), 1); // y's state is new again
+  BOOST_CHECK_EQUAL(a[0], -2.5f);
+  BOOST_CHECK_EQUAL(b[0], -2.0f);
+}
+
 BOOST_AUTO_TEST_CASE(bad_settings_name_the_flag) {
   optimizer_settings s;
   s.name = "rmsprop";
