@@ -2,15 +2,18 @@
 // clock, each cut into one request per server (parts above
 // kv.max-message-bytes) and gathered into one reply.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <utility>
 #include <vector>
 
 #include "actors/base/log.hpp"
+#include "actors/base/metrics.hpp"
 #include "actors/cluster/placement.hpp"
 #include "actors/kv/kv_client_internal.hpp"
 #include "actors/kv/kv_pull.hpp"
@@ -22,6 +25,34 @@ namespace troupe::kv_internal {
 // -- push ---------------------------------------------------------------------
 
 namespace {
+
+/// Times a kv request, from its start to its last reply, into `h`.
+struct kv_timer {
+  prometheus::Histogram* h;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  void done() const {
+    auto d = std::chrono::steady_clock::now() - t0;
+    h->Observe(std::chrono::duration<double>(d).count());
+  }
+};
+
+/// troupe_kv_seconds{op}, for push (every server acknowledged), pull, and
+/// push_pull (a training step's round).
+enum class kv_op { push, pull, push_pull };
+kv_timer time_op(kv_op op) {
+  static prometheus::Histogram* hs[3] = {};
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* names[3] = {"push", "pull", "push_pull"};
+    for (int k = 0; k < 3; ++k)
+      hs[k] = &metrics::histogram(
+          "troupe_kv_seconds",
+          "kv requests, start to last reply: push (every server"
+          " acknowledged), pull, push_pull (a training step's round)",
+          metrics::latency_buckets(), {{"op", names[k]}});
+  });
+  return kv_timer{hs[static_cast<int>(op)]};
+}
 
 /// True if a part of `count` slices and `bytes` of values is full before
 /// a slice of `b` more: the server's frame limit is worker_frame_bound.
@@ -131,7 +162,8 @@ void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
         *version = std::min(*version, r.version);
         return err;
       },
-      [self, clock, answer, version] {
+      [self, clock, answer, version, timer = time_op(kv_op::push)] {
+        timer.done();
         auto& st = self->state;
         st.unacked.erase(clock);
         st.acked_top = std::max(st.acked_top, clock + 1);
@@ -229,9 +261,10 @@ void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
   scatter(
       self, pull_atom_v, road_op::pull, g, std::move(msgs),
       [t, bound](bytes_view f) { return copy_reply(f, *t, bound); },
-      [answer, t] {
+      [answer, t, timer = time_op(kv_op::pull)] {
         if (auto err = t->complete())
           return (*answer)(std::move(err));
+        timer.done();
         (*answer)(std::move(t->out));
       });
 }
@@ -259,7 +292,12 @@ void do_push_pull(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
     }
   };
   auto j = std::make_shared<joint>();
-  j->reply = std::move(reply);
+  j->reply = [reply = std::move(reply),
+              timer = time_op(kv_op::push_pull)](caf::expected<arrays> r) {
+    if (r)
+      timer.done();
+    reply(std::move(r));
+  };
   do_push(self, clock, std::move(keep), [j](caf::expected<uint64_t> r) {
     if (!r)
       return j->fail(std::move(r.error()));

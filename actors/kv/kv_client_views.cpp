@@ -19,6 +19,7 @@
 #include "actors/base/machine_id.hpp"
 #include "actors/cluster/connect.hpp"
 #include "actors/cluster/placement.hpp"
+#include "actors/cluster/view_metrics.hpp"
 #include "actors/kv/kv_client_internal.hpp"
 #include "actors/road/run_here.hpp"
 #include "messages/errors.hpp"
@@ -355,6 +356,7 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   auto& st = self->state;
   if (v.epoch <= st.view.epoch)
     return;
+  note_view(v);
   st.sizes.clear();
   for (auto& k : v.keys)
     st.sizes[k.key] = k.size;

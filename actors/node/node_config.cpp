@@ -111,6 +111,10 @@ void node_config::add_global_options() {
   opt_group{custom_options_, "global"}.add(
       server.checkpoint.resume, "resume",
       "continue from the last checkpoint in --checkpoint.dir");
+  opt_group{custom_options_, "metrics"}.add(
+      metrics_port, "port",
+      "serve Prometheus metrics at HOST:PORT/metrics (0 = off); an"
+      " agent's children take the next ports: servers, then workers");
 }
 
 void node_config::add_cluster_options() {
@@ -316,6 +320,12 @@ caf::error node_config::finish() {
     return std::move(mode.error());
   server.mode = *mode;
   kv.resume_at_largest = workers_resume_at_largest(server);
+  if (role_name == "agent" && metrics_port != 0 &&
+      uint32_t{metrics_port} + agent.servers + agent.workers > 65535)
+    return caf::make_error(errc::invalid_config, "--metrics.port",
+                           metrics_port,
+                           "leaves no room for the agent's children, which"
+                           " take the next ports");
   if (auto err = validate(scheduler))
     return err;
   if (auto err = validate(kv))

@@ -42,6 +42,8 @@ struct node_config : caf::actor_system_config {
   uint16_t port = 0;
   /// Log level: error, warning, info or debug. Default info.
   std::string log_level = "info";
+  /// Port of this process's Prometheus metrics (--metrics.port); 0 = off.
+  uint16_t metrics_port = 0;
   /// Consistency mode as text (server.mode).
   std::string mode_text = "sync";
 

@@ -19,6 +19,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include "actors/base/metrics.hpp"
 #include "actors/cluster/connect.hpp"
 #include "actors/kv/kv.hpp"
 #include "actors/node/node_config.hpp"
@@ -183,6 +184,12 @@ int main(int argc, char** argv) {
     return 0;
   if (auto err = cfg.finish())
     return fail("checking options", err) + 1;
+  // Metrics are for watching: a node that cannot serve them (a restarted
+  // one whose port is not free yet, say) says so and goes on.
+  if (cfg.metrics_port != 0)
+    if (auto why = metrics::serve(cfg.host, cfg.metrics_port, cfg.role_name);
+        !why.empty())
+      std::cerr << "*** troupe-node: " << why << "; going on without them\n";
   if (cfg.role_name == "agent") {
     stop_on_signals();
     caf::actor_system sys{cfg};

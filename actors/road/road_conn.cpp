@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <mutex>
 
 #include "actors/base/log.hpp"
+#include "actors/base/metrics.hpp"
 #include "actors/road/road_auth.hpp"
 #include "actors/road/road_internal.hpp"
 #include "messages/errors.hpp"
@@ -226,6 +228,22 @@ bool road_conn::large_traffic() const {
 
 std::string road_conn::peer() const {
   return peer_address(read_fd_);
+}
+
+prometheus::Counter& road_detail::road_bytes(road_kind kind, bool sent) {
+  // Made on a kind's first frame: a road never used shows no line.
+  static prometheus::Counter* made[3][2] = {};
+  static std::once_flag once[3];
+  auto k = static_cast<int>(kind);
+  std::call_once(once[k], [kind, k] {
+    for (int dir = 0; dir < 2; ++dir)
+      made[k][dir] = &metrics::counter(
+          "troupe_road_bytes_total",
+          "frame bytes on the fast roads, by road and direction",
+          {{"road", to_string(kind)},
+           {"direction", dir ? "sent" : "received"}});
+  });
+  return *made[k][sent ? 1 : 0];
 }
 
 } // namespace troupe

@@ -23,6 +23,7 @@
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
 
+#include "actors/base/metrics.hpp"
 #include "actors/road/road_conn.hpp"
 #include "actors/road/road_settings.hpp"
 
@@ -68,6 +69,10 @@ constexpr uint16_t hello_reply_conn = 2;    // this is that connection
 constexpr size_t max_passed_fds = 3;
 
 caf::error sys_error(const char* what);
+
+/// troupe_road_bytes_total{road, direction}: frame bytes sent or received
+/// on roads of `kind` (--metrics.port).
+prometheus::Counter& road_bytes(road_kind kind, bool sent);
 
 /// Writes every byte of `iov` (advancing it on partial writes), with the
 /// descriptors `fds` (at most max_passed_fds) on the first byte.

@@ -130,6 +130,7 @@ bool road_conn::read_next(bool on_reader) {
   }
   if (!read_frame(h.bytes, h.in_ring != 0, h.offset, *m))
     return false;
+  road_bytes(kind_, false).Increment(double(h.bytes));
   if (op == road_op::reply || op == road_op::failure)
     note_reply_read(on_reader);
   if (on_msg_)

@@ -96,6 +96,7 @@ caf::error road_conn::write_pieces(road_op op, uint64_t id,
     return caf::make_error(errc::peer_down, "road closed");
   note_send(op); // before the bytes leave: the reply may come at once
   note_frame(bytes);
+  road_bytes(kind_, true).Increment(double(bytes)); // corked ones too
   wire_header h;
   h.op = static_cast<uint8_t>(op);
   h.id = id;

@@ -5,6 +5,7 @@
 #include <caf/event_based_actor.hpp>
 
 #include "actors/base/log.hpp"
+#include "actors/base/metrics.hpp"
 #include "actors/scheduler/scheduler_internal.hpp"
 
 namespace troupe::sched {
@@ -27,6 +28,9 @@ frame events_after(self_ptr self, uint64_t n) {
 } // namespace
 
 void record(self_ptr self, event_record e) {
+  metrics::counter("troupe_events_total", "cluster events, by kind",
+                   {{"kind", e.kind}})
+      .Increment();
   auto& evs = self->state.events;
   bool bad = e.kind == "crashed" || e.kind == "gave-up" ||
              e.kind == "agent-down" || e.kind == "exited" || e.kind == "lost" ||

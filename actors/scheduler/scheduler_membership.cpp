@@ -12,6 +12,7 @@
 #include "actors/base/stray_errors.hpp"
 #include "actors/cluster/peer_name.hpp"
 #include "actors/cluster/placement.hpp"
+#include "actors/cluster/view_metrics.hpp"
 #include "actors/scheduler/scheduler_internal.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -44,7 +45,9 @@ cluster_view current_view(self_ptr self) {
 
 void publish(self_ptr self) {
   ++self->state.epoch;
-  auto f = encode(current_view(self));
+  auto view = current_view(self);
+  note_view(view);
+  auto f = encode(view);
   for (auto& m : self->state.members)
     self->send(m.handle, view_atom_v, f);
   for (auto& w : self->state.watchers)

@@ -14,6 +14,7 @@
 #include "actors/base/log.hpp"
 #include "actors/base/stray_errors.hpp"
 #include "actors/cluster/placement.hpp"
+#include "actors/cluster/view_metrics.hpp"
 #include "messages/errors.hpp"
 
 namespace troupe::server_impl {
@@ -133,6 +134,7 @@ void apply_view(self_ptr self, cluster_view v) { // 3
   }
   if (v.epoch <= st.view.epoch)
     return;
+  note_view(v);
   auto owned = owned_in(v, st.rank);
   std::set<uint32_t> workers;
   for (auto& w : v.workers)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <iostream>
 #include <map>
@@ -156,6 +157,18 @@ public:
   }
 
 private:
+  /// `flag`, or for --metrics.port=P (P > 0) the port of the agent's
+  /// `n`-th child: P + n (the agent serves on P).
+  static std::string child_metrics_port(const std::string& flag, size_t n) {
+    const std::string key = "--metrics.port=";
+    if (flag.rfind(key, 0) != 0)
+      return flag;
+    auto p = std::strtoul(flag.c_str() + key.size(), nullptr, 10);
+    if (p == 0)
+      return flag;
+    return key + std::to_string(p + n); // node_config::finish checked it
+  }
+
   static restart_policy policy_of(const agent_settings& a) {
     return restart_policy{a.max_restarts, milliseconds{a.restart_window_ms},
                           milliseconds{a.backoff_ms},
@@ -166,9 +179,10 @@ private:
            const std::string& self_path, const std::vector<std::string>& flags,
            bool own_netns) {
     child_spec spec{name, {self_path, "--role=" + role_name}, ""};
+    ++children_;
     for (auto& f : flags) // in a namespace of its own, it has its own --host
       if (!own_netns || f.rfind("--host=", 0) != 0)
-        spec.argv.push_back(f);
+        spec.argv.push_back(child_metrics_port(f, children_));
     if (own_netns) {
       auto ns = child_netns::make(name);
       if (!ns) {
@@ -299,6 +313,7 @@ private:
   /// Namespaces of the children the plan cuts off; declared before sup_,
   /// so they are removed after every child is gone.
   std::map<std::string, std::unique_ptr<child_netns>> netns_;
+  size_t children_ = 0; // added so far
   process_supervisor sup_;
   std::map<std::string, int> started_; // child -> latest pid
   std::set<std::string> restarting_;   // waiting for a restart

@@ -6,6 +6,7 @@
 #include "actors/supervision/supervisor.hpp"
 
 #include "actors/base/exit_codes.hpp"
+#include "actors/base/metrics.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -410,9 +411,13 @@ void process_supervisor::on_exit(child& c, int wait_status,
   }
   emit(child_event::exited, c, pid,
        what.empty() ? describe_exit(wait_status) : what);
-  if (d.kind == restart_tracker::decision::restart)
+  if (d.kind == restart_tracker::decision::restart) {
+    metrics::counter("troupe_restarts_total",
+                     "child processes this agent restarted",
+                     {{"child", c.spec.name}})
+        .Increment();
     emit(child_event::restarting, c, 0, "in " + format_ms(d.delay));
-  else if (d.kind == restart_tracker::decision::give_up)
+  } else if (d.kind == restart_tracker::decision::give_up)
     emit(child_event::gave_up, c, 0, d.reason);
 }
 

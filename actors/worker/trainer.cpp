@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "actors/base/log.hpp"
+#include "actors/base/metrics.hpp"
 #include "actors/server/server_optimizer.hpp"
 #include "actors/worker/worker.hpp"
 #include "kernels/blas.hpp"
@@ -273,16 +274,40 @@ private:
     trainer& t;
     clock_type::time_point in = clock_type::now();
     explicit step_timer(trainer& owner) : t(owner) {
-      if (t.stepped_)
-        t.wait_s_ += seconds(in - t.last_out_);
+      if (t.stepped_) {
+        auto wait = seconds(in - t.last_out_);
+        t.wait_s_ += wait;
+        live().wait.Observe(wait);
+      }
       t.eval_s_ = 0;
     }
     ~step_timer() {
       t.last_out_ = clock_type::now();
       t.stepped_ = true;
-      t.compute_s_ += seconds(t.last_out_ - in) - t.eval_s_;
+      auto compute = seconds(t.last_out_ - in) - t.eval_s_;
+      t.compute_s_ += compute;
+      auto& m = live();
+      m.compute.Observe(compute);
+      m.samples.Increment(double(t.cfg_.batch));
     }
   };
+  /// The trainer's metrics (--metrics.port): what step_timer measures.
+  struct step_metrics {
+    prometheus::Counter& samples = metrics::counter(
+        "troupe_samples_total", "training samples this worker stepped over");
+    prometheus::Histogram& compute =
+        metrics::histogram("troupe_step_compute_seconds",
+                           "a step's own work: forward, backward, local update",
+                           metrics::latency_buckets());
+    prometheus::Histogram& wait = metrics::histogram(
+        "troupe_step_wait_seconds",
+        "between steps: push, the round, pull (the system's part)",
+        metrics::latency_buckets());
+  };
+  static step_metrics& live() {
+    static step_metrics m;
+    return m;
+  }
 
   static double seconds(clock_type::duration d) {
     return std::chrono::duration<double>(d).count();
