@@ -24,8 +24,7 @@ struct state {
   // Families by name: prometheus-cpp refuses a second family of one name.
   std::map<std::string, prometheus::Family<prometheus::Counter>*> counters;
   std::map<std::string, prometheus::Family<prometheus::Gauge>*> gauges;
-  std::map<std::string, prometheus::Family<prometheus::Histogram>*>
-      histograms;
+  std::map<std::string, prometheus::Family<prometheus::Histogram>*> histograms;
 };
 
 state& the() {
@@ -92,10 +91,9 @@ prometheus::Histogram& histogram(const std::string& name,
 }
 
 const std::vector<double>& latency_buckets() {
-  static const std::vector<double> xs{50e-6, 100e-6, 250e-6, 500e-6, 1e-3,
-                                      2.5e-3, 5e-3,  10e-3,  25e-3,  50e-3,
-                                      0.1,    0.25,  0.5,    1.0,    2.5,
-                                      5.0,    10.0};
+  static const std::vector<double> xs{
+      50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
+      50e-3, 0.1,    0.25,   0.5,    1.0,  2.5,    5.0,  10.0};
   return xs;
 }
 

@@ -322,8 +322,7 @@ caf::error node_config::finish() {
   kv.resume_at_largest = workers_resume_at_largest(server);
   if (role_name == "agent" && metrics_port != 0 &&
       uint32_t{metrics_port} + agent.servers + agent.workers > 65535)
-    return caf::make_error(errc::invalid_config, "--metrics.port",
-                           metrics_port,
+    return caf::make_error(errc::invalid_config, "--metrics.port", metrics_port,
                            "leaves no room for the agent's children, which"
                            " take the next ports");
   if (auto err = validate(scheduler))
