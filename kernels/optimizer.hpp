@@ -76,4 +76,29 @@ kernel_status nesterov_update_cpu(float* w, const float* g, size_t n,
 kernel_status adam_update_cpu(float* w, const float* g, size_t n,
                               adam_state& st, const adam_params& p);
 
+/// One step out of place: reads the values (`w_in`) and state before,
+/// writes the values (`w_out`) and state after into other arrays, none
+/// overlapping. The gradient is g0 + g1 (g1 null: g0 alone), added per
+/// element first: the same operations per element as the in-place update
+/// of the summed gradient, so the same bits. A shard server steps so from
+/// the undo image it keeps anyway, instead of copying the values into it
+/// (docs/atomic-pushes.md).
+struct step_arrays {
+  const float* w_in = nullptr;
+  float* w_out = nullptr;
+  const float* g0 = nullptr;
+  const float* g1 = nullptr;
+  size_t n = 0;
+};
+kernel_status sgd_step_from(const step_arrays& a, const sgd_params& p);
+/// Velocity from `v_in` (n floats) into `v_out`.
+kernel_status momentum_step_from(const step_arrays& a, const float* v_in,
+                                 float* v_out, const momentum_params& p,
+                                 bool nesterov);
+/// Moments from `m_in`, `v_in` into `m_out`, `v_out`; `step` is the step
+/// number after this one (adam_state::step once incremented).
+kernel_status adam_step_from(const step_arrays& a, const float* m_in,
+                             float* m_out, const float* v_in, float* v_out,
+                             uint64_t step, const adam_params& p);
+
 } // namespace troupe

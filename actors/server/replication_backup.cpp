@@ -174,7 +174,7 @@ mirror_store new_mirror(self_ptr self, uint32_t primary, uint32_t origin) {
                  std::nullopt};
   m.store.set_loop(st.loop);
   if (st.cfg.atomic_pushes) {
-    m.store.await_cuts(capture_optimizer);
+    m.store.await_cuts(capture_optimizer, step_from_optimizer);
     m.store.replica(true); // no undo image until it is promoted
   }
   return m;

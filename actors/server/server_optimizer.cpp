@@ -134,6 +134,68 @@ void slice_optimizer::restore() {
   }
 }
 
+bool slice_optimizer::step_from(slice_id id, const float* w_in, float* w_out,
+                                size_t n, const float* g0, const float* g1,
+                                uint32_t contributors) {
+  if (!capturing_)
+    return false;
+  capture_slot* c = nullptr;
+  slice_state* st = nullptr;
+  {
+    std::lock_guard<std::mutex> guard{*states_mtx_};
+    c = &captured_[id]; // map nodes stay put, as in state_of
+    if (c->taken)
+      return false;
+    c->taken = true;
+    c->existed = states_.count(id) != 0;
+    st = &states_[id];
+  }
+  // The state before goes aside whole; the slice keeps the buffers of the
+  // last copy, written below. Empty arrays are zeros: made so, n long.
+  std::swap(c->state, *st);
+  auto& before = c->state;
+  st->updates = before.updates;
+  st->adam.step = before.adam.step;
+  auto d = float(std::max<uint32_t>(contributors, 1));
+  auto lr = scheduled_lr(x_, st->updates++);
+  step_arrays a{w_in, w_out, g0, g1, n};
+  auto sized = [n](std::vector<float>& in, std::vector<float>& out) {
+    if (in.empty())
+      in.assign(n, 0.0f);
+    out.resize(n);
+    return in.size() == n;
+  };
+  auto status = kernel_status::shape_mismatch;
+  if (x_.name == "sgd") {
+    status = sgd_step_from(a, sgd_params{lr, x_.weight_decay, d});
+  } else if (x_.name == "momentum" || x_.name == "nesterov") {
+    if (sized(before.momentum.velocity, st->momentum.velocity))
+      status = momentum_step_from(
+          a, before.momentum.velocity.data(), st->momentum.velocity.data(),
+          momentum_params{lr, x_.momentum, x_.weight_decay, d},
+          x_.name == "nesterov");
+  } else if (sized(before.adam.m, st->adam.m) &&
+             sized(before.adam.v, st->adam.v)) {
+    status = adam_step_from(
+        a, before.adam.m.data(), st->adam.m.data(), before.adam.v.data(),
+        st->adam.v.data(), ++st->adam.step,
+        adam_params{lr, x_.beta1, x_.beta2, x_.eps, x_.weight_decay, d});
+  }
+  if (status != kernel_status::ok) { // as in place: the values stay
+    std::copy(w_in, w_in + n, w_out);
+    *st = before;
+  }
+  return true;
+}
+
+bool step_from_optimizer(update_fn& fn, slice_id id, const float* w_in,
+                         float* w_out, size_t n, const float* g0,
+                         const float* g1, uint32_t contributors) {
+  auto* opt = optimizer_of(fn);
+  return opt != nullptr &&
+         opt->step_from(id, w_in, w_out, n, g0, g1, contributors);
+}
+
 shard_store::restore_fn capture_optimizer(update_fn& fn) {
   auto* opt = optimizer_of(fn);
   if (opt == nullptr)

@@ -51,6 +51,14 @@ public:
   void capture();
   void restore();
 
+  /// The update of `id` out of place (shard_store::step_from_fn): values
+  /// before `w_in`, after into `w_out` (n floats), gradient g0 + g1 (g1
+  /// may be null); the state before goes aside by swapping buffers, as
+  /// capture() would copy it. Only while capturing and for a slice not
+  /// yet put aside since capture(): false, and nothing done, otherwise.
+  bool step_from(slice_id id, const float* w_in, float* w_out, size_t n,
+                 const float* g0, const float* g1, uint32_t contributors);
+
 private:
   /// The state of `id`, made on first use under states_mtx_.
   slice_state& state_of(slice_id id);
@@ -76,6 +84,12 @@ slice_optimizer* optimizer_of(update_fn& fn);
 /// Captures the state of the slice_optimizer inside the hook it is given
 /// for an undo image (shard_store::await_cuts); nothing for other hooks.
 shard_store::restore_fn capture_optimizer(update_fn& fn);
+
+/// slice_optimizer::step_from of the optimizer inside `fn`; false for
+/// other hooks (shard_store::await_cuts).
+bool step_from_optimizer(update_fn& fn, slice_id id, const float* w_in,
+                         float* w_out, size_t n, const float* g0,
+                         const float* g1, uint32_t contributors);
 
 /// The update hook of a server for `x`: with the optimizer on the workers,
 /// values = mean of the round's pushes; else make_optimizer_fn(x).

@@ -165,7 +165,8 @@ void set_up(self_ptr self, const server_settings& cfg, caf::actor scheduler,
       hosted_store{new_store_id(), 0, shard_store{cfg.mode, std::move(fn)}});
   self->state.stores.back().store.set_loop(self->state.loop);
   if (cfg.atomic_pushes)
-    self->state.stores.back().store.await_cuts(capture_optimizer);
+    self->state.stores.back().store.await_cuts(capture_optimizer,
+                                               step_from_optimizer);
   self->state.cfg = cfg;
   self->state.scheduler = scheduler;
   self->monitor(scheduler);

@@ -249,7 +249,8 @@ shard_store::push(const push_request& req,
   for (auto& x : fresh_slices)
     wc.taken.insert(x.id);
   if (mode_.kind == consistency::kind_t::sync)
-    add_part(rounds_[req.clock], req.worker, fresh_slices, await_cuts_);
+    add_part(rounds_[req.clock], req.worker, fresh_slices,
+             await_cuts_ && (replica_ || !step_from_ || workers_.size() > 2));
   else if (holds_pushes())
     add_part(wc.held[req.clock], req.worker, fresh_slices, false);
   else
@@ -369,16 +370,45 @@ void shard_store::apply_round(const round_parts& r, bool image) {
                        ? take_buffer(t.values->size())
                        : std::vector<float>{});
   }
+  // The image without a copy: the values before go into it whole (a
+  // swap of buffers), and the hook steps from them into the slice's new
+  // buffer, adding up to two parts on the way.
+  auto step_from = [this](todo& t, uint32_t pushes) {
+    const float* g0 = nullptr;
+    const float* g1 = nullptr;
+    if (t.parts.size() == 1) {
+      g0 = t.parts[0]->values.data();
+    } else if (t.run != nullptr) {
+      g0 = t.run->values.data();
+    } else if (t.parts.size() == 2) {
+      g0 = t.parts[0]->values.data();
+      g1 = t.parts[1]->values.data();
+    }
+    if (!step_from_ || g0 == nullptr)
+      return false;
+    auto& img = t.copy->values;
+    std::swap(img, *t.values);
+    t.values->resize(img.size());
+    if (!step_from_(update_, *t.id, img.data(), t.values->data(), img.size(),
+                    g0, g1, pushes)) {
+      std::swap(img, *t.values);
+      return false;
+    }
+    t.copy->taken = true;
+    return true;
+  };
   // One sum per slice in a round: no two items touch one slice.
   loop_(todos.size(), [&](size_t k) {
     auto& t = *todos[k];
+    uint32_t pushes = 0;
+    for (auto* c : t.parts)
+      pushes += c->pushes;
+    if (t.copy && step_from(t, pushes))
+      return;
     if (t.copy) {
       t.copy->values = *t.values; // reuses the buffer of the last image
       t.copy->taken = true;
     }
-    uint32_t pushes = 0;
-    for (auto* c : t.parts)
-      pushes += c->pushes;
     if (t.parts.size() == 1)
       return update_(*t.id, *t.values, t.parts[0]->values.data(), pushes);
     if (t.run != nullptr)

@@ -187,6 +187,15 @@ public:
   /// its hook with it, may have moved in between).
   using restore_fn = std::function<void(update_fn&)>;
   using capture_fn = std::function<restore_fn(update_fn&)>;
+  /// The update of slice `id` out of place, as the undo image is taken:
+  /// the values before are `in` (the image's), the values after go to
+  /// `out` (n floats each); the gradient is g0 + g1 (g1 null: g0 alone),
+  /// `contributors` pushes; the hook puts its own state before aside, as
+  /// after a capture. False if it cannot (the store then copies the
+  /// values into the image and updates in place).
+  using step_from_fn = std::function<bool(
+      update_fn& hook, slice_id id, const float* in, float* out, size_t n,
+      const float* g0, const float* g1, uint32_t contributors)>;
 
   /// From now on the cluster decides, for each worker that leaves, how
   /// many of its clocks every server keeps (cut()). Without it a departed
@@ -199,7 +208,9 @@ public:
   ///   none);
   /// async, ssp: a push is held until every server acknowledged it (the
   ///   `acked` its worker sends later), or the cut keeps it.
-  void await_cuts(capture_fn capture);
+  /// With `step`, a primary's round steps from the image instead of
+  /// copying the values into it.
+  void await_cuts(capture_fn capture, step_from_fn step = nullptr);
 
   /// The cluster keeps the pushes of clocks below `keep` of worker `w`,
   /// which left: its parts of later clocks are taken out of the rounds,
@@ -384,6 +395,7 @@ private:
   /// Gives the buffers of `r` back to spare_.
   void recycle(round_parts& r);
   capture_fn capture_;
+  step_from_fn step_from_;
   bool await_cuts_ = false;
   /// Ranks whose last departure's cut is known: the clocks kept.
   std::map<uint32_t, uint64_t> cuts_;

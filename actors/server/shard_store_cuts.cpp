@@ -72,9 +72,10 @@ void shard_store::replica(bool on) {
     catch_up();
 }
 
-void shard_store::await_cuts(capture_fn capture) {
+void shard_store::await_cuts(capture_fn capture, step_from_fn step) {
   await_cuts_ = true;
   capture_ = std::move(capture); // sync's undo image
+  step_from_ = std::move(step);
 }
 
 bool shard_store::holds_pushes() const {

@@ -260,4 +260,74 @@ BOOST_AUTO_TEST_CASE(updates_match_a_plain_loop_bit_for_bit) {
   }
 }
 
+// A shard server steps out of place from its undo image, with the two
+// pushes of a round added per element: the bits must be those of the
+// in-place update of their sum, which the backup's replica runs.
+BOOST_AUTO_TEST_CASE(
+    steps_out_of_place_match_the_in_place_updates_bit_for_bit) {
+  const size_t n = 1037;
+  auto g0 = test::random_values(n, 21), g1 = test::random_values(n, 22);
+  auto w0 = test::random_values(n, 23);
+  std::vector<float> sum(n);
+  for (size_t i = 0; i < n; ++i)
+    sum[i] = g0[i] + g1[i];
+  const float lr = 0.05f, mu = 0.9f, wd = 0.01f, d = 2.0f;
+  for (bool two : {false, true}) {
+    const float* g = two ? sum.data() : g0.data();
+    std::vector<float> out(n, -7.0f);
+    step_arrays a{w0.data(), out.data(), g0.data(), two ? g1.data() : nullptr,
+                  n};
+    {
+      auto w = w0;
+      BOOST_REQUIRE(sgd_update_cpu(w.data(), g, n, {lr, wd, d}) ==
+                    kernel_status::ok);
+      BOOST_REQUIRE(sgd_step_from(a, {lr, wd, d}) == kernel_status::ok);
+      BOOST_TEST(out == w, tt::per_element());
+    }
+    for (bool nesterov : {false, true}) {
+      auto w = w0;
+      momentum_state st;
+      st.velocity = test::random_values(n, 24);
+      auto v_in = st.velocity;
+      std::vector<float> v_out(n, -7.0f);
+      auto step = nesterov ? nesterov_update_cpu : momentum_update_cpu;
+      BOOST_REQUIRE(step(w.data(), g, n, st, {lr, mu, wd, d}) ==
+                    kernel_status::ok);
+      BOOST_REQUIRE(momentum_step_from(a, v_in.data(), v_out.data(),
+                                       {lr, mu, wd, d},
+                                       nesterov) == kernel_status::ok);
+      BOOST_TEST(out == w, tt::per_element());
+      BOOST_TEST(v_out == st.velocity, tt::per_element());
+    }
+    {
+      auto w = w0;
+      adam_state st;
+      st.m = test::random_values(n, 25);
+      st.v = test::random_values(n, 26);
+      for (auto& x : st.v)
+        x = x * x; // a second moment is not negative
+      st.step = 4;
+      auto m_in = st.m, v_in = st.v;
+      std::vector<float> m_out(n), v_out(n);
+      adam_params p;
+      p.lr = lr;
+      p.weight_decay = wd;
+      p.grad_divisor = d;
+      BOOST_REQUIRE(adam_update_cpu(w.data(), g, n, st, p) ==
+                    kernel_status::ok);
+      BOOST_REQUIRE(adam_step_from(a, m_in.data(), m_out.data(), v_in.data(),
+                                   v_out.data(), 5, p) == kernel_status::ok);
+      BOOST_TEST(out == w, tt::per_element());
+      BOOST_TEST(m_out == st.m, tt::per_element());
+      BOOST_TEST(v_out == st.v, tt::per_element());
+    }
+  }
+  std::vector<float> out(n);
+  BOOST_CHECK(sgd_step_from({w0.data(), out.data(), nullptr, nullptr, n},
+                            {lr, wd, d}) == kernel_status::bad_input);
+  BOOST_CHECK(adam_step_from({w0.data(), out.data(), g0.data(), nullptr, n},
+                             g0.data(), out.data(), g0.data(), out.data(), 0,
+                             adam_params{}) == kernel_status::bad_input);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

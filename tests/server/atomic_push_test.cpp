@@ -24,7 +24,7 @@ struct cut_store {
   explicit cut_store(update_fn hook, std::set<uint32_t> workers = {0, 1, 2},
                      bool replica = false)
       : store(*parse_consistency("sync"), std::move(hook)) {
-    store.await_cuts(capture_optimizer);
+    store.await_cuts(capture_optimizer, step_from_optimizer);
     store.replica(replica);
     store.set_owned({{a, 3}, {b, 2}});
     store.set_workers(workers);
@@ -283,6 +283,36 @@ BOOST_AUTO_TEST_CASE(a_replica_applies_a_round_once_it_is_settled) {
   BOOST_CHECK_EQUAL(r.store.deferred(), 0u);
   BOOST_CHECK(r.store.tentative());
   check_same(r.values(), p.values());
+}
+
+BOOST_AUTO_TEST_CASE(two_workers_step_from_the_image_with_the_replicas_bits) {
+  // With two workers a primary adds the two pushes inside the optimizer's
+  // step (from its undo image, out of place); its replica sums them first
+  // and steps in place. The same bits, and a cut undoes the primary's
+  // round exactly: it equals a store that never had worker 1's last push.
+  cut_store p{make_optimizer_fn(momentum()), {0, 1}};
+  cut_store r{make_optimizer_fn(momentum()), {0, 1}, true};
+  for (uint64_t c = 0; c < 3; ++c)
+    for (auto* x : {&p, &r})
+      for (uint32_t w = 0; w < 2; ++w)
+        x->push(w, c, 0.75f * c - w + 0.1f);
+  r.store.replica(false);
+  check_same(r.values(), p.values());
+  // q: two rounds of both, then worker 1's clock 2 is cut; q_ref: the
+  // same without that push.
+  cut_store q{make_optimizer_fn(momentum()), {0, 1}};
+  cut_store q_ref{make_optimizer_fn(momentum()), {0, 1}};
+  for (uint64_t c = 0; c < 2; ++c)
+    for (auto* x : {&q, &q_ref})
+      for (uint32_t w = 0; w < 2; ++w)
+        x->push(w, c, 0.5f * c + w);
+  q.push(1, 2, 9.0f); // worker 1's clock 2, whole here, not elsewhere
+  q.push(0, 2, 1.0f);
+  q.store.set_workers({0});
+  BOOST_REQUIRE(q.store.cut(1, 2));
+  q_ref.store.set_workers({0});
+  q_ref.push(0, 2, 1.0f);
+  check_same(q.values(), q_ref.values());
 }
 
 BOOST_AUTO_TEST_CASE(a_replica_takes_a_cut_part_out_before_applying) {
