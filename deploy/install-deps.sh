@@ -19,6 +19,8 @@ packages=(
   dataset-fashion-mnist      # training data
   iproute2 procps            # ip (network cuts), ss, kill, pgrep
   util-linux                 # unshare (the demo with a network cut)
+  openssh-client             # deploy/cluster.sh
+  openssh-server             # tests: deploy/cluster.sh across netns hosts
 )
 
 missing=()
