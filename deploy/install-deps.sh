@@ -21,6 +21,8 @@ packages=(
   util-linux                 # unshare (the demo with a network cut)
   openssh-client             # deploy/cluster.sh
   openssh-server             # tests: deploy/cluster.sh across netns hosts
+  libcivetweb-dev            # the scheduler's status page
+  chromium                   # tests: the status page in a headless browser
 )
 
 missing=()

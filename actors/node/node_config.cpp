@@ -126,6 +126,8 @@ void node_config::add_cluster_options() {
       .add(scheduler.placement.vnodes, "vnodes", "ring points per server")
       .add(scheduler.placement.slack, "balance-slack",
            "allowed load above the mean per server (0.05 = 5%)")
+      .add(scheduler.status_port, "status-port",
+           "the scheduler serves its status page on this port (0 = none)")
       .add(scheduler.events_file, "events-file",
            "append every event as a line of JSON to this file"
            " (events.jsonl; fault_timeline --events-file reads it)")
@@ -483,6 +485,7 @@ void node_config::share_settings() {
   ck.mode = mode_text;
   ck.optimizer = optimizer.name + "@" + optimizer.on;
   scheduler.checkpoint = ck;
+  scheduler.status_host = host;
 }
 
 trainer_settings node_config::trainer() const {

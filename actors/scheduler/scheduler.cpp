@@ -3,6 +3,8 @@
 // checkpoints); see the header for the messages and the failure transitions.
 #include "actors/scheduler/scheduler.hpp"
 
+#include <iostream>
+
 #include <caf/event_based_actor.hpp>
 #include <caf/system_messages.hpp>
 
@@ -33,6 +35,18 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
                                      cfg.events_file + " to append"));
       return {};
     }
+  }
+  if (cfg.status_port != 0) {
+    // A page is for watching: one that cannot be served is said, and the
+    // job goes on without it.
+    std::string why;
+    self->state.page =
+        status_page::start(cfg.status_host, cfg.status_port, why);
+    if (self->state.page)
+      TROUPE_LOG(info, "scheduler", "status page on http://", cfg.status_host,
+                 ":", cfg.status_port, "/");
+    else
+      std::cerr << "*** scheduler: " << why << "; going on without it\n";
   }
   return {
       [self](register_atom, const frame& f) { return on_register(self, f); },

@@ -94,6 +94,7 @@
 
 #include "actors/base/member_secret.hpp"
 #include "actors/scheduler/scheduler_settings.hpp"
+#include "actors/scheduler/status_page.hpp"
 #include "messages/membership.hpp"
 
 namespace troupe {
@@ -147,6 +148,8 @@ struct scheduler_state {
   std::vector<event_record> events;         // oldest first
   /// cfg.events_file, open to append; null: none.
   std::shared_ptr<std::ofstream> events_out;
+  /// cfg.status_port's page, fed each view and event; null: none.
+  std::shared_ptr<status_page> page;
   uint64_t events_dropped = 0; // oldest ones no longer kept
   std::vector<std::pair<uint64_t, caf::response_promise>> event_polls;
   std::map<caf::actor_addr, std::string> reporters; // non-members reporting

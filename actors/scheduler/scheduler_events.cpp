@@ -31,6 +31,8 @@ void record(self_ptr self, event_record e) {
   metrics::counter("troupe_events_total", "cluster events, by kind",
                    {{"kind", e.kind}})
       .Increment();
+  if (self->state.page)
+    self->state.page->add_event(e);
   auto& evs = self->state.events;
   bool bad = e.kind == "crashed" || e.kind == "gave-up" ||
              e.kind == "agent-down" || e.kind == "exited" || e.kind == "lost" ||

@@ -47,6 +47,8 @@ void publish(self_ptr self) {
   ++self->state.epoch;
   auto view = current_view(self);
   note_view(view);
+  if (self->state.page)
+    self->state.page->set_view(view);
   auto f = encode(view);
   for (auto& m : self->state.members)
     self->send(m.handle, view_atom_v, f);

@@ -29,6 +29,10 @@ struct scheduler_settings {
   /// Where every event also goes as a line of JSON (events.jsonl, opened
   /// to append); empty: nowhere (--cluster.events-file).
   std::string events_file;
+  /// Port of the status page (--cluster.status-port); 0 = none.
+  uint16_t status_port = 0;
+  /// Address it listens on: the node's --host.
+  std::string status_host = "127.0.0.1";
 };
 
 /// One error naming the --cluster.* flag that is out of range, or none.

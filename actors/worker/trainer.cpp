@@ -3,6 +3,8 @@
 // point on the weights the next step pulls, and once more at the end.
 #include "actors/worker/trainer.hpp"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +13,8 @@
 #include <iostream>
 #include <memory>
 #include <utility>
+
+#include <caf/send.hpp>
 
 #include "actors/base/log.hpp"
 #include "actors/base/metrics.hpp"
@@ -22,6 +26,8 @@
 #include "kernels/model.hpp"
 #include "kernels/partition.hpp"
 #include "messages/errors.hpp"
+#include "messages/membership.hpp"
+#include "messages/type_ids.hpp"
 
 namespace troupe {
 
@@ -60,6 +66,8 @@ double evaluate(model& net, const dataset& d, size_t limit) {
 
 class trainer final : public worker_logic {
 public:
+  void on_progress(progress_fn fn) { progress_ = std::move(fn); }
+
   trainer(const trainer_settings& cfg, model net, dataset train, dataset test)
       : cfg_(cfg.train), net_(std::move(net)), train_(std::move(train)),
         test_(std::move(test)), local_opt_(cfg.optimizer.on == "worker"),
@@ -455,6 +463,17 @@ private:
                << ",\"compute_s\":" << compute_s_ << ",\"wait_s\":" << wait_s_
                << "}\n"
                << std::flush;
+    if (progress_) {
+      char line[160];
+      std::snprintf(line, sizeof(line), "epoch=%.4f accuracy=%.4f", epoch, acc);
+      std::string detail = line;
+      if (stepped) {
+        std::snprintf(line, sizeof(line), " loss=%.6g samples_per_s=%.0f", loss,
+                      rate);
+        detail += line;
+      }
+      progress_(detail);
+    }
     loss_sum_ = 0;
     part_steps_ = 0;
     compute_s_ = wait_s_ = 0;
@@ -494,6 +513,7 @@ private:
   clock_type::time_point last_out_;
   uint64_t part_steps_ = 0;
   std::ofstream metrics_;
+  progress_fn progress_;
   clock_type::time_point started_, part_begin_;
 };
 
@@ -514,8 +534,20 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
     return fail(e);
   if (auto e = load_fashion_mnist(cfg.train.data_dir, "t10k", test); !e.empty())
     return fail(e);
-  auto logic =
-      make_trainer(cfg, std::move(*net), std::move(train), std::move(test));
+  // Rank 0's progress to the scheduler's status page, as events, sent
+  // without waiting: training never waits for the page.
+  auto progress = [scheduler](const std::string& detail) {
+    event_record e{now_ms(),
+                   "progress",
+                   role::worker,
+                   0,
+                   static_cast<uint32_t>(::getpid()),
+                   detail,
+                   "worker 0"};
+    caf::anon_send(scheduler, event_atom_v, encode(e));
+  };
+  auto logic = make_trainer(cfg, std::move(*net), std::move(train),
+                            std::move(test), progress);
   worker_options opts;
   opts.pipeline = cfg.worker.pipeline;
   opts.overlap = cfg.worker.overlap;
@@ -524,9 +556,11 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
 
 std::shared_ptr<worker_logic> make_trainer(const trainer_settings& cfg,
                                            model net, dataset train,
-                                           dataset test) {
-  return std::make_shared<trainer>(cfg, std::move(net), std::move(train),
-                                   std::move(test));
+                                           dataset test, progress_fn progress) {
+  auto t = std::make_shared<trainer>(cfg, std::move(net), std::move(train),
+                                     std::move(test));
+  t->on_progress(std::move(progress));
+  return t;
 }
 
 } // namespace troupe

@@ -5,7 +5,9 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "actors/worker/worker.hpp"
 #include "actors/worker/worker_settings.hpp"
@@ -20,10 +22,16 @@ namespace troupe {
 int run_training(caf::actor_system& sys, caf::actor scheduler,
                  const trainer_settings& cfg);
 
+/// Hears rank 0's progress lines as "epoch=E loss=L accuracy=A
+/// samples_per_s=R" (loss and rate left out where no step was taken):
+/// run_training sends them to the scheduler's status page.
+using progress_fn = std::function<void(const std::string& detail)>;
+
 /// The trainer's worker_logic on `net` and the given data (run_training
 /// loads Fashion-MNIST; tests pass their own).
 std::shared_ptr<worker_logic> make_trainer(const trainer_settings& cfg,
                                            model net, dataset train,
-                                           dataset test);
+                                           dataset test,
+                                           progress_fn progress = nullptr);
 
 } // namespace troupe

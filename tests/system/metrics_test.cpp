@@ -273,4 +273,14 @@ BOOST_AUTO_TEST_CASE(a_taken_port_is_said_and_the_node_goes_on) {
               std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(a_taken_status_port_is_said_and_the_scheduler_goes_on) {
+  held_port taken;
+  scheduler_process s(1, 1,
+                      {"--cluster.status-port=" + std::to_string(taken.port)});
+  auto line = s.proc->wait_for_line("going on without it", 1s);
+  BOOST_REQUIRE_MESSAGE(line, s.proc->output());
+  BOOST_CHECK(line->find("--cluster.status-port=" +
+                         std::to_string(taken.port)) != std::string::npos);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
