@@ -154,15 +154,9 @@ common+=("${tls[@]}" "$@")
 
 start_node "$sched_host" scheduler "$logs/scheduler.log" --role=scheduler \
   --scheduler-port=0 "${common[@]}" "--cluster.events-file=$logs/events.jsonl"
-sched_pid=${pids[0]}
-port=
-for _ in $(seq 300); do
-  port=$(sed -n 's/.*scheduler listening on [^:]*:\([0-9]*\).*/\1/p' \
-    "$logs/scheduler.log")
-  [ -n "$port" ] && break
-  kill -0 "$sched_pid" 2>/dev/null || break
-  sleep 0.1
-done
+# shellcheck source=deploy/scheduler.sh
+. "$here/deploy/scheduler.sh"
+scheduler_port "$logs/scheduler.log" "${pids[0]}" 300
 if [ -z "$port" ]; then
   echo "*** the scheduler did not start on $sched_host:" >&2
   cat "$logs/scheduler.log" >&2

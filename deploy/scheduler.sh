@@ -10,17 +10,25 @@ start_scheduler() {
   "$bin" --role=scheduler "$@" >"$log" 2>&1 &
   sched_pid=$!
   echo "scheduler pid $sched_pid (log $log)"
-  port=
-  for _ in $(seq 100); do
-    port=$(sed -n 's/.*scheduler listening on [^:]*:\([0-9]*\).*/\1/p' "$log")
-    [ -n "$port" ] && break
-    kill -0 "$sched_pid" 2>/dev/null || break
-    sleep 0.1
-  done
+  scheduler_port "$log" "$sched_pid" 100
   if [ -z "$port" ]; then
     echo "*** the scheduler did not start:" >&2
     cat "$log" >&2
     return 1
   fi
   echo "scheduler listening on port $port"
+}
+
+# scheduler_port LOG PID TENTHS: sets `port` to the port the scheduler
+# whose output is LOG says it listens on, waiting up to TENTHS tenths of a
+# second while PID (whatever writes LOG) runs; empty if it did not say.
+scheduler_port() {
+  local log=$1 pid=$2 tenths=$3
+  port=
+  for _ in $(seq "$tenths"); do
+    port=$(sed -n 's/.*scheduler listening on [^:]*:\([0-9]*\).*/\1/p' "$log")
+    [ -n "$port" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
 }

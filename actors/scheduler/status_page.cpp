@@ -12,18 +12,6 @@ namespace {
 constexpr size_t max_events = 300;
 constexpr size_t max_progress = 20000;
 
-const char* role_name(role r) {
-  switch (r) {
-  case role::scheduler:
-    return "scheduler";
-  case role::server:
-    return "server";
-  case role::worker:
-    return "worker";
-  }
-  return "?";
-}
-
 nlohmann::json member_json(const node_info& n, const char* kind,
                            const std::vector<event_record>& events) {
   nlohmann::json m{{"role", kind},
@@ -33,7 +21,7 @@ nlohmann::json member_json(const node_info& n, const char* kind,
                    {"health", "live"}};
   // Its last event says how it got here (joined, rejoined, promoted...).
   for (auto e = events.rbegin(); e != events.rend(); ++e)
-    if (e->rank == n.rank && std::string{role_name(e->about)} == kind &&
+    if (e->rank == n.rank && std::string{to_string(e->about)} == kind &&
         e->kind != "progress") {
       m["last_event"] = e->kind;
       m["last_event_ms"] = e->at_ms;
