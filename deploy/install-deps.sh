@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package troupe needs to build, test and run.
-# usage: deploy/install-deps.sh   (as root; idempotent and quiet)
+# usage: deploy/install-deps.sh [--slurm]   (as root; idempotent and quiet)
+#   --slurm  also Slurm and munge (deploy/slurm/, tests/deploy/slurm_test.sh)
 set -euo pipefail
 
 packages=(
@@ -24,6 +25,15 @@ packages=(
   libcivetweb-dev            # the scheduler's status page
   chromium                   # tests: the status page in a headless browser
 )
+
+case ${1:-} in
+--slurm) packages+=(slurm-wlm munge) ;;
+"") ;;
+*)
+  echo "install-deps: unknown option '$1' (--slurm, or none)" >&2
+  exit 2
+  ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
