@@ -1,9 +1,57 @@
-// Atomic pushes in a shard store (docs/atomic-pushes.md): when a tentative
-// round is final, the undo image, and the cluster's cut of a departed
+// Sync rounds applied as they complete, and atomic pushes in a shard store
+// (docs/atomic-pushes.md): when a tentative round is final, the undo image,
+// a replica's rounds held back, and the cluster's cut of a departed
 // worker's clocks; see shard_store.hpp.
 #include "actors/server/shard_store.hpp"
 
 namespace troupe {
+
+void shard_store::complete_rounds() {
+  if (mode_.kind != consistency::kind_t::sync || workers_.empty())
+    return settle();
+  while (min_clock() > rounds_applied_) {
+    auto i = rounds_.find(rounds_applied_);
+    auto to = rounds_applied_ + 1;
+    if (i != rounds_.end() && replica_) {
+      deferred_.emplace(i->first, std::move(i->second)); // settle() applies it
+      rounds_.erase(i);
+    } else if (i != rounds_.end()) {
+      if (await_cuts_) {
+        settle();
+        if (!image_.taken) { // the state this round may have to be undone to
+          image_.restore_hook = capture_ ? capture_(update_) : nullptr;
+          image_.taken = true;
+        }
+      }
+      apply_round(i->second, await_cuts_);
+      if (await_cuts_)
+        tentative_.emplace(i->first, std::move(i->second));
+      else
+        recycle(i->second);
+      rounds_.erase(i);
+    } else {
+      // Rounds no push reached here (workers met at a higher clock: this
+      // store joined late) change nothing: they pass at once, up to the
+      // next round with pushes or the next version something waits for,
+      // not one at a time (a first push's clock may be large).
+      to = min_clock();
+      if (auto n = rounds_.upper_bound(rounds_applied_); n != rounds_.end())
+        to = std::min(to, n->first);
+      if (auto v = at_version_.upper_bound(rounds_applied_);
+          v != at_version_.end())
+        to = std::min(to, v->first);
+    }
+    version_ = rounds_applied_ = to;
+    auto due = at_version_.find(version_);
+    if (due != at_version_.end()) {
+      auto fns = std::move(due->second);
+      at_version_.erase(due);
+      for (auto& fn : fns)
+        fn();
+    }
+  }
+  settle();
+}
 
 // Rounds are tentative only in a store that awaits cuts.
 bool shard_store::settled(uint64_t clock, const round_parts& r) const {
