@@ -105,22 +105,20 @@ void slice_optimizer::capture() {
     c.taken = false;
 }
 
+slice_optimizer::capture_slot* slice_optimizer::claim_slot(slice_id id) {
+  std::lock_guard<std::mutex> guard{*states_mtx_};
+  auto* c = &captured_[id]; // map nodes stay put, as in state_of
+  if (c->taken)
+    return nullptr;
+  c->taken = true;
+  c->existed = states_.count(id) != 0;
+  return c;
+}
+
 void slice_optimizer::capture_slice(slice_id id) {
-  capture_slot* c = nullptr;
-  const slice_state* now = nullptr;
-  {
-    std::lock_guard<std::mutex> guard{*states_mtx_};
-    c = &captured_[id]; // map nodes stay put, as in state_of
-    if (c->taken)
-      return;
-    c->taken = true;
-    auto i = states_.find(id);
-    c->existed = i != states_.end();
-    now = c->existed ? &i->second : nullptr;
-  }
-  if (now == nullptr)
-    return;
-  c->state = *now; // vectors keep their buffers from the last copy
+  auto* c = claim_slot(id);
+  if (c != nullptr && c->existed)
+    c->state = state_of(id); // vectors keep their buffers from the last copy
 }
 
 void slice_optimizer::restore() {
@@ -139,17 +137,10 @@ bool slice_optimizer::step_from(slice_id id, const float* w_in, float* w_out,
                                 uint32_t contributors) {
   if (!capturing_)
     return false;
-  capture_slot* c = nullptr;
-  slice_state* st = nullptr;
-  {
-    std::lock_guard<std::mutex> guard{*states_mtx_};
-    c = &captured_[id]; // map nodes stay put, as in state_of
-    if (c->taken)
-      return false;
-    c->taken = true;
-    c->existed = states_.count(id) != 0;
-    st = &states_[id];
-  }
+  auto* c = claim_slot(id);
+  if (c == nullptr)
+    return false;
+  auto* st = &state_of(id);
   // The state before goes aside whole; the slice keeps the buffers of the
   // last copy, written below. Empty arrays are zeros: made so, n long.
   std::swap(c->state, *st);

@@ -72,6 +72,9 @@ private:
   };
   /// Copies the state of `id` aside unless it was since capture().
   void capture_slice(slice_id id);
+  /// The slot of `id` to put its state aside in, marked taken (and whether
+  /// the slice had a state); null if it was put aside since capture().
+  capture_slot* claim_slot(slice_id id);
   std::map<slice_id, capture_slot> captured_;
   bool capturing_ = false; // capture() ran
   std::unique_ptr<std::mutex> states_mtx_ = std::make_unique<std::mutex>();
