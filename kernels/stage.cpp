@@ -88,26 +88,48 @@ void stage_model::zero_gradients() {
   }
 }
 
+kernel_status stage_model::run_layers(const float* x, size_t batch,
+                                      std::vector<tensor>& acts) {
+  acts.clear();
+  acts.emplace_back(std::vector<size_t>{batch, input_size()},
+                    std::vector<float>(x, x + batch * input_size()));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    auto& L = layers_[l];
+    tensor y({batch, L.out});
+    auto s = dense_forward_cpu(acts[l].data(), L.w.data(), L.b.data(), y.data(),
+                               batch, L.in, L.out);
+    if (s != kernel_status::ok)
+      return s;
+    if (l + 1 < layers_.size() || !last_of_model_)
+      relu_forward_cpu(y.data(), y.data(), y.size());
+    acts.push_back(std::move(y));
+  }
+  return kernel_status::ok;
+}
+
 kernel_status stage_model::forward(uint32_t micro, const float* x,
                                    size_t batch) {
   if (!x || batch == 0 || micros_.count(micro) != 0)
     return kernel_status::bad_input;
   micro_state st;
-  st.acts.emplace_back(std::vector<size_t>{batch, input_size()},
-                       std::vector<float>(x, x + batch * input_size()));
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    auto& L = layers_[l];
-    tensor y({batch, L.out});
-    auto s = dense_forward_cpu(st.acts[l].data(), L.w.data(), L.b.data(),
-                               y.data(), batch, L.in, L.out);
-    if (s != kernel_status::ok)
-      return s;
-    if (l + 1 < layers_.size() || !last_of_model_)
-      relu_forward_cpu(y.data(), y.data(), y.size());
-    st.acts.push_back(std::move(y));
-  }
+  if (auto s = run_layers(x, batch, st.acts); s != kernel_status::ok)
+    return s;
   micros_.emplace(micro, std::move(st));
   return kernel_status::ok;
+}
+
+kernel_status stage_model::infer(const float* x, size_t batch, tensor& out) {
+  if (!x || batch == 0)
+    return kernel_status::bad_input;
+  std::vector<tensor> acts;
+  if (auto s = run_layers(x, batch, acts); s != kernel_status::ok)
+    return s;
+  out = std::move(acts.back());
+  return kernel_status::ok;
+}
+
+void stage_model::drop_micro_batches() {
+  micros_.clear();
 }
 
 const tensor& stage_model::output(uint32_t micro) const {

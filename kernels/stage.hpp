@@ -58,6 +58,11 @@ public:
   /// input_size), keeping its activations until its W. bad_input if the
   /// micro-batch is already held.
   kernel_status forward(uint32_t micro, const float* x, size_t batch);
+  /// The layers on x (batch x input_size) into `out` (batch x
+  /// output_size), keeping nothing: an evaluation.
+  kernel_status infer(const float* x, size_t batch, tensor& out);
+  /// Lets go of every micro-batch's activations: a mini-batch given up.
+  void drop_micro_batches();
   /// The output of micro-batch `micro`'s forward (batch x output_size).
   const tensor& output(uint32_t micro) const;
 
@@ -86,6 +91,9 @@ private:
     std::vector<tensor> acts; // [0] input; [l + 1] output of layer l
     std::vector<tensor> dys;  // after B: the gradient at layer l's output
   };
+  /// The layers on x, each output into `acts` after the input's copy.
+  kernel_status run_layers(const float* x, size_t batch,
+                           std::vector<tensor>& acts);
   /// The arrays `w` and `b` of every layer, named as parameters().
   std::vector<param_ref> refs(tensor layer::*w, tensor layer::*b);
   std::vector<layer> layers_;

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <caf/error.hpp>
 
 #include "messages/frame.hpp"
+#include "messages/named_array.hpp"
 
 namespace troupe {
 
@@ -19,6 +21,16 @@ struct stage_tensor {
   uint32_t rows = 0;
   uint32_t cols = 0;
   std::vector<float> values; ///< rows * cols
+  uint64_t gen = 0;          ///< the pipeline's generation; 0 = none
+};
+
+/// A stage's weights after `step` mini-batches (a driver's checkpoint).
+struct stage_checkpoint {
+  uint32_t stage = 0;
+  uint64_t step = 0;
+  std::string spec;
+  uint32_t first = 0, last = 0;
+  std::vector<named_array> arrays;
 };
 
 /// Most floats in one stage tensor (256 MiB of them).
@@ -28,5 +40,10 @@ frame encode(const stage_tensor& x);
 /// malformed_message if the bytes are no StageTensor, or its values are not
 /// rows * cols floats (at most max_stage_tensor_floats).
 caf::error decode(bytes_view f, stage_tensor& x);
+
+frame encode(const stage_checkpoint& x);
+/// malformed_message if the bytes are no StageCheckpoint, its keys and
+/// arrays differ in count, or an array is not whole floats.
+caf::error decode(bytes_view f, stage_checkpoint& x);
 
 } // namespace troupe

@@ -240,7 +240,9 @@ void join(self_ptr self) {
         std::chrono::steady_clock::now() + timeout_of(self);
   // Our machine: a server that advertises a loopback address is of no
   // use to a worker on another (the scheduler refuses one or the other).
-  register_request req{role::worker, "", 0, static_cast<uint32_t>(::getpid()),
+  auto& cfg = self->state.cfg;
+  register_request req{role::worker, cfg.publish_host, cfg.publish_port,
+                       static_cast<uint32_t>(::getpid()),
                        road_info{0, machine_id(), ""}};
   self->request(self->state.scheduler, timeout_of(self), register_atom_v,
                 encode(req))

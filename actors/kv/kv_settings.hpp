@@ -68,6 +68,11 @@ struct kv_settings {
   /// back with no replica) still ends with exit 0 (--cluster.allow-loss;
   /// node_config copies it here). Default: it ends non-zero, saying so.
   bool allow_loss = false;
+  /// Where this worker process published an actor of its own, which the
+  /// view then names beside its rank (a pipeline stage's driver: its
+  /// neighbours find it there); "" and 0 = none. Set by the process.
+  std::string publish_host;
+  uint16_t publish_port = 0;
   /// How this process's roads wait for bytes (group "road").
   road_settings roads;
   /// Faults injected into this client's pushes (group "fault").

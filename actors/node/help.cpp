@@ -17,9 +17,10 @@ namespace troupe {
 namespace {
 
 /// troupe's groups, in the order a user meets them.
-constexpr std::array<const char*, 12> troupe_groups{
-    "global", "cluster", "server", "kv",    "road",       "optimizer",
-    "train",  "worker",  "agent",  "fault", "checkpoint", "metrics"};
+constexpr std::array<const char*, 13> troupe_groups{
+    "global",     "cluster", "server",  "kv",    "road",
+    "optimizer",  "train",   "worker",  "agent", "fault",
+    "checkpoint", "metrics", "pipeline"};
 
 /// CAF's options that a troupe node sets or a user may need; the rest of
 /// CAF's groups (opencl, work-stealing, logger, ...) do nothing in troupe

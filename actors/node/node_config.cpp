@@ -98,6 +98,7 @@ node_config::node_config() {
   add_fault_options();
   add_checkpoint_options();
   add_worker_options();
+  add_pipeline_options();
 }
 
 void node_config::add_global_options() {
@@ -119,7 +120,8 @@ void node_config::add_global_options() {
 
 void node_config::add_cluster_options() {
   opt_group{custom_options_, "cluster"}
-      .add(scheduler.servers, "servers", "servers to wait for before placing")
+      .add(scheduler.servers, "servers",
+           "servers to wait for before placing; 0 = pipeline stages alone")
       .add(scheduler.workers, "workers", "workers barriers wait for")
       .add(scheduler.placement.slice_floats, "slice-floats",
            "slice bound in floats (16384 floats = 64 KiB)")
@@ -276,7 +278,7 @@ void node_config::add_checkpoint_options() {
 
 void node_config::add_worker_options() {
   opt_group{custom_options_, "worker"}
-      .add(worker.task, "task", "train | counter")
+      .add(worker.task, "task", "train | counter | stage (--pipeline.*)")
       .add(worker.steps, "steps", "clocks the built-in workload runs")
       .add(worker.keys, "keys", "arrays the built-in workload uses")
       .add(worker.key_floats, "key-floats", "floats per array")
@@ -288,6 +290,27 @@ void node_config::add_worker_options() {
       .add(worker.watch_us, "watch-us",
            "the scheduler thread watches for work this long (us) before it"
            " sleeps, 0 = at once; not with --worker.pipeline");
+}
+
+void node_config::add_pipeline_options() {
+  opt_group{custom_options_, "pipeline"}
+      .add(pipeline.stages, "stages",
+           "stages of the model, one process each (--worker.task=stage)")
+      .add(pipeline.schedule_text, "schedule", "gpipe | 1f1b | zb-h1")
+      .add(pipeline.micro_batches, "micro-batches",
+           "micro-batches per mini-batch (divides --train.batch)")
+      .add(pipeline.cut_text, "cut",
+           "layer boundaries between stages, e.g. 2,3; \"\" = even"
+           " parameters")
+      .add(pipeline.checkpoint_every, "checkpoint-every",
+           "each stage writes its weights every this many mini-batches")
+      .add(pipeline.checkpoint_dir, "checkpoint-dir",
+           "folder of the stages' checkpoints; \"\" = one per job in /tmp")
+      .add(pipeline.steps, "steps",
+           "stop after this many mini-batches; 0 = --train.epochs")
+      .add(pipeline.fault_kill, "fault-kill",
+           "fault injection: S@K, stage S kills its process in mini-batch K"
+           " (once)");
 }
 
 std::chrono::microseconds node_config::scheduler_watch() const {
@@ -347,6 +370,8 @@ caf::error node_config::finish() {
     return err;
   if (auto err = validate(worker))
     return err;
+  if (auto err = validate(pipeline))
+    return err;
   if (worker.overlap && role_name == "worker" &&
       caf::get_or(*this, "scheduler.max-threads", size_t{1}) < 2)
     // The kv client sends a block's push while the step computes.
@@ -387,6 +412,12 @@ caf::error node_config::check_modes() const {
                            " a push shows with its worker's next request, so"
                            " a step that pushes and pulls at once would wait"
                            " for itself; use --server.mode=sync");
+  if (worker.task == "stage" && optimizer.name != "sum" &&
+      optimizer.name != "sgd")
+    return caf::make_error(errc::invalid_config,
+                           "--worker.task=stage applies plain SGD with"
+                           " --optimizer.lr on each stage; --optimizer.name=",
+                           optimizer.name, "is not supported there");
   if (worker.task == "counter" && optimizer.name != "sum")
     return caf::make_error(errc::invalid_config,
                            "--worker.task=counter needs --optimizer.name=sum"
@@ -490,6 +521,10 @@ void node_config::share_settings() {
 
 trainer_settings node_config::trainer() const {
   return {train, worker, kv, optimizer};
+}
+
+stage_run_settings node_config::stage() const {
+  return {pipeline, train, optimizer.lr, kv, host, port};
 }
 
 caf::error

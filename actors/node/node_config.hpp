@@ -11,6 +11,7 @@
 #include <caf/expected.hpp>
 
 #include "actors/kv/kv_settings.hpp"
+#include "actors/pipeline/stage_driver.hpp"
 #include "actors/road/road_settings.hpp"
 #include "actors/scheduler/scheduler_settings.hpp"
 #include "actors/server/optimizer_settings.hpp"
@@ -59,6 +60,7 @@ struct node_config : caf::actor_system_config {
   worker_settings worker;
   agent_settings agent;
   fault_settings fault;
+  pipeline_settings pipeline;
 
   node_config();
 
@@ -75,6 +77,9 @@ struct node_config : caf::actor_system_config {
 
   /// What the built-in trainer of this worker runs under.
   trainer_settings trainer() const;
+
+  /// What a pipeline stage process (--worker.task=stage) runs under.
+  stage_run_settings stage() const;
 
   /// troupe's options by group, each with its type, default and meaning;
   /// CAF's own groups only where they matter here (--help).
@@ -103,6 +108,7 @@ private:
   void add_fault_options();
   void add_checkpoint_options();
   void add_worker_options();
+  void add_pipeline_options();
   // Checks of finish(): options of several subsystems that must agree.
   caf::error check_modes() const;
   caf::error check_faults() const;

@@ -23,6 +23,7 @@
 #include "actors/cluster/connect.hpp"
 #include "actors/kv/kv.hpp"
 #include "actors/node/node_config.hpp"
+#include "actors/pipeline/stage_driver.hpp"
 #include "actors/road/road.hpp"
 #include "actors/scheduler/scheduler.hpp"
 #include "actors/server/server_optimizer.hpp"
@@ -128,6 +129,8 @@ int run_worker(caf::actor_system& sys, const node_config& cfg) {
                                  cfg.kv.request_timeout_ms);
   if (!sched)
     return fail("connecting to the scheduler", sched.error());
+  if (cfg.worker.task == "stage")
+    return run_stage(sys, *sched, cfg.stage());
   if (cfg.worker.task == "counter")
     return run_counter_workload(sys, *sched, cfg.worker, cfg.kv,
                                 cfg.server.checkpoint.resume);

@@ -1,6 +1,10 @@
 // A stage actor: see the header.
 #include "actors/pipeline/stage_actor.hpp"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -38,17 +42,19 @@ uint32_t micro_rows(stage_ptr self) {
 template <class Atom>
 void send_tensor(stage_ptr self, const caf::actor& to, Atom atom,
                  uint32_t micro, const tensor& t) {
-  stage_tensor x{self->state.step, micro, static_cast<uint32_t>(t.rows()),
+  stage_tensor x{self->state.step,
+                 micro,
+                 static_cast<uint32_t>(t.rows()),
                  static_cast<uint32_t>(t.cols()),
-                 std::vector<float>(t.data(), t.data() + t.size())};
+                 std::vector<float>(t.data(), t.data() + t.size()),
+                 self->state.gen};
   self->send(to, atom, encode(x));
 }
 
 /// Takes the tensor of (step, micro) out of `box`, if it came.
-bool take(stage_ptr self,
-          std::map<std::pair<uint64_t, uint32_t>, stage_tensor>& box,
-          uint32_t micro, stage_tensor& out) {
-  auto i = box.find({self->state.step, micro});
+bool take(stage_ptr self, stage_state::box& box, uint32_t micro,
+          stage_tensor& out) {
+  auto i = box.find({self->state.gen, self->state.step, micro});
   if (i == box.end())
     return false;
   out = std::move(i->second);
@@ -97,6 +103,14 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
       return failed(self, w, r);
     if (!is_last(self))
       send_tensor(self, st.next, activation_atom_v, w.micro, m.output(w.micro));
+    if (st.step == st.cfg.kill_in_step &&
+        w.micro == std::min<uint32_t>(1, st.cfg.micros - 1)) {
+      TROUPE_LOG(warning, who(self),
+                 "fault injection: killing its process"
+                 " in mini-batch ",
+                 st.step);
+      ::kill(::getpid(), SIGKILL);
+    }
     return true;
   }
   case stage_work::backward:
@@ -144,8 +158,52 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
   return true;
 }
 
+/// Runs the evaluation chunks whose weights are applied: the layers on
+/// each, and the result to the next stage (the last: to the sink).
+void run_evals(stage_ptr self) {
+  auto& st = self->state;
+  auto& m = *st.model;
+  for (auto i = st.evals.begin(); i != st.evals.end();) {
+    if (i->gen != st.gen || i->step > st.applied) {
+      ++i;
+      continue;
+    }
+    auto x = std::move(*i);
+    i = st.evals.erase(i);
+    tensor out;
+    if (x.cols != m.input_size() ||
+        m.infer(x.values.data(), x.rows, out) != kernel_status::ok) {
+      TROUPE_LOG_LIMITED(warning, who(self), "dropped an evaluation chunk of ",
+                         x.cols, " columns");
+      continue;
+    }
+    stage_tensor y{x.step,
+                   x.micro,
+                   x.rows,
+                   static_cast<uint32_t>(out.cols()),
+                   std::vector<float>(out.data(), out.data() + out.size()),
+                   x.gen};
+    auto& to = is_last(self) ? st.sink : st.next;
+    if (to)
+      self->send(to, eval_atom_v, encode(y));
+  }
+}
+
+/// The finished mini-batch's SGD update: it is applied.
+void apply_update(stage_ptr self) {
+  auto& st = self->state;
+  auto params = st.model->parameters();
+  auto grads = st.model->gradients();
+  for (size_t i = 0; i < params.size(); ++i)
+    sgd_update_cpu(params[i].data, grads[i].data, params[i].size,
+                   sgd_params{st.cfg.lr, 0.0f, 1.0f});
+  st.awaiting_commit = false;
+  st.applied = st.step + 1;
+  run_evals(self);
+}
+
 /// Runs the plan as far as what has come allows; at its end, updates the
-/// weights and answers the step.
+/// weights (or waits for the commit) and answers the step.
 void advance(stage_ptr self) {
   auto& st = self->state;
   while (st.running && st.at < st.plan.size()) {
@@ -161,19 +219,16 @@ void advance(stage_ptr self) {
   }
   if (!st.running)
     return;
-  auto params = st.model->parameters();
-  auto grads = st.model->gradients();
-  for (size_t i = 0; i < params.size(); ++i)
-    sgd_update_cpu(params[i].data, grads[i].data, params[i].size,
-                   sgd_params{st.cfg.lr, 0.0f, 1.0f});
   st.running = false;
+  st.awaiting_commit = true;
+  if (!st.cfg.commit_apart)
+    apply_update(self);
   st.done.deliver(st.loss);
 }
 
 /// Keeps a neighbour's tensor for its step, if it is not an old one.
-void keep(stage_ptr self,
-          std::map<std::pair<uint64_t, uint32_t>, stage_tensor>& box,
-          const frame& f, const char* what) {
+void keep(stage_ptr self, stage_state::box& box, const frame& f,
+          const char* what) {
   stage_tensor x;
   if (auto err = decode(f, x)) {
     TROUPE_LOG_LIMITED(warning, who(self), "dropped ", what, ": ",
@@ -181,15 +236,79 @@ void keep(stage_ptr self,
     return;
   }
   auto& st = self->state;
-  if (x.step < st.step || (x.step == st.step && !st.running && st.at > 0))
-    return; // of a mini-batch that is over
+  if (x.gen < st.gen ||
+      (x.gen == st.gen &&
+       (x.step < st.step || (x.step == st.step && !st.running && st.at > 0))))
+    return; // of a mini-batch that is over, or of an older generation
   if (x.micro >= st.cfg.micros) {
     TROUPE_LOG_LIMITED(warning, who(self), "dropped ", what, " of micro-batch ",
                        x.micro, " of ", st.cfg.micros);
     return;
   }
-  box[{x.step, x.micro}] = std::move(x);
+  box[{x.gen, x.step, x.micro}] = std::move(x);
   advance(self);
+}
+
+/// Drops the tensors of older generations, and of this one's steps before
+/// `step`.
+void drop_before(stage_ptr self, uint64_t step) {
+  auto& st = self->state;
+  for (auto* box : {&st.acts, &st.grads})
+    for (auto i = box->begin(); i != box->end();) {
+      auto [gen, at, micro] = i->first;
+      i = gen < st.gen || (gen == st.gen && at < step) ? box->erase(i)
+                                                       : std::next(i);
+    }
+  auto& ev = st.evals;
+  ev.erase(
+      std::remove_if(ev.begin(), ev.end(),
+                     [&st](const stage_tensor& x) { return x.gen < st.gen; }),
+      ev.end());
+}
+
+/// Takes `w` as the stage's weights: the arrays its pull names.
+caf::error load_weights(stage_ptr self, const std::vector<named_array>& w) {
+  auto& m = *self->state.model;
+  auto params = m.parameters();
+  if (w.size() != params.size())
+    return caf::make_error(errc::bad_shape, who(self) + ": weights of",
+                           w.size(), "arrays, want", params.size());
+  for (size_t i = 0; i < params.size(); ++i)
+    if (w[i].key != 2 * m.first_layer() + i ||
+        w[i].values.size() != params[i].size)
+      return caf::make_error(errc::bad_shape,
+                             who(self) + ": weights of the wrong key or size",
+                             w[i].key, w[i].values.size());
+  for (size_t i = 0; i < params.size(); ++i)
+    std::copy(w[i].values.begin(), w[i].values.end(), params[i].data);
+  return caf::none;
+}
+
+/// A new generation (reset_atom): see the header.
+caf::result<uint64_t> on_reset(stage_ptr self, uint64_t gen, uint64_t step,
+                               const std::vector<named_array>& w) {
+  auto& st = self->state;
+  if (gen < st.gen)
+    return caf::make_error(errc::bad_shape, who(self) + ": generation", gen,
+                           "is older than", st.gen);
+  if (!w.empty())
+    if (auto err = load_weights(self, w))
+      return err;
+  if (st.running) {
+    st.running = false;
+    st.done.deliver(
+        caf::make_error(errc::bad_shape, who(self) + ": mini-batch dropped"));
+  }
+  st.awaiting_commit = false;
+  st.model->drop_micro_batches();
+  st.model->zero_gradients();
+  st.gen = gen;
+  st.applied = step;
+  st.step = step;
+  st.at = 0;
+  drop_before(self, step);
+  run_evals(self);
+  return step;
 }
 
 caf::result<double> on_step(stage_ptr self, uint64_t step, const frame& f) {
@@ -197,6 +316,9 @@ caf::result<double> on_step(stage_ptr self, uint64_t step, const frame& f) {
   if (st.running)
     return caf::make_error(errc::bad_shape,
                            who(self) + ": a mini-batch is under way");
+  if (st.cfg.commit_apart && (st.awaiting_commit || step != st.applied))
+    return caf::make_error(errc::bad_shape, who(self) + ": mini-batch", step,
+                           "comes after", st.applied, "applied");
   stage_tensor batch;
   if (is_first(self) || is_last(self)) {
     if (auto err = decode(f, batch))
@@ -210,9 +332,7 @@ caf::result<double> on_step(stage_ptr self, uint64_t step, const frame& f) {
                              want, "columns");
   }
   // Old tensors (a mini-batch given up) go.
-  for (auto* box : {&st.acts, &st.grads})
-    for (auto i = box->begin(); i != box->end();)
-      i = i->first.first < step ? box->erase(i) : std::next(i);
+  drop_before(self, step);
   st.step = step;
   st.batch = std::move(batch);
   st.loss = 0;
@@ -269,6 +389,39 @@ caf::behavior stage_actor(stage_ptr self, stage_settings cfg) {
         keep(self, self->state.grads, f, "a gradient");
       },
       [self](pull_atom) { return weights_of(self); },
+      [self](commit_atom, uint64_t gen,
+             uint64_t step) -> caf::result<uint64_t> {
+        auto& st = self->state;
+        if (!st.cfg.commit_apart || gen != st.gen || !st.awaiting_commit ||
+            st.step != step)
+          return caf::make_error(errc::bad_shape, who(self) + ": mini-batch",
+                                 step, "of generation", gen,
+                                 "is not waiting for its commit");
+        apply_update(self);
+        return st.applied;
+      },
+      [self](reset_atom, uint64_t gen, uint64_t step,
+             const std::vector<named_array>& w, caf::actor prev,
+             caf::actor next, caf::actor sink) -> caf::result<uint64_t> {
+        auto r = on_reset(self, gen, step, w);
+        auto& st = self->state;
+        st.prev = std::move(prev);
+        st.next = std::move(next);
+        st.sink = std::move(sink);
+        return r;
+      },
+      [self](eval_atom, const frame& f) {
+        stage_tensor x;
+        if (auto err = decode(f, x)) {
+          TROUPE_LOG_LIMITED(warning, who(self),
+                             "dropped an evaluation chunk: ", describe(err));
+          return;
+        }
+        if (x.gen < self->state.gen)
+          return;
+        self->state.evals.push_back(std::move(x));
+        run_evals(self);
+      },
   };
 }
 

@@ -21,12 +21,30 @@
 //                                   array, keyed 2 x (the model's layer
 //                                   index) for the weights, + 1 for the
 //                                   bias
+//   (commit_atom, gen, step)        with commit_apart: apply the finished
+//                                   mini-batch `step`'s update; answered
+//                                   with the mini-batches applied
+//   (reset_atom, gen, step, weights, prev, next, sink)
+//                                   a new generation: drop the mini-batch
+//                                   under way (its step is answered with
+//                                   an error) and every tensor of an older
+//                                   generation, take `weights` (none: keep
+//                                   them) as those after `step`
+//                                   mini-batches, and these neighbours;
+//                                   answered with `step`
+//   (eval_atom, frame)              an evaluation chunk (StageTensor:
+//                                   step = the mini-batches whose weights
+//                                   it needs, micro = the chunk): the
+//                                   stage's layers on it once those are
+//                                   applied, to the next stage, or from the
+//                                   last stage its logits to `sink`
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -57,6 +75,14 @@ struct stage_settings {
   /// twice), asleep, so that a schedule's bubble shows apart from how the
   /// stages share cores; spawn such stages detached. 0 = off.
   uint32_t work_us = 0;
+  /// Update only on (commit_atom): a supervised pipeline applies a
+  /// mini-batch once every stage is through it (stage_driver.hpp).
+  /// Default off: the update follows the step at once.
+  bool commit_apart = false;
+  /// Fault injection: the stage kills its own process (SIGKILL) right
+  /// after its forward of micro-batch 1 (0 if there is one) of this
+  /// mini-batch. ~0 = never.
+  uint64_t kill_in_step = ~uint64_t{0};
 };
 
 struct stage_state {
@@ -72,9 +98,17 @@ struct stage_state {
   stage_tensor batch;
   double loss = 0;
   caf::response_promise done;
-  // Tensors from the neighbours, by (step, micro-batch): they may come
-  // before this stage starts that step.
-  std::map<std::pair<uint64_t, uint32_t>, stage_tensor> acts, grads;
+  // The generation (reset_atom), the mini-batches applied, and whether the
+  // finished step waits for its commit (commit_apart).
+  uint64_t gen = 0;
+  uint64_t applied = 0;
+  bool awaiting_commit = false;
+  caf::actor sink; // the last stage's evaluation logits go there
+  // Tensors from the neighbours, by (generation, step, micro-batch): they
+  // may come before this stage starts that step, or is reset to it.
+  using box = std::map<std::tuple<uint64_t, uint64_t, uint32_t>, stage_tensor>;
+  box acts, grads;
+  std::vector<stage_tensor> evals; // until the weights they need are here
   static inline const char* name = "stage";
 };
 

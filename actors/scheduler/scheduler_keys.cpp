@@ -109,6 +109,15 @@ void answer_declare(self_ptr self, const declare_request& req,
 
 void flush_parked(self_ptr self) {
   auto& st = self->state;
+  if (st.cfg.servers == 0) { // pipeline stages alone: nothing to declare
+    for (auto& p : st.parked)
+      p.rp.deliver(caf::make_error(
+          errc::invalid_config,
+          "this cluster has no servers (--cluster.servers=0): only pipeline"
+          " stages without replicas (--worker.task=stage) run in it"));
+    st.parked.clear();
+    return;
+  }
   // Until the expected servers have joined, declares wait for them; once
   // they have, the live ones are enough (a dead server never blocks).
   auto live = server_ranks(self).size();

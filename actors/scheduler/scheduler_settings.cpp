@@ -20,9 +20,6 @@ caf::error validate(const scheduler_settings& x) {
   if (!(p.slack >= 0.0 && p.slack <= 10.0))
     return caf::make_error(errc::invalid_config,
                            "--cluster.balance-slack must be in 0..10");
-  if (x.servers == 0)
-    return caf::make_error(errc::invalid_config,
-                           "--cluster.servers must be at least 1");
   if (!x.events_file.empty()) { // opened to append: the file is made now
     std::ofstream probe{x.events_file, std::ios::app};
     if (!probe)

@@ -14,7 +14,8 @@ namespace troupe {
 
 /// Settings of the scheduler (INI group "cluster").
 struct scheduler_settings {
-  /// Servers to wait for before placing keys. Default 1.
+  /// Servers to wait for before placing keys; 0 = none: a cluster of
+  /// pipeline stages alone, where a declare is refused. Default 1.
   uint32_t servers = 1;
   /// Workers a barrier waits for (at least the live ones). Default 1.
   uint32_t workers = 1;

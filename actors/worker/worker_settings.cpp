@@ -33,10 +33,15 @@ caf::error validate(const worker_settings& x) {
     return caf::make_error(errc::invalid_config,
                            "--worker.watch-us must be 0..100000, got",
                            x.watch_us);
-  if (x.task != "train" && x.task != "counter")
+  if (x.task != "train" && x.task != "counter" && x.task != "stage")
     return caf::make_error(errc::invalid_config,
-                           "--worker.task must be train or counter, got",
+                           "--worker.task must be train, counter or stage,"
+                           " got",
                            x.task);
+  if ((x.overlap || x.pipeline) && x.task == "stage")
+    return caf::make_error(errc::invalid_config,
+                           "--worker.overlap and --worker.pipeline are for"
+                           " data-parallel workers, not --worker.task=stage");
   if (x.keys == 0 || x.key_floats == 0)
     return caf::make_error(errc::invalid_config,
                            "--worker.keys and --worker.key-floats must be"

@@ -42,7 +42,8 @@ caf::error validate(const train_settings& x);
 
 /// Settings of a worker process (INI group "worker").
 struct worker_settings {
-  /// train (Fashion-MNIST) or counter (push/pull check). Default train.
+  /// train (Fashion-MNIST), counter (push/pull check) or stage (one stage
+  /// of a model-parallel pipeline: --pipeline.*). Default train.
   std::string task = "train";
   /// Clocks the counter task (and examples' workers) run. Default 20.
   uint32_t steps = 20;

@@ -186,4 +186,17 @@ BOOST_AUTO_TEST_CASE(two_open_inits_each_replace_a_dead_initialiser) {
     BOOST_CHECK(all_equal({a}, a.key == 1 ? 2.5f : 1.5f));
 }
 
+BOOST_AUTO_TEST_CASE(a_cluster_without_servers_refuses_a_declare_at_once) {
+  // --cluster.servers=0 is a cluster of pipeline stages alone: a
+  // data-parallel worker there hears why at once, rather than waiting for
+  // servers that never come.
+  cluster c{"sync", 0, 1};
+  auto got = c.workers.front()->init(filled(1, 8, 1.0f));
+  BOOST_REQUIRE(!got);
+  BOOST_CHECK(got.error() == errc::invalid_config);
+  BOOST_CHECK_MESSAGE(describe(got.error()).find("--cluster.servers=0") !=
+                          std::string::npos,
+                      describe(got.error()));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -120,7 +120,12 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--server.mode=fast"}, "mode");
   rejected({"--log-level=loud"}, "--log-level");
   rejected({"--cluster.slice-floats=0"}, "--cluster.slice-floats");
-  rejected({"--cluster.servers=0"}, "--cluster.servers");
+  rejected({"--pipeline.stages=1"}, "--pipeline.stages");
+  rejected({"--pipeline.micro-batches=0"}, "--pipeline.micro-batches");
+  rejected({"--pipeline.cut=2,1"}, "--pipeline.cut");
+  rejected({"--worker.task=stage", "--optimizer.name=adam"},
+           "--worker.task=stage");
+  rejected({"--worker.task=stage", "--worker.overlap"}, "--worker.overlap");
   rejected({"--kv.request-timeout-ms=0"}, "--kv.request-timeout-ms");
   rejected({"--no-such-flag=1"}, "");
   rejected({"--optimizer.on=worker", "--server.mode=async"},

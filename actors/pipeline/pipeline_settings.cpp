@@ -1,0 +1,103 @@
+// Checks of the pipeline settings.
+#include "actors/pipeline/pipeline_settings.hpp"
+
+#include <cstdio>
+
+#include <caf/expected.hpp>
+
+#include "messages/errors.hpp"
+
+namespace troupe {
+
+namespace {
+
+/// "2,3" -> {2, 3}; an error for anything but increasing positive numbers.
+caf::error parse_cut(const std::string& text, std::vector<size_t>& out) {
+  out.clear();
+  size_t at = 0;
+  while (at < text.size()) {
+    auto end = text.find(',', at);
+    if (end == std::string::npos)
+      end = text.size();
+    auto part = text.substr(at, end - at);
+    size_t used = 0;
+    unsigned long v = 0;
+    try {
+      v = std::stoul(part, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (part.empty() || used != part.size() || v == 0 ||
+        (!out.empty() && v <= out.back()))
+      return caf::make_error(errc::invalid_config,
+                             "--pipeline.cut must be increasing layer"
+                             " numbers above 0, such as 2,3; got",
+                             text);
+    out.push_back(v);
+    at = end + 1;
+  }
+  return caf::none;
+}
+
+} // namespace
+
+caf::error validate(pipeline_settings& x) {
+  if (x.stages < 2 || x.stages > 64)
+    return caf::make_error(errc::invalid_config,
+                           "--pipeline.stages must be in 2..64, got", x.stages);
+  auto s = parse_schedule(x.schedule_text);
+  if (!s)
+    return std::move(s.error());
+  x.schedule = *s;
+  if (x.micro_batches == 0 || x.micro_batches > 1024)
+    return caf::make_error(errc::invalid_config,
+                           "--pipeline.micro-batches must be in 1..1024, got",
+                           x.micro_batches);
+  if (auto err = parse_cut(x.cut_text, x.cut_inner))
+    return err;
+  if (!x.cut_inner.empty() && x.cut_inner.size() + 1 != x.stages)
+    return caf::make_error(errc::invalid_config, "--pipeline.cut names",
+                           x.cut_inner.size(), "boundaries; --pipeline.stages",
+                           x.stages, "needs", x.stages - 1);
+  x.fault_step = pipeline_settings::no_fault;
+  if (!x.fault_kill.empty()) {
+    unsigned stage = 0;
+    unsigned long long step = 0;
+    char tail = 0;
+    if (std::sscanf(x.fault_kill.c_str(), "%u@%llu%c", &stage, &step, &tail) !=
+            2 ||
+        stage >= x.stages)
+      return caf::make_error(errc::invalid_config,
+                             "--pipeline.fault-kill must be STAGE@MINI_BATCH"
+                             " with STAGE below --pipeline.stages, got",
+                             x.fault_kill);
+    x.fault_stage = stage;
+    x.fault_step = step;
+  }
+  if (x.checkpoint_every == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--pipeline.checkpoint-every must be at least 1");
+  return caf::none;
+}
+
+caf::expected<std::vector<size_t>> cut_for(const pipeline_settings& x,
+                                           size_t layers,
+                                           const std::vector<size_t>& even) {
+  if (x.cut_inner.empty()) {
+    if (even.size() != size_t{x.stages} + 1)
+      return caf::make_error(errc::invalid_config, "--pipeline.stages",
+                             x.stages, "is more than the model's", layers,
+                             "layers");
+    return even;
+  }
+  std::vector<size_t> cut{0};
+  cut.insert(cut.end(), x.cut_inner.begin(), x.cut_inner.end());
+  if (cut.back() >= layers)
+    return caf::make_error(errc::invalid_config, "--pipeline.cut", x.cut_text,
+                           "leaves a stage without layers: the model has",
+                           layers, "layers");
+  cut.push_back(layers);
+  return cut;
+}
+
+} // namespace troupe

@@ -1,0 +1,63 @@
+// Settings of model-parallel pipelines (INI group "pipeline"): how a model
+// is cut into stages, the schedule, and the stages' checkpoints.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/error.hpp>
+
+#include "actors/pipeline/schedule.hpp"
+
+namespace troupe {
+
+struct pipeline_settings {
+  /// Stages P of the model, 2 or more (each a process: --worker.task=stage,
+  /// ranks 0 .. P - 1). Default 3.
+  uint32_t stages = 3;
+  /// gpipe | 1f1b | zb-h1. Default 1f1b.
+  std::string schedule_text = "1f1b";
+  /// schedule_text, parsed by validate().
+  pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
+  /// Micro-batches M per mini-batch (--train.batch must be a multiple).
+  /// Default 4.
+  uint32_t micro_batches = 4;
+  /// Layer boundaries between the stages, e.g. "2,3" (P - 1 numbers,
+  /// increasing); "" = an even split of the parameters. Default "".
+  std::string cut_text;
+  /// cut_text, parsed by validate(): the inner boundaries.
+  std::vector<size_t> cut_inner;
+  /// Each stage writes its weights every this many mini-batches, and at
+  /// the end. Default 100.
+  uint32_t checkpoint_every = 100;
+  /// Folder of the stages' checkpoints; "" = one under the system's
+  /// temporary folder, named after the scheduler's process (a new job
+  /// starts afresh). A job started again with the same folder resumes
+  /// from it. Default "".
+  std::string checkpoint_dir;
+  /// Stop after this many mini-batches; 0 = --train.epochs epochs.
+  uint32_t steps = 0;
+  /// Fault injection, "S@K": stage S kills its own process (SIGKILL) in
+  /// the middle of mini-batch K, once per checkpoint folder (its agent
+  /// restarts it). "" = off.
+  std::string fault_kill;
+  /// fault_kill, parsed by validate(); fault_step = no_fault: off.
+  static constexpr uint64_t no_fault = ~uint64_t{0};
+  uint32_t fault_stage = 0;
+  uint64_t fault_step = no_fault;
+};
+
+/// Checks `x` and parses its schedule and cut; one error names the flag
+/// that is wrong.
+caf::error validate(pipeline_settings& x);
+
+/// The boundaries of `x`'s cut for a model of `layers` layers given the
+/// even cut `even` (cut_layers): `even` if no cut was given, else 0, the
+/// inner boundaries, `layers`; an error if they do not fit the model.
+caf::expected<std::vector<size_t>> cut_for(const pipeline_settings& x,
+                                           size_t layers,
+                                           const std::vector<size_t>& even);
+
+} // namespace troupe

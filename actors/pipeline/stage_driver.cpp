@@ -1,0 +1,536 @@
+// A pipeline stage's driver: see the header. The numbers in comments are
+// its transitions.
+#include "actors/pipeline/stage_driver.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <caf/event_based_actor.hpp>
+
+#include "actors/base/log.hpp"
+#include "actors/cluster/connect.hpp"
+#include "actors/pipeline/stage_actor.hpp"
+#include "actors/pipeline/stage_driver_internal.hpp"
+#include "kernels/partition.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+namespace troupe::pipe {
+
+namespace {
+
+constexpr std::chrono::milliseconds sync_retry{500};
+constexpr uint32_t eval_chunk_rows = 500;
+
+std::string who(driver_ptr self) {
+  return "stage " + std::to_string(self->state.rank);
+}
+
+bool is_lead(driver_ptr self) {
+  return self->state.rank == 0;
+}
+
+bool is_last(driver_ptr self) {
+  return self->state.rank + 1 == self->state.stages;
+}
+
+caf::timespan timeout(driver_ptr self) {
+  return std::chrono::milliseconds{self->state.cfg.kv.request_timeout_ms};
+}
+
+/// True once per checkpoint folder for stage `rank`'s fault in `step`: it
+/// leaves a mark there, so that the restarted process does not kill
+/// itself again.
+bool claim_fault(const std::string& dir, uint32_t rank, uint64_t step) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  auto mark = std::filesystem::path{dir} /
+              ("fault-" + std::to_string(rank) + "-" + std::to_string(step));
+  if (std::filesystem::exists(mark, ec))
+    return false;
+  std::ofstream{mark} << "killed once\n";
+  return true;
+}
+
+/// What stage_checkpoint names this stage's layers by, at `step`.
+stage_checkpoint layout(driver_ptr self, uint64_t step) {
+  auto& st = self->state;
+  stage_checkpoint x;
+  x.stage = st.rank;
+  x.step = step;
+  x.spec = st.cfg.train.model;
+  x.first = static_cast<uint32_t>(st.cut[st.rank]);
+  x.last = static_cast<uint32_t>(st.cut[st.rank + 1]);
+  return x;
+}
+
+/// The samples of mini-batch `k`, in order.
+const size_t* batch_samples(driver_ptr self, uint64_t k) {
+  auto& st = self->state;
+  auto epoch = k / st.steps_per_epoch;
+  if (epoch != st.order_epoch) {
+    epoch_partition(st.data.train_n, epoch, st.cfg.train.seed, 0, 1, st.order);
+    st.order_epoch = epoch;
+  }
+  return st.order.data() + (k % st.steps_per_epoch) * st.cfg.train.batch;
+}
+
+/// Mini-batch `k` as this stage takes it: stage 0 the images, the last
+/// stage the labels, a middle stage nothing.
+frame batch_frame(driver_ptr self, uint64_t k) {
+  auto& st = self->state;
+  auto rows = st.cfg.train.batch;
+  auto* idx = batch_samples(self, k);
+  if (st.rank == 0) {
+    auto cols = st.data.cols;
+    stage_tensor x{k, 0, rows, static_cast<uint32_t>(cols), {}, st.gen};
+    x.values.resize(size_t{rows} * cols);
+    for (uint32_t i = 0; i < rows; ++i)
+      std::copy_n(st.data.train.images.data() + idx[i] * cols, cols,
+                  x.values.data() + i * cols);
+    return encode(x);
+  }
+  if (!is_last(self))
+    return frame{};
+  stage_tensor y{k, 0, rows, 1, std::vector<float>(rows), st.gen};
+  for (uint32_t i = 0; i < rows; ++i)
+    y.values[i] = float(st.data.train.labels[idx[i]]);
+  return encode(y);
+}
+
+void begin_step(driver_ptr self);
+
+/// 5: the pipeline is through: every driver ends.
+void finish(driver_ptr self) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  st.finished = true;
+  self->send_exit(st.stage, caf::exit_reason::user_shutdown);
+  if (is_lead(self))
+    for (auto& [rank, d] : st.drivers)
+      if (rank != st.rank)
+        self->send(d, finish_atom_v, st.gen);
+  TROUPE_LOG(info, who(self), "finished after ", st.step, " mini-batches");
+  self->quit();
+}
+
+/// Stage 0: the test images, in chunks, to its stage once `after`
+/// mini-batches are applied.
+void send_evals(driver_ptr self, uint64_t after) {
+  auto& st = self->state;
+  auto& imgs = st.data.test.images;
+  auto cols = st.data.cols;
+  for (size_t at = 0, c = 0; at < st.data.test_n; at += eval_chunk_rows, ++c) {
+    auto rows = std::min<size_t>(eval_chunk_rows, st.data.test_n - at);
+    stage_tensor x{after,
+                   static_cast<uint32_t>(c),
+                   static_cast<uint32_t>(rows),
+                   static_cast<uint32_t>(cols),
+                   std::vector<float>(imgs.data() + at * cols,
+                                      imgs.data() + (at + rows) * cols),
+                   st.gen};
+    self->send(st.stage, eval_atom_v, encode(x));
+  }
+}
+
+/// The last stage: a chunk's logits, counted; the epoch's line once all
+/// are in.
+void count_eval(driver_ptr self, const frame& f) {
+  auto& st = self->state;
+  stage_tensor y;
+  if (auto err = decode(f, y); err || y.gen != st.gen)
+    return;
+  auto at = size_t{y.micro} * eval_chunk_rows;
+  if (y.cols == 0 || at + y.rows > st.data.test_n)
+    return;
+  auto& c = st.evals[y.step];
+  for (uint32_t i = 0; i < y.rows; ++i) {
+    auto* row = y.values.data() + size_t{i} * y.cols;
+    auto best = std::max_element(row, row + y.cols) - row;
+    c.right += best == st.data.test.labels[at + i];
+  }
+  c.seen += y.rows;
+  if (c.seen < st.data.test_n)
+    return;
+  double acc = double(c.right) / double(c.seen);
+  auto epoch = (y.step + st.steps_per_epoch - 1) / st.steps_per_epoch;
+  double loss = 0;
+  size_t n = 0;
+  for (auto i = st.losses.lower_bound((epoch - 1) * st.steps_per_epoch);
+       i != st.losses.end() && i->first < y.step; ++i, ++n)
+    loss += i->second;
+  auto secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - st.began)
+          .count();
+  auto epochs = (st.total_steps + st.steps_per_epoch - 1) / st.steps_per_epoch;
+  std::printf("epoch %llu/%llu: train loss %.4f, test accuracy %.4f"
+              " (mini-batch %llu, %.1f s)\n",
+              static_cast<unsigned long long>(epoch),
+              static_cast<unsigned long long>(epochs), n ? loss / n : 0.0, acc,
+              static_cast<unsigned long long>(y.step), secs);
+  st.evals.erase(y.step);
+  if (y.step == st.total_steps) {
+    std::printf("final test accuracy: %.4f\n", acc);
+    std::fflush(stdout);
+    self->send(st.lead, finish_atom_v, st.gen); // 5
+    return;
+  }
+  std::fflush(stdout);
+}
+
+/// 4: mini-batch `k` is applied here: checkpoint, evaluate, go on.
+void on_committed(driver_ptr self, uint64_t applied) {
+  auto& st = self->state;
+  st.step = applied;
+  bool end = applied == st.total_steps;
+  if (applied % st.cfg.pipeline.checkpoint_every == 0 || end) {
+    self->request(st.stage, timeout(self), pull_atom_v)
+        .then([self, applied](std::vector<named_array>& w) {
+          auto x = layout(self, applied);
+          x.arrays = std::move(w);
+          if (auto err = write_stage_checkpoint(self->state.dir, x))
+            TROUPE_LOG(error, who(self),
+                       "cannot write its checkpoint: ", describe(err));
+        });
+  }
+  if (applied % st.steps_per_epoch == 0 || end) {
+    if (st.rank == 0)
+      send_evals(self, applied);
+    if (is_last(self))
+      st.evals[applied] = {};
+  }
+  if (!end)
+    begin_step(self);
+}
+
+/// 2: gives the stage mini-batch `st.step`.
+void begin_step(driver_ptr self) {
+  auto& st = self->state;
+  if (st.step >= st.total_steps || st.running)
+    return;
+  st.running = true;
+  auto gen = st.gen;
+  auto k = st.step;
+  self->request(st.stage, caf::infinite, step_atom_v, k, batch_frame(self, k))
+      .then(
+          [self, gen, k](double loss) { // 3
+            auto& st = self->state;
+            if (gen != st.gen)
+              return;
+            st.running = false;
+            if (is_last(self))
+              st.losses[k] = loss / st.cfg.train.batch;
+            self->send(st.lead, done_atom_v, gen, k, st.rank, loss);
+          },
+          [self, gen, k](caf::error& err) {
+            if (gen == self->state.gen)
+              TROUPE_LOG(warning, who(self), "mini-batch ", k,
+                         " dropped: ", describe(err));
+          });
+}
+
+/// 1: a generation begins here at `step`.
+void on_start(driver_ptr self, uint64_t gen, uint64_t step, caf::actor prev,
+              caf::actor next) {
+  auto& st = self->state;
+  if (gen < st.gen || st.finished)
+    return;
+  auto lead = caf::actor_cast<caf::actor>(self->current_sender());
+  std::vector<named_array> w = st.initial;
+  if (step > 0) {
+    auto got = read_stage_checkpoint(st.dir, layout(self, step));
+    if (!got) { // the lead saw it listed: torn since, or unreadable
+      TROUPE_LOG(error, who(self), describe(got.error()));
+      self->quit(got.error());
+      return;
+    }
+    w = std::move(*got);
+  }
+  if (st.running)
+    TROUPE_LOG(info, who(self), "mini-batch ", st.step, " dropped");
+  st.gen = gen;
+  st.lead = lead;
+  st.running = false;
+  st.step = step;
+  st.evals.clear(); // of a generation that is over
+  auto sink = is_last(self) ? caf::actor{self} : caf::actor{};
+  self->request(st.stage, timeout(self), reset_atom_v, gen, step, std::move(w),
+                std::move(prev), std::move(next), sink)
+      .then(
+          [self, gen](uint64_t at) {
+            auto& st = self->state;
+            if (gen != st.gen)
+              return;
+            TROUPE_LOG(info, who(self), "generation ", gen, ": at mini-batch ",
+                       at);
+            st.step = at;
+            if (at >= st.total_steps && is_last(self) &&
+                st.evals.count(at) == 0) // resumed at the end: evaluate
+              st.evals[at] = {};
+            if (at >= st.total_steps && st.rank == 0)
+              send_evals(self, at);
+            begin_step(self);
+          },
+          [self](caf::error& err) { self->quit(err); });
+}
+
+// -- the lead --------------------------------------------------------------
+
+/// True if every stage is in `v`; fills `out` with them by rank.
+bool all_stages(driver_ptr self, const cluster_view& v,
+                std::map<uint32_t, node_info>& out) {
+  out.clear();
+  for (auto& w : v.workers)
+    if (w.rank < self->state.stages)
+      out[w.rank] = w;
+  return out.size() == self->state.stages;
+}
+
+void lead_sync(driver_ptr self, uint64_t epoch);
+void reach(driver_ptr self, uint64_t epoch, uint32_t rank);
+
+/// The lead: every answer to sync `epoch` is in: start the generation.
+void lead_start(driver_ptr self, uint64_t epoch) {
+  auto& st = self->state;
+  // The newest step every stage has a checkpoint of.
+  auto common = st.answers.begin()->second.steps;
+  for (auto& [rank, a] : st.answers) {
+    std::vector<uint64_t> both;
+    std::set_intersection(common.begin(), common.end(), a.steps.begin(),
+                          a.steps.end(), std::back_inserter(both));
+    common = std::move(both);
+  }
+  uint64_t step = common.empty() ? 0 : common.back();
+  st.lead_step = step;
+  st.done.clear();
+  for (uint32_t r = 0; r < st.stages; ++r) {
+    auto prev = r > 0 ? st.answers[r - 1].stage : caf::actor{};
+    auto next = r + 1 < st.stages ? st.answers[r + 1].stage : caf::actor{};
+    self->send(st.drivers[r], start_atom_v, epoch, step, prev, next);
+  }
+  auto since = st.missing_since;
+  if (since != std::chrono::steady_clock::time_point{}) {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::steady_clock::now() - since)
+                  .count();
+    TROUPE_LOG(info, who(self), "pipeline restarts at mini-batch ", step, ", ",
+               ms, " ms after a stage left");
+    std::printf("pipeline: every stage is back; resuming at mini-batch %llu,"
+                " %lld ms after a stage left\n",
+                static_cast<unsigned long long>(step),
+                static_cast<long long>(ms));
+    std::fflush(stdout);
+    st.missing_since = {};
+  }
+}
+
+/// The lead: asks driver `rank` (at `n`) for its stage and checkpoints.
+void ask(driver_ptr self, uint64_t epoch, const caf::actor& d, uint32_t rank) {
+  self->request(d, timeout(self), sync_atom_v, epoch)
+      .then(
+          [self, epoch, rank](caf::actor& stage, std::vector<uint64_t>& steps) {
+            auto& st = self->state;
+            if (st.syncing != epoch)
+              return;
+            st.answers[rank] = {std::move(stage), std::move(steps)};
+            if (st.answers.size() == st.stages)
+              lead_start(self, epoch);
+          },
+          [self, epoch, rank](caf::error& err) {
+            TROUPE_LOG(warning, who(self), "stage ", rank,
+                       " did not answer: ", describe(err));
+            if (self->state.syncing == epoch)
+              self->delayed_send(self, sync_retry, sync_atom_v, epoch, rank);
+          });
+}
+
+/// The lead: 1, for the view of `epoch`.
+void lead_sync(driver_ptr self, uint64_t epoch) {
+  auto& st = self->state;
+  if (st.finished || st.view.epoch != epoch)
+    return; // a newer view syncs for itself
+  std::map<uint32_t, node_info> members;
+  if (!all_stages(self, st.view, members))
+    return;
+  st.syncing = epoch;
+  st.members = members;
+  st.answers.clear();
+  for (auto& m : members)
+    reach(self, epoch, m.first);
+}
+
+/// The lead: driver `rank` of sync `epoch` again, if it has not answered.
+void retry(driver_ptr self, uint64_t epoch, uint32_t rank) {
+  auto& st = self->state;
+  if (!st.finished && st.syncing == epoch && st.view.epoch == epoch &&
+      st.answers.count(rank) == 0)
+    reach(self, epoch, rank);
+}
+
+/// The lead: connects to driver `rank` of sync `epoch` and asks it.
+void reach(driver_ptr self, uint64_t epoch, uint32_t rank) {
+  auto& st = self->state;
+  auto& n = st.members[rank];
+  if (rank == st.rank) {
+    st.drivers[rank] = caf::actor{self};
+    ask(self, epoch, st.drivers[rank], rank);
+    return;
+  }
+  self->request(connector(self->home_system()), timeout(self),
+                caf::connect_atom_v, n.host, n.port)
+      .then(
+          [self, epoch, rank](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                              const std::set<std::string>&) {
+            auto& st = self->state;
+            if (st.syncing != epoch || !ptr)
+              return;
+            st.drivers[rank] = caf::actor_cast<caf::actor>(ptr);
+            ask(self, epoch, st.drivers[rank], rank);
+          },
+          [self, epoch, rank](caf::error& err) {
+            TROUPE_LOG(warning, who(self), "cannot reach stage ", rank, ": ",
+                       describe(err));
+            if (self->state.syncing == epoch)
+              self->delayed_send(self, sync_retry, sync_atom_v, epoch, rank);
+          });
+}
+
+/// A view from the scheduler: 6 where a stage is gone, 1 (the lead) where
+/// all are there and one is new.
+void on_view(driver_ptr self, const frame& f) {
+  auto& st = self->state;
+  auto from = self->current_sender();
+  if (from == nullptr ||
+      caf::actor_cast<caf::actor_addr>(from) != st.scheduler.address())
+    return; // views come from the scheduler only
+  cluster_view v;
+  if (auto err = decode(f, v); err || v.epoch <= st.view.epoch)
+    return;
+  st.view = std::move(v);
+  std::map<uint32_t, node_info> members;
+  bool all = all_stages(self, st.view, members);
+  if (!all) { // 6
+    if (st.missing_since == std::chrono::steady_clock::time_point{} &&
+        st.gen > 0) {
+      st.missing_since = std::chrono::steady_clock::now();
+      TROUPE_LOG(info, who(self), "a stage left: mini-batch ", st.step,
+                 " will be dropped; waiting for it to come back");
+    }
+    return;
+  }
+  if (is_lead(self) && members != st.members)
+    lead_sync(self, st.view.epoch);
+}
+
+} // namespace
+
+caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
+                           caf::actor scheduler) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.scheduler = std::move(scheduler);
+  st.began = std::chrono::steady_clock::now();
+  return {
+      // The process knows its rank: build the stage, read the data.
+      [self](start_atom, uint32_t rank, std::vector<size_t> cut,
+             std::string dir) -> caf::result<uint64_t> {
+        auto& st = self->state;
+        st.rank = rank;
+        st.stages = st.cfg.pipeline.stages;
+        st.cut = std::move(cut);
+        st.dir = std::move(dir);
+        if (auto why = load_stage_data(st.cfg.train, rank, st.stages, st.data);
+            !why.empty())
+          return caf::make_error(errc::invalid_config, why);
+        st.steps_per_epoch = st.data.train_n / st.cfg.train.batch;
+        if (st.steps_per_epoch == 0)
+          return caf::make_error(errc::invalid_config, "--train.batch",
+                                 st.cfg.train.batch, "is more than the",
+                                 st.data.train_n, "training samples");
+        st.total_steps = st.cfg.pipeline.steps > 0
+                             ? st.cfg.pipeline.steps
+                             : st.steps_per_epoch * st.cfg.train.epochs;
+        auto& p = st.cfg.pipeline;
+        stage_settings s{st.cfg.train.model, st.cfg.train.seed, st.cut,   rank,
+                         p.micro_batches,    p.schedule,        st.cfg.lr};
+        s.commit_apart = true;
+        if (p.fault_step != pipeline_settings::no_fault &&
+            p.fault_stage == rank && claim_fault(st.dir, rank, p.fault_step))
+          s.kill_in_step = p.fault_step;
+        st.stage = self->spawn(stage_actor, s);
+        self->link_to(st.stage);
+        self->request(st.stage, timeout(self), pull_atom_v)
+            .then([self](std::vector<named_array>& w) {
+              auto& st = self->state;
+              st.initial = std::move(w);
+              for (auto& rp : st.early_syncs)
+                rp.deliver(st.stage, checkpoint_steps(st.dir, st.rank));
+              st.early_syncs.clear();
+              self->send(st.scheduler, watch_atom_v);
+            });
+        return st.total_steps;
+      },
+      [self](const frame& f) { // the view asked for by watch_atom
+        on_view(self, f);
+      },
+      [self](view_atom, const frame& f) { on_view(self, f); },
+      [self](sync_atom,
+             uint64_t epoch) -> caf::result<caf::actor, std::vector<uint64_t>> {
+        auto& st = self->state;
+        if (epoch < st.gen)
+          return caf::make_error(errc::bad_shape, who(self) + ": sync", epoch,
+                                 "is older than generation", st.gen);
+        if (st.initial.empty()) { // answered once the stage is built
+          auto rp =
+              self->make_response_promise<caf::actor, std::vector<uint64_t>>();
+          st.early_syncs.push_back(rp);
+          return rp;
+        }
+        return {st.stage, checkpoint_steps(st.dir, st.rank)};
+      },
+      [self](sync_atom, uint64_t epoch, uint32_t rank) {
+        retry(self, epoch, rank);
+      },
+      [self](start_atom, uint64_t gen, uint64_t step, caf::actor prev,
+             caf::actor next) {
+        on_start(self, gen, step, std::move(prev), std::move(next));
+      },
+      [self](done_atom, uint64_t gen, uint64_t k, uint32_t rank, double) {
+        auto& st = self->state; // the lead
+        if (gen != st.syncing || k != st.lead_step || rank >= st.stages)
+          return;
+        st.done.insert(rank);
+        if (st.done.size() < st.stages)
+          return;
+        st.done.clear();
+        ++st.lead_step;
+        for (auto& [r, d] : st.drivers) // 4
+          self->send(d, commit_atom_v, gen, k);
+      },
+      [self](commit_atom, uint64_t gen, uint64_t k) {
+        auto& st = self->state;
+        if (gen != st.gen || k != st.step)
+          return;
+        self->request(st.stage, timeout(self), commit_atom_v, gen, k)
+            .then(
+                [self, gen](uint64_t applied) {
+                  if (gen == self->state.gen)
+                    on_committed(self, applied);
+                },
+                [self](caf::error& err) {
+                  TROUPE_LOG(warning, who(self),
+                             "commit refused: ", describe(err));
+                });
+      },
+      [self](eval_atom, const frame& f) { count_eval(self, f); },
+      [self](finish_atom, uint64_t gen) {
+        if (gen == self->state.gen)
+          finish(self);
+      },
+  };
+}
+
+} // namespace troupe::pipe

@@ -1,0 +1,111 @@
+// Shared by the stage driver's files only (stage_driver.hpp says what the
+// driver does): its state, its data, and its checkpoint files.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/behavior.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/expected.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include "actors/pipeline/stage_driver.hpp"
+#include "kernels/idx.hpp"
+#include "messages/membership.hpp"
+#include "messages/named_array.hpp"
+#include "messages/pipeline.hpp"
+
+namespace troupe::pipe {
+
+/// What a stage reads of the data set: stage 0 the images, the last stage
+/// the labels, every stage the counts.
+struct stage_data {
+  dataset train, test;
+  size_t train_n = 0;
+  size_t test_n = 0; ///< evaluated: --train.eval-samples, or all
+  size_t cols = 0;   ///< floats per image
+};
+
+/// Loads what stage `stage` of `stages` needs; "" or one line.
+std::string load_stage_data(const train_settings& t, uint32_t stage,
+                            uint32_t stages, stage_data& out);
+
+/// Stage `stage`'s checkpoints in `dir`, by step.
+std::string checkpoint_path(const std::string& dir, uint32_t stage,
+                            uint64_t step);
+/// The steps stage `stage` has checkpoints of in `dir` (0 always: the
+/// seed's weights), ascending.
+std::vector<uint64_t> checkpoint_steps(const std::string& dir, uint32_t stage);
+/// Writes `x` to its file and removes all but the two newest of its stage.
+caf::error write_stage_checkpoint(const std::string& dir,
+                                  const stage_checkpoint& x);
+/// Reads stage `want.stage`'s checkpoint of `want.step`, checking that it
+/// is of the same model and layers as `want`: its arrays.
+caf::expected<std::vector<named_array>>
+read_stage_checkpoint(const std::string& dir, const stage_checkpoint& want);
+
+/// The driver's state.
+struct driver_state {
+  static inline const char* name = "stage-driver";
+  stage_run_settings cfg;
+  caf::actor scheduler;
+  uint32_t rank = 0; ///< the stage
+  uint32_t stages = 0;
+  std::vector<size_t> cut;
+  std::string dir; ///< checkpoints
+  caf::actor stage;
+  std::vector<named_array> initial; ///< step 0's weights
+  stage_data data;
+  uint64_t steps_per_epoch = 0, total_steps = 0;
+  std::vector<size_t> order; ///< the epoch's sample order
+  uint64_t order_epoch = ~uint64_t{0};
+  // The generation in force, its lead, and the mini-batch under way.
+  uint64_t gen = 0;
+  caf::actor lead;
+  uint64_t step = 0;
+  bool running = false;
+  bool finished = false;
+  cluster_view view;
+  // The last stage: each mini-batch's mean loss, and the evaluations
+  // under way by the mini-batches they follow.
+  std::map<uint64_t, double> losses;
+  struct count {
+    size_t right = 0, seen = 0;
+  };
+  std::map<uint64_t, count> evals;
+  std::chrono::steady_clock::time_point began;
+  /// Syncs that came before the stage was built, answered once it is.
+  std::vector<caf::typed_response_promise<caf::actor, std::vector<uint64_t>>>
+      early_syncs;
+  // The lead: the drivers of the generation (by rank), the sync under way
+  // (its epoch, the answers), who is done with its step, and since when a
+  // stage is missing.
+  std::map<uint32_t, node_info> members; ///< as the last start saw them
+  std::map<uint32_t, caf::actor> drivers;
+  uint64_t syncing = 0;
+  struct answer {
+    caf::actor stage;
+    std::vector<uint64_t> steps;
+  };
+  std::map<uint32_t, answer> answers;
+  uint64_t lead_step = 0;
+  std::set<uint32_t> done;
+  std::chrono::steady_clock::time_point missing_since{};
+};
+
+using driver_ptr = caf::stateful_actor<driver_state>*;
+
+/// The driver of `cfg`'s stage in the cluster of `scheduler`. Its first
+/// message, from its process once it has joined: (start_atom, rank, cut,
+/// checkpoint folder), answered with the mini-batches it will run.
+caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
+                           caf::actor scheduler);
+
+} // namespace troupe::pipe

@@ -1,0 +1,114 @@
+// A stage process: joins the cluster, publishes its driver and runs it to
+// the end (stage_driver.hpp).
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+
+#include <caf/scoped_actor.hpp>
+#include <caf/system_messages.hpp>
+
+#include "actors/kv/kv.hpp"
+#include "actors/pipeline/stage_driver_internal.hpp"
+#include "kernels/stage.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+namespace troupe {
+
+namespace {
+
+int fail(const std::string& what, const caf::error& err) {
+  std::cerr << "*** stage failed: " << what << ": " << describe(err) << '\n';
+  return 1;
+}
+
+/// The checkpoint folder: --pipeline.checkpoint-dir, else one of this job
+/// alone (named after the scheduler's process) in the temporary folder.
+std::string checkpoint_dir(const stage_run_settings& cfg,
+                           const caf::actor& scheduler) {
+  if (!cfg.pipeline.checkpoint_dir.empty())
+    return cfg.pipeline.checkpoint_dir;
+  auto job = std::hash<std::string>{}(to_string(scheduler.node()));
+  char name[64];
+  std::snprintf(name, sizeof(name), "troupe-pipeline-%016zx", job);
+  std::error_code ec;
+  auto tmp = std::filesystem::temp_directory_path(ec);
+  return ((ec ? std::filesystem::path{"/tmp"} : tmp) / name).string();
+}
+
+} // namespace
+
+int run_stage(caf::actor_system& sys, caf::actor scheduler,
+              const stage_run_settings& cfg) {
+  auto& p = cfg.pipeline;
+  std::string why;
+  auto m = model::from_spec(cfg.train.model, &why);
+  if (!m)
+    return fail("--train.model", caf::make_error(errc::invalid_config, why));
+  auto cut = cut_for(p, m->layer_count(), cut_model(*m, p.stages));
+  if (!cut)
+    return fail("cutting the model", cut.error());
+  if (cfg.train.batch % p.micro_batches != 0)
+    return fail(
+        "--train.batch",
+        caf::make_error(errc::invalid_config, "--train.batch", cfg.train.batch,
+                        "must be a multiple of --pipeline.micro-batches",
+                        p.micro_batches));
+  auto drv = sys.spawn(pipe::stage_driver, cfg, scheduler);
+  auto kill = [&drv] { caf::anon_send_exit(drv, caf::exit_reason::kill); };
+  auto port = publish_actor(sys, drv, cfg.port, cfg.host, true);
+  if (!port) {
+    kill();
+    return fail("publishing the stage", port.error());
+  }
+  auto join = cfg.kv;
+  join.publish_host = cfg.host;
+  join.publish_port = *port;
+  kv client{sys, scheduler, join};
+  auto v = client.view();
+  if (!v) {
+    kill();
+    return fail("joining the cluster", v.error());
+  }
+  auto rank = v->first;
+  if (rank >= p.stages) {
+    kill();
+    return fail("joining the cluster",
+                caf::make_error(errc::invalid_config, "this worker's rank",
+                                rank, "is no stage of --pipeline.stages",
+                                p.stages,
+                                ": run exactly that many stage"
+                                " processes (--cluster.workers)"));
+  }
+  caf::scoped_actor self{sys};
+  self->monitor(drv);
+  int rc = 0;
+  self->request(drv, std::chrono::minutes{2}, start_atom_v, rank, *cut,
+                checkpoint_dir(cfg, scheduler))
+      .receive(
+          [&](uint64_t steps) {
+            std::printf("troupe-node: stage %u of %u, layers %zu..%zu of %s,"
+                        " %llu mini-batches of %u in %u micro-batches (%s)\n",
+                        rank, p.stages, (*cut)[rank], (*cut)[rank + 1],
+                        cfg.train.model.c_str(),
+                        static_cast<unsigned long long>(steps), cfg.train.batch,
+                        p.micro_batches, to_string(p.schedule));
+            std::fflush(stdout);
+          },
+          [&](caf::error& err) { rc = fail("starting", err); });
+  if (rc != 0) {
+    kill();
+    return rc;
+  }
+  self->receive([&](const caf::down_msg& dm) {
+    if (dm.reason && dm.reason != caf::exit_reason::normal)
+      rc = fail("stage", dm.reason);
+  });
+  if (rc == 0)
+    if (auto err = client.leave())
+      std::cerr << "*** stage: leaving the cluster: " << describe(err) << '\n';
+  return rc;
+}
+
+} // namespace troupe

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Model-parallel pipeline example: a deeper MLP (mlp:784-512-256-128-64-10)
+# cut into 3 stages, each a troupe-node process of its own under one node
+# agent, trains Fashion-MNIST with the 1f1b schedule (4 micro-batches per
+# mini-batch of 64). Activations go forward and gradients backward between
+# the stages; every stage applies a mini-batch once all are through it.
+# Prints a line per epoch and, last, "final test accuracy: 0.XXXX".
+#
+# usage: examples/pipeline/run.sh [FLAG...]
+#   FLAGs go to every node, e.g. --pipeline.schedule=zb-h1,
+#   --pipeline.micro-batches=8, --train.epochs=3,
+#   --pipeline.fault-kill=1@500 (stage 1 kills its process in mini-batch
+#   500; its agent restarts it and the pipeline carries on from the last
+#   checkpoint), --pipeline.cut=2,3 (layer boundaries)
+# env:   TROUPE_BUILD  folder of the build (default: build)
+#        TROUPE_LOGS   folder for the logs (default: logs/pipeline-<time>)
+#        TROUPE_TLS    on (default; certificates in TROUPE_CERTS, default
+#                      certs/, made if missing) or off
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/../.." && pwd)
+build=${TROUPE_BUILD:-$here/build}
+bin=$build/troupe-node
+logs=${TROUPE_LOGS:-$here/logs/pipeline-$(date +%Y%m%d-%H%M%S)}
+[ -x "$bin" ] || { echo "*** no $bin: run deploy/build.sh first" >&2; exit 2; }
+mkdir -p "$logs"
+echo "logs in $logs"
+
+# shellcheck source=deploy/tls.sh
+. "$here/deploy/tls.sh"
+tls_flags "$here" "$@" || exit 2 # TROUPE_TLS=off: plain text
+stages=3
+common=(--config-file="$here/deploy/local.ini" --cluster.servers=0
+        "--cluster.workers=$stages" "--pipeline.stages=$stages" "${tls[@]}")
+sched_pid=
+stop_scheduler() {
+  if [ -n "$sched_pid" ]; then
+    kill "$sched_pid" 2>/dev/null || true
+    wait "$sched_pid" 2>/dev/null || true
+  fi
+}
+trap stop_scheduler EXIT
+trap 'echo "interrupted"; exit 130' INT TERM
+
+# shellcheck source=deploy/scheduler.sh
+. "$here/deploy/scheduler.sh"
+start_scheduler "$bin" "$logs/scheduler.log" "${common[@]}" \
+  "--cluster.events-file=$logs/events.jsonl" "$@" || exit 1
+
+# One agent runs the 3 stage processes and restarts one that dies; their
+# output goes to the agent's, kept whole in agent.log.
+set +e
+"$bin" --role=agent --scheduler-port="$port" "${common[@]}" \
+  --agent.workers=$stages --worker.task=stage --pipeline.schedule=1f1b \
+  --pipeline.micro-batches=4 --train.model=mlp:784-512-256-128-64-10 \
+  --train.batch=64 --train.epochs=10 --optimizer.name=sgd \
+  --optimizer.lr=0.1 --pipeline.checkpoint-dir="$logs/checkpoints" "$@" \
+  2>&1 | tee "$logs/agent.log" |
+  grep --line-buffered -E '^epoch [0-9]|final test|stage [0-9]+ of|pipeline: |agent: |\*\*\*'
+agent_rc=${PIPESTATUS[0]}
+set -e
+if [ "$agent_rc" -ne 0 ]; then
+  echo "*** the pipeline failed (agent exit code $agent_rc); see $logs" >&2
+  exit 1
+fi

@@ -1,0 +1,151 @@
+// A pipeline stage's settings and checkpoint files: flags that are wrong
+// are refused with the flag's name; checkpoints round-trip, the two newest
+// are kept, and a file of another stage, model or a corrupt one is refused.
+#define BOOST_TEST_MODULE stage_files_test
+#include <boost/test/unit_test.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "actors/pipeline/pipeline_settings.hpp"
+#include "actors/pipeline/stage_driver_internal.hpp"
+#include "messages/errors.hpp"
+
+using namespace troupe;
+using namespace troupe::pipe;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// A fresh folder under the temporary one, removed at the end.
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    path = fs::temp_directory_path() /
+           ("troupe-stage-files-" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~temp_dir() { fs::remove_all(path); }
+};
+
+stage_checkpoint sample(uint32_t stage, uint64_t step) {
+  stage_checkpoint x;
+  x.stage = stage;
+  x.step = step;
+  x.spec = "mlp:784-64-10";
+  x.first = 1;
+  x.last = 2;
+  x.arrays = {{2, {1.5f, -2.0f, float(step)}}, {3, {0.25f}}};
+  return x;
+}
+
+std::string message_of(const caf::error& err) {
+  return describe(err);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
+  pipeline_settings x;
+  BOOST_REQUIRE(!validate(x)); // the defaults
+  BOOST_CHECK(x.schedule == pipeline_schedule::one_f_one_b);
+  auto refused = [](pipeline_settings y, const std::string& flag) {
+    auto err = validate(y);
+    BOOST_CHECK_MESSAGE(err == errc::invalid_config &&
+                            message_of(err).find(flag) != std::string::npos,
+                        flag << ": " << message_of(err));
+  };
+  auto y = x;
+  y.stages = 1;
+  refused(y, "--pipeline.stages");
+  y = x;
+  y.schedule_text = "2f2b";
+  refused(y, "1f1b");
+  y = x;
+  y.micro_batches = 0;
+  refused(y, "--pipeline.micro-batches");
+  for (auto cut : {"3,2", "0,2", "2,x", "2,,3", "2"}) {
+    y = x;
+    y.cut_text = cut; // 3 stages need 2 increasing boundaries above 0
+    refused(y, "--pipeline.cut");
+  }
+  y = x;
+  y.checkpoint_every = 0;
+  refused(y, "--pipeline.checkpoint-every");
+  for (auto f : {"3@10", "1", "1@", "x@2", "1@2x"}) {
+    y = x;
+    y.fault_kill = f;
+    refused(y, "--pipeline.fault-kill");
+  }
+  y = x;
+  y.fault_kill = "1@25";
+  BOOST_REQUIRE(!validate(y));
+  BOOST_CHECK(y.fault_stage == 1 && y.fault_step == 25);
+}
+
+BOOST_AUTO_TEST_CASE(a_cut_must_fit_the_model) {
+  pipeline_settings x;
+  x.cut_text = "2,3";
+  BOOST_REQUIRE(!validate(x));
+  auto cut = cut_for(x, 5, {});
+  BOOST_REQUIRE(cut);
+  BOOST_CHECK((*cut == std::vector<size_t>{0, 2, 3, 5}));
+  BOOST_CHECK(cut_for(x, 3, {}).error() == errc::invalid_config);
+  pipeline_settings even;
+  BOOST_REQUIRE(!validate(even));
+  auto e = cut_for(even, 5, {0, 1, 3, 5});
+  BOOST_REQUIRE(e);
+  BOOST_CHECK((*e == std::vector<size_t>{0, 1, 3, 5}));
+  // cut_layers found no even cut: fewer layers than stages
+  BOOST_CHECK(cut_for(even, 2, {}).error() == errc::invalid_config);
+}
+
+BOOST_AUTO_TEST_CASE(checkpoints_round_trip_and_the_two_newest_stay) {
+  temp_dir d;
+  auto dir = d.path.string();
+  BOOST_CHECK((checkpoint_steps(dir, 1) == std::vector<uint64_t>{0}));
+  for (uint64_t step : {20, 40, 60})
+    BOOST_REQUIRE(!write_stage_checkpoint(dir, sample(1, step)));
+  BOOST_REQUIRE(!write_stage_checkpoint(dir, sample(2, 20)));
+  BOOST_CHECK((checkpoint_steps(dir, 1) == std::vector<uint64_t>{0, 40, 60}));
+  BOOST_CHECK((checkpoint_steps(dir, 2) == std::vector<uint64_t>{0, 20}));
+  auto got = read_stage_checkpoint(dir, sample(1, 60));
+  BOOST_REQUIRE(got);
+  BOOST_REQUIRE_EQUAL(got->size(), 2u);
+  BOOST_CHECK((*got)[0].key == 2 &&
+              (*got)[0].values == sample(1, 60).arrays[0].values);
+  BOOST_CHECK((*got)[1].key == 3 &&
+              (*got)[1].values == std::vector<float>{0.25f});
+  // Stray names in the folder are no checkpoints.
+  std::ofstream{d.path / "stage-1-abc.ckpt"} << "x";
+  std::ofstream{d.path / "stage-1-000000000080.tmp"} << "x";
+  BOOST_CHECK((checkpoint_steps(dir, 1) == std::vector<uint64_t>{0, 40, 60}));
+}
+
+BOOST_AUTO_TEST_CASE(
+    a_checkpoint_of_another_model_or_a_corrupt_one_is_refused) {
+  temp_dir d;
+  auto dir = d.path.string();
+  BOOST_REQUIRE(!write_stage_checkpoint(dir, sample(1, 40)));
+  auto other = sample(1, 40);
+  other.spec = "mlp:784-128-10";
+  auto err = read_stage_checkpoint(dir, other).error();
+  BOOST_CHECK(err == errc::bad_file);
+  BOOST_CHECK_MESSAGE(message_of(err).find("another stage or model") !=
+                          std::string::npos,
+                      message_of(err));
+  auto layers = sample(1, 40);
+  layers.first = 0;
+  BOOST_CHECK(read_stage_checkpoint(dir, layers).error() == errc::bad_file);
+  BOOST_CHECK(read_stage_checkpoint(dir, sample(1, 80)).error() ==
+              errc::bad_file); // none of that step
+  // Flip a byte in the middle of the file: the header's check catches it.
+  auto path = checkpoint_path(dir, 1, 40);
+  std::fstream f{path, std::ios::in | std::ios::out | std::ios::binary};
+  f.seekp(static_cast<std::streamoff>(fs::file_size(path) / 2));
+  f.put('\x5a');
+  f.close();
+  BOOST_CHECK(read_stage_checkpoint(dir, sample(1, 40)).error() ==
+              errc::bad_file);
+}

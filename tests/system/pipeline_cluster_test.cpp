@@ -1,0 +1,147 @@
+// Pipeline stages as troupe-node processes under an agent: three stages of
+// one model train it to the end, and a stage killed in the middle of a
+// mini-batch is restarted by its agent while the others drop that
+// mini-batch and start again from the stages' checkpoints: the final
+// weights are those of a run without the kill, bit for bit. Wrong flags
+// and a stage too many are refused in one line.
+#define BOOST_TEST_MODULE pipeline_cluster_test
+#include <boost/test/unit_test.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "actors/pipeline/stage_driver_internal.hpp"
+#include "messages/checkpoint.hpp"
+#include "tests/system/nodes.hpp"
+
+using namespace troupe;
+using namespace troupe::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint32_t stages = 3;
+constexpr uint64_t steps = 90;
+
+/// A fresh folder for one run's checkpoints, removed at the end.
+struct temp_dir {
+  fs::path path;
+  explicit temp_dir(const std::string& name) {
+    path = fs::temp_directory_path() /
+           ("troupe-pipeline-test-" + name + "-" + std::to_string(::getpid()));
+    fs::remove_all(path);
+  }
+  ~temp_dir() { fs::remove_all(path); }
+};
+
+/// The flags of a small 3-stage job: 90 mini-batches of 32 in 4
+/// micro-batches, checkpoints every 20, evaluation on 1000 test images.
+std::vector<std::string> job_flags(const std::string& dir,
+                                   std::vector<std::string> extra = {}) {
+  std::vector<std::string> flags{"--worker.task=stage",
+                                 "--pipeline.stages=3",
+                                 "--pipeline.schedule=1f1b",
+                                 "--pipeline.micro-batches=4",
+                                 "--pipeline.steps=" + std::to_string(steps),
+                                 "--pipeline.checkpoint-every=20",
+                                 "--pipeline.checkpoint-dir=" + dir,
+                                 "--train.model=mlp:784-64-48-32-10",
+                                 "--train.batch=32",
+                                 "--train.eval-samples=1000",
+                                 "--optimizer.name=sgd",
+                                 "--optimizer.lr=0.1"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
+}
+
+/// Runs the job under one agent; its output once the agent exited 0.
+std::string run_job(const std::string& dir,
+                    std::vector<std::string> extra = {}) {
+  scheduler_process s{0, stages};
+  auto agent = start_agent(s, 0, stages, job_flags(dir, std::move(extra)));
+  auto rc = agent->wait_exit(std::chrono::seconds{150});
+  BOOST_REQUIRE_MESSAGE(rc && *rc == 0, "agent: " << agent->output());
+  s.proc->signal(SIGTERM);
+  s.proc->wait_exit(std::chrono::seconds{10});
+  return agent->output();
+}
+
+/// Every stage's weights at the end of a run into `dir`.
+std::vector<std::vector<named_array>> final_weights(const std::string& dir) {
+  std::vector<std::vector<named_array>> out;
+  for (uint32_t s = 0; s < stages; ++s) {
+    auto bytes = read_checked_file(pipe::checkpoint_path(dir, s, steps));
+    BOOST_REQUIRE_MESSAGE(bytes, "stage " << s << ": no final checkpoint");
+    stage_checkpoint x;
+    BOOST_REQUIRE(!decode(*bytes, x));
+    BOOST_REQUIRE_EQUAL(x.step, steps);
+    out.push_back(std::move(x.arrays));
+  }
+  return out;
+}
+
+double accuracy_in(const std::string& out) {
+  auto at = out.find("final test accuracy: ");
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, out);
+  return std::stod(out.substr(at + 21));
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
+  temp_dir plain{"plain"}, killed{"killed"};
+  auto a = run_job(plain.path.string());
+  // Stage 1 kills its process after its forward of micro-batch 1 of
+  // mini-batch 47: past the checkpoint of 40, with 2 micro-batches of
+  // activations on their way.
+  auto b = run_job(killed.path.string(), {"--pipeline.fault-kill=1@47"});
+  BOOST_TEST_MESSAGE("with the kill:\n" << b);
+  BOOST_CHECK_MESSAGE(b.find("fault injection: killing its process") !=
+                          std::string::npos,
+                      "the stage did not kill itself");
+  BOOST_CHECK_MESSAGE(
+      b.find("every stage is back; resuming at mini-batch 40") !=
+          std::string::npos,
+      "the pipeline did not start again from mini-batch 40");
+  auto wa = final_weights(plain.path.string());
+  auto wb = final_weights(killed.path.string());
+  for (uint32_t s = 0; s < stages; ++s) {
+    BOOST_REQUIRE_EQUAL(wa[s].size(), wb[s].size());
+    for (size_t i = 0; i < wa[s].size(); ++i) {
+      BOOST_CHECK_EQUAL(wa[s][i].key, wb[s][i].key);
+      BOOST_CHECK_MESSAGE(wa[s][i].values == wb[s][i].values,
+                          "stage " << s << ", array " << wa[s][i].key
+                                   << " differs from the run without the kill");
+    }
+  }
+  auto acc = accuracy_in(a);
+  BOOST_CHECK_EQUAL(acc, accuracy_in(b));
+  BOOST_CHECK_MESSAGE(acc > 0.5,
+                      "accuracy " << acc << " after 90 mini-batches");
+}
+
+BOOST_AUTO_TEST_CASE(wrong_pipeline_flags_are_refused_in_one_line) {
+  scheduler_process s{0, stages};
+  auto refused = [&](std::vector<std::string> extra, const std::string& why) {
+    extra.insert(extra.begin(), {"--role=worker", s.flag()});
+    child_process p{node_args(std::move(extra))};
+    auto rc = p.wait_exit(std::chrono::seconds{30});
+    BOOST_CHECK_MESSAGE(rc && *rc != 0, why << ": exit " << rc.value_or(-1));
+    BOOST_CHECK_MESSAGE(p.output().find(why) != std::string::npos,
+                        why << ": " << p.output());
+  };
+  temp_dir d{"flags"};
+  auto flags = job_flags(d.path.string());
+  auto with = [&](std::string flag) {
+    auto f = flags;
+    f.push_back(std::move(flag));
+    return f;
+  };
+  refused(with("--pipeline.stages=1"), "--pipeline.stages must be in 2..64");
+  refused(with("--pipeline.cut=3,2"), "--pipeline.cut must be increasing");
+  refused(with("--pipeline.cut=3,4"), "leaves a stage without layers");
+  refused(with("--train.batch=30"), "must be a multiple of");
+  refused(with("--optimizer.name=adam"), "applies plain SGD");
+  refused(with("--pipeline.schedule=2f2b"), "--pipeline.schedule");
+}
