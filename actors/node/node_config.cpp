@@ -296,6 +296,9 @@ void node_config::add_pipeline_options() {
   opt_group{custom_options_, "pipeline"}
       .add(pipeline.stages, "stages",
            "stages of the model, one process each (--worker.task=stage)")
+      .add(pipeline.replicas, "replicas",
+           "replicas of the pipeline, in sync through the servers"
+           " (--cluster.servers > 0)")
       .add(pipeline.schedule_text, "schedule", "gpipe | 1f1b | zb-h1")
       .add(pipeline.micro_batches, "micro-batches",
            "micro-batches per mini-batch (divides --train.batch)")
@@ -524,7 +527,7 @@ trainer_settings node_config::trainer() const {
 }
 
 stage_run_settings node_config::stage() const {
-  return {pipeline, train, optimizer.lr, kv, host, port};
+  return {pipeline, train, optimizer.lr, kv, scheduler.servers, host, port};
 }
 
 caf::error

@@ -45,6 +45,10 @@ caf::error validate(pipeline_settings& x) {
   if (x.stages < 2 || x.stages > 64)
     return caf::make_error(errc::invalid_config,
                            "--pipeline.stages must be in 2..64, got", x.stages);
+  if (x.replicas == 0 || x.replicas > 1024)
+    return caf::make_error(errc::invalid_config,
+                           "--pipeline.replicas must be in 1..1024, got",
+                           x.replicas);
   auto s = parse_schedule(x.schedule_text);
   if (!s)
     return std::move(s.error());

@@ -17,6 +17,11 @@ struct pipeline_settings {
   /// Stages P of the model, 2 or more (each a process: --worker.task=stage,
   /// ranks 0 .. P - 1). Default 3.
   uint32_t stages = 3;
+  /// Replicas R of the pipeline: R x P stage processes (worker rank
+  /// r * P + s is stage s of replica r), each replica training on its
+  /// partition of the data; the stages keep their weights in sync through
+  /// the shard servers (--cluster.servers > 0). Default 1.
+  uint32_t replicas = 1;
   /// gpipe | 1f1b | zb-h1. Default 1f1b.
   std::string schedule_text = "1f1b";
   /// schedule_text, parsed by validate().

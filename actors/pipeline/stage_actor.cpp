@@ -274,7 +274,7 @@ caf::error load_weights(stage_ptr self, const std::vector<named_array>& w) {
     return caf::make_error(errc::bad_shape, who(self) + ": weights of",
                            w.size(), "arrays, want", params.size());
   for (size_t i = 0; i < params.size(); ++i)
-    if (w[i].key != 2 * m.first_layer() + i ||
+    if (w[i].key != stage_key(m.first_layer(), i) ||
         w[i].values.size() != params[i].size)
       return caf::make_error(errc::bad_shape,
                              who(self) + ": weights of the wrong key or size",
@@ -344,14 +344,15 @@ caf::result<double> on_step(stage_ptr self, uint64_t step, const frame& f) {
   return caf::delegated<double>{};
 }
 
-std::vector<named_array> weights_of(stage_ptr self) {
+/// The stage's weights (or gradients) as named arrays.
+std::vector<named_array> arrays_of(stage_ptr self,
+                                   const std::vector<param_ref>& xs) {
   auto& m = *self->state.model;
-  auto params = m.parameters();
   std::vector<named_array> out;
-  for (size_t i = 0; i < params.size(); ++i) // weights, bias, per layer
-    out.push_back(named_array{
-        2 * m.first_layer() + i,
-        std::vector<float>(params[i].data, params[i].data + params[i].size)});
+  for (size_t i = 0; i < xs.size(); ++i) // weights, bias, per layer
+    out.push_back(
+        named_array{stage_key(m.first_layer(), i),
+                    std::vector<float>(xs[i].data, xs[i].data + xs[i].size)});
   return out;
 }
 
@@ -388,7 +389,20 @@ caf::behavior stage_actor(stage_ptr self, stage_settings cfg) {
       [self](gradient_atom, const frame& f) {
         keep(self, self->state.grads, f, "a gradient");
       },
-      [self](pull_atom) { return weights_of(self); },
+      [self](pull_atom) {
+        return arrays_of(self, self->state.model->parameters());
+      },
+      [self](push_atom, uint64_t gen,
+             uint64_t step) -> caf::result<std::vector<named_array>> {
+        auto& st = self->state;
+        if (!st.cfg.commit_apart || gen != st.gen || !st.awaiting_commit ||
+            st.step != step)
+          return caf::make_error(errc::bad_shape, who(self) + ": mini-batch",
+                                 step, "of generation", gen,
+                                 "has no gradients waiting");
+        st.awaiting_commit = false;
+        return arrays_of(self, st.model->gradients());
+      },
       [self](commit_atom, uint64_t gen,
              uint64_t step) -> caf::result<uint64_t> {
         auto& st = self->state;

@@ -18,9 +18,12 @@
 //   (activation_atom, frame)        from the stage before
 //   (gradient_atom, frame)          from the stage after
 //   (pull_atom)                     its weights: one named_array per
-//                                   array, keyed 2 x (the model's layer
-//                                   index) for the weights, + 1 for the
-//                                   bias
+//                                   array, keyed as the built-in trainer
+//                                   keys the whole model's (stage_key)
+//   (push_atom, gen, step)          with commit_apart: the finished
+//                                   mini-batch `step`'s gradients, keyed
+//                                   alike, for the shard servers to apply;
+//                                   it waits for no commit any more
 //   (commit_atom, gen, step)        with commit_apart: apply the finished
 //                                   mini-batch `step`'s update; answered
 //                                   with the mini-batches applied
@@ -113,6 +116,14 @@ struct stage_state {
 };
 
 using stage_ptr = caf::stateful_actor<stage_state>*;
+
+/// The key of parameter array `i` (weights, bias, per layer) of a stage
+/// whose first layer is the model's `first_layer`: the 1-based index of
+/// the array in model::parameters(), as the built-in trainer keys them, so
+/// that a pipeline's stages and data-parallel workers name arrays alike.
+inline uint64_t stage_key(size_t first_layer, size_t i) {
+  return 2 * first_layer + i + 1;
+}
 
 /// The stage actor of `cfg`; an error exits it at once (a bad spec or cut).
 caf::behavior stage_actor(stage_ptr self, stage_settings cfg);

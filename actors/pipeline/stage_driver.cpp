@@ -25,7 +25,19 @@ constexpr std::chrono::milliseconds sync_retry{500};
 constexpr uint32_t eval_chunk_rows = 500;
 
 std::string who(driver_ptr self) {
-  return "stage " + std::to_string(self->state.rank);
+  auto& st = self->state;
+  auto s = "stage " + std::to_string(st.rank);
+  return st.replicas > 1 ? "replica " + std::to_string(st.replica) + " " + s
+                         : s;
+}
+
+bool hybrid(driver_ptr self) {
+  return self->state.cfg.servers > 0;
+}
+
+/// Replica 0 evaluates and reports; the others train alike, quietly.
+bool reports(driver_ptr self) {
+  return self->state.replica == 0;
 }
 
 bool is_lead(driver_ptr self) {
@@ -71,7 +83,8 @@ const size_t* batch_samples(driver_ptr self, uint64_t k) {
   auto& st = self->state;
   auto epoch = k / st.steps_per_epoch;
   if (epoch != st.order_epoch) {
-    epoch_partition(st.data.train_n, epoch, st.cfg.train.seed, 0, 1, st.order);
+    epoch_partition(st.data.train_n, epoch, st.cfg.train.seed, st.replica,
+                    st.replicas, st.order);
     st.order_epoch = epoch;
   }
   return st.order.data() + (k % st.steps_per_epoch) * st.cfg.train.batch;
@@ -186,7 +199,8 @@ void on_committed(driver_ptr self, uint64_t applied) {
   auto& st = self->state;
   st.step = applied;
   bool end = applied == st.total_steps;
-  if (applied % st.cfg.pipeline.checkpoint_every == 0 || end) {
+  if (!hybrid(self) &&
+      (applied % st.cfg.pipeline.checkpoint_every == 0 || end)) {
     self->request(st.stage, timeout(self), pull_atom_v)
         .then([self, applied](std::vector<named_array>& w) {
           auto x = layout(self, applied);
@@ -196,14 +210,42 @@ void on_committed(driver_ptr self, uint64_t applied) {
                        "cannot write its checkpoint: ", describe(err));
         });
   }
-  if (applied % st.steps_per_epoch == 0 || end) {
+  if ((applied % st.steps_per_epoch == 0 || end) && reports(self)) {
     if (st.rank == 0)
       send_evals(self, applied);
     if (is_last(self))
       st.evals[applied] = {};
   }
+  if (end && is_last(self) && !reports(self))
+    self->send(st.lead, finish_atom_v, st.gen); // 5
   if (!end)
     begin_step(self);
+}
+
+/// Declares the stage's arrays on the servers (the first declarer's
+/// values are everyone's), then st.declared. A connection to a server
+/// that broke while the view still names it (seen while a cluster's
+/// processes all start at once) is tried again after a pause, a few times.
+void declare(driver_ptr self) {
+  auto& st = self->state;
+  self->request(st.kv, caf::infinite, init_atom_v, st.initial)
+      .then(
+          [self](std::vector<named_array>&) {
+            auto done = std::move(self->state.declared);
+            done();
+          },
+          [self](caf::error& err) {
+            auto& st = self->state;
+            if (st.declare_tries == 0 ||
+                (err != errc::not_connected && err != errc::peer_down)) {
+              self->quit(err);
+              return;
+            }
+            --st.declare_tries;
+            TROUPE_LOG(info, who(self), "declaring its arrays: ", describe(err),
+                       "; trying again");
+            self->delayed_send(self, sync_retry, init_atom_v);
+          });
 }
 
 /// 2: gives the stage mini-batch `st.step`.
@@ -232,13 +274,67 @@ void begin_step(driver_ptr self) {
           });
 }
 
+/// Gives the stage `w` as its weights after `step` mini-batches in
+/// generation `gen`, with its neighbours; then `then` with the step.
+template <class F>
+void reset_stage(driver_ptr self, uint64_t gen, uint64_t step,
+                 std::vector<named_array> w, F then) {
+  auto& st = self->state;
+  auto sink = is_last(self) ? caf::actor{self} : caf::actor{};
+  self->request(st.stage, timeout(self), reset_atom_v, gen, step, std::move(w),
+                st.prev, st.next, sink)
+      .then(
+          [self, gen, then](uint64_t at) {
+            if (gen == self->state.gen)
+              then(at);
+          },
+          [self](caf::error& err) { self->quit(err); });
+}
+
+/// 1, once the weights of `step` are here.
+void begin_generation(driver_ptr self, uint64_t gen, uint64_t step,
+                      std::vector<named_array> w) {
+  reset_stage(self, gen, step, std::move(w), [self, gen](uint64_t at) {
+    auto& st = self->state;
+    TROUPE_LOG(info, who(self), "generation ", gen, ": at mini-batch ", at);
+    st.step = at;
+    if (at >= st.total_steps && reports(self)) { // resumed at the end
+      if (is_last(self))
+        st.evals[at] = {};
+      if (st.rank == 0)
+        send_evals(self, at);
+    }
+    if (at >= st.total_steps && is_last(self) && !reports(self))
+      self->send(st.lead, finish_atom_v, gen);
+    begin_step(self);
+  });
+}
+
 /// 1: a generation begins here at `step`.
 void on_start(driver_ptr self, uint64_t gen, uint64_t step, caf::actor prev,
               caf::actor next) {
   auto& st = self->state;
   if (gen < st.gen || st.finished)
     return;
-  auto lead = caf::actor_cast<caf::actor>(self->current_sender());
+  if (st.running)
+    TROUPE_LOG(info, who(self), "mini-batch ", st.step, " dropped");
+  st.gen = gen;
+  st.lead = caf::actor_cast<caf::actor>(self->current_sender());
+  st.running = false;
+  st.step = step;
+  st.prev = std::move(prev);
+  st.next = std::move(next);
+  st.evals.clear();   // of a generation that is over
+  if (hybrid(self)) { // the servers' weights at that clock
+    self->request(st.kv, caf::infinite, pull_atom_v, step, st.keys)
+        .then(
+            [self, gen, step](std::vector<named_array>& w) {
+              if (gen == self->state.gen)
+                begin_generation(self, gen, step, std::move(w));
+            },
+            [self](caf::error& err) { self->quit(err); });
+    return;
+  }
   std::vector<named_array> w = st.initial;
   if (step > 0) {
     auto got = read_stage_checkpoint(st.dir, layout(self, step));
@@ -249,44 +345,63 @@ void on_start(driver_ptr self, uint64_t gen, uint64_t step, caf::actor prev,
     }
     w = std::move(*got);
   }
-  if (st.running)
-    TROUPE_LOG(info, who(self), "mini-batch ", st.step, " dropped");
-  st.gen = gen;
-  st.lead = lead;
-  st.running = false;
-  st.step = step;
-  st.evals.clear(); // of a generation that is over
-  auto sink = is_last(self) ? caf::actor{self} : caf::actor{};
-  self->request(st.stage, timeout(self), reset_atom_v, gen, step, std::move(w),
-                std::move(prev), std::move(next), sink)
+  begin_generation(self, gen, step, std::move(w));
+}
+
+/// 4 with servers: the gradients of `k` go to them, and the weights of
+/// k + 1 come back.
+void push_through_servers(driver_ptr self, uint64_t gen, uint64_t k) {
+  auto& st = self->state;
+  auto fail = [self](caf::error& err) { self->quit(err); };
+  self->request(st.stage, timeout(self), push_atom_v, gen, k)
       .then(
-          [self, gen](uint64_t at) {
+          [self, gen, k, fail](std::vector<named_array>& grads) {
             auto& st = self->state;
-            if (gen != st.gen)
-              return;
-            TROUPE_LOG(info, who(self), "generation ", gen, ": at mini-batch ",
-                       at);
-            st.step = at;
-            if (at >= st.total_steps && is_last(self) &&
-                st.evals.count(at) == 0) // resumed at the end: evaluate
-              st.evals[at] = {};
-            if (at >= st.total_steps && st.rank == 0)
-              send_evals(self, at);
-            begin_step(self);
+            self->request(st.kv, caf::infinite, push_atom_v, k,
+                          std::move(grads), st.keys)
+                .then(
+                    [self, gen, k](std::vector<named_array>& w) {
+                      if (gen != self->state.gen)
+                        return;
+                      reset_stage(
+                          self, gen, k + 1, std::move(w),
+                          [self](uint64_t at) { on_committed(self, at); });
+                    },
+                    fail);
           },
-          [self](caf::error& err) { self->quit(err); });
+          fail);
+}
+
+/// Answers a sync: the stage actor, and where this stage can start again:
+/// the steps it has checkpoints of, or (with servers) its clock there.
+void answer_sync(
+    driver_ptr self,
+    caf::typed_response_promise<caf::actor, std::vector<uint64_t>> rp) {
+  auto& st = self->state;
+  if (!hybrid(self)) {
+    rp.deliver(st.stage, checkpoint_steps(st.dir, st.rank));
+    return;
+  }
+  self->request(st.kv, timeout(self), clock_atom_v)
+      .then(
+          [self, rp](uint64_t clock) mutable {
+            rp.deliver(self->state.stage, std::vector<uint64_t>{clock});
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
 }
 
 // -- the lead --------------------------------------------------------------
 
-/// True if every stage is in `v`; fills `out` with them by rank.
+/// True if every stage of our replica is in `v`; fills `out` with them by
+/// stage.
 bool all_stages(driver_ptr self, const cluster_view& v,
                 std::map<uint32_t, node_info>& out) {
+  auto& st = self->state;
   out.clear();
   for (auto& w : v.workers)
-    if (w.rank < self->state.stages)
-      out[w.rank] = w;
-  return out.size() == self->state.stages;
+    if (w.rank / st.stages == st.replica)
+      out[w.rank % st.stages] = w;
+  return out.size() == st.stages;
 }
 
 void lead_sync(driver_ptr self, uint64_t epoch);
@@ -295,9 +410,18 @@ void reach(driver_ptr self, uint64_t epoch, uint32_t rank);
 /// The lead: every answer to sync `epoch` is in: start the generation.
 void lead_start(driver_ptr self, uint64_t epoch) {
   auto& st = self->state;
-  // The newest step every stage has a checkpoint of.
+  // The newest step every stage has a checkpoint of; with servers, the
+  // smallest clock: a stage that pushed it already is dropped there as a
+  // duplicate.
   auto common = st.answers.begin()->second.steps;
+  if (hybrid(self)) {
+    common = {~uint64_t{0}};
+    for (auto& [rank, a] : st.answers)
+      common[0] = std::min(common[0], a.steps.empty() ? 0 : a.steps.front());
+  }
   for (auto& [rank, a] : st.answers) {
+    if (hybrid(self))
+      break;
     std::vector<uint64_t> both;
     std::set_intersection(common.begin(), common.end(), a.steps.begin(),
                           a.steps.end(), std::back_inserter(both));
@@ -365,8 +489,9 @@ void lead_sync(driver_ptr self, uint64_t epoch) {
 /// The lead: driver `rank` of sync `epoch` again, if it has not answered.
 void retry(driver_ptr self, uint64_t epoch, uint32_t rank) {
   auto& st = self->state;
-  if (!st.finished && st.syncing == epoch && st.view.epoch == epoch &&
-      st.answers.count(rank) == 0)
+  // A newer view of the same members leaves this sync in force: only new
+  // members start another.
+  if (!st.finished && st.syncing == epoch && st.answers.count(rank) == 0)
     reach(self, epoch, rank);
 }
 
@@ -412,9 +537,9 @@ void on_view(driver_ptr self, const frame& f) {
   st.view = std::move(v);
   std::map<uint32_t, node_info> members;
   bool all = all_stages(self, st.view, members);
-  if (!all) { // 6
+  if (!all) { // 6 (at the end: the others are leaving, done)
     if (st.missing_since == std::chrono::steady_clock::time_point{} &&
-        st.gen > 0) {
+        st.gen > 0 && st.step < st.total_steps) {
       st.missing_since = std::chrono::steady_clock::now();
       TROUPE_LOG(info, who(self), "a stage left: mini-batch ", st.step,
                  " will be dropped; waiting for it to come back");
@@ -435,17 +560,24 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
   st.began = std::chrono::steady_clock::now();
   return {
       // The process knows its rank: build the stage, read the data.
-      [self](start_atom, uint32_t rank, std::vector<size_t> cut,
-             std::string dir) -> caf::result<uint64_t> {
+      [self](start_atom, uint32_t member, std::vector<size_t> cut,
+             std::string dir, caf::actor kv) -> caf::result<uint64_t> {
         auto& st = self->state;
-        st.rank = rank;
         st.stages = st.cfg.pipeline.stages;
+        st.replicas = st.cfg.pipeline.replicas;
+        auto rank = member % st.stages;
+        st.rank = rank;
+        st.replica = member / st.stages;
+        st.kv = std::move(kv);
         st.cut = std::move(cut);
         st.dir = std::move(dir);
         if (auto why = load_stage_data(st.cfg.train, rank, st.stages, st.data);
             !why.empty())
           return caf::make_error(errc::invalid_config, why);
-        st.steps_per_epoch = st.data.train_n / st.cfg.train.batch;
+        // Every replica runs the same number of steps, or sync rounds
+        // stall (as the built-in trainer's workers).
+        st.steps_per_epoch =
+            (st.data.train_n / st.replicas) / st.cfg.train.batch;
         if (st.steps_per_epoch == 0)
           return caf::make_error(errc::invalid_config, "--train.batch",
                                  st.cfg.train.batch, "is more than the",
@@ -465,11 +597,23 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         self->request(st.stage, timeout(self), pull_atom_v)
             .then([self](std::vector<named_array>& w) {
               auto& st = self->state;
+              for (auto& a : w)
+                st.keys.push_back(a.key);
+              auto ready = [self] {
+                auto& st = self->state;
+                st.ready = true;
+                for (auto& rp : st.early_syncs)
+                  answer_sync(self, rp);
+                st.early_syncs.clear();
+                self->send(st.scheduler, watch_atom_v);
+              };
               st.initial = std::move(w);
-              for (auto& rp : st.early_syncs)
-                rp.deliver(st.stage, checkpoint_steps(st.dir, st.rank));
-              st.early_syncs.clear();
-              self->send(st.scheduler, watch_atom_v);
+              if (!hybrid(self)) {
+                ready();
+                return;
+              }
+              st.declared = std::move(ready);
+              declare(self);
             });
         return st.total_steps;
       },
@@ -483,13 +627,13 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         if (epoch < st.gen)
           return caf::make_error(errc::bad_shape, who(self) + ": sync", epoch,
                                  "is older than generation", st.gen);
-        if (st.initial.empty()) { // answered once the stage is built
-          auto rp =
-              self->make_response_promise<caf::actor, std::vector<uint64_t>>();
+        auto rp =
+            self->make_response_promise<caf::actor, std::vector<uint64_t>>();
+        if (st.ready)
+          answer_sync(self, rp);
+        else // answered once the stage is built (and declared)
           st.early_syncs.push_back(rp);
-          return rp;
-        }
-        return {st.stage, checkpoint_steps(st.dir, st.rank)};
+        return rp;
       },
       [self](sync_atom, uint64_t epoch, uint32_t rank) {
         retry(self, epoch, rank);
@@ -514,6 +658,10 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         auto& st = self->state;
         if (gen != st.gen || k != st.step)
           return;
+        if (hybrid(self)) {
+          push_through_servers(self, gen, k);
+          return;
+        }
         self->request(st.stage, timeout(self), commit_atom_v, gen, k)
             .then(
                 [self, gen](uint64_t applied) {
@@ -526,6 +674,7 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
                 });
       },
       [self](eval_atom, const frame& f) { count_eval(self, f); },
+      [self](init_atom) { declare(self); }, // again, after a pause
       [self](finish_atom, uint64_t gen) {
         if (gen == self->state.gen)
           finish(self);

@@ -67,8 +67,11 @@ struct stage_run_settings {
   train_settings train; ///< model, epochs, batch, seed, data
   float lr = 0.05f;     ///< plain SGD on each stage (--optimizer.lr)
   kv_settings kv;       ///< joining the cluster
-  std::string host;     ///< where the driver is published
-  uint16_t port = 0;    ///< 0 = any free port
+  /// --cluster.servers: above 0, the stages keep their weights on the
+  /// shard servers (hybrid with data parallelism), else each its own.
+  uint32_t servers = 0;
+  std::string host;  ///< where the driver is published
+  uint16_t port = 0; ///< 0 = any free port
 };
 
 /// Joins the cluster of `scheduler` as one stage of a pipeline and trains

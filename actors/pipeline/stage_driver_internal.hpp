@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -33,7 +34,8 @@ struct stage_data {
   size_t cols = 0;   ///< floats per image
 };
 
-/// Loads what stage `stage` of `stages` needs; "" or one line.
+/// Loads what stage `stage` of `stages` needs; "" or one line. (Every
+/// replica reads the whole set and trains its partition.)
 std::string load_stage_data(const train_settings& t, uint32_t stage,
                             uint32_t stages, stage_data& out);
 
@@ -56,8 +58,15 @@ struct driver_state {
   static inline const char* name = "stage-driver";
   stage_run_settings cfg;
   caf::actor scheduler;
-  uint32_t rank = 0; ///< the stage
+  uint32_t rank = 0; ///< the stage within its replica
   uint32_t stages = 0;
+  uint32_t replica = 0, replicas = 1;
+  /// Hybrid (--cluster.servers > 0): the weights live on the shard
+  /// servers, reached through this kv client; else in the stage, with
+  /// checkpoints in `dir`.
+  caf::actor kv;
+  std::vector<uint64_t> keys; ///< the stage's arrays
+  caf::actor prev, next;      ///< the neighbours' stage actors
   std::vector<size_t> cut;
   std::string dir; ///< checkpoints
   caf::actor stage;
@@ -81,7 +90,12 @@ struct driver_state {
   };
   std::map<uint64_t, count> evals;
   std::chrono::steady_clock::time_point began;
-  /// Syncs that came before the stage was built, answered once it is.
+  /// Syncs that came before the stage was built (and, hybrid, declared),
+  /// answered once it is ready.
+  bool ready = false;
+  /// With servers: what follows the declaration, and its tries left.
+  std::function<void()> declared;
+  int declare_tries = 20;
   std::vector<caf::typed_response_promise<caf::actor, std::vector<uint64_t>>>
       early_syncs;
   // The lead: the drivers of the generation (by rank), the sync under way
@@ -103,8 +117,9 @@ struct driver_state {
 using driver_ptr = caf::stateful_actor<driver_state>*;
 
 /// The driver of `cfg`'s stage in the cluster of `scheduler`. Its first
-/// message, from its process once it has joined: (start_atom, rank, cut,
-/// checkpoint folder), answered with the mini-batches it will run.
+/// message, from its process once it has joined: (start_atom, worker rank,
+/// cut, checkpoint folder, kv client), answered with the mini-batches it
+/// will run.
 caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
                            caf::actor scheduler);
 

@@ -71,27 +71,37 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
     kill();
     return fail("joining the cluster", v.error());
   }
-  auto rank = v->first;
-  if (rank >= p.stages) {
+  auto member = v->first;
+  if (member >= p.stages * p.replicas) {
     kill();
     return fail("joining the cluster",
                 caf::make_error(errc::invalid_config, "this worker's rank",
-                                rank, "is no stage of --pipeline.stages",
-                                p.stages,
-                                ": run exactly that many stage"
-                                " processes (--cluster.workers)"));
+                                member, "is no stage of --pipeline.stages",
+                                p.stages, "x --pipeline.replicas", p.replicas,
+                                ": run exactly that many stage processes"
+                                " (--cluster.workers)"));
   }
+  if (p.replicas > 1 && cfg.servers == 0) {
+    kill();
+    return fail("joining the cluster",
+                caf::make_error(errc::invalid_config, "--pipeline.replicas",
+                                p.replicas,
+                                "needs shard servers (--cluster.servers > 0),"
+                                " which keep the replicas' stages in sync"));
+  }
+  auto rank = member % p.stages;
   caf::scoped_actor self{sys};
   self->monitor(drv);
   int rc = 0;
-  self->request(drv, std::chrono::minutes{2}, start_atom_v, rank, *cut,
-                checkpoint_dir(cfg, scheduler))
+  self->request(drv, std::chrono::minutes{2}, start_atom_v, member, *cut,
+                checkpoint_dir(cfg, scheduler), client.handle())
       .receive(
           [&](uint64_t steps) {
-            std::printf("troupe-node: stage %u of %u, layers %zu..%zu of %s,"
-                        " %llu mini-batches of %u in %u micro-batches (%s)\n",
-                        rank, p.stages, (*cut)[rank], (*cut)[rank + 1],
-                        cfg.train.model.c_str(),
+            std::printf("troupe-node: stage %u of %u (replica %u of %u),"
+                        " layers %zu..%zu of %s, %llu mini-batches of %u in"
+                        " %u micro-batches (%s)\n",
+                        rank, p.stages, member / p.stages, p.replicas,
+                        (*cut)[rank], (*cut)[rank + 1], cfg.train.model.c_str(),
                         static_cast<unsigned long long>(steps), cfg.train.batch,
                         p.micro_batches, to_string(p.schedule));
             std::fflush(stdout);

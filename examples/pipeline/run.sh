@@ -5,6 +5,10 @@
 # mini-batch of 64). Activations go forward and gradients backward between
 # the stages; every stage applies a mini-batch once all are through it.
 # Prints a line per epoch and, last, "final test accuracy: 0.XXXX".
+# With --pipeline.replicas=2 it runs 2 replicas x 3 stages (6 processes)
+# and 2 shard servers: each replica trains on half the data, and each
+# stage keeps its weights in sync with its twin through the servers (sync
+# mode: as 2 data-parallel workers on the same global batches).
 #
 # usage: examples/pipeline/run.sh [FLAG...]
 #   FLAGs go to every node, e.g. --pipeline.schedule=zb-h1,
@@ -30,8 +34,18 @@ echo "logs in $logs"
 . "$here/deploy/tls.sh"
 tls_flags "$here" "$@" || exit 2 # TROUPE_TLS=off: plain text
 stages=3
-common=(--config-file="$here/deploy/local.ini" --cluster.servers=0
-        "--cluster.workers=$stages" "--pipeline.stages=$stages" "${tls[@]}")
+replicas=1
+for a in "$@"; do
+  case $a in --pipeline.replicas=*) replicas=${a#*=} ;; esac
+done
+servers=0 # stages alone: each keeps its weights, with checkpoints
+if [ "$replicas" -gt 1 ]; then
+  servers=2 # the replicas' stages in sync through 2 shard servers
+fi
+common=(--config-file="$here/deploy/local.ini"
+        "--cluster.servers=$servers" "--cluster.workers=$((stages * replicas))"
+        "--pipeline.stages=$stages" "--optimizer.name=sgd" "--optimizer.lr=0.1"
+        "--optimizer.lr-decay-steps=0" "${tls[@]}")
 sched_pid=
 stop_scheduler() {
   if [ -n "$sched_pid" ]; then
@@ -47,14 +61,15 @@ trap 'echo "interrupted"; exit 130' INT TERM
 start_scheduler "$bin" "$logs/scheduler.log" "${common[@]}" \
   "--cluster.events-file=$logs/events.jsonl" "$@" || exit 1
 
-# One agent runs the 3 stage processes and restarts one that dies; their
-# output goes to the agent's, kept whole in agent.log.
+# One agent runs the stage processes (and servers) and restarts one that
+# dies; their output goes to the agent's, kept whole in agent.log.
 set +e
 "$bin" --role=agent --scheduler-port="$port" "${common[@]}" \
-  --agent.workers=$stages --worker.task=stage --pipeline.schedule=1f1b \
+  --agent.servers=$servers --agent.workers=$((stages * replicas)) \
+  --worker.task=stage --pipeline.schedule=1f1b \
   --pipeline.micro-batches=4 --train.model=mlp:784-512-256-128-64-10 \
-  --train.batch=64 --train.epochs=10 --optimizer.name=sgd \
-  --optimizer.lr=0.1 --pipeline.checkpoint-dir="$logs/checkpoints" "$@" \
+  --train.batch=64 --train.epochs=10 \
+  --pipeline.checkpoint-dir="$logs/checkpoints" "$@" \
   2>&1 | tee "$logs/agent.log" |
   grep --line-buffered -E '^epoch [0-9]|final test|stage [0-9]+ of|pipeline: |agent: |\*\*\*'
 agent_rc=${PIPESTATUS[0]}

@@ -131,8 +131,8 @@ void check_pipeline(std::vector<std::unique_ptr<caf::actor_system>>& systems,
         .receive(
             [&got](std::vector<named_array>& xs) {
               for (auto& x : xs)
-                got["dense" + std::to_string(x.key / 2) +
-                    (x.key % 2 ? ".b" : ".w")] = std::move(x.values);
+                got["dense" + std::to_string((x.key - 1) / 2) +
+                    ((x.key - 1) % 2 ? ".b" : ".w")] = std::move(x.values);
             },
             [&](caf::error& err) { BOOST_FAIL(driver.render(err)); });
   auto rel = worst_relative(ordinary(steps), got);
