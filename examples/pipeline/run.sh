@@ -71,10 +71,12 @@ set +e
   --train.batch=64 --train.epochs=10 \
   --pipeline.checkpoint-dir="$logs/checkpoints" "$@" \
   2>&1 | tee "$logs/agent.log" |
-  grep --line-buffered -E '^epoch [0-9]|final test|stage [0-9]+ of|pipeline: |agent: |\*\*\*'
+  grep --line-buffered -E '^epoch [0-9]|stage [0-9]+ of|pipeline: |agent: |\*\*\*'
 agent_rc=${PIPESTATUS[0]}
 set -e
-if [ "$agent_rc" -ne 0 ]; then
+final=$(grep -E '^final test accuracy: ' "$logs/agent.log" | tail -n 1 || true)
+if [ "$agent_rc" -ne 0 ] || [ -z "$final" ]; then
   echo "*** the pipeline failed (agent exit code $agent_rc); see $logs" >&2
   exit 1
 fi
+echo "$final"
