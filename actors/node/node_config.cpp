@@ -415,12 +415,20 @@ caf::error node_config::check_modes() const {
                            " a push shows with its worker's next request, so"
                            " a step that pushes and pulls at once would wait"
                            " for itself; use --server.mode=sync");
-  if (worker.task == "stage" && optimizer.name != "sum" &&
-      optimizer.name != "sgd")
+  if (worker.task == "stage" && scheduler.servers == 0 &&
+      optimizer.name != "sum" && optimizer.name != "sgd")
     return caf::make_error(errc::invalid_config,
-                           "--worker.task=stage applies plain SGD with"
-                           " --optimizer.lr on each stage; --optimizer.name=",
-                           optimizer.name, "is not supported there");
+                           "--worker.task=stage without servers applies"
+                           " plain SGD with --optimizer.lr on each stage;"
+                           " --optimizer.name=",
+                           optimizer.name, "needs --cluster.servers > 0");
+  if (worker.task == "stage" && scheduler.servers > 0 &&
+      optimizer.name == "sum")
+    return caf::make_error(errc::invalid_config,
+                           "--worker.task=stage with servers: the servers"
+                           " apply the optimizer, and --optimizer.name=sum"
+                           " would add the gradients to the weights; pick"
+                           " sgd, momentum, nesterov or adam");
   if (worker.task == "counter" && optimizer.name != "sum")
     return caf::make_error(errc::invalid_config,
                            "--worker.task=counter needs --optimizer.name=sum"

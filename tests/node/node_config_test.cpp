@@ -123,9 +123,14 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--pipeline.stages=1"}, "--pipeline.stages");
   rejected({"--pipeline.micro-batches=0"}, "--pipeline.micro-batches");
   rejected({"--pipeline.cut=2,1"}, "--pipeline.cut");
-  rejected({"--worker.task=stage", "--optimizer.name=adam"},
-           "--worker.task=stage");
-  rejected({"--worker.task=stage", "--worker.overlap"}, "--worker.overlap");
+  rejected(
+      {"--worker.task=stage", "--cluster.servers=0", "--optimizer.name=adam"},
+      "--worker.task=stage");
+  rejected(
+      {"--worker.task=stage", "--cluster.servers=2", "--optimizer.name=sum"},
+      "--worker.task=stage");
+  rejected({"--worker.task=stage", "--optimizer.name=sgd", "--worker.overlap"},
+           "--worker.overlap");
   rejected({"--kv.request-timeout-ms=0"}, "--kv.request-timeout-ms");
   rejected({"--no-such-flag=1"}, "");
   rejected({"--optimizer.on=worker", "--server.mode=async"},

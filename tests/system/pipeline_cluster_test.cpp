@@ -40,6 +40,7 @@ struct temp_dir {
 std::vector<std::string> job_flags(const std::string& dir,
                                    std::vector<std::string> extra = {}) {
   std::vector<std::string> flags{"--worker.task=stage",
+                                 "--cluster.servers=0",
                                  "--pipeline.stages=3",
                                  "--pipeline.schedule=1f1b",
                                  "--pipeline.micro-batches=4",
