@@ -128,6 +128,17 @@ kernel_status stage_model::infer(const float* x, size_t batch, tensor& out) {
   return kernel_status::ok;
 }
 
+size_t stage_model::held_bytes() const {
+  size_t n = 0;
+  for (auto& [micro, st] : micros_) {
+    for (auto& t : st.acts)
+      n += t.size();
+    for (auto& t : st.dys)
+      n += t.size();
+  }
+  return n * sizeof(float);
+}
+
 void stage_model::drop_micro_batches() {
   micros_.clear();
 }

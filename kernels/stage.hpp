@@ -80,6 +80,9 @@ public:
 
   /// Micro-batches whose activations the stage holds now.
   size_t held() const { return micros_.size(); }
+  /// Bytes of the activations (and, after B, the gradients W needs) the
+  /// stage holds now, over every micro-batch.
+  size_t held_bytes() const;
 
 private:
   struct layer {

@@ -207,7 +207,14 @@ void apply_update(stage_ptr self) {
 void advance(stage_ptr self) {
   auto& st = self->state;
   while (st.running && st.at < st.plan.size()) {
+    auto began = std::chrono::steady_clock::now();
     auto ran = run(self, st.plan[st.at]);
+    if (ran && *ran) {
+      st.busy += std::chrono::steady_clock::now() - began;
+      st.peak_held =
+          std::max(st.peak_held, static_cast<uint32_t>(st.model->held()));
+      st.peak_bytes = std::max(st.peak_bytes, uint64_t{st.model->held_bytes()});
+    }
     if (!ran) {
       st.running = false;
       st.done.deliver(ran.error());
@@ -423,6 +430,16 @@ caf::behavior stage_actor(stage_ptr self, stage_settings cfg) {
         st.next = std::move(next);
         st.sink = std::move(sink);
         return r;
+      },
+      [self](stats_atom) -> caf::result<uint32_t, uint64_t, uint64_t> {
+        auto& st = self->state;
+        auto held = st.peak_held;
+        auto bytes = st.peak_bytes;
+        auto busy = uint64_t(st.busy.count());
+        st.peak_held = 0;
+        st.peak_bytes = 0;
+        st.busy = {};
+        return {held, bytes, busy};
       },
       [self](eval_atom, const frame& f) {
         stage_tensor x;

@@ -35,6 +35,9 @@
 //                                   them) as those after `step`
 //                                   mini-batches, and these neighbours;
 //                                   answered with `step`
+//   (stats_atom)                    -> (peak micro-batches held, peak
+//                                   bytes of activations held, ns spent
+//                                   working) since the last stats_atom
 //   (eval_atom, frame)              an evaluation chunk (StageTensor:
 //                                   step = the mini-batches whose weights
 //                                   it needs, micro = the chunk): the
@@ -43,6 +46,7 @@
 //                                   last stage its logits to `sink`
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -112,6 +116,11 @@ struct stage_state {
   using box = std::map<std::tuple<uint64_t, uint64_t, uint32_t>, stage_tensor>;
   box acts, grads;
   std::vector<stage_tensor> evals; // until the weights they need are here
+  // Since the last stats_atom: the most micro-batches and bytes of
+  // activations held at once, and the time spent working.
+  uint32_t peak_held = 0;
+  uint64_t peak_bytes = 0;
+  std::chrono::nanoseconds busy{0};
   static inline const char* name = "stage";
 };
 
