@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package troupe needs to build, test and run.
-# usage: deploy/install-deps.sh [--slurm]   (as root; idempotent and quiet)
+# usage: deploy/install-deps.sh [--slurm] [--k8s] (as root; idempotent, quiet)
 #   --slurm  also Slurm and munge (deploy/slurm/, tests/deploy/slurm_test.sh)
+#   --k8s    also kubectl, Debian's kubernetes-client (deploy/k8s/check.sh)
 set -euo pipefail
 
 packages=(
@@ -26,14 +27,16 @@ packages=(
   chromium                   # tests: the status page in a headless browser
 )
 
-case ${1:-} in
---slurm) packages+=(slurm-wlm munge) ;;
-"") ;;
-*)
-  echo "install-deps: unknown option '$1' (--slurm, or none)" >&2
-  exit 2
-  ;;
-esac
+for option in "$@"; do
+  case $option in
+  --slurm) packages+=(slurm-wlm munge) ;;
+  --k8s) command -v kubectl >/dev/null || packages+=(kubernetes-client) ;;
+  *)
+    echo "install-deps: unknown option '$option' (--slurm, --k8s, or none)" >&2
+    exit 2
+    ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
