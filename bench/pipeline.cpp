@@ -152,8 +152,12 @@ measure(caf::actor_system& sys,
     auto& home = *(*apart)[i];
     homes.push_back(home.spawn(stage_actor, cfg));
     auto port = home.middleman().publish(homes.back(), 0, "127.0.0.1");
+    // CAF 0.17 fails a fresh connection now and then at once with
+    // connection_timeout (also seen at a cluster's start): try again.
     auto there = port ? sys.middleman().remote_actor("127.0.0.1", *port)
                       : caf::expected<caf::actor>{port.error()};
+    for (int tries = 1; !there && port && tries < 5; ++tries)
+      there = sys.middleman().remote_actor("127.0.0.1", *port);
     if (!there) {
       stop();
       return std::move(there.error());

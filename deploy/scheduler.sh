@@ -1,4 +1,5 @@
 # Sourced by the deploy and demo scripts: starts a troupe scheduler.
+# shellcheck shell=bash
 #
 # start_scheduler BIN LOG FLAG...
 #   starts `BIN --role=scheduler FLAG...` in the background with its output
@@ -31,4 +32,13 @@ scheduler_port() {
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
+}
+
+# stop_scheduler: stops the scheduler start_scheduler started (`sched_pid`),
+# if any, and waits for it. For an EXIT trap.
+stop_scheduler() {
+  if [ -n "${sched_pid:-}" ]; then
+    kill "$sched_pid" 2>/dev/null || true
+    wait "$sched_pid" 2>/dev/null || true
+  fi
 }

@@ -351,6 +351,17 @@ caf::result<double> on_step(stage_ptr self, uint64_t step, const frame& f) {
   return caf::delegated<double>{};
 }
 
+/// None if mini-batch `step` of generation `gen` is through and waits for
+/// its commit (commit_apart), else an error that says so.
+caf::error check_waiting(stage_ptr self, uint64_t gen, uint64_t step) {
+  auto& st = self->state;
+  if (st.cfg.commit_apart && gen == st.gen && st.awaiting_commit &&
+      st.step == step)
+    return caf::none;
+  return caf::make_error(errc::bad_shape, who(self) + ": mini-batch", step,
+                         "of generation", gen, "is not waiting for its commit");
+}
+
 /// The stage's weights (or gradients) as named arrays.
 std::vector<named_array> arrays_of(stage_ptr self,
                                    const std::vector<param_ref>& xs) {
@@ -401,25 +412,17 @@ caf::behavior stage_actor(stage_ptr self, stage_settings cfg) {
       },
       [self](push_atom, uint64_t gen,
              uint64_t step) -> caf::result<std::vector<named_array>> {
-        auto& st = self->state;
-        if (!st.cfg.commit_apart || gen != st.gen || !st.awaiting_commit ||
-            st.step != step)
-          return caf::make_error(errc::bad_shape, who(self) + ": mini-batch",
-                                 step, "of generation", gen,
-                                 "has no gradients waiting");
-        st.awaiting_commit = false;
-        return arrays_of(self, st.model->gradients());
+        if (auto err = check_waiting(self, gen, step))
+          return err;
+        self->state.awaiting_commit = false;
+        return arrays_of(self, self->state.model->gradients());
       },
       [self](commit_atom, uint64_t gen,
              uint64_t step) -> caf::result<uint64_t> {
-        auto& st = self->state;
-        if (!st.cfg.commit_apart || gen != st.gen || !st.awaiting_commit ||
-            st.step != step)
-          return caf::make_error(errc::bad_shape, who(self) + ": mini-batch",
-                                 step, "of generation", gen,
-                                 "is not waiting for its commit");
+        if (auto err = check_waiting(self, gen, step))
+          return err;
         apply_update(self);
-        return st.applied;
+        return self->state.applied;
       },
       [self](reset_atom, uint64_t gen, uint64_t step,
              const std::vector<named_array>& w, caf::actor prev,

@@ -60,18 +60,12 @@ echo "logs in $logs"
 tls_flags "$here" "$@" || exit 2 # TROUPE_TLS=off: plain text
 common=(--config-file="$here/deploy/local.ini" --cluster.servers=2
         --cluster.workers=2 "${host_flags[@]}" "${tls[@]}" "$@")
+# shellcheck source=deploy/scheduler.sh
+. "$here/deploy/scheduler.sh" # start_scheduler, stop_scheduler
 sched_pid=
-stop_scheduler() {
-  if [ -n "$sched_pid" ]; then
-    kill "$sched_pid" 2>/dev/null || true
-    wait "$sched_pid" 2>/dev/null || true
-  fi
-}
 trap stop_scheduler EXIT
 trap 'echo "interrupted"; exit 130' INT TERM
 
-# shellcheck source=deploy/scheduler.sh
-. "$here/deploy/scheduler.sh"
 start_scheduler "$bin" "$logs/scheduler.log" "${common[@]}" \
   "--cluster.events-file=$logs/events.jsonl" || exit 1
 

@@ -46,18 +46,12 @@ common=(--config-file="$here/deploy/local.ini"
         "--cluster.servers=$servers" "--cluster.workers=$((stages * replicas))"
         "--pipeline.stages=$stages" "--optimizer.name=sgd" "--optimizer.lr=0.1"
         "--optimizer.lr-decay-steps=0" "${tls[@]}")
+# shellcheck source=deploy/scheduler.sh
+. "$here/deploy/scheduler.sh" # start_scheduler, stop_scheduler
 sched_pid=
-stop_scheduler() {
-  if [ -n "$sched_pid" ]; then
-    kill "$sched_pid" 2>/dev/null || true
-    wait "$sched_pid" 2>/dev/null || true
-  fi
-}
 trap stop_scheduler EXIT
 trap 'echo "interrupted"; exit 130' INT TERM
 
-# shellcheck source=deploy/scheduler.sh
-. "$here/deploy/scheduler.sh"
 start_scheduler "$bin" "$logs/scheduler.log" "${common[@]}" \
   "--cluster.events-file=$logs/events.jsonl" "$@" || exit 1
 

@@ -10,24 +10,14 @@
 #include "actors/pipeline/pipeline_settings.hpp"
 #include "actors/pipeline/stage_driver_internal.hpp"
 #include "messages/errors.hpp"
+#include "tests/test_support.hpp"
 
 using namespace troupe;
 using namespace troupe::pipe;
+using troupe::test::temp_dir;
 namespace fs = std::filesystem;
 
 namespace {
-
-/// A fresh folder under the temporary one, removed at the end.
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    path = fs::temp_directory_path() /
-           ("troupe-stage-files-" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
-};
 
 stage_checkpoint sample(uint32_t stage, uint64_t step) {
   stage_checkpoint x;
@@ -103,7 +93,7 @@ BOOST_AUTO_TEST_CASE(a_cut_must_fit_the_model) {
 
 BOOST_AUTO_TEST_CASE(checkpoints_round_trip_and_the_two_newest_stay) {
   temp_dir d;
-  auto dir = d.path.string();
+  auto dir = d.path;
   BOOST_CHECK((checkpoint_steps(dir, 1) == std::vector<uint64_t>{0}));
   for (uint64_t step : {20, 40, 60})
     BOOST_REQUIRE(!write_stage_checkpoint(dir, sample(1, step)));
@@ -118,15 +108,15 @@ BOOST_AUTO_TEST_CASE(checkpoints_round_trip_and_the_two_newest_stay) {
   BOOST_CHECK((*got)[1].key == 3 &&
               (*got)[1].values == std::vector<float>{0.25f});
   // Stray names in the folder are no checkpoints.
-  std::ofstream{d.path / "stage-1-abc.ckpt"} << "x";
-  std::ofstream{d.path / "stage-1-000000000080.tmp"} << "x";
+  std::ofstream{d / "stage-1-abc.ckpt"} << "x";
+  std::ofstream{d / "stage-1-000000000080.tmp"} << "x";
   BOOST_CHECK((checkpoint_steps(dir, 1) == std::vector<uint64_t>{0, 40, 60}));
 }
 
 BOOST_AUTO_TEST_CASE(
     a_checkpoint_of_another_model_or_a_corrupt_one_is_refused) {
   temp_dir d;
-  auto dir = d.path.string();
+  auto dir = d.path;
   BOOST_REQUIRE(!write_stage_checkpoint(dir, sample(1, 40)));
   auto other = sample(1, 40);
   other.spec = "mlp:784-128-10";

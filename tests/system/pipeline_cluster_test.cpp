@@ -14,6 +14,7 @@
 #include "actors/pipeline/stage_driver_internal.hpp"
 #include "messages/checkpoint.hpp"
 #include "tests/system/nodes.hpp"
+#include "tests/test_support.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
@@ -23,17 +24,6 @@ namespace {
 
 constexpr uint32_t stages = 3;
 constexpr uint64_t steps = 90;
-
-/// A fresh folder for one run's checkpoints, removed at the end.
-struct temp_dir {
-  fs::path path;
-  explicit temp_dir(const std::string& name) {
-    path = fs::temp_directory_path() /
-           ("troupe-pipeline-test-" + name + "-" + std::to_string(::getpid()));
-    fs::remove_all(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
-};
 
 /// The flags of a small 3-stage job: 90 mini-batches of 32 in 4
 /// micro-batches, checkpoints every 20, evaluation on 1000 test images.
@@ -91,12 +81,12 @@ double accuracy_in(const std::string& out) {
 } // namespace
 
 BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
-  temp_dir plain{"plain"}, killed{"killed"};
-  auto a = run_job(plain.path.string());
+  temp_dir plain, killed;
+  auto a = run_job(plain.path);
   // Stage 1 kills its process after its forward of micro-batch 1 of
   // mini-batch 47: past the checkpoint of 40, with 2 micro-batches of
   // activations on their way.
-  auto b = run_job(killed.path.string(), {"--pipeline.fault-kill=1@47"});
+  auto b = run_job(killed.path, {"--pipeline.fault-kill=1@47"});
   BOOST_TEST_MESSAGE("with the kill:\n" << b);
   BOOST_CHECK_MESSAGE(b.find("fault injection: killing its process") !=
                           std::string::npos,
@@ -105,8 +95,8 @@ BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
       b.find("every stage is back; resuming at mini-batch 40") !=
           std::string::npos,
       "the pipeline did not start again from mini-batch 40");
-  auto wa = final_weights(plain.path.string());
-  auto wb = final_weights(killed.path.string());
+  auto wa = final_weights(plain.path);
+  auto wb = final_weights(killed.path);
   for (uint32_t s = 0; s < stages; ++s) {
     BOOST_REQUIRE_EQUAL(wa[s].size(), wb[s].size());
     for (size_t i = 0; i < wa[s].size(); ++i) {
@@ -132,8 +122,8 @@ BOOST_AUTO_TEST_CASE(wrong_pipeline_flags_are_refused_in_one_line) {
     BOOST_CHECK_MESSAGE(p.output().find(why) != std::string::npos,
                         why << ": " << p.output());
   };
-  temp_dir d{"flags"};
-  auto flags = job_flags(d.path.string());
+  temp_dir d;
+  auto flags = job_flags(d.path);
   auto with = [&](std::string flag) {
     auto f = flags;
     f.push_back(std::move(flag));

@@ -17,24 +17,13 @@
 #include "messages/checkpoint.hpp"
 #include "messages/errors.hpp"
 #include "tests/system/nodes.hpp"
+#include "tests/test_support.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-/// A fresh folder, removed at the end.
-struct temp_dir {
-  fs::path path;
-  explicit temp_dir(const std::string& name) {
-    path = fs::temp_directory_path() /
-           ("troupe-hybrid-test-" + name + "-" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
-};
 
 void put_u32(std::ofstream& f, uint32_t x) {
   unsigned char b[4] = {
@@ -131,7 +120,7 @@ std::vector<std::string> operator+(std::vector<std::string> a,
 } // namespace
 
 BOOST_AUTO_TEST_CASE(two_replicas_of_three_stages_train_as_two_workers) {
-  temp_dir data{"data"}, dp{"dp"}, hy{"hybrid"};
+  temp_dir data, dp, hy;
   write_split(data.path, "train", 1280);
   write_split(data.path, "t10k", 200);
   auto plain = run_job(2,
@@ -144,13 +133,12 @@ BOOST_AUTO_TEST_CASE(two_replicas_of_three_stages_train_as_two_workers) {
   // Stage 1 of one replica kills its process in the middle of mini-batch
   // 10: its replica drops that mini-batch, reloads from the servers and
   // goes on; the other replica waits for it in the servers' sync round.
-  temp_dir killed{"killed"}, marks{"marks"};
+  temp_dir killed, marks;
   auto with_kill = run_job(
       6,
       shared_flags("sync", data.path, killed.path) + stage_flags("1f1b") +
           std::vector<std::string>{"--pipeline.fault-kill=1@10",
-                                   "--pipeline.checkpoint-dir=" +
-                                       marks.path.string()},
+                                   "--pipeline.checkpoint-dir=" + marks.path},
       killed.path);
   BOOST_CHECK_MESSAGE(with_kill == hybrid,
                       "a stage's kill changed the weights");
@@ -179,12 +167,12 @@ BOOST_AUTO_TEST_CASE(two_replicas_of_three_stages_train_as_two_workers) {
 }
 
 BOOST_AUTO_TEST_CASE(async_and_ssp_hybrids_train_to_the_end) {
-  temp_dir data{"data2"};
+  temp_dir data;
   write_split(data.path, "train", 1280);
   write_split(data.path, "t10k", 200);
   for (auto [mode, schedule] :
        {std::pair{"async", "zb-h1"}, std::pair{"ssp:1", "gpipe"}}) {
-    temp_dir ck{std::string{"ck-"} + schedule};
+    temp_dir ck;
     auto got = run_job(
         6, shared_flags(mode, data.path, ck.path) + stage_flags(schedule),
         ck.path);
