@@ -5,8 +5,9 @@
 // --worker.task=stage): the process joins the cluster as worker `rank` =
 // its stage, and publishes its driver, whose address the view carries.
 //
-// The lead is stage 0's driver. States of a driver, and the transitions
-// the code cites:
+// The lead is stage 0's driver (its side: stage_lead.cpp; a stage's
+// files: stage_files.cpp; the process: stage_process.cpp). States of a
+// driver, and the transitions the code cites:
 //
 //   joined -1-> started (generation g) -2-> stepping k -3-> done k
 //          -4-> committed k (k + 1 applied) -2-> stepping k + 1 ...

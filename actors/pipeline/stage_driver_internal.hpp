@@ -116,6 +116,31 @@ struct driver_state {
 
 using driver_ptr = caf::stateful_actor<driver_state>*;
 
+// -- shared by stage_driver.cpp and stage_lead.cpp --------------------------
+
+/// How long the lead waits before it asks a stage again.
+constexpr std::chrono::milliseconds sync_retry{500};
+
+/// "stage S" (or "replica R stage S"), for logs.
+std::string who(driver_ptr self);
+/// True if the stages keep their weights on the shard servers.
+bool hybrid(driver_ptr self);
+/// True for the lead of a replica: its stage 0.
+bool is_lead(driver_ptr self);
+bool is_last(driver_ptr self);
+/// kv.request-timeout-ms.
+caf::timespan timeout(driver_ptr self);
+
+/// A view from the scheduler: a stage gone (6), or, the lead, all there
+/// with one new (1).
+void on_view(driver_ptr self, const frame& f);
+/// The lead: asks stage `rank` again in sync `epoch`, if it has not
+/// answered and no newer sync began.
+void retry(driver_ptr self, uint64_t epoch, uint32_t rank);
+/// The lead: stage `rank` is through mini-batch `k` of generation `gen`
+/// (3); once all are, the commit (4).
+void on_done(driver_ptr self, uint64_t gen, uint64_t k, uint32_t rank);
+
 /// The driver of `cfg`'s stage in the cluster of `scheduler`. Its first
 /// message, from its process once it has joined: (start_atom, worker rank,
 /// cut, checkpoint folder, kv client), answered with the mini-batches it

@@ -1,0 +1,190 @@
+// The lead of a pipeline replica (stage 0's driver): the generations it
+// starts and the commits it sends (stage_driver.hpp, transitions 1, 4, 6).
+#include <algorithm>
+#include <cstdio>
+#include <iterator>
+
+#include "actors/base/log.hpp"
+#include "actors/cluster/connect.hpp"
+#include "actors/pipeline/stage_driver_internal.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+namespace troupe::pipe {
+
+namespace {
+
+/// True if every stage of our replica is in `v`; fills `out` with them by
+/// stage.
+bool all_stages(driver_ptr self, const cluster_view& v,
+                std::map<uint32_t, node_info>& out) {
+  auto& st = self->state;
+  out.clear();
+  for (auto& w : v.workers)
+    if (w.rank / st.stages == st.replica)
+      out[w.rank % st.stages] = w;
+  return out.size() == st.stages;
+}
+
+void lead_sync(driver_ptr self, uint64_t epoch);
+void reach(driver_ptr self, uint64_t epoch, uint32_t rank);
+
+/// The lead: every answer to sync `epoch` is in: start the generation.
+void lead_start(driver_ptr self, uint64_t epoch) {
+  auto& st = self->state;
+  // The newest step every stage has a checkpoint of; with servers, the
+  // smallest clock: a stage that pushed it already is dropped there as a
+  // duplicate.
+  auto common = st.answers.begin()->second.steps;
+  if (hybrid(self)) {
+    common = {~uint64_t{0}};
+    for (auto& [rank, a] : st.answers)
+      common[0] = std::min(common[0], a.steps.empty() ? 0 : a.steps.front());
+  }
+  for (auto& [rank, a] : st.answers) {
+    if (hybrid(self))
+      break;
+    std::vector<uint64_t> both;
+    std::set_intersection(common.begin(), common.end(), a.steps.begin(),
+                          a.steps.end(), std::back_inserter(both));
+    common = std::move(both);
+  }
+  uint64_t step = common.empty() ? 0 : common.back();
+  st.lead_step = step;
+  st.done.clear();
+  for (uint32_t r = 0; r < st.stages; ++r) {
+    auto prev = r > 0 ? st.answers[r - 1].stage : caf::actor{};
+    auto next = r + 1 < st.stages ? st.answers[r + 1].stage : caf::actor{};
+    self->send(st.drivers[r], start_atom_v, epoch, step, prev, next);
+  }
+  auto since = st.missing_since;
+  if (since != std::chrono::steady_clock::time_point{}) {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::steady_clock::now() - since)
+                  .count();
+    TROUPE_LOG(info, who(self), "pipeline restarts at mini-batch ", step, ", ",
+               ms, " ms after a stage left");
+    std::printf("pipeline: every stage is back; resuming at mini-batch %llu,"
+                " %lld ms after a stage left\n",
+                static_cast<unsigned long long>(step),
+                static_cast<long long>(ms));
+    std::fflush(stdout);
+    st.missing_since = {};
+  }
+}
+
+/// The lead: asks driver `rank` (at `n`) for its stage and checkpoints.
+void ask(driver_ptr self, uint64_t epoch, const caf::actor& d, uint32_t rank) {
+  self->request(d, timeout(self), sync_atom_v, epoch)
+      .then(
+          [self, epoch, rank](caf::actor& stage, std::vector<uint64_t>& steps) {
+            auto& st = self->state;
+            if (st.syncing != epoch)
+              return;
+            st.answers[rank] = {std::move(stage), std::move(steps)};
+            if (st.answers.size() == st.stages)
+              lead_start(self, epoch);
+          },
+          [self, epoch, rank](caf::error& err) {
+            TROUPE_LOG(warning, who(self), "stage ", rank,
+                       " did not answer: ", describe(err));
+            if (self->state.syncing == epoch)
+              self->delayed_send(self, sync_retry, sync_atom_v, epoch, rank);
+          });
+}
+
+/// The lead: 1, for the view of `epoch`.
+void lead_sync(driver_ptr self, uint64_t epoch) {
+  auto& st = self->state;
+  if (st.finished || st.view.epoch != epoch)
+    return; // a newer view syncs for itself
+  std::map<uint32_t, node_info> members;
+  if (!all_stages(self, st.view, members))
+    return;
+  st.syncing = epoch;
+  st.members = members;
+  st.answers.clear();
+  for (auto& m : members)
+    reach(self, epoch, m.first);
+}
+
+/// The lead: connects to driver `rank` of sync `epoch` and asks it.
+void reach(driver_ptr self, uint64_t epoch, uint32_t rank) {
+  auto& st = self->state;
+  auto& n = st.members[rank];
+  if (rank == st.rank) {
+    st.drivers[rank] = caf::actor{self};
+    ask(self, epoch, st.drivers[rank], rank);
+    return;
+  }
+  self->request(connector(self->home_system()), timeout(self),
+                caf::connect_atom_v, n.host, n.port)
+      .then(
+          [self, epoch, rank](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                              const std::set<std::string>&) {
+            auto& st = self->state;
+            if (st.syncing != epoch || !ptr)
+              return;
+            st.drivers[rank] = caf::actor_cast<caf::actor>(ptr);
+            ask(self, epoch, st.drivers[rank], rank);
+          },
+          [self, epoch, rank](caf::error& err) {
+            TROUPE_LOG(warning, who(self), "cannot reach stage ", rank, ": ",
+                       describe(err));
+            if (self->state.syncing == epoch)
+              self->delayed_send(self, sync_retry, sync_atom_v, epoch, rank);
+          });
+}
+
+} // namespace
+
+/// The lead: driver `rank` of sync `epoch` again, if it has not answered.
+void retry(driver_ptr self, uint64_t epoch, uint32_t rank) {
+  auto& st = self->state;
+  // A newer view of the same members leaves this sync in force: only new
+  // members start another.
+  if (!st.finished && st.syncing == epoch && st.answers.count(rank) == 0)
+    reach(self, epoch, rank);
+}
+
+/// A view from the scheduler: 6 where a stage is gone, 1 (the lead) where
+/// all are there and one is new.
+void on_view(driver_ptr self, const frame& f) {
+  auto& st = self->state;
+  auto from = self->current_sender();
+  if (from == nullptr ||
+      caf::actor_cast<caf::actor_addr>(from) != st.scheduler.address())
+    return; // views come from the scheduler only
+  cluster_view v;
+  if (auto err = decode(f, v); err || v.epoch <= st.view.epoch)
+    return;
+  st.view = std::move(v);
+  std::map<uint32_t, node_info> members;
+  bool all = all_stages(self, st.view, members);
+  if (!all) { // 6 (at the end: the others are leaving, done)
+    if (st.missing_since == std::chrono::steady_clock::time_point{} &&
+        st.gen > 0 && st.step < st.total_steps) {
+      st.missing_since = std::chrono::steady_clock::now();
+      TROUPE_LOG(info, who(self), "a stage left: mini-batch ", st.step,
+                 " will be dropped; waiting for it to come back");
+    }
+    return;
+  }
+  if (is_lead(self) && members != st.members)
+    lead_sync(self, st.view.epoch);
+}
+
+void on_done(driver_ptr self, uint64_t gen, uint64_t k, uint32_t rank) {
+  auto& st = self->state;
+  if (gen != st.syncing || k != st.lead_step || rank >= st.stages)
+    return;
+  st.done.insert(rank);
+  if (st.done.size() < st.stages)
+    return;
+  st.done.clear();
+  ++st.lead_step;
+  for (auto& [r, d] : st.drivers) // 4
+    self->send(d, commit_atom_v, gen, k);
+}
+
+} // namespace troupe::pipe
