@@ -1,5 +1,6 @@
 // Small helpers every kind of test uses: an error's text for a failure
-// message, a temporary folder that removes itself, and a file's text.
+// message, a temporary folder that removes itself, a file's text, and the
+// bytes of an IDX file (a data set of its own).
 #pragma once
 
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <sstream>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include <boost/test/unit_test.hpp>
 
@@ -50,5 +52,21 @@ struct temp_dir {
     return path + "/" + name;
   }
 };
+
+/// Bytes of an IDX file: magic, dims (big-endian), then `body`.
+inline std::vector<uint8_t> idx_bytes(uint32_t magic,
+                                      const std::vector<uint32_t>& dims,
+                                      const std::vector<uint8_t>& body) {
+  std::vector<uint8_t> bytes;
+  auto be32 = [&bytes](uint32_t x) {
+    for (int shift = 24; shift >= 0; shift -= 8)
+      bytes.push_back(uint8_t(x >> shift));
+  };
+  be32(magic);
+  for (auto d : dims)
+    be32(d);
+  bytes.insert(bytes.end(), body.begin(), body.end());
+  return bytes;
+}
 
 } // namespace troupe::test

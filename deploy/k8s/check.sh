@@ -2,8 +2,8 @@
 # Checks deploy/k8s/ offline: kubectl's client-side dry run
 # (kubectl create --dry-run=client) parses every manifest and maps each
 # object to its kind. kubectl asks an API server which kinds exist before
-# it does; stub_api.py answers that discovery, with nothing else, on
-# loopback. No cluster is contacted and no object is made. It does not
+# it does; api_discovery.py answers that discovery, with nothing
+# else, on loopback. No cluster is contacted and no object is made. It does not
 # check fields against the API's schema (--validate=false: the schema
 # comes from a real server).
 #
@@ -18,10 +18,10 @@ command -v kubectl >/dev/null || {
   exit 2
 }
 work=$(mktemp -d)
-stub=
+discovery=
 # shellcheck disable=SC2317 # called from the EXIT trap
 cleanup() {
-  [ -n "$stub" ] && kill "$stub" 2>/dev/null
+  [ -n "$discovery" ] && kill "$discovery" 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -32,23 +32,23 @@ if [ -z "$certs" ]; then
   "$here/../make-certs.sh" "$certs" >/dev/null
 fi
 "$here/make-secret.sh" "$certs" >"$work/secret.yaml"
-python3 "$here/stub_api.py" "$work/port" &
-stub=$!
+python3 "$here/api_discovery.py" "$work/port" &
+discovery=$!
 for _ in $(seq 50); do
   [ -s "$work/port" ] && break
   sleep 0.1
 done
-[ -s "$work/port" ] || { echo "*** check: the discovery stub did not start" >&2; exit 1; }
+[ -s "$work/port" ] || { echo "*** check: the discovery server did not start" >&2; exit 1; }
 cat >"$work/kubeconfig" <<YAML
 apiVersion: v1
 kind: Config
 clusters:
-- {name: stub, cluster: {server: "http://127.0.0.1:$(cat "$work/port")"}}
+- {name: offline, cluster: {server: "http://127.0.0.1:$(cat "$work/port")"}}
 users:
-- {name: stub, user: {token: none}}
+- {name: offline, user: {token: none}}
 contexts:
-- {name: stub, context: {cluster: stub, user: stub}}
-current-context: stub
+- {name: offline, context: {cluster: offline, user: offline}}
+current-context: offline
 YAML
 names=$(KUBECONFIG=$work/kubeconfig kubectl create --dry-run=client \
   --validate=false -o name -f "$manifest" -f "$work/secret.yaml")

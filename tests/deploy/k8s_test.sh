@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # deploy/k8s/ against kubectl's client-side dry run (deploy/k8s/check.sh,
-# offline: a stub answers kubectl's discovery): the manifests and the
+# offline: api_discovery.py answers kubectl's discovery): the manifests and the
 # Secret of the test certificates pass, and a misspelt kind or broken YAML
 # fails. Exits 77 (CTest: skipped), saying why, without kubectl
 # (deploy/install-deps.sh --k8s installs Debian's kubernetes-client).

@@ -16,27 +16,13 @@
 #include <zlib.h>
 
 #include "kernels/idx.hpp"
+#include "tests/test_support.hpp"
 
 using namespace troupe;
+using troupe::test::idx_bytes;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<uint8_t> be32(uint32_t x) {
-  return {uint8_t(x >> 24), uint8_t(x >> 16), uint8_t(x >> 8), uint8_t(x)};
-}
-
-/// Bytes of an IDX file: magic, dims, then `body`.
-std::vector<uint8_t> idx_bytes(uint32_t magic, std::vector<uint32_t> dims,
-                               const std::vector<uint8_t>& body) {
-  auto bytes = be32(magic);
-  for (auto d : dims) {
-    auto b = be32(d);
-    bytes.insert(bytes.end(), b.begin(), b.end());
-  }
-  bytes.insert(bytes.end(), body.begin(), body.end());
-  return bytes;
-}
 
 std::vector<uint8_t> gzipped(const std::vector<uint8_t>& raw) {
   std::vector<uint8_t> out(compressBound(raw.size()) + 64);

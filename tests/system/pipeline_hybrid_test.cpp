@@ -25,34 +25,27 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void put_u32(std::ofstream& f, uint32_t x) {
-  unsigned char b[4] = {
-      static_cast<unsigned char>(x >> 24), static_cast<unsigned char>(x >> 16),
-      static_cast<unsigned char>(x >> 8), static_cast<unsigned char>(x)};
-  f.write(reinterpret_cast<const char*>(b), 4);
-}
-
 /// A small IDX data set of `n` 28 x 28 images (split `split`) with pixels
 /// and labels from a fixed sequence: 1280 training samples are 20
 /// mini-batches of 32 for each of 2 replicas.
 void write_split(const fs::path& dir, const std::string& split, uint32_t n) {
-  std::ofstream img{dir / (split + "-images-idx3-ubyte"), std::ios::binary};
-  put_u32(img, 0x803);
-  put_u32(img, n);
-  put_u32(img, 28);
-  put_u32(img, 28);
   uint32_t x = 12345;
-  for (uint32_t i = 0; i < n * 784; ++i) {
+  auto next = [&x] {
     x = x * 1103515245u + 12345u;
-    img.put(static_cast<char>((x >> 16) & 0xff));
-  }
-  std::ofstream lab{dir / (split + "-labels-idx1-ubyte"), std::ios::binary};
-  put_u32(lab, 0x801);
-  put_u32(lab, n);
-  for (uint32_t i = 0; i < n; ++i) {
-    x = x * 1103515245u + 12345u;
-    lab.put(static_cast<char>((x >> 16) % 10));
-  }
+    return x >> 16;
+  };
+  std::vector<uint8_t> pixels(size_t{n} * 784), labels(n);
+  for (auto& p : pixels)
+    p = uint8_t(next() & 0xff);
+  for (auto& l : labels)
+    l = uint8_t(next() % 10);
+  auto put = [&dir](const std::string& name, const std::vector<uint8_t>& b) {
+    std::ofstream f{dir / name, std::ios::binary};
+    f.write(reinterpret_cast<const char*>(b.data()),
+            static_cast<std::streamsize>(b.size()));
+  };
+  put(split + "-images-idx3-ubyte", idx_bytes(0x803, {n, 28, 28}, pixels));
+  put(split + "-labels-idx1-ubyte", idx_bytes(0x801, {n}, labels));
 }
 
 /// What both jobs share: 2 servers in `mode`, plain SGD on the servers,

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""A stub of a Kubernetes API server's discovery, for checking manifests
+"""The discovery part of a Kubernetes API server, alone, for checking manifests
 offline: kubectl's client-side dry run (--dry-run=client) needs only to
 know which kinds exist at which versions, and this answers exactly that,
 for the kinds deploy/k8s/ uses (v1: Service, Secret, ConfigMap; apps/v1:
 Deployment, StatefulSet). It holds no objects and accepts no writes.
 
-usage: stub_api.py PORT_FILE   (listens on a free loopback port, writes it)
+usage: api_discovery.py PORT_FILE   (listens on a free loopback port, writes it)
 """
 import json
 import sys
@@ -49,7 +49,7 @@ class Handler(BaseHTTPRequestHandler):
             status = 404
             body = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                     "reason": "NotFound", "code": 404,
-                    "message": "the offline stub serves discovery only"}
+                    "message": "this server answers discovery only"}
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
