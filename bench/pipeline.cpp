@@ -30,6 +30,7 @@
 #include "actors/node/node_config.hpp"
 #include "actors/pipeline/schedule.hpp"
 #include "actors/pipeline/stage_actor.hpp"
+#include "actors/pipeline/stage_roads.hpp"
 #include "bench/common.hpp"
 #include "kernels/blas.hpp"
 #include "kernels/stage.hpp"
@@ -54,7 +55,22 @@ struct options {
   std::vector<uint32_t> micros{1, 2, 4, 8, 16};
   bool real = true; ///< also real stages (--real=0: synthetic only)
   std::vector<uint32_t> real_micros{1, 4, 16};
+  /// Real stages' tensors: over CAF (middleman), on a road, or each.
+  std::vector<road_kind> real_roads{road_kind::middleman, road_kind::shm};
 };
+
+bool parse_roads(const std::string& text, std::vector<road_kind>& out) {
+  out.clear();
+  std::stringstream in{text};
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    auto r = parse_road(item);
+    if (!r || item == "auto")
+      return false;
+    out.push_back(*r);
+  }
+  return !out.empty();
+}
 
 bool parse_list(const std::string& text, std::vector<uint32_t>& out) {
   out.clear();
@@ -91,12 +107,14 @@ bool parse(int argc, char** argv, options& opt) {
     } else if (name == "--real" && number && n <= 1) {
       opt.real = n == 1;
     } else if (name == "--real-micros" && parse_list(value, opt.real_micros)) {
+    } else if (name == "--real-roads" && parse_roads(value, opt.real_roads)) {
     } else {
       std::fprintf(stderr,
                    "*** pipeline: bad flag '%s'\nusage: pipeline "
                    "[--unit-us=100..1000000] [--steps=1..1000] "
                    "[--stages=2..4,...] [--micros=1..64,...] [--real=0|1]"
-                   " [--real-micros=1..64,...]\n",
+                   " [--real-micros=1..64,...]"
+                   " [--real-roads=middleman|tcp|shm,...]\n",
                    a.c_str());
       return false;
     }
@@ -105,6 +123,7 @@ bool parse(int argc, char** argv, options& opt) {
 }
 
 struct row {
+  road_kind road; ///< what carried the tensors
   uint32_t stages, micros;
   pipeline_schedule schedule;
   double theory, simulated, measured, samples_per_s;
@@ -120,12 +139,14 @@ struct run_result {
   uint64_t bytes = 0;
 };
 
-/// The pipeline's shape: its model, micro-batch rows, and F, B and W's
-/// synthetic cost (0: real compute).
+/// The pipeline's shape: its model, micro-batch rows, F, B and W's
+/// synthetic cost (0: real compute), and what carries stages' tensors
+/// apart (stage_roads.hpp; middleman: CAF).
 struct shape {
   std::string spec;
   uint32_t rows_per_micro;
   uint32_t unit_us;
+  road_kind road = road_kind::middleman;
 };
 
 /// Runs `steps` mini-batches (after one to warm up) on P stage actors: in
@@ -138,6 +159,7 @@ measure(caf::actor_system& sys,
   auto whole = model::from_spec(sh.spec, nullptr); // a valid spec
   auto cut = cut_model(*whole, p);
   std::vector<caf::actor> stages, homes; // homes: where each one lives
+  std::vector<std::shared_ptr<stage_roads>> roads;
   auto stop = [&] {       // each actor where it lives: a proxy's exit may not
     for (auto& a : homes) // arrive before its system shuts down
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
@@ -150,7 +172,21 @@ measure(caf::actor_system& sys,
       continue;
     }
     auto& home = *(*apart)[i];
+    if (sh.road != road_kind::middleman) {
+      kv_settings kv;
+      kv.road = sh.road;
+      auto r = stage_roads::listen("127.0.0.1", kv);
+      if (!r) {
+        stop();
+        return std::move(r.error());
+      }
+      cfg.roads = *r;
+      cfg.member = i;
+      roads.push_back(*r);
+    }
     homes.push_back(home.spawn(stage_actor, cfg));
+    if (cfg.roads)
+      cfg.roads->deliver_to(homes.back());
     auto port = home.middleman().publish(homes.back(), 0, "127.0.0.1");
     // CAF 0.17 fails a fresh connection now and then at once with
     // connection_timeout (also seen at a cluster's start): try again.
@@ -219,6 +255,16 @@ measure(caf::actor_system& sys,
   auto wall = bench::since(t0);
   if (!failed)
     collect(true);
+  // Checked: with roads, no tensor crossed CAF.
+  for (auto& st : stages)
+    self->request(st, 60s, stats_atom_v, road_atom_v)
+        .receive(
+            [&](uint64_t, uint64_t on_caf) {
+              if (sh.road != road_kind::middleman && on_caf > 0 && !failed)
+                failed = caf::make_error(errc::bad_shape, on_caf,
+                                         "tensors crossed CAF, not the road");
+            },
+            [&failed](caf::error& e) { failed = std::move(e); });
   stop();
   if (failed)
     return failed;
@@ -256,7 +302,7 @@ caf::expected<std::vector<row>> table(caf::actor_system& sys, bool apart,
               std::string{to_string(s)} + " P=" + std::to_string(p) +
                   " M=" + std::to_string(m) + ": " + describe(r.error()));
         rows.push_back(
-            {p, m, s,
+            {sh.road, p, m, s,
              s == pipeline_schedule::zb_h1 ? sim->bubble : theory_bubble(p, m),
              sim->bubble, r->idle, m * sh.rows_per_micro / r->wall, r->held,
              r->bytes});
@@ -280,12 +326,13 @@ void print_json_rows(const char* name, const std::vector<row>& rows) {
   std::printf("\"%s\":[", name);
   for (size_t i = 0; i < rows.size(); ++i) {
     auto& r = rows[i];
-    std::printf("%s{\"P\":%u,\"M\":%u,\"schedule\":\"%s\",\"theory\":%.4f,"
+    std::printf("%s{\"road\":\"%s\",\"P\":%u,\"M\":%u,\"schedule\":\"%s\","
+                "\"theory\":%.4f,"
                 "\"measured\":%.4f,\"samples_per_s\":%.1f,\"held\":%u,"
                 "\"act_bytes\":%llu}",
-                i ? "," : "", r.stages, r.micros, to_string(r.schedule),
-                r.theory, r.measured, r.samples_per_s, r.peak_held,
-                static_cast<unsigned long long>(r.peak_bytes));
+                i ? "," : "", to_string(r.road), r.stages, r.micros,
+                to_string(r.schedule), r.theory, r.measured, r.samples_per_s,
+                r.peak_held, static_cast<unsigned long long>(r.peak_bytes));
   }
   std::printf("]");
 }
@@ -316,14 +363,16 @@ int main(int argc, char** argv) {
     // several stages' BLAS threads spinning on two cores distort the
     // figures more than the schedule does.
     set_blas_threads(1);
-    auto r = table(sys, true, shape{real_spec, 32, 0}, opt.steps, opt.stages,
-                   opt.real_micros);
-    if (!r) {
-      std::fprintf(stderr, "*** pipeline: real stages: %s\n",
-                   describe(r.error()).c_str());
-      return 1;
+    for (auto road : opt.real_roads) {
+      auto r = table(sys, true, shape{real_spec, 32, 0, road}, opt.steps,
+                     opt.stages, opt.real_micros);
+      if (!r) {
+        std::fprintf(stderr, "*** pipeline: real stages, %s: %s\n",
+                     to_string(road), describe(r.error()).c_str());
+        return 1;
+      }
+      real.insert(real.end(), r->begin(), r->end());
     }
-    real = std::move(*r);
   }
   // Checks before printing: 1f1b holds at most P micro-batches, measured.
   for (auto* rows : {&*synthetic, &real})
@@ -345,12 +394,22 @@ int main(int argc, char** argv) {
   std::printf("\ngpipe and 1f1b: measured within %.1f points of theory\n",
               100 * worst);
   if (opt.real) {
-    std::printf("\nreal stages (%s, %u rows per micro-batch, each stage in"
-                " an actor system of its own over loopback TCP, one BLAS"
-                " thread each, sharing this machine's cores): idle share"
-                " measured\n\n",
-                real_spec.c_str(), 32u);
-    print_table(real);
+    for (auto road : opt.real_roads) {
+      std::printf(
+          "\nreal stages (%s, %u rows per micro-batch, each stage in"
+          " an actor system of its own linked over loopback TCP,"
+          " tensors %s, one BLAS thread each, sharing this"
+          " machine's cores): idle share measured\n\n",
+          real_spec.c_str(), 32u,
+          road == road_kind::middleman
+              ? "over CAF"
+              : (std::string{"on the "} + to_string(road) + " road").c_str());
+      std::vector<row> these;
+      for (auto& r : real)
+        if (r.road == road)
+          these.push_back(r);
+      print_table(these);
+    }
   }
   std::printf("{\"bench\":\"pipeline\",\"unit_us\":%u,\"worst_points\":%.2f,",
               opt.unit_us, 100 * worst);

@@ -11,6 +11,8 @@
 #include <caf/event_based_actor.hpp>
 
 #include "actors/base/log.hpp"
+#include "actors/pipeline/stage_actor_internal.hpp"
+#include "actors/road/road_wire.hpp"
 #include "kernels/loss.hpp"
 #include "kernels/optimizer.hpp"
 #include "messages/errors.hpp"
@@ -18,11 +20,14 @@
 
 namespace troupe {
 
-namespace {
-
-std::string who(stage_ptr self) {
+std::string stage_impl::who(stage_ptr self) {
   return "stage " + std::to_string(self->state.cfg.stage);
 }
+
+namespace {
+
+using stage_impl::keep;
+using stage_impl::who;
 
 bool is_first(stage_ptr self) {
   return self->state.cfg.stage == 0;
@@ -38,17 +43,17 @@ uint32_t micro_rows(stage_ptr self) {
   return self->state.batch.rows / self->state.cfg.micros;
 }
 
-/// Sends `t` of micro-batch `micro` to `to` as `Atom`.
-template <class Atom>
-void send_tensor(stage_ptr self, const caf::actor& to, Atom atom,
-                 uint32_t micro, const tensor& t) {
+/// Sends `t` of micro-batch `micro` to the next stage (`forward`) or the
+/// one before.
+void send_tensor(stage_ptr self, bool forward, uint32_t micro,
+                 const tensor& t) {
   stage_tensor x{self->state.step,
                  micro,
                  static_cast<uint32_t>(t.rows()),
                  static_cast<uint32_t>(t.cols()),
                  std::vector<float>(t.data(), t.data() + t.size()),
                  self->state.gen};
-  self->send(to, atom, encode(x));
+  stage_impl::send_to_neighbour(self, forward, encode(x));
 }
 
 /// Takes the tensor of (step, micro) out of `box`, if it came.
@@ -102,7 +107,7 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
     if (auto r = m.forward(w.micro, x, rows); r != kernel_status::ok)
       return failed(self, w, r);
     if (!is_last(self))
-      send_tensor(self, st.next, activation_atom_v, w.micro, m.output(w.micro));
+      send_tensor(self, true, w.micro, m.output(w.micro));
     if (st.step == st.cfg.kill_in_step &&
         w.micro == std::min<uint32_t>(1, st.cfg.micros - 1)) {
       TROUPE_LOG(warning, who(self),
@@ -146,7 +151,7 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
     if (r != kernel_status::ok)
       return failed(self, w, r);
     if (!is_first(self))
-      send_tensor(self, st.prev, gradient_atom_v, w.micro, m.input_grad());
+      send_tensor(self, false, w.micro, m.input_grad());
     return true;
   }
   case stage_work::backward_weight:
@@ -233,15 +238,21 @@ void advance(stage_ptr self) {
   st.done.deliver(st.loss);
 }
 
-/// Keeps a neighbour's tensor for its step, if it is not an old one.
-void keep(stage_ptr self, stage_state::box& box, const frame& f,
-          const char* what) {
+} // namespace
+
+void stage_impl::keep(stage_ptr self, stage_state::box& box, bytes_view f,
+                      const char* what) {
   stage_tensor x;
   if (auto err = decode(f, x)) {
     TROUPE_LOG_LIMITED(warning, who(self), "dropped ", what, ": ",
                        describe(err));
     return;
   }
+  keep(self, box, std::move(x), what);
+}
+
+void stage_impl::keep(stage_ptr self, stage_state::box& box, stage_tensor x,
+                      const char* what) {
   auto& st = self->state;
   if (x.gen < st.gen ||
       (x.gen == st.gen &&
@@ -255,6 +266,8 @@ void keep(stage_ptr self, stage_state::box& box, const frame& f,
   box[{x.gen, x.step, x.micro}] = std::move(x);
   advance(self);
 }
+
+namespace {
 
 /// Drops the tensors of older generations, and of this one's steps before
 /// `step`.
@@ -393,10 +406,15 @@ caf::behavior stage_actor(stage_ptr self, stage_settings cfg) {
   st.plan = stage_plan(cfg.schedule, cfg.stage,
                        static_cast<uint32_t>(cfg.cut.size() - 1), cfg.micros);
   return {
-      [self](link_atom, caf::actor prev, caf::actor next) {
+      [self](link_atom, caf::actor prev,
+             caf::actor next) -> caf::result<uint64_t> {
         self->state.prev = std::move(prev);
         self->state.next = std::move(next);
-        return uint64_t{0};
+        // Answered once the roads to them are up (or given up).
+        auto rp = self->make_response_promise<uint64_t>();
+        stage_impl::link_roads(self,
+                               [rp]() mutable { rp.deliver(uint64_t{0}); });
+        return rp;
       },
       [self](step_atom, uint64_t step, const frame& f) {
         return on_step(self, step, f);
@@ -406,6 +424,18 @@ caf::behavior stage_actor(stage_ptr self, stage_settings cfg) {
       },
       [self](gradient_atom, const frame& f) {
         keep(self, self->state.grads, f, "a gradient");
+      },
+      [self](road_atom, uint32_t rank) {
+        return stage_impl::road_ticket(self, rank);
+      },
+      [self](road_atom, road_message_ptr& m) {
+        stage_impl::on_road(self, std::move(m));
+      },
+      [self](road_down_atom, uint64_t serial) {
+        stage_impl::on_road_down(self, serial);
+      },
+      [self](stats_atom, road_atom) -> caf::result<uint64_t, uint64_t> {
+        return {self->state.road_tensors, self->state.caf_tensors};
       },
       [self](pull_atom) {
         return arrays_of(self, self->state.model->parameters());
@@ -432,6 +462,7 @@ caf::behavior stage_actor(stage_ptr self, stage_settings cfg) {
         st.prev = std::move(prev);
         st.next = std::move(next);
         st.sink = std::move(sink);
+        stage_impl::link_roads(self);
         return r;
       },
       [self](stats_atom) -> caf::result<uint32_t, uint64_t, uint64_t> {

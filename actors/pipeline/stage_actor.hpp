@@ -7,6 +7,8 @@
 // Messages:
 //   (link_atom, prev, next)         its neighbours (a default actor at the
 //                                   ends of the pipeline); answered with 0
+//                                   once the roads to them are up or
+//                                   given up (a reset does not wait)
 //   (step_atom, step, frame)        run mini-batch `step`: the first stage
 //                                   gets its inputs as a StageTensor (rows:
 //                                   the samples), the last its labels (one
@@ -15,8 +17,17 @@
 //                                   through: the last stage with the sum of
 //                                   the micro-batches' mean losses times
 //                                   their rows, the others with 0
-//   (activation_atom, frame)        from the stage before
-//   (gradient_atom, frame)          from the stage after
+//   (activation_atom, frame)        from the stage before, over CAF
+//   (gradient_atom, frame)          from the stage after, over CAF
+//   (road_atom, rank)               -> (host, port, machine, socket,
+//                                   token): a ticket for neighbour `rank`
+//                                   to dial this stage's road
+//                                   (stage_roads.hpp)
+//   (road_atom, road_message_ptr)   what the stage's roads read: a
+//                                   neighbour's tensor, or the answer to
+//                                   one of ours
+//   (road_down_atom, serial)        a road this stage dialled ended
+//   (stats_atom, road_atom)         -> (tensors sent on roads, over CAF)
 //   (pull_atom)                     its weights: one named_array per
 //                                   array, keyed as the built-in trainer
 //                                   keys the whole model's (stage_key)
@@ -69,6 +80,9 @@
 
 namespace troupe {
 
+class road_conn;
+class stage_roads;
+
 /// What a stage actor is.
 struct stage_settings {
   std::string spec = "mlp:784-256-128-10"; ///< the whole model
@@ -86,6 +100,11 @@ struct stage_settings {
   /// mini-batch once every stage is through it (stage_driver.hpp).
   /// Default off: the update follows the step at once.
   bool commit_apart = false;
+  /// Its process's roads (stage_roads.hpp): tensors to and from the
+  /// neighbours ride them. None: CAF carries them.
+  std::shared_ptr<stage_roads> roads{};
+  /// Its worker rank: the neighbours are member - 1 and member + 1.
+  uint32_t member = 0;
   /// Fault injection: the stage kills its own process (SIGKILL) right
   /// after its forward of micro-batch 1 (0 if there is one) of this
   /// mini-batch. ~0 = never.
@@ -111,6 +130,17 @@ struct stage_state {
   uint64_t applied = 0;
   bool awaiting_commit = false;
   caf::actor sink; // the last stage's evaluation logits go there
+  /// A road to a neighbour (stage_roads.hpp): the neighbour it leads to,
+  /// and the tensors sent on it and not yet acknowledged, by id (if it
+  /// breaks, they go again over CAF).
+  struct road_out {
+    std::shared_ptr<road_conn> conn;
+    caf::actor to;
+    uint64_t next_id = 0;
+    std::map<uint64_t, frame> unacked;
+  };
+  road_out to_prev, to_next;
+  uint64_t road_tensors = 0, caf_tensors = 0; ///< sent each way
   // Tensors from the neighbours, by (generation, step, micro-batch): they
   // may come before this stage starts that step, or is reset to it.
   using box = std::map<std::tuple<uint64_t, uint64_t, uint32_t>, stage_tensor>;

@@ -12,6 +12,7 @@
 #include "actors/base/log.hpp"
 #include "actors/pipeline/stage_actor.hpp"
 #include "actors/pipeline/stage_driver_internal.hpp"
+#include "actors/pipeline/stage_roads.hpp"
 #include "kernels/partition.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -427,10 +428,18 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         stage_settings s{st.cfg.train.model, st.cfg.train.seed, st.cut,   rank,
                          p.micro_batches,    p.schedule,        st.cfg.lr};
         s.commit_apart = true;
+        s.member = member;
+        if (auto roads = stage_roads::listen(st.cfg.host, st.cfg.kv))
+          s.roads = std::move(*roads);
+        else
+          TROUPE_LOG(info, who(self), "no road for stage tensors (",
+                     describe(roads.error()), "): CAF carries them");
         if (p.fault_step != pipeline_settings::no_fault &&
             p.fault_stage == rank && claim_fault(st.dir, rank, p.fault_step))
           s.kill_in_step = p.fault_step;
         st.stage = self->spawn(stage_actor, s);
+        if (s.roads)
+          s.roads->deliver_to(st.stage);
         self->link_to(st.stage);
         self->request(st.stage, timeout(self), pull_atom_v)
             .then([self](std::vector<named_array>& w) {

@@ -108,8 +108,7 @@ bool road_conn::wait_for_turn() {
 }
 
 void road_conn::note_send(road_op op) {
-  bool request = op == road_op::init || op == road_op::push ||
-                 op == road_op::pull || op == road_op::replicate;
+  bool request = is_request(op);
   auto scope = road_caller_scope::current();
   {
     std::lock_guard<std::mutex> guard{turn_mtx_};

@@ -98,7 +98,7 @@ caf::error check_header(const wire_header& h) {
     return caf::make_error(errc::malformed_message,
                            "road: bad magic (not a troupe road peer?)");
   if (h.op < static_cast<uint8_t>(road_op::hello) ||
-      h.op > static_cast<uint8_t>(road_op::replicate))
+      h.op > static_cast<uint8_t>(road_op_last))
     return caf::make_error(errc::malformed_message, "road: unknown op",
                            static_cast<uint32_t>(h.op));
   if (h.op != static_cast<uint8_t>(road_op::release) &&

@@ -24,8 +24,20 @@ enum class road_op : uint8_t {
   reply,
   failure,
   release,
-  replicate, // server -> its backup: a replica operation
+  replicate,  // server -> its backup: a replica operation
+  activation, // pipeline stage -> the next one: a StageTensor
+  gradient,   // pipeline stage -> the one before: a StageTensor
 };
+
+/// The last op on the wire: a header with a larger one is malformed.
+constexpr road_op road_op_last = road_op::gradient;
+
+/// True for the ops that ask for a reply (or failure) with the same id.
+constexpr bool is_request(road_op op) {
+  return op == road_op::init || op == road_op::push || op == road_op::pull ||
+         op == road_op::replicate || op == road_op::activation ||
+         op == road_op::gradient;
+}
 
 class road_conn;
 class road_intake;

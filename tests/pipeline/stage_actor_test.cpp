@@ -21,84 +21,11 @@
 #include "messages/pipeline.hpp"
 #include "messages/type_ids.hpp"
 #include "tests/pipeline/pipeline_reference.hpp"
+#include "tests/pipeline/stage_pipeline.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
 using namespace std::chrono_literals;
-
-namespace {
-
-std::unique_ptr<node_config> config() {
-  auto cfg = std::make_unique<node_config>();
-  cfg->load<caf::io::middleman>();
-  BOOST_REQUIRE(!cfg->finish());
-  return cfg;
-}
-
-/// P stage actors, each in the actor system `systems[i % systems.size()]`,
-/// reached from `driver` (over the network where the systems differ).
-struct pipeline {
-  std::vector<caf::actor> stages;
-
-  pipeline(caf::actor_system& driver,
-           std::vector<std::unique_ptr<caf::actor_system>>& systems,
-           pipeline_schedule s, uint32_t p, uint32_t m) {
-    auto whole = fresh_model();
-    auto cut = cut_of(whole, p);
-    for (uint32_t i = 0; i < p; ++i) {
-      stage_settings cfg{spec, 7, cut, i, m, s, lr};
-      auto& sys = *systems[i % systems.size()];
-      auto a = sys.spawn(stage_actor, cfg);
-      if (&sys != &driver) { // reach it over the network
-        auto port = sys.middleman().publish(a, 0, "127.0.0.1");
-        BOOST_REQUIRE(port);
-        auto remote = driver.middleman().remote_actor("127.0.0.1", *port);
-        if (!remote)
-          BOOST_FAIL(driver.render(remote.error()));
-        a = *remote;
-      }
-      stages.push_back(a);
-    }
-    caf::scoped_actor self{driver};
-    for (uint32_t i = 0; i < p; ++i)
-      self->request(stages[i], 10s, link_atom_v,
-                    i > 0 ? stages[i - 1] : caf::actor{},
-                    i + 1 < p ? stages[i + 1] : caf::actor{})
-          .receive([](uint64_t) {},
-                   [&](caf::error& err) { BOOST_FAIL(driver.render(err)); });
-  }
-
-  ~pipeline() { // a test that failed half way leaves no stage waiting
-    for (auto& st : stages)
-      caf::anon_send_exit(st, caf::exit_reason::kill);
-  }
-
-  /// Runs mini-batch `k` through every stage; the last stage's loss sum.
-  double step(caf::actor_system& driver, uint64_t k) {
-    mini_batch b{k};
-    stage_tensor x{k, 0, uint32_t(batch), 20, b.x};
-    stage_tensor y{k, 0, uint32_t(batch), 1, {}};
-    for (auto l : b.labels)
-      y.values.push_back(float(l));
-    caf::scoped_actor self{driver};
-    // Every stage at once (each waits for its neighbours), then the
-    // answers, as plain messages to the sender.
-    for (size_t i = 0; i < stages.size(); ++i) {
-      frame f = i == 0                   ? encode(x)
-                : i + 1 == stages.size() ? encode(y)
-                                         : frame{};
-      self->send(stages[i], step_atom_v, k, f);
-    }
-    double loss = 0;
-    for (size_t i = 0; i < stages.size(); ++i)
-      self->receive([&loss](double l) { loss += l; },
-                    [&](caf::error& err) { BOOST_FAIL(driver.render(err)); },
-                    caf::after(20s) >> [] { BOOST_FAIL("a stage is stuck"); });
-    return loss;
-  }
-};
-
-} // namespace
 
 BOOST_AUTO_TEST_SUITE(stage_actor_tests)
 
@@ -124,18 +51,7 @@ void check_pipeline(std::vector<std::unique_ptr<caf::actor_system>>& systems,
   pipeline pipe{driver, systems, s, p, m};
   for (uint64_t k = 0; k < steps; ++k)
     BOOST_CHECK_GT(pipe.step(driver, k), 0.0);
-  weights got;
-  caf::scoped_actor self{driver};
-  for (auto& st : pipe.stages)
-    self->request(st, 10s, pull_atom_v)
-        .receive(
-            [&got](std::vector<named_array>& xs) {
-              for (auto& x : xs)
-                got["dense" + std::to_string((x.key - 1) / 2) +
-                    ((x.key - 1) % 2 ? ".b" : ".w")] = std::move(x.values);
-            },
-            [&](caf::error& err) { BOOST_FAIL(driver.render(err)); });
-  auto rel = worst_relative(ordinary(steps), got);
+  auto rel = worst_relative(ordinary(steps), pipe.weights_of(driver));
   BOOST_CHECK_MESSAGE(rel <= 1e-5,
                       to_string(s) << " P=" << p << " M=" << m << ": " << rel);
   for (auto& st : pipe.stages)
