@@ -6,13 +6,17 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/expected.hpp>
 #include <caf/io/middleman_actor.hpp>
+#include <caf/node_id.hpp>
+#include <caf/sec.hpp>
 
 namespace troupe {
 
@@ -38,6 +42,39 @@ std::vector<std::string> tls_flags_for(const std::string& dir);
 caf::expected<uint16_t> publish_actor(caf::actor_system& sys,
                                       const caf::actor& whom, uint16_t port,
                                       const std::string& host, bool reuse);
+
+/// True for the error CAF 0.17 gives a new connection whose handshake a
+/// heartbeat tick (--middleman.heartbeat-interval) found unfinished:
+/// sec::connection_timeout. Its pending connection's last-seen time is
+/// never set, so the first tick takes it for a silent peer, whatever
+/// --middleman.connection-timeout says (a peer short of CPU failed 19
+/// connections of 20, each within one interval; tests/cluster/
+/// connect_retry_test.cpp shows it). The tick that cut it has just
+/// passed, so a new try at once has a whole interval for its handshake.
+bool tick_cut_handshake(const caf::error& err);
+
+/// Connects `self` to the actor published at host:port over this node's
+/// connector (TLS where it speaks it), with `limit` per try. A try a
+/// heartbeat tick cut (tick_cut_handshake) is made again at once, up to
+/// `tries` in all; then `ok` gets the actor (null if none is published
+/// there), or `failed` the last error.
+template <class Self, class Ok, class Failed>
+void connect_actor(Self* self, std::string host, uint16_t port,
+                   caf::timespan limit, Ok ok, Failed failed, int tries = 4) {
+  self->request(connector(self->home_system()), limit, caf::connect_atom_v,
+                host, port)
+      .then([ok](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                 const std::set<std::string>&) mutable { ok(ptr); },
+            [self, host, port, limit, ok, failed,
+             tries](caf::error& err) mutable {
+              if (tries > 1 && tick_cut_handshake(err)) {
+                connect_actor(self, std::move(host), port, limit, std::move(ok),
+                              std::move(failed), tries - 1);
+                return;
+              }
+              failed(err);
+            });
+}
 
 /// Connects to a scheduler at host:port, retrying for up to `wait_ms`
 /// while it starts. Errors say where and why.

@@ -95,47 +95,44 @@ void connect(self_ptr self, const node_info& n, bool again = false) {
     ++self->state.connecting;
   TROUPE_LOG(debug, who(self), "connecting to server ", n.rank, " at ", n.host,
              ":", n.port);
-  auto mm = connector(self->home_system());
   auto rank = n.rank;
   auto named = [self, n] { // the view still names this very server
     auto& vs = self->state.view.servers;
     return std::find(vs.begin(), vs.end(), n) != vs.end();
   };
-  self->request(mm, timeout_of(self), caf::connect_atom_v, n.host, n.port)
-      .then(
-          [self, rank, n, again, named](const caf::node_id&,
-                                        caf::strong_actor_ptr& ptr,
-                                        const std::set<std::string>&) {
-            if (!again)
-              --self->state.connecting;
-            TROUPE_LOG(debug, who(self), "connected to server ", rank,
-                       ptr ? "" : " (no actor)");
-            // A reconnection the view overtook is of no use (5).
-            if (ptr && (!again || (named() && !self->state.stopping))) {
-              auto h = caf::actor_cast<caf::actor>(ptr);
-              self->monitor(h);
-              self->state.servers[rank] = h;
-              dial_road(self, n);
-              if (again) {
-                TROUPE_LOG(info, who(self), "reconnected to server ", rank);
-                run_resends(self, true);
-              }
-            }
-            flush_waiting(self);
-          },
-          [self, n, again, named](caf::error& err) {
-            // Unreachable while the view names it: not dead (the scheduler
-            // would have said so), maybe cut off from us alone.
-            if (!again)
-              --self->state.connecting;
-            TROUPE_LOG(error, who(self), "cannot connect to server ", n.rank,
-                       " at ", n.host, ":", n.port, ": ",
-                       self->system().render(err));
-            if (named() && !self->state.stopping) // 5: try again
-              self->delayed_send(self, std::chrono::milliseconds{500},
-                                 reconnect_atom_v, n.rank);
-            flush_waiting(self);
-          });
+  connect_actor(
+      self, n.host, n.port, timeout_of(self),
+      [self, rank, n, again, named](caf::strong_actor_ptr& ptr) {
+        if (!again)
+          --self->state.connecting;
+        TROUPE_LOG(debug, who(self), "connected to server ", rank,
+                   ptr ? "" : " (no actor)");
+        // A reconnection the view overtook is of no use (5).
+        if (ptr && (!again || (named() && !self->state.stopping))) {
+          auto h = caf::actor_cast<caf::actor>(ptr);
+          self->monitor(h);
+          self->state.servers[rank] = h;
+          dial_road(self, n);
+          if (again) {
+            TROUPE_LOG(info, who(self), "reconnected to server ", rank);
+            run_resends(self, true);
+          }
+        }
+        flush_waiting(self);
+      },
+      [self, n, again, named](caf::error& err) {
+        // Unreachable while the view names it: not dead (the scheduler
+        // would have said so), maybe cut off from us alone.
+        if (!again)
+          --self->state.connecting;
+        TROUPE_LOG(error, who(self), "cannot connect to server ", n.rank,
+                   " at ", n.host, ":", n.port, ": ",
+                   self->system().render(err));
+        if (named() && !self->state.stopping) // 5: try again
+          self->delayed_send(self, std::chrono::milliseconds{500},
+                             reconnect_atom_v, n.rank);
+        flush_waiting(self);
+      });
 }
 
 } // namespace

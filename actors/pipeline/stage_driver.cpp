@@ -309,16 +309,17 @@ void begin_generation(driver_ptr self, uint64_t gen, uint64_t step,
   });
 }
 
-/// 1: a generation begins here at `step`.
-void on_start(driver_ptr self, uint64_t gen, uint64_t step, caf::actor prev,
-              caf::actor next) {
+} // namespace
+
+void on_start(driver_ptr self, caf::actor lead, uint64_t gen, uint64_t step,
+              caf::actor prev, caf::actor next) {
   auto& st = self->state;
   if (gen < st.gen || st.finished)
     return;
   if (st.running)
     TROUPE_LOG(info, who(self), "mini-batch ", st.step, " dropped");
   st.gen = gen;
-  st.lead = caf::actor_cast<caf::actor>(self->current_sender());
+  st.lead = std::move(lead);
   st.running = false;
   st.step = step;
   st.prev = std::move(prev);
@@ -347,6 +348,8 @@ void on_start(driver_ptr self, uint64_t gen, uint64_t step, caf::actor prev,
   begin_generation(self, gen, step, std::move(w));
 }
 
+namespace {
+
 /// 4 with servers: the gradients of `k` go to them, and the weights of
 /// k + 1 come back.
 void push_through_servers(driver_ptr self, uint64_t gen, uint64_t k) {
@@ -373,9 +376,7 @@ void push_through_servers(driver_ptr self, uint64_t gen, uint64_t k) {
 
 /// Answers a sync: the stage actor, and where this stage can start again:
 /// the steps it has checkpoints of, or (with servers) its clock there.
-void answer_sync(
-    driver_ptr self,
-    caf::typed_response_promise<caf::actor, std::vector<uint64_t>> rp) {
+void answer_sync(driver_ptr self, driver_state::sync_promise rp) {
   auto& st = self->state;
   if (!hybrid(self)) {
     rp.deliver(st.stage, checkpoint_steps(st.dir, st.rank));
@@ -389,7 +390,37 @@ void answer_sync(
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
 }
 
+caf::error not_the_lead(driver_ptr self, const char* what) {
+  return caf::make_error(errc::not_a_member, who(self) + ": ignored " + what +
+                                                 " from another than its"
+                                                 " lead");
+}
+
 } // namespace
+
+void flush_early(driver_ptr self) {
+  auto& st = self->state;
+  if (!st.lead_known)
+    return;
+  if (st.ready) {
+    auto syncs = std::move(st.early_syncs);
+    st.early_syncs.clear();
+    for (auto& e : syncs)
+      if (is_lead_addr(self, e.from))
+        answer_sync(self, e.rp);
+      else
+        e.rp.deliver(not_the_lead(self, "a sync"));
+  }
+  auto starts = std::move(st.early_starts);
+  st.early_starts.clear();
+  for (auto& e : starts)
+    if (is_lead_addr(self, e.from))
+      on_start(self, caf::actor_cast<caf::actor>(e.from), e.gen, e.step,
+               std::move(e.prev), std::move(e.next));
+    else
+      TROUPE_LOG_LIMITED(warning, who(self),
+                         "ignored a start from another than its lead");
+}
 
 caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
                            caf::actor scheduler) {
@@ -449,9 +480,7 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
               auto ready = [self] {
                 auto& st = self->state;
                 st.ready = true;
-                for (auto& rp : st.early_syncs)
-                  answer_sync(self, rp);
-                st.early_syncs.clear();
+                flush_early(self);
                 self->send(st.scheduler, watch_atom_v);
               };
               st.initial = std::move(w);
@@ -474,12 +503,15 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         if (epoch < st.gen)
           return caf::make_error(errc::bad_shape, who(self) + ": sync", epoch,
                                  "is older than generation", st.gen);
+        auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        if (st.lead_known && !is_lead_addr(self, from))
+          return not_the_lead(self, "a sync");
         auto rp =
             self->make_response_promise<caf::actor, std::vector<uint64_t>>();
-        if (st.ready)
+        if (st.ready && st.lead_known)
           answer_sync(self, rp);
-        else // answered once the stage is built (and declared)
-          st.early_syncs.push_back(rp);
+        else // once the stage is built (and declared) and the lead known
+          st.early_syncs.push_back({from, rp});
         return rp;
       },
       [self](sync_atom, uint64_t epoch, uint32_t rank) {
@@ -487,14 +519,31 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
       },
       [self](start_atom, uint64_t gen, uint64_t step, caf::actor prev,
              caf::actor next) {
-        on_start(self, gen, step, std::move(prev), std::move(next));
+        auto& st = self->state;
+        auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        if (!st.lead_known) { // the view naming the lead is on its way
+          st.early_starts.push_back(
+              {from, gen, step, std::move(prev), std::move(next)});
+          return;
+        }
+        if (from_lead(self, "a start"))
+          on_start(self, caf::actor_cast<caf::actor>(from), gen, step,
+                   std::move(prev), std::move(next));
       },
       [self](done_atom, uint64_t gen, uint64_t k, uint32_t rank, double) {
+        auto& st = self->state;
+        auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        auto d = st.drivers.find(rank);
+        if (d == st.drivers.end() || d->second.address() != from) {
+          TROUPE_LOG_LIMITED(warning, who(self), "ignored a done for stage ",
+                             rank, " from another than its driver");
+          return;
+        }
         on_done(self, gen, k, rank);
       },
       [self](commit_atom, uint64_t gen, uint64_t k) {
         auto& st = self->state;
-        if (gen != st.gen || k != st.step)
+        if (!from_lead(self, "a commit") || gen != st.gen || k != st.step)
           return;
         if (hybrid(self)) {
           push_through_servers(self, gen, k);
@@ -514,7 +563,7 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
       [self](eval_atom, const frame& f) { count_eval(self, f); },
       [self](init_atom) { declare(self); }, // again, after a pause
       [self](finish_atom, uint64_t gen) {
-        if (gen == self->state.gen)
+        if (from_lead(self, "a finish", true) && gen == self->state.gen)
           finish(self);
       },
   };

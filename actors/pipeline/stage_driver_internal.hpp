@@ -96,8 +96,25 @@ struct driver_state {
   /// With servers: what follows the declaration, and its tries left.
   std::function<void()> declared;
   int declare_tries = 20;
-  std::vector<caf::typed_response_promise<caf::actor, std::vector<uint64_t>>>
-      early_syncs;
+  using sync_promise =
+      caf::typed_response_promise<caf::actor, std::vector<uint64_t>>;
+  struct early_sync {
+    caf::actor_addr from;
+    sync_promise rp;
+  };
+  std::vector<early_sync> early_syncs;
+  /// The replica's lead as the last view with every stage names it (its
+  /// stage 0): start, sync, commit and finish count only from its process
+  /// (at the lead: done and finish only from its replica's drivers). What
+  /// came before such a view waits for it.
+  node_info lead_node;
+  bool lead_known = false;
+  struct early_start {
+    caf::actor_addr from;
+    uint64_t gen = 0, step = 0;
+    caf::actor prev, next;
+  };
+  std::vector<early_start> early_starts;
   // The lead: the drivers of the generation (by rank), the sync under way
   // (its epoch, the answers), who is done with its step, and since when a
   // stage is missing.
@@ -134,6 +151,26 @@ caf::timespan timeout(driver_ptr self);
 /// A view from the scheduler: a stage gone (6), or, the lead, all there
 /// with one new (1).
 void on_view(driver_ptr self, const frame& f);
+/// Takes the lead the last view names (stage 0 of the replica), and then
+/// answers what waited for it (flush_early).
+void find_lead(driver_ptr self);
+/// True if `from` is the lead: this driver itself at the lead, else an
+/// actor of another process whose process id is the lead's in the view.
+/// (Not a connection to the lead's published port to compare handles:
+/// a second connection between two CAF 0.17 nodes already connected
+/// breaks the first.)
+bool is_lead_addr(driver_ptr self, const caf::actor_addr& from);
+/// True if the message being handled comes from the lead (or, with
+/// `or_driver`, at the lead, from one of its replica's drivers); else
+/// logs that `what` was ignored.
+bool from_lead(driver_ptr self, const char* what, bool or_driver = false);
+/// Answers the syncs and runs the starts that came before the stage was
+/// ready or the lead resolved: those from the lead; the others are
+/// refused.
+void flush_early(driver_ptr self);
+/// 1: a generation begins here at `step`, as `lead` says.
+void on_start(driver_ptr self, caf::actor lead, uint64_t gen, uint64_t step,
+              caf::actor prev, caf::actor next);
 /// The lead: asks stage `rank` again in sync `epoch`, if it has not
 /// answered and no newer sync began.
 void retry(driver_ptr self, uint64_t epoch, uint32_t rank);

@@ -117,23 +117,21 @@ void reach(driver_ptr self, uint64_t epoch, uint32_t rank) {
     ask(self, epoch, st.drivers[rank], rank);
     return;
   }
-  self->request(connector(self->home_system()), timeout(self),
-                caf::connect_atom_v, n.host, n.port)
-      .then(
-          [self, epoch, rank](const caf::node_id&, caf::strong_actor_ptr& ptr,
-                              const std::set<std::string>&) {
-            auto& st = self->state;
-            if (st.syncing != epoch || !ptr)
-              return;
-            st.drivers[rank] = caf::actor_cast<caf::actor>(ptr);
-            ask(self, epoch, st.drivers[rank], rank);
-          },
-          [self, epoch, rank](caf::error& err) {
-            TROUPE_LOG(warning, who(self), "cannot reach stage ", rank, ": ",
-                       describe(err));
-            if (self->state.syncing == epoch)
-              self->delayed_send(self, sync_retry, sync_atom_v, epoch, rank);
-          });
+  connect_actor(
+      self, n.host, n.port, timeout(self),
+      [self, epoch, rank](caf::strong_actor_ptr& ptr) {
+        auto& st = self->state;
+        if (st.syncing != epoch || !ptr)
+          return;
+        st.drivers[rank] = caf::actor_cast<caf::actor>(ptr);
+        ask(self, epoch, st.drivers[rank], rank);
+      },
+      [self, epoch, rank](caf::error& err) {
+        TROUPE_LOG(warning, who(self), "cannot reach stage ", rank, ": ",
+                   describe(err));
+        if (self->state.syncing == epoch)
+          self->delayed_send(self, sync_retry, sync_atom_v, epoch, rank);
+      });
 }
 
 } // namespace
@@ -170,8 +168,47 @@ void on_view(driver_ptr self, const frame& f) {
     }
     return;
   }
+  find_lead(self);
   if (is_lead(self) && members != st.members)
     lead_sync(self, st.view.epoch);
+}
+
+void find_lead(driver_ptr self) {
+  auto& st = self->state;
+  std::map<uint32_t, node_info> members;
+  if (!all_stages(self, st.view, members))
+    return;
+  st.lead_node = members[0];
+  st.lead_known = true;
+  flush_early(self);
+}
+
+bool is_lead_addr(driver_ptr self, const caf::actor_addr& from) {
+  auto& st = self->state;
+  if (!from || !st.lead_known)
+    return false;
+  if (is_lead(self))
+    return from == self->address();
+  auto node = from.node();
+  if (!node || node == self->node() ||
+      node->implementation_id() != caf::node_id::default_data::class_id)
+    return false;
+  auto& id = static_cast<const caf::node_id::default_data&>(*node);
+  return id.process_id() == st.lead_node.pid;
+}
+
+bool from_lead(driver_ptr self, const char* what, bool or_driver) {
+  auto& st = self->state;
+  auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  if (is_lead_addr(self, from))
+    return true;
+  if (or_driver && is_lead(self))
+    for (auto& [rank, d] : st.drivers)
+      if (from == d.address())
+        return true;
+  TROUPE_LOG_LIMITED(warning, who(self), "ignored ", what,
+                     " from another than its lead");
+  return false;
 }
 
 void on_done(driver_ptr self, uint64_t gen, uint64_t k, uint32_t rank) {

@@ -193,18 +193,15 @@ void on_connect_failed(self_ptr self, uint64_t serial, const std::string& host,
 /// once connected. A backup that cannot be reached is dropped.
 void connect_backup(self_ptr self, uint64_t serial, std::string host,
                     uint16_t port, int tries) {
-  auto mm = connector(self->home_system());
   auto limit = std::min<uint32_t>(self->state.request_timeout_ms, 1000);
-  self->request(mm, std::chrono::milliseconds{limit}, caf::connect_atom_v, host,
-                port)
-      .then(
-          [self, serial](const caf::node_id&, caf::strong_actor_ptr& ptr,
-                         const std::set<std::string>&) {
-            on_backup_connected(self, serial, ptr);
-          },
-          [self, serial, host, port, tries](caf::error& err) {
-            on_connect_failed(self, serial, host, port, tries, err);
-          });
+  connect_actor(
+      self, host, port, std::chrono::milliseconds{limit},
+      [self, serial](caf::strong_actor_ptr& ptr) {
+        on_backup_connected(self, serial, ptr);
+      },
+      [self, serial, host, port, tries](caf::error& err) {
+        on_connect_failed(self, serial, host, port, tries, err);
+      });
 }
 
 // -- copies for a late backup -------------------------------------------------

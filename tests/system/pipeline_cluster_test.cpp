@@ -8,27 +8,34 @@
 #include <boost/test/unit_test.hpp>
 
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
+#include <caf/scoped_actor.hpp>
+
+#include "actors/cluster/connect.hpp"
 #include "actors/pipeline/stage_driver_internal.hpp"
 #include "messages/checkpoint.hpp"
 #include "tests/system/nodes.hpp"
+#include "tests/system/scheduler_client.hpp"
 #include "tests/test_support.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
+using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 namespace {
 
 constexpr uint32_t stages = 3;
-constexpr uint64_t steps = 90;
+constexpr uint64_t job_steps = 90;
 
 /// The flags of a small 3-stage job: 90 mini-batches of 32 in 4
 /// micro-batches, checkpoints every 20, evaluation on 1000 test images.
 std::vector<std::string> job_flags(const std::string& dir,
-                                   std::vector<std::string> extra = {}) {
+                                   std::vector<std::string> extra = {},
+                                   uint64_t steps = job_steps) {
   std::vector<std::string> flags{"--worker.task=stage",
                                  "--cluster.servers=0",
                                  "--pipeline.stages=3",
@@ -47,10 +54,11 @@ std::vector<std::string> job_flags(const std::string& dir,
 }
 
 /// Runs the job under one agent; its output once the agent exited 0.
-std::string run_job(const std::string& dir,
-                    std::vector<std::string> extra = {}) {
+std::string run_job(const std::string& dir, std::vector<std::string> extra = {},
+                    uint64_t steps = job_steps) {
   scheduler_process s{0, stages};
-  auto agent = start_agent(s, 0, stages, job_flags(dir, std::move(extra)));
+  auto agent =
+      start_agent(s, 0, stages, job_flags(dir, std::move(extra), steps));
   auto rc = agent->wait_exit(std::chrono::seconds{150});
   BOOST_REQUIRE_MESSAGE(rc && *rc == 0, "agent: " << agent->output());
   s.proc->signal(SIGTERM);
@@ -58,8 +66,13 @@ std::string run_job(const std::string& dir,
   return agent->output();
 }
 
+/// The job's weights in `a` equal those in `b`, array by array.
+void check_same_weights(const std::string& a, const std::string& b,
+                        const char* what, uint64_t steps = job_steps);
+
 /// Every stage's weights at the end of a run into `dir`.
-std::vector<std::vector<named_array>> final_weights(const std::string& dir) {
+std::vector<std::vector<named_array>>
+final_weights(const std::string& dir, uint64_t steps = job_steps) {
   std::vector<std::vector<named_array>> out;
   for (uint32_t s = 0; s < stages; ++s) {
     auto bytes = read_checked_file(pipe::checkpoint_path(dir, s, steps));
@@ -95,21 +108,84 @@ BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
       b.find("every stage is back; resuming at mini-batch 40") !=
           std::string::npos,
       "the pipeline did not start again from mini-batch 40");
-  auto wa = final_weights(plain.path);
-  auto wb = final_weights(killed.path);
+  check_same_weights(plain.path, killed.path, "the kill");
+  auto acc = accuracy_in(a);
+  BOOST_CHECK_EQUAL(acc, accuracy_in(b));
+  BOOST_CHECK_MESSAGE(acc > 0.5,
+                      "accuracy " << acc << " after 90 mini-batches");
+}
+
+namespace {
+
+void check_same_weights(const std::string& a, const std::string& b,
+                        const char* what, uint64_t steps) {
+  auto wa = final_weights(a, steps);
+  auto wb = final_weights(b, steps);
   for (uint32_t s = 0; s < stages; ++s) {
     BOOST_REQUIRE_EQUAL(wa[s].size(), wb[s].size());
     for (size_t i = 0; i < wa[s].size(); ++i) {
       BOOST_CHECK_EQUAL(wa[s][i].key, wb[s][i].key);
       BOOST_CHECK_MESSAGE(wa[s][i].values == wb[s][i].values,
                           "stage " << s << ", array " << wa[s][i].key
-                                   << " differs from the run without the kill");
+                                   << " differs from the run without " << what);
     }
   }
-  auto acc = accuracy_in(a);
-  BOOST_CHECK_EQUAL(acc, accuracy_in(b));
-  BOOST_CHECK_MESSAGE(acc > 0.5,
-                      "accuracy " << acc << " after 90 mini-batches");
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_member_that_is_not_the_lead_steers_no_stage) {
+  // A cluster member (it passed TLS) that is not the replica's lead sends
+  // every driver a start of a far generation, a commit and a finish of the
+  // one in force, and tells the lead that each stage is done. Obeyed, the start
+  // would stall the pipeline, the finish end it early, the dones commit what is
+  // not through. All are ignored: the job ends as a run without them. (They go
+  // as soon as the drivers are in the view: the job takes seconds more.)
+  constexpr uint64_t long_job = 400;
+  temp_dir plain, steered;
+  run_job(plain.path, {}, long_job);
+  scheduler_process s{0, stages};
+  scheduler_client c{s.port};
+  auto agent = start_agent(s, 0, stages, job_flags(steered.path, {}, long_job));
+  cluster_view v;
+  BOOST_REQUIRE_MESSAGE(c.wait_for_view([&v](const cluster_view& x) {
+    v = x;
+    return x.workers.size() == stages;
+  }),
+                        agent->output());
+  caf::scoped_actor self{*c.sys};
+  for (auto& w : v.workers) {
+    caf::actor d;
+    caf::error err;
+    for (int tries = 0; !d && tries < 4; ++tries) // connect.hpp: a tick
+      self->request(connector(*c.sys), 10s, caf::connect_atom_v, w.host, w.port)
+          .receive(
+              [&d](const caf::node_id&, caf::strong_actor_ptr& ptr,
+                   const std::set<std::string>&) {
+                d = caf::actor_cast<caf::actor>(ptr);
+              },
+              [&err](caf::error& e) { err = std::move(e); });
+    BOOST_REQUIRE_MESSAGE(d, "stage " << w.rank << ": " << describe(err));
+    self->send(d, start_atom_v, v.epoch + (uint64_t{1} << 40), uint64_t{0},
+               caf::actor{}, caf::actor{});
+    self->send(d, finish_atom_v, v.epoch);
+    for (uint64_t k = 0; k < long_job; ++k) {
+      self->send(d, commit_atom_v, v.epoch, k);
+      for (uint32_t r = 0; r < stages; ++r)
+        self->send(d, done_atom_v, v.epoch, k, r, 1.0);
+    }
+  }
+  auto rc = agent->wait_exit(150s);
+  BOOST_REQUIRE_MESSAGE(rc && *rc == 0, "agent: " << agent->output());
+  s.proc->signal(SIGTERM);
+  s.proc->wait_exit(10s);
+  for (auto* what : {"ignored a start from another than its lead",
+                     "ignored a commit from another than its lead",
+                     "ignored a finish from another than its lead",
+                     "ignored a done for stage"})
+    BOOST_CHECK_MESSAGE(agent->output().find(what) != std::string::npos,
+                        "no \"" << what << "\" in " << agent->output());
+  check_same_weights(plain.path, steered.path, "the stranger", long_job);
 }
 
 BOOST_AUTO_TEST_CASE(wrong_pipeline_flags_are_refused_in_one_line) {
