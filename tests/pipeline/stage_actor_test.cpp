@@ -59,27 +59,20 @@ void check_pipeline(std::vector<std::unique_ptr<caf::actor_system>>& systems,
 }
 
 BOOST_AUTO_TEST_CASE(stages_in_one_system_train_the_whole_model) {
-  auto cfg = config();
-  std::vector<std::unique_ptr<caf::actor_system>> systems;
-  systems.push_back(std::make_unique<caf::actor_system>(*cfg));
+  actor_systems one{1};
   for (auto s : {pipeline_schedule::gpipe, pipeline_schedule::one_f_one_b,
                  pipeline_schedule::zb_h1})
     for (uint32_t p : {2u, 3u, 4u})
       for (uint32_t m : {1u, 4u, 8u})
-        check_pipeline(systems, s, p, m);
+        check_pipeline(one.systems, s, p, m);
 }
 
 BOOST_AUTO_TEST_CASE(stages_in_systems_of_their_own_talk_over_the_network) {
   // Four actor systems, one stage each, the driver in the first: the
   // StageTensors between stages 1, 2 and 3 cross CAF's middleman.
-  std::vector<std::unique_ptr<node_config>> cfgs;
-  std::vector<std::unique_ptr<caf::actor_system>> systems;
-  for (int i = 0; i < 4; ++i) {
-    cfgs.push_back(config());
-    systems.push_back(std::make_unique<caf::actor_system>(*cfgs.back()));
-  }
+  actor_systems four{4};
   for (auto s : {pipeline_schedule::one_f_one_b, pipeline_schedule::zb_h1})
-    check_pipeline(systems, s, 4, 4);
+    check_pipeline(four.systems, s, 4, 4);
 }
 
 BOOST_AUTO_TEST_CASE(a_stage_refuses_bad_mini_batches_and_bad_cuts) {

@@ -31,6 +31,19 @@ inline std::unique_ptr<node_config> config() {
   return cfg;
 }
 
+/// `n` actor systems of their own configs (CAF's middleman loaded).
+struct actor_systems {
+  std::vector<std::unique_ptr<node_config>> cfgs;
+  std::vector<std::unique_ptr<caf::actor_system>> systems;
+  explicit actor_systems(int n) {
+    for (int i = 0; i < n; ++i) {
+      cfgs.push_back(config());
+      systems.push_back(std::make_unique<caf::actor_system>(*cfgs.back()));
+    }
+  }
+  caf::actor_system& first() { return *systems.front(); }
+};
+
 /// P stage actors, each in the actor system `systems[i % systems.size()]`,
 /// reached from `driver` (over the network where the systems differ).
 struct pipeline {

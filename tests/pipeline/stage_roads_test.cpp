@@ -92,30 +92,22 @@ caf::expected<stage_ticket> ticket(caf::actor_system& sys,
 BOOST_AUTO_TEST_SUITE(stage_roads_tests)
 
 BOOST_AUTO_TEST_CASE(tensors_ride_tcp_and_shm_roads_and_train_alike) {
-  auto cfg = config();
-  std::vector<std::unique_ptr<caf::actor_system>> one;
-  one.push_back(std::make_unique<caf::actor_system>(*cfg));
+  actor_systems one{1};
   for (auto road : {road_kind::tcp, road_kind::shm})
-    check_on_roads(one, road);
+    check_on_roads(one.systems, road);
 }
 
 BOOST_AUTO_TEST_CASE(stages_in_systems_of_their_own_send_tensors_on_roads) {
   // CAF's middleman links the systems; the tensors take the roads.
-  std::vector<std::unique_ptr<node_config>> cfgs;
-  std::vector<std::unique_ptr<caf::actor_system>> systems;
-  for (int i = 0; i < 3; ++i) {
-    cfgs.push_back(config());
-    systems.push_back(std::make_unique<caf::actor_system>(*cfgs.back()));
-  }
-  check_on_roads(systems, road_kind::tcp);
+  actor_systems three{3};
+  check_on_roads(three.systems, road_kind::tcp);
 }
 
 BOOST_AUTO_TEST_CASE(a_road_takes_tensors_only_from_where_they_come) {
-  auto cfg = config();
-  std::vector<std::unique_ptr<caf::actor_system>> one;
-  one.push_back(std::make_unique<caf::actor_system>(*cfg));
-  auto& sys = *one[0];
-  pipeline pipe{sys, one, pipeline_schedule::gpipe, 3, 1, road_kind::tcp};
+  actor_systems one{1};
+  auto& sys = one.first();
+  pipeline pipe{sys, one.systems, pipeline_schedule::gpipe,
+                3,   1,           road_kind::tcp};
   // Worker 2, stage 1's successor, may dial stage 1's road, for
   // gradients; activations come only from worker 0.
   auto t = ticket(sys, pipe.stages[1], 2);
@@ -146,11 +138,10 @@ BOOST_AUTO_TEST_CASE(a_road_takes_tensors_only_from_where_they_come) {
 }
 
 BOOST_AUTO_TEST_CASE(tickets_go_to_neighbours_and_forged_tokens_open_nothing) {
-  auto cfg = config();
-  std::vector<std::unique_ptr<caf::actor_system>> one;
-  one.push_back(std::make_unique<caf::actor_system>(*cfg));
-  auto& sys = *one[0];
-  pipeline pipe{sys, one, pipeline_schedule::gpipe, 3, 1, road_kind::tcp};
+  actor_systems one{1};
+  auto& sys = one.first();
+  pipeline pipe{sys, one.systems, pipeline_schedule::gpipe,
+                3,   1,           road_kind::tcp};
   // Worker 5 is nobody's neighbour, and stage 0 is not its own.
   for (auto [stage, rank] :
        {std::pair{0, 5u}, std::pair{1, 5u}, std::pair{0, 0u}}) {
@@ -170,7 +161,7 @@ BOOST_AUTO_TEST_CASE(tickets_go_to_neighbours_and_forged_tokens_open_nothing) {
       [](road_message_ptr) {}, [](uint64_t, const caf::error&) {});
   BOOST_CHECK_MESSAGE(!conn, "a forged token opened a road");
   // A stage without roads gives no ticket: its tensors go over CAF.
-  pipeline plain{sys, one, pipeline_schedule::gpipe, 2, 1};
+  pipeline plain{sys, one.systems, pipeline_schedule::gpipe, 2, 1};
   auto none = ticket(sys, plain.stages[0], 1);
   BOOST_CHECK(!none && none.error() == errc::invalid_config);
 }
