@@ -4,7 +4,9 @@
 // worker's clocks is kept on every server or on none.
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "actors/base/log.hpp"
@@ -55,13 +57,16 @@ void applied(self_ptr self, uint32_t rank, event_record e) {
 void decide(self_ptr self, uint32_t rank) {
   auto& st = self->state;
   auto i = st.cuts_pending.find(rank);
-  auto keep = no_whole_clocks;
+  std::optional<uint64_t> before;
+  if (auto b = st.cuts.find(rank); b != st.cuts.end())
+    before = b->second;
+  auto keep = worker_cut(i->second.answers, before);
   std::string said;
-  for (auto& [server, n] : i->second.answers) {
-    keep = std::min(keep, n);
+  for (auto& [server, n] : i->second.answers)
     said += str(said.empty() ? "" : ", ", "server ", server, ": ",
                 n == no_whole_clocks ? std::string{"none"} : str(n));
-  }
+  if (keep != worker_cut(i->second.answers, std::nullopt))
+    said += str("; not below its cut before, ", keep);
   st.cuts_pending.erase(i);
   st.cuts[rank] = keep;
   auto detail = keep == no_whole_clocks
@@ -148,6 +153,16 @@ void ask(self_ptr self, uint32_t rank) {
 }
 
 } // namespace
+
+uint64_t worker_cut(const std::map<uint32_t, uint64_t>& answers,
+                    std::optional<uint64_t> before) {
+  auto keep = no_whole_clocks;
+  for (auto& [server, n] : answers)
+    keep = std::min(keep, n);
+  if (keep != no_whole_clocks && before && *before != no_whole_clocks)
+    keep = std::max(keep, *before);
+  return keep;
+}
 
 void start_cut(self_ptr self, uint32_t rank) {
   self->state.cuts.erase(rank); // an earlier process's: not this one's

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +78,19 @@ void retry_cut(self_ptr self, uint32_t rank);
 
 /// True while the cut of worker rank `rank` is not known.
 bool cut_pending(self_ptr self, uint32_t rank);
+
+/// The cut of a departed worker from the servers' `answers` (server rank ->
+/// the clocks it took whole of it, or no_whole_clocks): the least, but
+/// never below the rank's cut `before` (a process of it before). A
+/// process resumes at or above that, so none of its parts lies below it;
+/// a store that met it only by a view, and placed it at a lower clock
+/// (async, ssp: a server restarted meanwhile), would otherwise report a
+/// cut below what the cluster kept before (counter_demo_async_test, seed
+/// 2, once in CI: "worker 1's cut at 0 is below what it kept before,
+/// 822"). At `before` every part of the process goes, as the lower cut
+/// would have dropped them too.
+uint64_t worker_cut(const std::map<uint32_t, uint64_t>& answers,
+                    std::optional<uint64_t> before);
 
 // -- declares: keys and their initialisers (scheduler_keys.cpp) ---------------
 

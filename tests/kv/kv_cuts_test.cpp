@@ -18,6 +18,7 @@
 #include "actors/base/log.hpp"
 #include "actors/base/machine_id.hpp"
 #include "actors/cluster/placement.hpp"
+#include "actors/scheduler/scheduler_internal.hpp"
 #include "tests/kv/kv_helpers.hpp"
 
 using namespace troupe;
@@ -182,6 +183,21 @@ void then_clock_1_is_nowhere(cluster& c, size_t n) {
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(kv_cuts_tests)
+
+BOOST_AUTO_TEST_CASE(a_cut_is_the_least_answer_and_never_below_the_last) {
+  using sched::worker_cut;
+  BOOST_CHECK_EQUAL(worker_cut({{0, 7}, {1, 5}}, std::nullopt), 5u);
+  BOOST_CHECK_EQUAL(worker_cut({{0, no_whole_clocks}, {1, 5}}, std::nullopt),
+                    5u);
+  BOOST_CHECK_EQUAL(worker_cut({{0, no_whole_clocks}}, std::nullopt),
+                    no_whole_clocks);
+  // As seen in CI: a server restarted meanwhile placed the new process at
+  // 0; the process resumed at 896, and its rank's cut before was 822.
+  BOOST_CHECK_EQUAL(worker_cut({{0, 896}, {1, 0}}, 822), 822u);
+  BOOST_CHECK_EQUAL(worker_cut({{0, 900}, {1, 897}}, 822), 897u);
+  BOOST_CHECK_EQUAL(worker_cut({{0, no_whole_clocks}}, 822), no_whole_clocks);
+  BOOST_CHECK_EQUAL(worker_cut({{0, 3}}, no_whole_clocks), 3u);
+}
 
 BOOST_AUTO_TEST_CASE(a_worker_dead_halfway_through_a_push_leaves_no_trace) {
   constexpr size_t n = 8; // slices of 2 floats over both servers
