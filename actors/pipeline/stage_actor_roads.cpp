@@ -49,9 +49,16 @@ void fall_back(stage_ptr self, bool forward, const std::string& why) {
   auto& out = road_to(self, forward);
   if (!out.conn)
     return;
-  TROUPE_LOG(warning, who(self), "road to the ", forward ? "next" : "previous",
-             " stage ended (", why, "): ", out.unacked.size(),
-             " tensors it had not acknowledged go over CAF, as the rest");
+  // Nothing in flight (a neighbour that finished, or a new generation):
+  // no tensor is at stake, and it is not worth a warning.
+  if (out.unacked.empty())
+    TROUPE_LOG(info, who(self), "road to the ", forward ? "next" : "previous",
+               " stage ended (", why, "): CAF carries its tensors from now on");
+  else
+    TROUPE_LOG(warning, who(self), "road to the ",
+               forward ? "next" : "previous", " stage ended (", why,
+               "): ", out.unacked.size(),
+               " tensors it had not acknowledged go over CAF, as the rest");
   auto conn = std::move(out.conn);
   auto unacked = std::move(out.unacked);
   out.unacked.clear();
