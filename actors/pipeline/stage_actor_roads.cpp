@@ -19,6 +19,11 @@ stage_state::road_out& road_to(stage_ptr self, bool forward) {
   return forward ? self->state.to_next : self->state.to_prev;
 }
 
+/// "next" or "previous", for logs.
+const char* side(bool forward) {
+  return forward ? "next" : "previous";
+}
+
 const caf::actor& neighbour(stage_ptr self, bool forward) {
   return forward ? self->state.next : self->state.prev;
 }
@@ -52,12 +57,11 @@ void fall_back(stage_ptr self, bool forward, const std::string& why) {
   // Nothing in flight (a neighbour that finished, or a new generation):
   // no tensor is at stake, and it is not worth a warning.
   if (out.unacked.empty())
-    TROUPE_LOG(info, who(self), "road to the ", forward ? "next" : "previous",
-               " stage ended (", why, "): CAF carries its tensors from now on");
+    TROUPE_LOG(info, who(self), "road to the ", side(forward), " stage ended (",
+               why, "): CAF carries its tensors from now on");
   else
-    TROUPE_LOG(warning, who(self), "road to the ",
-               forward ? "next" : "previous", " stage ended (", why,
-               "): ", out.unacked.size(),
+    TROUPE_LOG(warning, who(self), "road to the ", side(forward),
+               " stage ended (", why, "): ", out.unacked.size(),
                " tensors it had not acknowledged go over CAF, as the rest");
   auto conn = std::move(out.conn);
   auto unacked = std::move(out.unacked);
@@ -105,19 +109,18 @@ void link_road(stage_ptr self, bool forward,
             }
             auto c = self->state.cfg.roads->dial(t, self->state.cfg.member);
             if (!c) {
-              TROUPE_LOG(warning, who(self), "no road to the ",
-                         forward ? "next" : "previous", " stage (",
-                         describe(c.error()), "): CAF carries the tensors");
+              TROUPE_LOG(warning, who(self), "no road to the ", side(forward),
+                         " stage (", describe(c.error()),
+                         "): CAF carries the tensors");
               return;
             }
-            TROUPE_LOG(info, who(self), "tensors to the ",
-                       forward ? "next" : "previous", " stage take the ",
-                       to_string((*c)->kind()), " road");
+            TROUPE_LOG(info, who(self), "tensors to the ", side(forward),
+                       " stage take the ", to_string((*c)->kind()), " road");
             out.conn = std::move(*c);
           },
           [self, forward, call](caf::error& err) {
             TROUPE_LOG(warning, who(self), "no ticket for the road to the ",
-                       forward ? "next" : "previous", " stage (", describe(err),
+                       side(forward), " stage (", describe(err),
                        "): CAF carries the tensors");
           });
 }
@@ -130,14 +133,13 @@ void send_to_neighbour(stage_ptr self, bool forward, frame f) {
   if (out.conn && out.to == to) {
     auto id = ++out.next_id;
     auto op = forward ? road_op::activation : road_op::gradient;
-    if (auto err = out.conn->send(op, id, f); !err) {
-      // Its acknowledgement comes by mail, after this.
+    auto err = out.conn->send(op, id, f);
+    if (!err) { // its acknowledgement comes by mail, after this
       out.unacked.emplace(id, std::move(f));
       ++self->state.road_tensors;
       return;
-    } else {
-      fall_back(self, forward, describe(err));
     }
+    fall_back(self, forward, describe(err));
   }
   send_caf(self, forward, to, std::move(f));
 }

@@ -531,10 +531,7 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
                    std::move(prev), std::move(next));
       },
       [self](done_atom, uint64_t gen, uint64_t k, uint32_t rank, double) {
-        auto& st = self->state;
-        auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
-        auto d = st.drivers.find(rank);
-        if (d == st.drivers.end() || d->second.address() != from) {
+        if (!from_driver(self, rank)) {
           TROUPE_LOG_LIMITED(warning, who(self), "ignored a done for stage ",
                              rank, " from another than its driver");
           return;

@@ -164,6 +164,9 @@ bool is_lead_addr(driver_ptr self, const caf::actor_addr& from);
 /// `or_driver`, at the lead, from one of its replica's drivers); else
 /// logs that `what` was ignored.
 bool from_lead(driver_ptr self, const char* what, bool or_driver = false);
+/// The lead: true if the message being handled comes from the driver of
+/// stage `rank` of this generation.
+bool from_driver(driver_ptr self, uint32_t rank);
 /// Answers the syncs and runs the starts that came before the stage was
 /// ready or the lead resolved: those from the lead; the others are
 /// refused.

@@ -197,6 +197,13 @@ bool is_lead_addr(driver_ptr self, const caf::actor_addr& from) {
   return id.process_id() == st.lead_node.pid;
 }
 
+bool from_driver(driver_ptr self, uint32_t rank) {
+  auto& st = self->state;
+  auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  auto d = st.drivers.find(rank);
+  return from && d != st.drivers.end() && d->second.address() == from;
+}
+
 bool from_lead(driver_ptr self, const char* what, bool or_driver) {
   auto& st = self->state;
   auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
@@ -204,7 +211,7 @@ bool from_lead(driver_ptr self, const char* what, bool or_driver) {
     return true;
   if (or_driver && is_lead(self))
     for (auto& [rank, d] : st.drivers)
-      if (from == d.address())
+      if (from_driver(self, rank))
         return true;
   TROUPE_LOG_LIMITED(warning, who(self), "ignored ", what,
                      " from another than its lead");

@@ -19,25 +19,20 @@ constexpr uint32_t stage_send_timeout_ms = 2000;
 
 } // namespace
 
+caf::actor stage_roads::sink::target() {
+  std::lock_guard<std::mutex> guard{mtx};
+  return caf::actor_cast<caf::actor>(stage);
+}
+
 void stage_roads::sink::hand(road_message_ptr m) {
   if (m->op == road_op::activation || m->op == road_op::gradient)
     ++tensors;
-  caf::actor h;
-  {
-    std::lock_guard<std::mutex> guard{mtx};
-    h = caf::actor_cast<caf::actor>(stage);
-  }
-  if (h) // else dropped: the stage ended, and its process with it
+  if (auto h = target()) // else dropped: the stage ended, its process too
     caf::anon_send(h, road_atom_v, std::move(m));
 }
 
 void stage_roads::sink::down(uint64_t serial) {
-  caf::actor h;
-  {
-    std::lock_guard<std::mutex> guard{mtx};
-    h = caf::actor_cast<caf::actor>(stage);
-  }
-  if (h)
+  if (auto h = target())
     caf::anon_send(h, road_down_atom_v, serial);
 }
 

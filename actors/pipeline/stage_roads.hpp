@@ -80,6 +80,7 @@ private:
     std::mutex mtx;
     caf::actor_addr stage;
     std::atomic<uint64_t> tensors{0};
+    caf::actor target(); ///< the stage, if it still lives
     void hand(road_message_ptr m);
     void down(uint64_t serial);
   };
