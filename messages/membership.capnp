@@ -42,6 +42,10 @@ struct Register {
   port @2 :UInt16;   # its port (0 if not published)
   pid  @3 :UInt32;   # operating-system process id
   road @4 :Road;     # servers: where their fast road listens
+  stageGroup @5 :UInt32;
+  # A pipeline stage with shard servers: the stages per replica, P (the
+  # worker ranks r*P .. r*P+P-1 form replica r, which the servers' cuts
+  # treat as one); 0 = no stage.
 }
 
 struct SlicePlace {

@@ -354,6 +354,7 @@ frame encode(const register_request& x) {
   b.setPort(x.port);
   b.setPid(x.pid);
   write_road(b.initRoad(), x.road);
+  b.setStageGroup(x.stage_group);
   return to_frame(msg);
 }
 
@@ -431,6 +432,7 @@ caf::error decode(const frame& f, register_request& x) {
     x.host = r.getHost().cStr();
     x.port = r.getPort();
     x.pid = r.getPid();
+    x.stage_group = r.getStageGroup();
     return read_road(r.getRoad(), x.road);
   });
 }

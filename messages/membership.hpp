@@ -80,6 +80,9 @@ struct register_request {
   uint16_t port = 0;
   uint32_t pid = 0;
   road_info road;
+  /// A pipeline stage with shard servers: stages per replica (worker ranks
+  /// r*P .. r*P+P-1 are replica r, cut as one); 0 = no stage.
+  uint32_t stage_group = 0;
 };
 
 /// Scheduler -> node: its rank and the first view that has it.

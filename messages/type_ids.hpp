@@ -61,5 +61,6 @@ CAF_ADD_ATOM(troupe, troupe, eval_atom, "eval")
 CAF_ADD_ATOM(troupe, troupe, finish_atom, "finish")
 CAF_ADD_ATOM(troupe, troupe, reset_atom, "reset")
 CAF_ADD_ATOM(troupe, troupe, stats_atom, "stats")
+CAF_ADD_ATOM(troupe, troupe, fault_atom, "fault")
 
 CAF_END_TYPE_ID_BLOCK(troupe)

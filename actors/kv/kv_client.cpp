@@ -201,6 +201,14 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
         return on_barrier(self, name, timeout_ms);
       },
       [self](leave_atom) { return on_leave(self); },
+      [self](fault_atom, uint64_t clock) { // from this process alone
+        auto from = self->current_sender();
+        if (from != nullptr && from->node() == self->node())
+          self->state.kill_in_push = clock;
+      },
+      [self](leave_atom, uint32_t dead, uint64_t keep, const std::string& why) {
+        return told_to_leave(self, dead, keep, why);
+      },
       [self](clock_atom) { // asks every holder: one may die meanwhile
         return serve<uint64_t>(self, [self](reply_to<uint64_t> r) {
           do_clock(self, std::move(r));

@@ -26,6 +26,15 @@
 //   (leave_atom)                               -> uint64_t epoch
 //       this worker is done: it leaves the view now, so that its exit is
 //       a departure, not a crash (stop the client after)
+//   (fault_atom, uint64_t clock)                [from this process only]
+//       fault injection: the process dies in the middle of its push of
+//       `clock`, once its first server acknowledged its parts
+//   (leave_atom, uint32_t dead, uint64_t keep, string why) -> bool
+//                                              [from the scheduler only]
+//       a pipeline stage whose replica lost stage worker `dead`, cut at
+//       `keep`: if we pushed a clock from `keep` on, true and the client
+//       stops (peer_down); else false, and we push none of those clocks
+//       until `dead` is back (kv_settings::stage_group)
 //   (clock_atom)                               -> uint64_t clock
 //       the clock to resume at: 0 on a first run; for a restarted worker
 //       the smallest clock the servers holding slices have for its rank
@@ -231,6 +240,19 @@ struct kv_client_state {
   bool ticking = false;       // a timeout sweep is scheduled
   std::mt19937_64 faults;     // draws of --fault.drop-pushes / duplicate-pushes
   uint64_t road_requests = 0; // sent on roads, for --fault.cut-road-after
+  /// Fault injection, armed by (fault_atom, clock): the push of this clock
+  /// goes to the view's first server alone, and once it acknowledged its
+  /// parts the process kills itself (a worker dead in the middle of a
+  /// push). UINT64_MAX = off.
+  uint64_t kill_in_push = UINT64_MAX;
+  /// One past the highest clock a push of ours began for.
+  uint64_t pushed_top = 0;
+  /// A pipeline stage whose replica lost stage worker `fence_rank` with
+  /// its clocks from `push_fence` not on every server: our pushes of those
+  /// clocks fail until a view names that rank again (its cut is in force
+  /// then). UINT64_MAX = none.
+  uint64_t push_fence = UINT64_MAX;
+  uint32_t fence_rank = 0;
   /// An init from the scheduler's answer to its declaration until it is
   /// done (its own Inits on their way, then the pull after them): its
   /// arrays, and the keys among them we initialise ourselves.

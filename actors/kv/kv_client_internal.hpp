@@ -175,6 +175,15 @@ void reconnect(self_ptr self, uint32_t rank);
 /// The one down handler: the scheduler (4) or a server.
 void on_down(self_ptr self, const caf::down_msg& dm);
 
+/// (leave_atom, dead, keep, why) from the scheduler: a pipeline stage whose
+/// replica lost stage worker `dead`, cut at `keep`
+/// (kv_settings::stage_group). If we pushed a clock from `keep` on, answers
+/// true and stops with `why` (peer_down): our process ends and is
+/// restarted, and our cut joins `dead`'s. Else answers false and fences
+/// those clocks until `dead` is back. From anyone else it is refused.
+caf::result<bool> told_to_leave(self_ptr self, uint32_t dead, uint64_t keep,
+                                const std::string& why);
+
 /// Fails with not_connected if a slice of `key` (`n` floats) has no server
 /// in our view: none is left, or the view has not placed it yet.
 caf::error check_placed(self_ptr self, uint64_t key, uint64_t n);

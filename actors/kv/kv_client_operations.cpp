@@ -12,6 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include "actors/base/log.hpp"
 #include "actors/base/metrics.hpp"
 #include "actors/cluster/placement.hpp"
@@ -130,6 +133,15 @@ void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
     reply(std::move(err));
     return;
   }
+  auto& st = self->state;
+  if (clock >= st.push_fence) {
+    reply(caf::make_error(
+        errc::peer_down, "stage worker", st.fence_rank,
+        "of this replica died with its clocks from", st.push_fence,
+        "not on every server: no push of clock", clock, "before it is back"));
+    return;
+  }
+  st.pushed_top = std::max(st.pushed_top, clock + 1);
   auto by_server = slices_by_server(self, xs);
   keep_for_spares(self, keep);
   self->state.unacked.insert(clock); // a resend's is in already
@@ -153,6 +165,22 @@ void do_push(self_ptr self, uint64_t clock, std::shared_ptr<arrays> keep,
   auto g = std::make_shared<gather>();
   auto answer = share(std::move(reply));
   g->on_error = [answer](caf::error err) { (*answer)(std::move(err)); };
+  if (clock == self->state.kill_in_push && !msgs.empty()) {
+    // Fault injection: the first server's parts alone, then death.
+    auto first = msgs.front().rank;
+    msgs.erase(std::remove_if(
+                   msgs.begin(), msgs.end(),
+                   [first](const kv_request& m) { return m.rank != first; }),
+               msgs.end());
+    answer = share(std::function<void(caf::expected<uint64_t>)>{
+        [self, clock, first](caf::expected<uint64_t>) {
+          TROUPE_LOG(warning, who(self),
+                     "fault injection: killing its process in its push of"
+                     " clock ",
+                     clock, ", which server ", first, " alone took");
+          ::kill(::getpid(), SIGKILL);
+        }});
+  }
   auto version = std::make_shared<uint64_t>(UINT64_MAX);
   scatter(
       self, push_atom_v, road_op::push, g, std::move(msgs),

@@ -238,9 +238,12 @@ void join(self_ptr self) {
   // Our machine: a server that advertises a loopback address is of no
   // use to a worker on another (the scheduler refuses one or the other).
   auto& cfg = self->state.cfg;
-  register_request req{role::worker, cfg.publish_host, cfg.publish_port,
+  register_request req{role::worker,
+                       cfg.publish_host,
+                       cfg.publish_port,
                        static_cast<uint32_t>(::getpid()),
-                       road_info{0, machine_id(), ""}};
+                       road_info{0, machine_id(), ""},
+                       cfg.stage_group};
   self->request(self->state.scheduler, timeout_of(self), register_atom_v,
                 encode(req))
       .then(
@@ -278,6 +281,34 @@ void join(self_ptr self) {
             TROUPE_LOG(error, "worker", "registration failed: ", describe(err));
             stop(self, err);
           });
+}
+
+caf::result<bool> told_to_leave(self_ptr self, uint32_t dead, uint64_t keep,
+                                const std::string& why) {
+  auto& st = self->state;
+  auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  if (from != st.scheduler.address()) {
+    TROUPE_LOG_LIMITED(warning, who(self),
+                       "refused to leave on the word of another than the"
+                       " scheduler");
+    return caf::make_error(errc::not_a_member,
+                           "only the scheduler tells a worker to leave");
+  }
+  if (st.pushed_top <= keep) { // nothing of ours to take out
+    st.push_fence = keep;
+    st.fence_rank = dead;
+    TROUPE_LOG(info, who(self), why,
+               ": it pushed none of them, and pushes"
+               " none until worker ",
+               dead, " is back");
+    return false;
+  }
+  TROUPE_LOG(warning, who(self), why, ": it pushed clock ", st.pushed_top - 1,
+             ", so it leaves too, and its pushes from ", keep, " go as well");
+  auto rp = self->make_response_promise<bool>();
+  rp.deliver(true);
+  stop(self, caf::make_error(errc::peer_down, why));
+  return rp;
 }
 
 void on_down(self_ptr self, const caf::down_msg& dm) {
@@ -369,6 +400,14 @@ void apply_view(self_ptr self, cluster_view v) { // 3
                v.workers.end();
       });
   st.view = std::move(v);
+  if (st.push_fence != UINT64_MAX &&
+      std::any_of(
+          st.view.workers.begin(), st.view.workers.end(),
+          [&st](const node_info& w) { return w.rank == st.fence_rank; })) {
+    TROUPE_LOG(info, who(self), "worker ", st.fence_rank,
+               " is back: pushes from clock ", st.push_fence, " go again");
+    st.push_fence = UINT64_MAX;
+  }
   // A server that left the view will not answer: its operations fail now,
   // whether or not our own monitor noticed; once the view is whole, so
   // that what they resend is cut under it and goes to its servers. Their

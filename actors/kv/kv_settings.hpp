@@ -73,6 +73,11 @@ struct kv_settings {
   /// neighbours find it there); "" and 0 = none. Set by the process.
   std::string publish_host;
   uint16_t publish_port = 0;
+  /// A pipeline stage with shard servers: the stages per replica, sent at
+  /// registration (register_request::stage_group): the scheduler then
+  /// tells this client to leave when another stage of its replica
+  /// crashed. 0 = no stage. Set by the process.
+  uint32_t stage_group = 0;
   /// How this process's roads wait for bytes (group "road").
   road_settings roads;
   /// Faults injected into this client's pushes (group "fault").

@@ -313,7 +313,7 @@ void node_config::add_pipeline_options() {
            "stop after this many mini-batches; 0 = --train.epochs")
       .add(pipeline.fault_kill, "fault-kill",
            "fault injection: S@K, stage S kills its process in mini-batch K"
-           " (once)");
+           " (once); S@K:push, in its push of K to the servers");
 }
 
 std::chrono::microseconds node_config::scheduler_watch() const {

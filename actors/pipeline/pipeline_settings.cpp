@@ -2,6 +2,8 @@
 #include "actors/pipeline/pipeline_settings.hpp"
 
 #include <cstdio>
+#include <string>
+#include <string_view>
 
 #include <caf/expected.hpp>
 
@@ -68,12 +70,19 @@ caf::error validate(pipeline_settings& x) {
     unsigned stage = 0;
     unsigned long long step = 0;
     char tail = 0;
-    if (std::sscanf(x.fault_kill.c_str(), "%u@%llu%c", &stage, &step, &tail) !=
-            2 ||
+    std::string text = x.fault_kill;
+    constexpr std::string_view in_push = ":push";
+    x.fault_in_push = text.size() > in_push.size() &&
+                      text.compare(text.size() - in_push.size(), in_push.size(),
+                                   in_push) == 0;
+    if (x.fault_in_push)
+      text.resize(text.size() - in_push.size());
+    if (std::sscanf(text.c_str(), "%u@%llu%c", &stage, &step, &tail) != 2 ||
         stage >= x.stages)
       return caf::make_error(errc::invalid_config,
                              "--pipeline.fault-kill must be STAGE@MINI_BATCH"
-                             " with STAGE below --pipeline.stages, got",
+                             " or STAGE@MINI_BATCH:push with STAGE below"
+                             " --pipeline.stages, got",
                              x.fault_kill);
     x.fault_stage = stage;
     x.fault_step = step;

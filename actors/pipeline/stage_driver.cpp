@@ -359,6 +359,8 @@ void push_through_servers(driver_ptr self, uint64_t gen, uint64_t k) {
       .then(
           [self, gen, k, fail](std::vector<named_array>& grads) {
             auto& st = self->state;
+            if (k == st.kill_in_push) // --pipeline.fault-kill=S@K:push
+              self->send(st.kv, fault_atom_v, k);
             self->request(st.kv, caf::infinite, push_atom_v, k,
                           std::move(grads), st.keys)
                 .then(
@@ -466,8 +468,12 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
           TROUPE_LOG(info, who(self), "no road for stage tensors (",
                      describe(roads.error()), "): CAF carries them");
         if (p.fault_step != pipeline_settings::no_fault &&
-            p.fault_stage == rank && claim_fault(st.dir, rank, p.fault_step))
-          s.kill_in_step = p.fault_step;
+            p.fault_stage == rank && claim_fault(st.dir, rank, p.fault_step)) {
+          if (p.fault_in_push)
+            st.kill_in_push = p.fault_step;
+          else
+            s.kill_in_step = p.fault_step;
+        }
         st.stage = self->spawn(stage_actor, s);
         if (s.roads)
           s.roads->deliver_to(st.stage);

@@ -81,6 +81,9 @@ struct driver_state {
   uint64_t step = 0;
   bool running = false;
   bool finished = false;
+  /// --pipeline.fault-kill=S@K:push, claimed here: the push of K dies
+  /// halfway (kv_client_state::kill_in_push). ~0 = none.
+  uint64_t kill_in_push = ~uint64_t{0};
   cluster_view view;
   // The last stage: each mini-batch's mean loss, and the evaluations
   // under way by the mini-batches they follow.

@@ -62,9 +62,19 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
     kill();
     return fail("publishing the stage", port.error());
   }
+  if (p.fault_in_push && cfg.servers == 0) {
+    kill();
+    return fail("--pipeline.fault-kill",
+                caf::make_error(errc::invalid_config,
+                                "S@K:push needs shard"
+                                " servers (--cluster.servers > 0)"));
+  }
   auto join = cfg.kv;
   join.publish_host = cfg.host;
   join.publish_port = *port;
+  // With servers, the scheduler cuts a replica's stages as one: it tells
+  // this process's client to leave when another stage of it crashed.
+  join.stage_group = cfg.servers > 0 ? p.stages : 0;
   kv client{sys, scheduler, join};
   auto v = client.view();
   if (!v) {
@@ -92,6 +102,7 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
   auto rank = member % p.stages;
   caf::scoped_actor self{sys};
   self->monitor(drv);
+  self->monitor(client.handle());
   int rc = 0;
   self->request(drv, std::chrono::minutes{2}, start_atom_v, member, *cut,
                 checkpoint_dir(cfg, scheduler), client.handle())
@@ -111,9 +122,18 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
     kill();
     return rc;
   }
+  // The driver's end, or the client's: told to leave with the replica (a
+  // stage of it crashed), it ends the process, which its agent restarts.
   self->receive([&](const caf::down_msg& dm) {
-    if (dm.reason && dm.reason != caf::exit_reason::normal)
+    if (dm.source == client.handle().address()) {
+      rc = fail("the cluster",
+                dm.reason ? dm.reason
+                          : caf::make_error(errc::peer_down, "the kv client"
+                                                             " ended"));
+      kill();
+    } else if (dm.reason && dm.reason != caf::exit_reason::normal) {
       rc = fail("stage", dm.reason);
+    }
   });
   if (rc == 0)
     if (auto err = client.leave())

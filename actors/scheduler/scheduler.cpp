@@ -69,6 +69,12 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
       [self](events_atom, uint64_t n) { return on_events_poll(self, n); },
       [self](watch_atom) { return on_watch(self); },
       [self](cut_atom, uint32_t rank) { retry_cut(self, rank); },
+      [self](cut_atom, finish_atom, uint32_t first, uint64_t serial) {
+        // Our own timer's alone.
+        if (caf::actor_cast<caf::actor_addr>(self->current_sender()) ==
+            self->address())
+          replica_cut_overdue(self, first, serial);
+      },
   };
 }
 

@@ -107,6 +107,9 @@ struct scheduler_state {
   struct member {
     node_info info;
     caf::actor handle;
+    /// A pipeline stage with servers: stages per replica
+    /// (register_request::stage_group); 0 = none.
+    uint32_t stage_group = 0;
   };
   struct barrier {
     role kind = role::worker;
@@ -164,6 +167,8 @@ struct scheduler_state {
     uint64_t serial = 0; // of the latest asking; older answers are stale
     std::set<uint32_t> asked;
     std::map<uint32_t, uint64_t> answers; // server rank -> whole clocks
+    /// The rank's cut before (a process of it before): the floor.
+    std::optional<uint64_t> before;
   };
   std::map<uint32_t, cut_gather> cuts_pending;
   std::map<uint32_t, uint64_t> cuts;
@@ -173,6 +178,26 @@ struct scheduler_state {
   /// under their ranks.
   std::set<uint32_t> cuts_applying;
   uint64_t cut_serial = 0;
+  /// Pipeline replicas with servers (member::stage_group): once a crashed
+  /// stage's cut is known, the replica's other stages that pushed a clock
+  /// it lacks leave too, the rest push no such clock until it is back, and
+  /// the cuts of those that left are decided together, the least for all,
+  /// so that each mini-batch of the replica is kept on every stage's keys
+  /// or on none (docs/pipelines.md). By the replica's first rank.
+  struct replica_cut {
+    uint32_t stages = 0;       // per replica
+    std::set<uint32_t> ranks;  // its stages that left: cut together
+    std::set<uint32_t> asking; // live stages not yet answered
+    bool asked = false;        // the first cut is known, the others asked
+    struct own {
+      uint64_t keep = 0;              // the rank's own cut
+      std::optional<uint64_t> before; // its floor
+      std::string said;               // the servers' answers
+    };
+    std::map<uint32_t, own> decided;
+    uint64_t serial = 0; // of the overdue timer
+  };
+  std::map<uint32_t, replica_cut> replica_cuts;
   /// Workers registering under a rank whose cut is pending, until it is
   /// known.
   struct parked_register {

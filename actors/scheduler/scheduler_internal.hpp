@@ -64,8 +64,18 @@ frame on_watch(self_ptr self);
 // -- atomic pushes (scheduler_cuts.cpp) ---------------------------------------
 
 /// Worker `rank` left: asks every server how many of its clocks it took
-/// whole, and sends them all the least (its cut) once each answered.
-void start_cut(self_ptr self, uint32_t rank);
+/// whole, and sends them all the least (its cut) once each answered. A
+/// pipeline stage that crashed (`stage_group` > 1 stages per replica)
+/// holds its cut until its replica's other stages said whether they
+/// pushed beyond it (those that did leave, and are cut with it:
+/// scheduler_state::replica_cut).
+void start_cut(self_ptr self, uint32_t rank, uint32_t stage_group = 0,
+               bool crashed = false);
+
+/// A replica's cut waited too long for its stages' answers or departures:
+/// those still live are left out (the timer `serial` of the replica from
+/// `first`).
+void replica_cut_overdue(self_ptr self, uint32_t first, uint64_t serial);
 
 /// A server left: the cuts under way ask the servers of the new view (a
 /// promoted backup answers for its primary's stores), and the cuts decided
@@ -91,6 +101,14 @@ bool cut_pending(self_ptr self, uint32_t rank);
 /// would have dropped them too.
 uint64_t worker_cut(const std::map<uint32_t, uint64_t>& answers,
                     std::optional<uint64_t> before);
+
+/// The cut of each stage of a replica whose stages left together, from
+/// their own cuts `own` (rank -> cut, or no_whole_clocks) and floors
+/// `before`: the least of the cuts (a mini-batch one stage did not push
+/// whole goes on every stage), never below a rank's floor.
+std::map<uint32_t, uint64_t>
+replica_stage_cuts(const std::map<uint32_t, uint64_t>& own,
+                   const std::map<uint32_t, uint64_t>& before);
 
 // -- declares: keys and their initialisers (scheduler_keys.cpp) ---------------
 

@@ -2,6 +2,7 @@
 // get, where the slices are placed, and the view sent to everyone.
 #include <algorithm>
 #include <set>
+#include <string_view>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/sec.hpp>
@@ -216,6 +217,13 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
     return err;
   if (auto err = check_reachable(self, req))
     return err;
+  if (req.stage_group != 0 &&
+      (req.kind != role::worker || req.stage_group > self->state.cfg.workers))
+    return caf::make_error(errc::invalid_config, "a stage group of",
+                           req.stage_group,
+                           "stages per replica: only for"
+                           " workers, at most --cluster.workers",
+                           self->state.cfg.workers);
   auto handle = caf::actor_cast<caf::actor>(self->current_sender());
   // A worker taking the rank of one whose cut is not known yet waits for
   // it: the servers must drop the old process's clocks before the new one
@@ -234,7 +242,7 @@ frame admit(self_ptr self, const register_request& req, caf::actor handle) {
                  req.host, req.port,
                  req.pid,  req.road};
   self->monitor(handle);
-  self->state.members.push_back({info, handle});
+  self->state.members.push_back({info, handle, req.stage_group});
   ++self->state.joined[req.kind];
   TROUPE_LOG(info, "scheduler", to_string(req.kind), " ", info.rank,
              " joined (pid ", req.pid, ", ", req.host, ":", req.port, ")");
@@ -313,6 +321,7 @@ void remove_member(self_ptr self,
                    std::vector<scheduler_state::member>::iterator i,
                    const char* kind, const std::string& why) {
   auto info = i->info;
+  auto stage_group = i->stage_group;
   auto servers_before = server_ranks(self);
   self->state.members.erase(i);
   auto promoted = info.kind == role::server
@@ -322,7 +331,8 @@ void remove_member(self_ptr self,
     replace_placement(self);
   publish(self);
   if (info.kind == role::worker)
-    start_cut(self, info.rank);
+    start_cut(self, info.rank, stage_group,
+              std::string_view{kind} == "crashed");
   else if (info.kind == role::server)
     servers_changed(self);
   abort_checkpoint_for(self, info);

@@ -39,13 +39,17 @@ for a in "$@"; do
   case $a in --pipeline.replicas=*) replicas=${a#*=} ;; esac
 done
 servers=0 # stages alone: each keeps its weights, with checkpoints
+atomic=()
 if [ "$replicas" -gt 1 ]; then
   servers=2 # the replicas' stages in sync through 2 shard servers
+  # A replica's mini-batch on every stage's keys or on none, even when a
+  # stage dies in its push (docs/pipelines.md).
+  atomic=(--server.atomic-pushes)
 fi
 common=(--config-file="$here/deploy/local.ini"
         "--cluster.servers=$servers" "--cluster.workers=$((stages * replicas))"
         "--pipeline.stages=$stages" "--optimizer.name=sgd" "--optimizer.lr=0.1"
-        "--optimizer.lr-decay-steps=0" "${tls[@]}")
+        "--optimizer.lr-decay-steps=0" "${atomic[@]}" "${tls[@]}")
 # shellcheck source=deploy/scheduler.sh
 . "$here/deploy/scheduler.sh" # start_scheduler, stop_scheduler
 sched_pid=

@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -197,6 +198,26 @@ BOOST_AUTO_TEST_CASE(a_cut_is_the_least_answer_and_never_below_the_last) {
   BOOST_CHECK_EQUAL(worker_cut({{0, 900}, {1, 897}}, 822), 897u);
   BOOST_CHECK_EQUAL(worker_cut({{0, no_whole_clocks}}, 822), no_whole_clocks);
   BOOST_CHECK_EQUAL(worker_cut({{0, 3}}, no_whole_clocks), 3u);
+}
+
+BOOST_AUTO_TEST_CASE(a_replicas_stages_are_cut_at_the_least_of_their_cuts) {
+  using sched::replica_stage_cuts;
+  using cuts = std::map<uint32_t, uint64_t>;
+  // Stage 1 died in its push of 10; stages 0 and 2 had pushed 10 whole.
+  BOOST_CHECK(replica_stage_cuts({{0, 11}, {1, 10}, {2, 11}}, {}) ==
+              (cuts{{0, 10}, {1, 10}, {2, 10}}));
+  // A stage that pushed nothing anywhere adds no bound, and is cut there
+  // too (it holds no part).
+  BOOST_CHECK(replica_stage_cuts({{0, no_whole_clocks}, {1, 7}}, {}) ==
+              (cuts{{0, 7}, {1, 7}}));
+  BOOST_CHECK(
+      replica_stage_cuts({{0, no_whole_clocks}, {1, no_whole_clocks}}, {}) ==
+      (cuts{{0, no_whole_clocks}, {1, no_whole_clocks}}));
+  // Never below a rank's floor (its process before was cut there).
+  BOOST_CHECK(replica_stage_cuts({{0, 12}, {1, 9}}, {{0, 11}}) ==
+              (cuts{{0, 11}, {1, 9}}));
+  BOOST_CHECK(replica_stage_cuts({{0, 12}, {1, 9}}, {{0, no_whole_clocks}}) ==
+              (cuts{{0, 9}, {1, 9}}));
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_dead_halfway_through_a_push_leaves_no_trace) {

@@ -50,6 +50,11 @@ BOOST_AUTO_TEST_CASE(every_message_survives_a_round_trip) {
   BOOST_REQUIRE(!decode(encode(rq), rq2));
   BOOST_CHECK(rq2.kind == role::server && rq2.host == "10.0.0.1");
   BOOST_CHECK(rq2.port == 4301 && rq2.pid == 42);
+  BOOST_CHECK_EQUAL(rq2.stage_group, 0u);
+  rq.kind = role::worker;
+  rq.stage_group = 3; // a pipeline stage: replicas of 3 stages
+  BOOST_REQUIRE(!decode(encode(rq), rq2));
+  BOOST_CHECK_EQUAL(rq2.stage_group, 3u);
 
   register_reply rr{3, sample_view(), {}}, rr2;
   BOOST_REQUIRE(!decode(encode(rr), rr2));

@@ -63,7 +63,8 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
   y = x;
   y.checkpoint_every = 0;
   refused(y, "--pipeline.checkpoint-every");
-  for (auto f : {"3@10", "1", "1@", "x@2", "1@2x"}) {
+  for (auto f : {"3@10", "1", "1@", "x@2", "1@2x", "1@2:pull", ":push",
+                 "1@:push", "1@2:push:push"}) {
     y = x;
     y.fault_kill = f;
     refused(y, "--pipeline.fault-kill");
@@ -71,7 +72,10 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
   y = x;
   y.fault_kill = "1@25";
   BOOST_REQUIRE(!validate(y));
-  BOOST_CHECK(y.fault_stage == 1 && y.fault_step == 25);
+  BOOST_CHECK(y.fault_stage == 1 && y.fault_step == 25 && !y.fault_in_push);
+  y.fault_kill = "2@7:push";
+  BOOST_REQUIRE(!validate(y));
+  BOOST_CHECK(y.fault_stage == 2 && y.fault_step == 7 && y.fault_in_push);
 }
 
 BOOST_AUTO_TEST_CASE(a_cut_must_fit_the_model) {

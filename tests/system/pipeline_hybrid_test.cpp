@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -69,10 +70,12 @@ std::vector<std::string> shared_flags(const std::string& mode,
 }
 
 /// Runs a job of `workers` worker processes and 2 servers under one agent
-/// with `flags`; returns the servers' final checkpoint, slice by slice.
+/// with `flags`; returns the servers' final checkpoint, slice by slice
+/// (and the scheduler's output in `log`, if given).
 std::map<slice_id, std::vector<float>> run_job(uint32_t workers,
                                                std::vector<std::string> flags,
-                                               const fs::path& ckpt) {
+                                               const fs::path& ckpt,
+                                               std::string* log = nullptr) {
   scheduler_process s{2, workers, flags};
   auto agent = start_agent(s, 2, workers, flags);
   auto rc = agent->wait_exit(std::chrono::seconds{200});
@@ -83,6 +86,8 @@ std::map<slice_id, std::vector<float>> run_job(uint32_t workers,
                         s.proc->output());
   s.proc->signal(SIGTERM);
   s.proc->wait_exit(std::chrono::seconds{10});
+  if (log != nullptr)
+    *log = s.proc->output();
   auto m = read_manifest(ckpt.string());
   BOOST_REQUIRE_MESSAGE(m, (m ? "" : describe(m.error())) << "\n"
                                                           << agent->output());
@@ -157,6 +162,59 @@ BOOST_AUTO_TEST_CASE(two_replicas_of_three_stages_train_as_two_workers) {
   BOOST_TEST_MESSAGE("hybrid against data-parallel: worst relative "
                      << worst << " over " << by_key.size() << " arrays");
   BOOST_CHECK_MESSAGE(worst <= 1e-5, "worst relative difference " << worst);
+}
+
+// A stage that dies in its push of a committed mini-batch, after the
+// first server took its part and the other stages pushed theirs: without
+// more, the servers' round completes without it, and the mini-batch stays
+// on the other stages' keys alone. The scheduler takes the replica's
+// stages that pushed it out too and cuts all three at the least of their
+// cuts, so the mini-batch is on every stage's keys or on none. One replica, so
+// that nothing trains while it restarts: whichever stage dies, the weights must
+// come out the same, bit for bit. (Were the mini-batch kept on the other
+// stages alone, stage 1's death and stage 2's would leave different keys
+// without it.)
+BOOST_AUTO_TEST_CASE(a_stage_dead_in_its_push_leaves_the_mini_batch_nowhere) {
+  temp_dir data;
+  write_split(data.path, "train", 1280);
+  write_split(data.path, "t10k", 200);
+  std::map<uint32_t, std::map<slice_id, std::vector<float>>> by_stage;
+  for (uint32_t stage : {1u, 2u}) {
+    temp_dir ck, marks;
+    std::string log;
+    auto f = shared_flags("sync", data.path, ck.path) +
+             std::vector<std::string>{
+                 "--worker.task=stage",      "--pipeline.stages=3",
+                 "--pipeline.replicas=1",    "--pipeline.micro-batches=4",
+                 "--pipeline.schedule=1f1b", "--server.atomic-pushes"};
+    f.push_back("--pipeline.fault-kill=" + std::to_string(stage) + "@10:push");
+    f.push_back("--pipeline.checkpoint-dir=" + marks.path);
+    by_stage[stage] = run_job(3, f, ck.path, &log);
+    BOOST_CHECK_MESSAGE(log.find("leave and are cut together") !=
+                            std::string::npos,
+                        "stage " << stage << ": no replica cut\n"
+                                 << log);
+    // Every stage is cut at one clock, at most the mini-batch that died.
+    std::set<uint64_t> clocks;
+    for (uint32_t rank = 0; rank < 3; ++rank) {
+      auto at = log.find("\"kind\":\"cut\",\"role\":\"worker\",\"rank\":" +
+                         std::to_string(rank) + ",");
+      BOOST_REQUIRE_MESSAGE(at != std::string::npos,
+                            "stage " << stage << ": no cut of worker " << rank
+                                     << "\n"
+                                     << log);
+      auto c = log.find("\"clock\":", at);
+      BOOST_REQUIRE(c != std::string::npos && c < log.find('\n', at));
+      clocks.insert(std::stoull(log.substr(c + 8)));
+    }
+    BOOST_CHECK_MESSAGE(clocks.size() == 1 && *clocks.begin() <= 10,
+                        "stage " << stage << ": the stages' cuts differ or"
+                                 << " pass the mini-batch\n"
+                                 << log);
+  }
+  BOOST_REQUIRE(!by_stage[1].empty());
+  BOOST_CHECK_MESSAGE(by_stage[1] == by_stage[2],
+                      "the weights depend on which stage died in its push");
 }
 
 BOOST_AUTO_TEST_CASE(async_and_ssp_hybrids_train_to_the_end) {
