@@ -429,6 +429,13 @@ caf::error node_config::check_modes() const {
                            " apply the optimizer, and --optimizer.name=sum"
                            " would add the gradients to the weights; pick"
                            " sgd, momentum, nesterov or adam");
+  if (worker.task == "stage" && scheduler.servers > 0 && !server.atomic_pushes)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.task=stage with servers needs"
+                           " --server.atomic-pushes on every node: else a"
+                           " stage that dies in its push of a committed"
+                           " mini-batch leaves it on the other stages' keys"
+                           " alone (docs/pipelines.md)");
   if (worker.task == "counter" && optimizer.name != "sum")
     return caf::make_error(errc::invalid_config,
                            "--worker.task=counter needs --optimizer.name=sum"

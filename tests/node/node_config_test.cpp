@@ -129,8 +129,16 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected(
       {"--worker.task=stage", "--cluster.servers=2", "--optimizer.name=sum"},
       "--worker.task=stage");
-  rejected({"--worker.task=stage", "--optimizer.name=sgd", "--worker.overlap"},
+  rejected({"--worker.task=stage", "--optimizer.name=sgd",
+            "--server.atomic-pushes", "--worker.overlap"},
            "--worker.overlap");
+  rejected(
+      {"--worker.task=stage", "--cluster.servers=2", "--optimizer.name=sgd"},
+      "--server.atomic-pushes");
+  node_config hybrid; // the same, with atomic pushes
+  BOOST_CHECK(
+      !parse(hybrid, {"--worker.task=stage", "--cluster.servers=2",
+                      "--optimizer.name=sgd", "--server.atomic-pushes"}));
   rejected({"--kv.request-timeout-ms=0"}, "--kv.request-timeout-ms");
   rejected({"--no-such-flag=1"}, "");
   rejected({"--optimizer.on=worker", "--server.mode=async"},

@@ -105,8 +105,12 @@ std::map<slice_id, std::vector<float>> run_job(uint32_t workers,
 }
 
 std::vector<std::string> stage_flags(const std::string& schedule) {
-  return {"--worker.task=stage", "--pipeline.stages=3", "--pipeline.replicas=2",
-          "--pipeline.micro-batches=4", "--pipeline.schedule=" + schedule};
+  return {"--worker.task=stage",
+          "--pipeline.stages=3",
+          "--pipeline.replicas=2",
+          "--pipeline.micro-batches=4",
+          "--pipeline.schedule=" + schedule,
+          "--server.atomic-pushes"};
 }
 
 std::vector<std::string> operator+(std::vector<std::string> a,
