@@ -64,6 +64,9 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
         start_checkpoint(self, rp);
         return rp;
       },
+      [self](checkpoint_atom, finish_atom) {
+        return on_final_checkpoint(self);
+      },
       [self](tick_atom) { checkpoint_tick(self); },
       [self](barrier_atom, tick_atom) { report_waiting(self); },
       [self](events_atom, uint64_t n) { return on_events_poll(self, n); },

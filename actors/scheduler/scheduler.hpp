@@ -34,6 +34,10 @@
 //   (checkpoint_atom)                -> uint64_t generation  [takes a
 //                                       checkpoint now; answers once the
 //                                       manifest names it]
+//   (checkpoint_atom, finish_atom)   -> uint64_t generation  [the job's
+//                                       final checkpoint (no worker live),
+//                                       once written: an agent stops its
+//                                       servers after it]
 //   scheduler -> every member and watcher: (view_atom, frame ClusterView)
 //
 // Checkpoints (--checkpoint.dir): every --checkpoint.every-ms while workers
@@ -207,6 +211,9 @@ struct scheduler_state {
   };
   std::vector<parked_register> parked_registers;
   uint64_t generation = 0; // last checkpoint generation started
+  /// The last generation written while no worker was live (the job's
+  /// final state); 0 = none.
+  uint64_t final_checkpoint = 0;
   bool checkpointing = false;
   std::function<void(caf::error)> abort_checkpoint; // fails the attempt
   std::vector<caf::response_promise> checkpoint_waiting;

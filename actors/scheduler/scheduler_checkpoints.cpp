@@ -26,6 +26,8 @@ void checkpoint_done(self_ptr self, const caf::error& err, uint64_t gen) {
   auto& st = self->state;
   st.checkpointing = false;
   st.abort_checkpoint = nullptr;
+  if (!err && nodes_of(self, role::worker).empty())
+    st.final_checkpoint = gen;
   auto waiting = std::move(st.checkpoint_waiting);
   st.checkpoint_waiting.clear();
   for (auto& rp : waiting)
@@ -251,6 +253,26 @@ void start_checkpoint(self_ptr self, caf::response_promise rp) {
   st.checkpointing = true;
   attempt_checkpoint(self, ++st.generation, 1, checkpoint_tries,
                      static_cast<uint64_t>(now_ms()));
+}
+
+caf::result<uint64_t> on_final_checkpoint(self_ptr self) {
+  auto& st = self->state;
+  if (st.cfg.checkpoint.dir.empty())
+    return caf::make_error(errc::invalid_config,
+                           "the scheduler has no --checkpoint.dir");
+  if (!nodes_of(self, role::worker).empty())
+    return caf::make_error(errc::timeout, "workers are still live: the job's"
+                                          " final checkpoint comes later");
+  if (st.checkpointing) {
+    auto rp = self->make_response_promise();
+    st.checkpoint_waiting.push_back(rp);
+    return rp;
+  }
+  if (st.final_checkpoint != 0)
+    return st.final_checkpoint;
+  return caf::make_error(errc::bad_file,
+                         "the job's final checkpoint failed or was never"
+                         " taken");
 }
 
 void checkpoint_tick(self_ptr self) {

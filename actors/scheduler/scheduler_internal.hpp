@@ -154,6 +154,12 @@ void start_checkpoint(self_ptr self, caf::response_promise rp);
 /// The periodic checkpoint: only while workers change the state.
 void checkpoint_tick(self_ptr self);
 
+/// (checkpoint_atom, finish_atom): the job's final checkpoint, once no
+/// worker is live: the one under way when it is written, else the last
+/// one written since; an error if there is none (invalid_config: no
+/// --checkpoint.dir) or workers are still live.
+caf::result<uint64_t> on_final_checkpoint(self_ptr self);
+
 /// At start: loads the checkpoint to resume from (--resume) or numbers
 /// after an earlier job's, and starts the periodic ticks. Logs and returns
 /// what makes the scheduler unable to start.

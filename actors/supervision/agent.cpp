@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -38,8 +39,8 @@ namespace {
 using namespace std::chrono;
 
 /// Forwards events to the scheduler as itself, so that the scheduler can
-/// monitor it (agent-down); raises `scheduler_down` when the scheduler
-/// goes (5).
+/// monitor it (agent-down), and the question of the job's final
+/// checkpoint; raises `scheduler_down` when the scheduler goes (5).
 caf::behavior agent_link(caf::event_based_actor* self, caf::actor scheduler,
                          std::shared_ptr<std::atomic<bool>> scheduler_down) {
   self->monitor(scheduler);
@@ -54,8 +55,15 @@ caf::behavior agent_link(caf::event_based_actor* self, caf::actor scheduler,
       [self, scheduler](event_atom, const frame& f) {
         self->send(scheduler, event_atom_v, f);
       },
+      [self, scheduler](checkpoint_atom, finish_atom) {
+        return self->delegate(scheduler, checkpoint_atom_v, finish_atom_v);
+      },
   };
 }
+
+/// How long an agent whose workers finished waits for the job's final
+/// checkpoint before it stops its servers.
+constexpr auto final_checkpoint_wait = std::chrono::seconds{30};
 
 /// "worker-1" -> (worker, 1).
 std::pair<role, uint32_t> parse_child(const std::string& name) {
@@ -144,6 +152,8 @@ public:
     }
     if (stop_requested)
       TROUPE_LOG(info, "agent", "stop requested: stopping every child");
+    else if (!scheduler_down)
+      await_final_checkpoint();
     sup_.stop_all(milliseconds{3000}); // 4, 5
     if (scheduler_down) {
       std::cerr << "*** agent: the scheduler is down; stopped every child\n";
@@ -157,6 +167,27 @@ public:
   }
 
 private:
+  /// The workers finished: the scheduler checkpoints the job's final state
+  /// when its last worker leaves, from our servers. They stop once it is
+  /// written (or failed, or none is kept), not while it is under way.
+  void await_final_checkpoint() {
+    if (cfg_.agent.servers == 0)
+      return;
+    caf::scoped_actor self{sys_};
+    self->request(link_, final_checkpoint_wait, checkpoint_atom_v,
+                  finish_atom_v)
+        .receive(
+            [](uint64_t gen) {
+              TROUPE_LOG(info, "agent", "the final checkpoint (generation ",
+                         gen, ") is written: stopping the servers");
+            },
+            [](const caf::error& err) {
+              if (err != errc::invalid_config) // no --checkpoint.dir
+                TROUPE_LOG(warning, "agent", "no final checkpoint (",
+                           describe(err), "): stopping the servers");
+            });
+  }
+
   /// `flag`, or for --metrics.port=P (P > 0) the port of the agent's
   /// `n`-th child: P + n (the agent serves on P).
   static std::string child_metrics_port(const std::string& flag, size_t n) {
