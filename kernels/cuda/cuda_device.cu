@@ -1,0 +1,561 @@
+// CUDA twins of the CPU kernels (cuda_device.hpp): cuBLAS for the dense
+// layers' three GEMMs, small kernels for the rest. Each kernel repeats its
+// CPU twin's arithmetic per element, in the same order where it sums, so
+// results agree to rounding (nvcc may fuse a multiply and an add).
+#include "kernels/cuda/cuda_device.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <string>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+namespace troupe::cuda {
+
+namespace {
+
+cuda_status check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess)
+    return {};
+  cudaGetLastError(); // clear it: the next call must not report it again
+  return {std::string{what} + ": " + cudaGetErrorName(e) + ": " +
+          cudaGetErrorString(e)};
+}
+
+cuda_status check(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return {};
+  return {std::string{what} + ": " + cublasGetStatusName(s) + ": " +
+          cublasGetStatusString(s)};
+}
+
+cuda_status bad_input(const std::string& what) {
+  return {"bad input: " + what};
+}
+
+/// The launcher's grid: threads per block, and blocks for n elements (the
+/// kernels stride over what one grid does not cover).
+constexpr unsigned block_threads = 256;
+constexpr size_t max_blocks = 65535;
+
+unsigned blocks_for(size_t n) {
+  return static_cast<unsigned>(
+      std::min(max_blocks, (n + block_threads - 1) / block_threads));
+}
+
+bool fits_int(size_t n) {
+  return n > 0 && n <= size_t(INT_MAX);
+}
+
+#define TROUPE_GRID_STRIDE(i, n)                                               \
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < (n);      \
+       i += size_t(blockDim.x) * gridDim.x)
+
+__global__ void fill_rows(float* y, const float* b, size_t rows, size_t cols) {
+  TROUPE_GRID_STRIDE(k, rows * cols) {
+    y[k] = b[k % cols];
+  }
+}
+
+__global__ void column_sums(const float* dy, float* db, size_t rows,
+                            size_t cols) {
+  TROUPE_GRID_STRIDE(j, cols) {
+    float s = 0.0f; // row order, as dense_bias_grad_cpu
+    for (size_t i = 0; i < rows; ++i)
+      s += dy[i * cols + j];
+    db[j] = s;
+  }
+}
+
+__global__ void relu_fwd(const float* x, float* y, size_t n) {
+  TROUPE_GRID_STRIDE(i, n) {
+    y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  }
+}
+
+__global__ void relu_bwd(const float* x, const float* dy, float* dx, size_t n) {
+  TROUPE_GRID_STRIDE(i, n) {
+    dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+  }
+}
+
+/// One row per thread, in double as softmax_xent_cpu; a label out of
+/// range raises `bad`.
+__global__ void xent_rows(const float* logits, const uint8_t* labels,
+                          size_t batch, size_t classes, float scale,
+                          double* row_loss, float* dlogits, uint32_t* bad) {
+  TROUPE_GRID_STRIDE(i, batch) {
+    const float* row = logits + i * classes;
+    unsigned label = labels[i];
+    if (label >= classes) {
+      atomicExch(bad, 1u);
+      row_loss[i] = 0.0;
+      continue;
+    }
+    float max = row[0];
+    for (size_t j = 1; j < classes; ++j)
+      max = row[j] > max ? row[j] : max;
+    double sum = 0.0;
+    for (size_t j = 0; j < classes; ++j)
+      sum += exp(double(row[j] - max));
+    double log_sum = log(sum);
+    if (dlogits != nullptr)
+      for (size_t j = 0; j < classes; ++j) {
+        double p = exp(double(row[j] - max) - log_sum);
+        dlogits[i * classes + j] =
+            float((p - (j == label ? 1.0 : 0.0)) * scale);
+      }
+    row_loss[i] = log_sum - double(row[label] - max);
+  }
+}
+
+/// The rows' losses summed in row order, as the CPU does.
+__global__ void mean_loss(const double* row_loss, size_t batch, float* loss) {
+  if (blockIdx.x != 0 || threadIdx.x != 0)
+    return;
+  double total = 0.0;
+  for (size_t i = 0; i < batch; ++i)
+    total += row_loss[i];
+  *loss = float(total / double(batch));
+}
+
+__global__ void argmax_hits(const float* logits, const uint8_t* labels,
+                            size_t batch, size_t classes, uint32_t* correct,
+                            uint32_t* bad) {
+  TROUPE_GRID_STRIDE(i, batch) {
+    const float* row = logits + i * classes;
+    if (labels[i] >= classes) {
+      atomicExch(bad, 1u);
+      continue;
+    }
+    size_t best = 0; // the first largest, as std::max_element
+    for (size_t j = 1; j < classes; ++j)
+      if (row[j] > row[best])
+        best = j;
+    if (best == labels[i])
+      atomicAdd(correct, 1u);
+  }
+}
+
+__global__ void sgd_step(float* w, const float* g, size_t n, float lr, float wd,
+                         float d) {
+  TROUPE_GRID_STRIDE(i, n) {
+    w[i] -= lr * (g[i] / d + wd * w[i]);
+  }
+}
+
+__global__ void momentum_step(float* w, const float* g, float* v, size_t n,
+                              float lr, float mu, float wd, float d,
+                              bool nesterov) {
+  TROUPE_GRID_STRIDE(i, n) {
+    if (nesterov) {
+      float gi = g[i] / d + wd * w[i];
+      v[i] = mu * v[i] + gi;
+      w[i] -= lr * (gi + mu * v[i]);
+    } else {
+      v[i] = mu * v[i] + (g[i] / d + wd * w[i]);
+      w[i] -= lr * v[i];
+    }
+  }
+}
+
+__global__ void adam_step(float* w, const float* g, float* m, float* v,
+                          size_t n, float lr, float b1, float b2, float eps,
+                          float wd, float d, float c1, float c2) {
+  TROUPE_GRID_STRIDE(i, n) {
+    float gi = g[i] / d;
+    m[i] = b1 * m[i] + (1.0f - b1) * gi;
+    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+    float step = m[i] * c1 / (sqrtf(v[i] * c2) + eps);
+    w[i] -= lr * (step + wd * w[i]);
+  }
+}
+
+__global__ void add_into(float* acc, const float* x, size_t n) {
+  TROUPE_GRID_STRIDE(i, n) {
+    acc[i] += x[i];
+  }
+}
+
+/// C = op(A) op(B) + beta C, column-major, alpha 1 (m x k by k x n): the
+/// one cuBLAS call of the dense layers.
+cuda_status gemm(cublasHandle_t h, bool ta, bool tb, size_t m, size_t n,
+                 size_t k, const float* a, size_t lda, const float* b,
+                 size_t ldb, float beta, float* c, size_t ldc,
+                 const char* what) {
+  const float one = 1.0f;
+  return check(cublasSgemm(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                           tb ? CUBLAS_OP_T : CUBLAS_OP_N, int(m), int(n),
+                           int(k), &one, a, int(lda), b, int(ldb), &beta, c,
+                           int(ldc)),
+               what);
+}
+
+bool in_unit(float x) {
+  return x >= 0.0f && x < 1.0f;
+}
+
+bool valid_step(const void* w, const void* g, size_t n, float lr, float wd,
+                float d) {
+  return (n == 0 || (w != nullptr && g != nullptr)) && lr >= 0.0f &&
+         wd >= 0.0f && d > 0.0f;
+}
+
+} // namespace
+
+template <class T> buffer<T>& buffer<T>::operator=(buffer&& x) noexcept {
+  if (this != &x) {
+    cudaFree(p_);
+    p_ = x.p_;
+    n_ = x.n_;
+    x.p_ = nullptr;
+    x.n_ = 0;
+  }
+  return *this;
+}
+
+template <class T> buffer<T>::~buffer() {
+  cudaFree(p_); // null: nothing
+}
+
+template class buffer<float>;
+template class buffer<uint8_t>;
+template class buffer<uint32_t>;
+template class buffer<double>;
+
+int device_count(std::string* why) {
+  int n = 0;
+  auto e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) { // no driver or no GPU: error 35 or 100
+    if (why != nullptr)
+      *why = std::string{"cudaGetDeviceCount: "} + cudaGetErrorName(e) + ": " +
+             cudaGetErrorString(e);
+    cudaGetLastError();
+    return 0;
+  }
+  if (n == 0 && why != nullptr)
+    *why = "the CUDA driver found no GPU";
+  return n;
+}
+
+struct device::impl {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  buffer<double> row_loss; // softmax_xent's per-row losses
+  buffer<uint32_t> flag;   // a kernel's "bad input" flag
+  std::string name;
+  size_t bytes = 0;
+};
+
+std::unique_ptr<device> device::open(int ordinal, cuda_status& st) {
+  std::string why;
+  int n = device_count(&why);
+  if (ordinal < 0 || ordinal >= n) {
+    st = {"no GPU cuda:" + std::to_string(ordinal) + " (" +
+          (n == 0 ? why : std::to_string(n) + " found") + ")"};
+    return nullptr;
+  }
+  std::unique_ptr<device> d{new device};
+  d->ordinal_ = ordinal;
+  d->impl_ = std::make_unique<impl>();
+  auto& x = *d->impl_;
+  cudaDeviceProp prop{};
+  if (!(st = check(cudaSetDevice(ordinal), "cudaSetDevice")).ok() ||
+      !(st = check(cudaGetDeviceProperties(&prop, ordinal),
+                   "cudaGetDeviceProperties"))
+           .ok() ||
+      !(st = check(cudaStreamCreateWithFlags(&x.stream, cudaStreamNonBlocking),
+                   "cudaStreamCreate"))
+           .ok() ||
+      !(st = check(cublasCreate(&x.blas), "cublasCreate")).ok() ||
+      !(st = check(cublasSetStream(x.blas, x.stream), "cublasSetStream"))
+           .ok() ||
+      // fp32 GEMMs in fp32: no TF32 unless a caller chooses it.
+      !(st = check(cublasSetMathMode(x.blas, CUBLAS_DEFAULT_MATH),
+                   "cublasSetMathMode"))
+           .ok())
+    return nullptr;
+  x.name = prop.name;
+  x.bytes = prop.totalGlobalMem;
+  if (!(st = d->alloc(x.flag, 1)).ok())
+    return nullptr;
+  return d;
+}
+
+device::~device() {
+  if (!impl_)
+    return;
+  cudaSetDevice(ordinal_);
+  if (impl_->stream != nullptr)
+    cudaStreamSynchronize(impl_->stream);
+  impl_->row_loss = {};
+  impl_->flag = {};
+  if (impl_->blas != nullptr)
+    cublasDestroy(impl_->blas);
+  if (impl_->stream != nullptr)
+    cudaStreamDestroy(impl_->stream);
+}
+
+cuda_status device::use() {
+  return check(cudaSetDevice(ordinal_), "cudaSetDevice");
+}
+
+std::string device::describe() const {
+  return impl_->name + " (cuda:" + std::to_string(ordinal_) + ", " +
+         std::to_string(impl_->bytes >> 30) + " GiB)";
+}
+
+// -- memory -------------------------------------------------------------------
+
+namespace {
+
+template <class T>
+cuda_status alloc_into(buffer<T>& b, size_t n, T*& p, size_t& size) {
+  b = buffer<T>{};
+  if (n == 0)
+    return bad_input("an allocation of 0 elements");
+  void* raw = nullptr;
+  auto st = check(cudaMalloc(&raw, n * sizeof(T)), "cudaMalloc");
+  if (!st.ok())
+    return st;
+  p = static_cast<T*>(raw);
+  size = n;
+  return {};
+}
+
+} // namespace
+
+cuda_status device::alloc(buffer<float>& b, size_t n) {
+  cudaSetDevice(ordinal_);
+  return alloc_into(b, n, b.p_, b.n_);
+}
+
+cuda_status device::alloc(buffer<uint8_t>& b, size_t n) {
+  cudaSetDevice(ordinal_);
+  return alloc_into(b, n, b.p_, b.n_);
+}
+
+cuda_status device::alloc(buffer<uint32_t>& b, size_t n) {
+  cudaSetDevice(ordinal_);
+  return alloc_into(b, n, b.p_, b.n_);
+}
+
+cuda_status device::to_device(float* dst, const float* src, size_t n) {
+  return check(cudaMemcpyAsync(dst, src, n * sizeof(float),
+                               cudaMemcpyHostToDevice, impl_->stream),
+               "cudaMemcpyAsync to the device");
+}
+
+cuda_status device::to_device(uint8_t* dst, const uint8_t* src, size_t n) {
+  return check(
+      cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, impl_->stream),
+      "cudaMemcpyAsync to the device");
+}
+
+cuda_status device::to_host(float* dst, const float* src, size_t n) {
+  auto st = check(cudaMemcpyAsync(dst, src, n * sizeof(float),
+                                  cudaMemcpyDeviceToHost, impl_->stream),
+                  "cudaMemcpyAsync to the host");
+  return st.ok() ? sync() : st;
+}
+
+cuda_status device::to_host(uint32_t* dst, const uint32_t* src, size_t n) {
+  auto st = check(cudaMemcpyAsync(dst, src, n * sizeof(uint32_t),
+                                  cudaMemcpyDeviceToHost, impl_->stream),
+                  "cudaMemcpyAsync to the host");
+  return st.ok() ? sync() : st;
+}
+
+cuda_status device::sync() {
+  return check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize");
+}
+
+// -- the layers ---------------------------------------------------------------
+
+cuda_status device::dense_forward(const float* x, const float* w,
+                                  const float* b, float* y, size_t batch,
+                                  size_t in, size_t out) {
+  if (!x || !w || !b || !y || !fits_int(batch) || !fits_int(in) ||
+      !fits_int(out))
+    return bad_input("dense_forward: a null operand or a size of 0");
+  auto& s = impl_->stream;
+  fill_rows<<<blocks_for(batch * out), block_threads, 0, s>>>(y, b, batch, out);
+  if (auto st = check(cudaGetLastError(), "fill_rows"); !st.ok())
+    return st;
+  // Row-major y = x w is column-major y^T = w^T x^T: (out x in)(in x batch).
+  return gemm(impl_->blas, false, false, out, batch, in, w, out, x, in, 1.0f, y,
+              out, "cublasSgemm (dense forward)");
+}
+
+cuda_status device::dense_backward(const float* x, const float* w,
+                                   const float* dy, float* dx, float* dw,
+                                   float* db, size_t batch, size_t in,
+                                   size_t out) {
+  if (!x || !w || !dy || !dw || !db || !fits_int(batch) || !fits_int(in) ||
+      !fits_int(out))
+    return bad_input("dense_backward: a null operand or a size of 0");
+  // dw (in x out) = x^T dy: column-major dw^T = dy^T x, (out x batch)(batch
+  // x in).
+  if (auto st = gemm(impl_->blas, false, true, out, in, batch, dy, out, x, in,
+                     0.0f, dw, out, "cublasSgemm (dense weight gradient)");
+      !st.ok())
+    return st;
+  // dx (batch x in) = dy w^T: column-major dx^T = w dy^T, (in x out)(out x
+  // batch).
+  if (dx != nullptr)
+    if (auto st = gemm(impl_->blas, true, false, in, batch, out, w, out, dy,
+                       out, 0.0f, dx, in, "cublasSgemm (dense input gradient)");
+        !st.ok())
+      return st;
+  column_sums<<<blocks_for(out), block_threads, 0, impl_->stream>>>(dy, db,
+                                                                    batch, out);
+  return check(cudaGetLastError(), "column_sums");
+}
+
+cuda_status device::relu_forward(const float* x, float* y, size_t n) {
+  if (n == 0)
+    return {};
+  if (!x || !y)
+    return bad_input("relu_forward: a null operand");
+  relu_fwd<<<blocks_for(n), block_threads, 0, impl_->stream>>>(x, y, n);
+  return check(cudaGetLastError(), "relu_fwd");
+}
+
+cuda_status device::relu_backward(const float* x, const float* dy, float* dx,
+                                  size_t n) {
+  if (n == 0)
+    return {};
+  if (!x || !dy || !dx)
+    return bad_input("relu_backward: a null operand");
+  relu_bwd<<<blocks_for(n), block_threads, 0, impl_->stream>>>(x, dy, dx, n);
+  return check(cudaGetLastError(), "relu_bwd");
+}
+
+namespace {
+
+/// Reads a kernel's "bad input" flag (waits for the stream) and clears it.
+cuda_status read_flag(device& d, uint32_t* flag, const char* what) {
+  uint32_t bad = 0;
+  if (auto st = d.to_host(&bad, flag, 1); !st.ok())
+    return st;
+  if (bad == 0)
+    return {};
+  auto st = d.zero(reinterpret_cast<float*>(flag), 1);
+  return st.ok() ? bad_input(what) : st;
+}
+
+} // namespace
+
+cuda_status device::softmax_xent(const float* logits, const uint8_t* labels,
+                                 size_t batch, size_t classes, float* loss,
+                                 float* dlogits) {
+  if (!logits || !labels || !loss || batch == 0 || classes == 0 ||
+      classes > 256)
+    return bad_input("softmax_xent: a null operand, or classes not in 1..256");
+  auto& x = *impl_;
+  if (x.row_loss.size() < batch) {
+    cudaSetDevice(ordinal_);
+    x.row_loss = buffer<double>{};
+    void* raw = nullptr;
+    if (auto st = check(cudaMalloc(&raw, batch * sizeof(double)), "cudaMalloc");
+        !st.ok())
+      return st;
+    x.row_loss.p_ = static_cast<double*>(raw);
+    x.row_loss.n_ = batch;
+  }
+  xent_rows<<<blocks_for(batch), block_threads, 0, x.stream>>>(
+      logits, labels, batch, classes, 1.0f / float(batch), x.row_loss.data(),
+      dlogits, x.flag.data());
+  if (auto st = check(cudaGetLastError(), "xent_rows"); !st.ok())
+    return st;
+  mean_loss<<<1, 1, 0, x.stream>>>(x.row_loss.data(), batch, loss);
+  if (auto st = check(cudaGetLastError(), "mean_loss"); !st.ok())
+    return st;
+  return read_flag(*this, x.flag.data(), "softmax_xent: a label >= classes");
+}
+
+cuda_status device::accuracy_count(const float* logits, const uint8_t* labels,
+                                   size_t batch, size_t classes,
+                                   uint32_t* correct) {
+  if (!logits || !labels || !correct || batch == 0 || classes == 0 ||
+      classes > 256)
+    return bad_input(
+        "accuracy_count: a null operand, or classes not in 1..256");
+  auto& x = *impl_;
+  if (auto st = check(cudaMemsetAsync(correct, 0, sizeof(uint32_t), x.stream),
+                      "cudaMemsetAsync");
+      !st.ok())
+    return st;
+  argmax_hits<<<blocks_for(batch), block_threads, 0, x.stream>>>(
+      logits, labels, batch, classes, correct, x.flag.data());
+  if (auto st = check(cudaGetLastError(), "argmax_hits"); !st.ok())
+    return st;
+  return read_flag(*this, x.flag.data(), "accuracy_count: a label >= classes");
+}
+
+// -- optimizers and sums ------------------------------------------------------
+
+cuda_status device::sgd_update(float* w, const float* g, size_t n,
+                               const sgd_params& p) {
+  if (!valid_step(w, g, n, p.lr, p.weight_decay, p.grad_divisor))
+    return bad_input("sgd_update: a null operand or a bad hyper-parameter");
+  if (n == 0)
+    return {};
+  sgd_step<<<blocks_for(n), block_threads, 0, impl_->stream>>>(
+      w, g, n, p.lr, p.weight_decay, p.grad_divisor);
+  return check(cudaGetLastError(), "sgd_step");
+}
+
+cuda_status device::momentum_update(float* w, const float* g, float* v,
+                                    size_t n, const momentum_params& p,
+                                    bool nesterov) {
+  if (!valid_step(w, g, n, p.lr, p.weight_decay, p.grad_divisor) ||
+      !in_unit(p.momentum) || (n > 0 && v == nullptr))
+    return bad_input(
+        "momentum_update: a null operand or a bad hyper-parameter");
+  if (n == 0)
+    return {};
+  momentum_step<<<blocks_for(n), block_threads, 0, impl_->stream>>>(
+      w, g, v, n, p.lr, p.momentum, p.weight_decay, p.grad_divisor, nesterov);
+  return check(cudaGetLastError(), "momentum_step");
+}
+
+cuda_status device::adam_update(float* w, const float* g, float* m, float* v,
+                                size_t n, uint64_t step, const adam_params& p) {
+  if (!valid_step(w, g, n, p.lr, p.weight_decay, p.grad_divisor) ||
+      !in_unit(p.beta1) || !in_unit(p.beta2) || !(p.eps > 0.0f) ||
+      (n > 0 && (m == nullptr || v == nullptr)))
+    return bad_input("adam_update: a null operand or a bad hyper-parameter");
+  if (n == 0)
+    return {};
+  // The bias corrections in double on the host, as adam_update_cpu.
+  auto t = double(step + 1);
+  auto c1 = float(1.0 / (1.0 - std::pow(double(p.beta1), t)));
+  auto c2 = float(1.0 / (1.0 - std::pow(double(p.beta2), t)));
+  adam_step<<<blocks_for(n), block_threads, 0, impl_->stream>>>(
+      w, g, m, v, n, p.lr, p.beta1, p.beta2, p.eps, p.weight_decay,
+      p.grad_divisor, c1, c2);
+  return check(cudaGetLastError(), "adam_step");
+}
+
+cuda_status device::add(float* acc, const float* x, size_t n) {
+  if (n == 0)
+    return {};
+  if (!acc || !x)
+    return bad_input("add: a null operand");
+  add_into<<<blocks_for(n), block_threads, 0, impl_->stream>>>(acc, x, n);
+  return check(cudaGetLastError(), "add_into");
+}
+
+cuda_status device::zero(float* x, size_t n) {
+  if (n == 0)
+    return {};
+  if (!x)
+    return bad_input("zero: a null operand");
+  return check(cudaMemsetAsync(x, 0, n * sizeof(float), impl_->stream),
+               "cudaMemsetAsync");
+}
+
+} // namespace troupe::cuda

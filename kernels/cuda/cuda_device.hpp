@@ -1,0 +1,127 @@
+// The CUDA twins of the CPU kernels (issue 38): one GPU's stream and cuBLAS
+// handle, device memory, and the layers' math on device pointers with the
+// same arguments and meaning as kernels/*.hpp's *_cpu functions. Built only
+// where nvcc is found (TROUPE_HAVE_CUDA); no CUDA header leaks out of here,
+// so host code includes it freely.
+//
+// Every CUDA and cuBLAS return code is checked; a failure comes back as a
+// cuda_status carrying the library's own message ("cublasSgemm:
+// CUBLAS_STATUS_EXECUTION_FAILED ..."). The launcher owns the grid math:
+// callers pass sizes, never blocks or threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/optimizer.hpp"
+
+namespace troupe::cuda {
+
+/// The outcome of a call: ok, or what failed and the library's message.
+struct cuda_status {
+  std::string error; ///< empty: ok
+  bool ok() const { return error.empty(); }
+  static cuda_status success() { return {}; }
+};
+
+/// CUDA devices the driver finds; 0 where there is none, with the driver's
+/// reason in `why` (if given). Clears the error it leaves behind.
+int device_count(std::string* why = nullptr);
+
+/// Device memory of `n` elements of T, freed with it.
+template <class T> class buffer {
+public:
+  buffer() = default;
+  buffer(buffer&& x) noexcept : p_(x.p_), n_(x.n_) {
+    x.p_ = nullptr;
+    x.n_ = 0;
+  }
+  buffer& operator=(buffer&& x) noexcept;
+  buffer(const buffer&) = delete;
+  buffer& operator=(const buffer&) = delete;
+  ~buffer();
+  T* data() const { return p_; }
+  size_t size() const { return n_; }
+
+private:
+  friend class device;
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+/// One GPU: its stream and cuBLAS handle. Calls queue on the stream; the
+/// copies back to the host wait for it. Not thread-safe: one owner (a
+/// device actor) at a time, on a thread whose current device is this one
+/// (the thread that opened it, or one after use()).
+class device {
+public:
+  /// Opens GPU `ordinal`; null with the reason in `st` if it cannot.
+  static std::unique_ptr<device> open(int ordinal, cuda_status& st);
+  ~device();
+  device(const device&) = delete;
+  device& operator=(const device&) = delete;
+
+  int ordinal() const { return ordinal_; }
+  /// Makes this GPU the calling thread's current device.
+  cuda_status use();
+  /// "NVIDIA H200 (cuda:0, 139 GiB)".
+  std::string describe() const;
+
+  // -- memory ----------------------------------------------------------------
+  cuda_status alloc(buffer<float>& b, size_t n);
+  cuda_status alloc(buffer<uint8_t>& b, size_t n);
+  cuda_status alloc(buffer<uint32_t>& b, size_t n);
+  /// Host -> device and back, `n` elements; to_host waits for the stream.
+  cuda_status to_device(float* dst, const float* src, size_t n);
+  cuda_status to_device(uint8_t* dst, const uint8_t* src, size_t n);
+  cuda_status to_host(float* dst, const float* src, size_t n);
+  cuda_status to_host(uint32_t* dst, const uint32_t* src, size_t n);
+  /// Waits for everything queued.
+  cuda_status sync();
+
+  // -- the layers (device pointers; as kernels/dense.hpp etc.) --------------
+  /// y (batch x out) = x (batch x in) w (in x out) + b, row-major.
+  cuda_status dense_forward(const float* x, const float* w, const float* b,
+                            float* y, size_t batch, size_t in, size_t out);
+  /// dw = x^T dy, db = column sums of dy, dx = dy w^T (dx null: skipped).
+  cuda_status dense_backward(const float* x, const float* w, const float* dy,
+                             float* dx, float* dw, float* db, size_t batch,
+                             size_t in, size_t out);
+  cuda_status relu_forward(const float* x, float* y, size_t n);
+  cuda_status relu_backward(const float* x, const float* dy, float* dx,
+                            size_t n);
+  /// Mean loss over the batch into `loss` (one float on the device), and
+  /// (softmax - onehot) / batch into `dlogits` (null: skipped). Labels
+  /// must be below `classes` (<= 256): checked on the host first.
+  cuda_status softmax_xent(const float* logits, const uint8_t* labels,
+                           size_t batch, size_t classes, float* loss,
+                           float* dlogits);
+  /// Rows whose first largest logit is the label, into `correct` (one
+  /// uint32 on the device).
+  cuda_status accuracy_count(const float* logits, const uint8_t* labels,
+                             size_t batch, size_t classes, uint32_t* correct);
+
+  // -- optimizers and sums (as kernels/optimizer.hpp, state on the device) ---
+  cuda_status sgd_update(float* w, const float* g, size_t n,
+                         const sgd_params& p);
+  /// `v` (n floats) starts at zero: the caller clears it once.
+  cuda_status momentum_update(float* w, const float* g, float* v, size_t n,
+                              const momentum_params& p, bool nesterov);
+  /// `step` counts updates as adam_state::step does: this one is step + 1.
+  cuda_status adam_update(float* w, const float* g, float* m, float* v,
+                          size_t n, uint64_t step, const adam_params& p);
+  /// acc += x, n floats (gradient sums).
+  cuda_status add(float* acc, const float* x, size_t n);
+  /// Sets n floats to zero.
+  cuda_status zero(float* x, size_t n);
+
+private:
+  device() = default;
+  struct impl;
+  std::unique_ptr<impl> impl_;
+  int ordinal_ = 0;
+};
+
+} // namespace troupe::cuda
