@@ -17,6 +17,7 @@
 
 #include "kernels/activations.hpp"
 #include "kernels/cuda/cuda_device.hpp"
+#include "kernels/cuda/nccl_group.hpp"
 #include "kernels/dense.hpp"
 #include "kernels/loss.hpp"
 #include "kernels/optimizer.hpp"
@@ -266,6 +267,24 @@ BOOST_AUTO_TEST_CASE(a_gpu_that_is_not_there_is_a_plain_error) {
                       st.error);
 }
 
+BOOST_AUTO_TEST_CASE(nccl_as_one_rank) {
+  // One GPU here: NCCL runs as one rank (the multi-device logic is
+  // communicator_test's, on the CPU stand-in).
+  std::string why;
+  auto group = cuda::make_nccl_group({0}, why);
+  BOOST_REQUIRE_MESSAGE(group.size() == 1, why);
+  auto v = random_floats(4099, 61);
+  auto gv = put(v);
+  auto st = group[0]->all_reduce_sum(gv.data(), v.size());
+  BOOST_REQUIRE_MESSAGE(st.ok(), st.error);
+  BOOST_CHECK(get(gv) == v); // a sum of one
+  st = group[0]->broadcast(gv.data(), v.size(), 0);
+  BOOST_REQUIRE_MESSAGE(st.ok(), st.error);
+  BOOST_CHECK(get(gv) == v);
+  BOOST_CHECK(cuda::make_nccl_group({cuda::device_count()}, why).empty());
+  BOOST_CHECK_MESSAGE(why.find("no GPU cuda:") != std::string::npos, why);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 bool init_unit_test() {
@@ -284,8 +303,16 @@ int main(int argc, char* argv[]) {
                 << st.error << "'\n";
       return 1;
     }
+    std::string nccl_why;
+    if (!cuda::make_nccl_group({0}, nccl_why).empty() ||
+        nccl_why.find("no GPU cuda:0") == std::string::npos) {
+      std::cerr << "an NCCL group on a machine without a GPU: expected a"
+                   " plain error, got '"
+                << nccl_why << "'\n";
+      return 1;
+    }
     std::cout << "SKIPPED: no GPU (" << why << "); cuda:0 refused: " << st.error
-              << '\n';
+              << "; an NCCL group refused: " << nccl_why << '\n';
     return 77;
   }
   return boost::unit_test::unit_test_main(&init_unit_test, argc, argv);
