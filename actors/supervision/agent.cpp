@@ -182,7 +182,12 @@ private:
                          gen, ") is written: stopping the servers");
             },
             [](const caf::error& err) {
-              if (err != errc::invalid_config) // no --checkpoint.dir
+              // No --checkpoint.dir, or other agents' workers still train
+              // (theirs ends the job): nothing to wait for.
+              if (err == errc::invalid_config || err == errc::timeout)
+                TROUPE_LOG(info, "agent", "no final checkpoint to wait for (",
+                           describe(err), "): stopping the servers");
+              else
                 TROUPE_LOG(warning, "agent", "no final checkpoint (",
                            describe(err), "): stopping the servers");
             });

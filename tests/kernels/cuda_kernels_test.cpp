@@ -17,9 +17,11 @@
 
 #include "kernels/activations.hpp"
 #include "kernels/cuda/cuda_device.hpp"
+#include "kernels/cuda/cuda_model.hpp"
 #include "kernels/cuda/nccl_group.hpp"
 #include "kernels/dense.hpp"
 #include "kernels/loss.hpp"
+#include "kernels/model.hpp"
 #include "kernels/optimizer.hpp"
 
 using namespace troupe;
@@ -265,6 +267,38 @@ BOOST_AUTO_TEST_CASE(a_gpu_that_is_not_there_is_a_plain_error) {
   BOOST_CHECK(!none);
   BOOST_CHECK_MESSAGE(st.error.find("no GPU cuda:") != std::string::npos,
                       st.error);
+}
+
+BOOST_AUTO_TEST_CASE(a_training_step_on_the_gpu_matches_the_cpu) {
+  std::string why;
+  auto m = model::from_spec("mlp:784-256-128-10", &why);
+  BOOST_REQUIRE_MESSAGE(m, why);
+  m->init_parameters(7);
+  cuda_status st;
+  auto g = cuda::cuda_model::load(*dev, *m, st);
+  BOOST_REQUIRE_MESSAGE(g, st.error);
+  for (size_t batch : {64u, 1024u}) {
+    auto x = random_floats(batch * 784, uint32_t(71 + batch), 0.0f, 1.0f);
+    std::vector<uint8_t> labels(batch);
+    std::mt19937 gen{uint32_t(batch)};
+    for (auto& l : labels)
+      l = uint8_t(gen() % 10);
+    auto cpu = *m;
+    float cpu_loss = 0, gpu_loss = 0;
+    BOOST_REQUIRE(cpu.compute_gradients(x.data(), labels.data(), batch,
+                                        &cpu_loss) == kernel_status::ok);
+    REQUIRE_OK(g->compute_gradients(x.data(), labels.data(), batch, &gpu_loss));
+    auto got = *m;
+    REQUIRE_OK(g->download_gradients(got));
+    auto name = "batch " + std::to_string(batch);
+    check_close({cpu_loss}, {gpu_loss}, "step loss, " + name);
+    auto want = cpu.gradients(), have = got.gradients();
+    BOOST_REQUIRE_EQUAL(want.size(), have.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      check_close(std::vector<float>(want[i].data, want[i].data + want[i].size),
+                  std::vector<float>(have[i].data, have[i].data + have[i].size),
+                  want[i].name + ", " + name);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(nccl_as_one_rank) {

@@ -1,0 +1,146 @@
+// The MLP on one GPU (cuda_model.hpp), through the CUDA twins: the same
+// layers in the same order as model::compute_gradients.
+#include "kernels/cuda/cuda_model.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace troupe::cuda {
+
+std::unique_ptr<cuda_model> cuda_model::load(device& dev, model& m,
+                                             cuda_status& st) {
+  auto ps = m.parameters();
+  if (ps.size() != 2 * m.layer_count()) {
+    st = {"cuda_model: the layers of " + m.spec() +
+          " are cut into row blocks; the GPU twin runs whole layers"};
+    return nullptr;
+  }
+  std::unique_ptr<cuda_model> g{new cuda_model{dev}};
+  for (size_t l = 0; l < m.layer_count(); ++l) {
+    auto& w = ps[2 * l];
+    auto& b = ps[2 * l + 1];
+    layer L;
+    L.out = b.size;
+    L.in = w.size / b.size;
+    if (!(st = dev.alloc(L.w, w.size)).ok() ||
+        !(st = dev.alloc(L.b, b.size)).ok() ||
+        !(st = dev.alloc(L.dw, w.size)).ok() ||
+        !(st = dev.alloc(L.db, b.size)).ok())
+      return nullptr;
+    g->layers_.push_back(std::move(L));
+  }
+  if (!(st = dev.alloc(g->loss_, 1)).ok() ||
+      !(st = g->upload_parameters(m)).ok())
+    return nullptr;
+  return g;
+}
+
+cuda_status cuda_model::upload_parameters(model& m) {
+  auto ps = m.parameters();
+  if (ps.size() != 2 * layers_.size())
+    return {"cuda_model: another model's parameters"};
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    auto& L = layers_[l];
+    if (ps[2 * l].size != L.w.size() || ps[2 * l + 1].size != L.b.size())
+      return {"cuda_model: another model's parameters"};
+    if (auto st = dev_.to_device(L.w.data(), ps[2 * l].data, L.w.size());
+        !st.ok())
+      return st;
+    if (auto st = dev_.to_device(L.b.data(), ps[2 * l + 1].data, L.b.size());
+        !st.ok())
+      return st;
+  }
+  return {};
+}
+
+cuda_status cuda_model::reserve(size_t batch) {
+  if (batch <= rows_)
+    return {};
+  acts_.clear();
+  acts_.resize(layers_.size() + 1);
+  size_t widest = 0;
+  cuda_status st;
+  for (size_t l = 0; l <= layers_.size(); ++l) {
+    auto width = l == 0 ? layers_[0].in : layers_[l - 1].out;
+    widest = std::max(widest, width);
+    if (!(st = dev_.alloc(acts_[l], batch * width)).ok())
+      return st;
+  }
+  if (!(st = dev_.alloc(dlogits_, batch * layers_.back().out)).ok() ||
+      !(st = dev_.alloc(scratch_a_, batch * widest)).ok() ||
+      !(st = dev_.alloc(scratch_b_, batch * widest)).ok() ||
+      !(st = dev_.alloc(labels_, batch)).ok())
+    return st;
+  rows_ = batch;
+  return {};
+}
+
+cuda_status cuda_model::compute_gradients(const float* x, const uint8_t* labels,
+                                          size_t batch, float* loss) {
+  if (!x || !labels || !loss || batch == 0)
+    return {"bad input: cuda_model::compute_gradients: no batch"};
+  cuda_status st;
+  auto n_layers = layers_.size();
+  if (!(st = reserve(batch)).ok() ||
+      !(st = dev_.to_device(acts_[0].data(), x, batch * layers_[0].in)).ok() ||
+      !(st = dev_.to_device(labels_.data(), labels, batch)).ok())
+    return st;
+  for (size_t l = 0; l < n_layers; ++l) {
+    auto& L = layers_[l];
+    if (!(st = dev_.dense_forward(acts_[l].data(), L.w.data(), L.b.data(),
+                                  acts_[l + 1].data(), batch, L.in, L.out))
+             .ok())
+      return st;
+    if (l + 1 < n_layers &&
+        !(st = dev_.relu_forward(acts_[l + 1].data(), acts_[l + 1].data(),
+                                 batch * L.out))
+             .ok())
+      return st;
+  }
+  auto classes = layers_.back().out;
+  if (!(st = dev_.softmax_xent(acts_.back().data(), labels_.data(), batch,
+                               classes, loss_.data(), dlogits_.data()))
+           .ok())
+    return st;
+  // Backward, the gradient at a layer's output in `dy`, at its input in
+  // `dx`; ReLU's output is > 0 exactly where its input was.
+  const float* dy = dlogits_.data();
+  float* dx = scratch_a_.data();
+  float* spare = scratch_b_.data();
+  for (size_t l = n_layers; l-- > 0;) {
+    auto& L = layers_[l];
+    if (!(st = dev_.dense_backward(acts_[l].data(), L.w.data(), dy,
+                                   l > 0 ? dx : nullptr, L.dw.data(),
+                                   L.db.data(), batch, L.in, L.out))
+             .ok())
+      return st;
+    if (l > 0) {
+      if (!(st = dev_.relu_backward(acts_[l].data(), dx, dx, batch * L.in))
+               .ok())
+        return st;
+      dy = dx;
+      std::swap(dx, spare);
+    }
+  }
+  return dev_.to_host(loss, loss_.data(), 1);
+}
+
+cuda_status cuda_model::download_gradients(model& m) {
+  auto gs = m.gradients();
+  if (gs.size() != 2 * layers_.size())
+    return {"cuda_model: another model's gradients"};
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    auto& L = layers_[l];
+    if (gs[2 * l].size != L.dw.size() || gs[2 * l + 1].size != L.db.size())
+      return {"cuda_model: another model's gradients"};
+    if (auto st = dev_.to_host(gs[2 * l].data, L.dw.data(), L.dw.size());
+        !st.ok())
+      return st;
+    if (auto st = dev_.to_host(gs[2 * l + 1].data, L.db.data(), L.db.size());
+        !st.ok())
+      return st;
+  }
+  return {};
+}
+
+} // namespace troupe::cuda

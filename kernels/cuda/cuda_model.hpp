@@ -1,0 +1,54 @@
+// The MLP of a host model (kernels/model.hpp) on one GPU: its parameters,
+// activations and gradients in device memory, and a training step's
+// gradients computed there with the CUDA twins, as model::compute_gradients
+// computes them on the CPU (issue 38: a whole training step on the GPU
+// against the CPU).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/cuda_device.hpp"
+#include "kernels/model.hpp"
+
+namespace troupe::cuda {
+
+class cuda_model {
+public:
+  /// `m`'s layers on `dev`, its parameters copied up; null with the reason
+  /// in `st` (a model whose layers are cut into row blocks, which this
+  /// twin does not run, or a failed allocation).
+  static std::unique_ptr<cuda_model> load(device& dev, model& m,
+                                          cuda_status& st);
+
+  /// `m`'s parameters copied up again (after an update or a pull).
+  cuda_status upload_parameters(model& m);
+
+  /// Forward, softmax cross-entropy and backward for `batch` rows of `x`
+  /// with `labels` (host memory, copied up): the gradients stay on the GPU,
+  /// the mean loss comes back in `loss`.
+  cuda_status compute_gradients(const float* x, const uint8_t* labels,
+                                size_t batch, float* loss);
+
+  /// The gradients copied into `m`'s gradient arrays (model::gradients).
+  cuda_status download_gradients(model& m);
+
+private:
+  struct layer {
+    size_t in = 0, out = 0;
+    buffer<float> w, b, dw, db;
+  };
+  explicit cuda_model(device& dev) : dev_(dev) {}
+  cuda_status reserve(size_t batch);
+
+  device& dev_;
+  std::vector<layer> layers_;
+  std::vector<buffer<float>> acts_; // [0] input; [l + 1] layer l's output
+  buffer<float> dlogits_, scratch_a_, scratch_b_, loss_;
+  buffer<uint8_t> labels_;
+  size_t rows_ = 0; // batch the buffers hold
+};
+
+} // namespace troupe::cuda
