@@ -185,7 +185,7 @@ private:
               // No --checkpoint.dir, or other agents' workers still train
               // (theirs ends the job): nothing to wait for.
               if (err == errc::invalid_config || err == errc::timeout)
-                TROUPE_LOG(info, "agent", "no final checkpoint to wait for (",
+                TROUPE_LOG(debug, "agent", "no final checkpoint to wait for (",
                            describe(err), "): stopping the servers");
               else
                 TROUPE_LOG(warning, "agent", "no final checkpoint (",
