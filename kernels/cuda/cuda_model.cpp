@@ -35,22 +35,32 @@ std::unique_ptr<cuda_model> cuda_model::load(device& dev, model& m,
   return g;
 }
 
-cuda_status cuda_model::upload_parameters(model& m) {
-  auto ps = m.parameters();
-  if (ps.size() != 2 * layers_.size())
-    return {"cuda_model: another model's parameters"};
+template <class Move>
+cuda_status cuda_model::pair_up(const std::vector<param_ref>& refs, bool grads,
+                                Move move) {
+  const char* what = grads ? "cuda_model: another model's gradients"
+                           : "cuda_model: another model's parameters";
+  if (refs.size() != 2 * layers_.size())
+    return {what};
   for (size_t l = 0; l < layers_.size(); ++l) {
     auto& L = layers_[l];
-    if (ps[2 * l].size != L.w.size() || ps[2 * l + 1].size != L.b.size())
-      return {"cuda_model: another model's parameters"};
-    if (auto st = dev_.to_device(L.w.data(), ps[2 * l].data, L.w.size());
-        !st.ok())
+    auto& w = grads ? L.dw : L.w;
+    auto& b = grads ? L.db : L.b;
+    if (refs[2 * l].size != w.size() || refs[2 * l + 1].size != b.size())
+      return {what};
+    if (auto st = move(refs[2 * l].data, w.data(), w.size()); !st.ok())
       return st;
-    if (auto st = dev_.to_device(L.b.data(), ps[2 * l + 1].data, L.b.size());
-        !st.ok())
+    if (auto st = move(refs[2 * l + 1].data, b.data(), b.size()); !st.ok())
       return st;
   }
   return {};
+}
+
+cuda_status cuda_model::upload_parameters(model& m) {
+  return pair_up(m.parameters(), false,
+                 [this](float* host, float* dev, size_t n) {
+                   return dev_.to_device(dev, host, n);
+                 });
 }
 
 cuda_status cuda_model::reserve(size_t batch) {
@@ -126,21 +136,10 @@ cuda_status cuda_model::compute_gradients(const float* x, const uint8_t* labels,
 }
 
 cuda_status cuda_model::download_gradients(model& m) {
-  auto gs = m.gradients();
-  if (gs.size() != 2 * layers_.size())
-    return {"cuda_model: another model's gradients"};
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    auto& L = layers_[l];
-    if (gs[2 * l].size != L.dw.size() || gs[2 * l + 1].size != L.db.size())
-      return {"cuda_model: another model's gradients"};
-    if (auto st = dev_.to_host(gs[2 * l].data, L.dw.data(), L.dw.size());
-        !st.ok())
-      return st;
-    if (auto st = dev_.to_host(gs[2 * l + 1].data, L.db.data(), L.db.size());
-        !st.ok())
-      return st;
-  }
-  return {};
+  return pair_up(m.gradients(), true,
+                 [this](float* host, float* dev, size_t n) {
+                   return dev_.to_host(host, dev, n);
+                 });
 }
 
 } // namespace troupe::cuda

@@ -42,6 +42,12 @@ private:
   };
   explicit cuda_model(device& dev) : dev_(dev) {}
   cuda_status reserve(size_t batch);
+  /// Walks `refs` (a model's arrays: weights, then bias, per layer) beside
+  /// our layers' buffers (`grads`: the gradients' ones), calling
+  /// `move(host, device, n)` on each pair.
+  template <class Move>
+  cuda_status pair_up(const std::vector<param_ref>& refs, bool grads,
+                      Move move);
 
   device& dev_;
   std::vector<layer> layers_;
