@@ -457,13 +457,9 @@ cuda_status device::softmax_xent(const float* logits, const uint8_t* labels,
   auto& x = *impl_;
   if (x.row_loss.size() < batch) {
     cudaSetDevice(ordinal_);
-    x.row_loss = buffer<double>{};
-    void* raw = nullptr;
-    if (auto st = check(cudaMalloc(&raw, batch * sizeof(double)), "cudaMalloc");
+    if (auto st = alloc_into(x.row_loss, batch, x.row_loss.p_, x.row_loss.n_);
         !st.ok())
       return st;
-    x.row_loss.p_ = static_cast<double*>(raw);
-    x.row_loss.n_ = batch;
   }
   xent_rows<<<blocks_for(batch), block_threads, 0, x.stream>>>(
       logits, labels, batch, classes, 1.0f / float(batch), x.row_loss.data(),
