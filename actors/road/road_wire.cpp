@@ -112,6 +112,12 @@ caf::error check_header(const wire_header& h) {
 
 // -- road_message -------------------------------------------------------------
 
+void road_message::release_intake() {
+  if (intake)
+    intake->give_back(intake_bytes);
+  intake_bytes = 0;
+}
+
 road_message::~road_message() {
   if (intake)
     intake->give_back(intake_bytes);

@@ -81,6 +81,9 @@ struct road_message {
   /// What this frame took of its server's intake budget, given back here.
   std::shared_ptr<road_intake> intake;
   uint64_t intake_bytes = 0;
+  /// The frame is handled, though it may be kept (a store keeps a push's
+  /// values where they came): its bytes no longer count as in flight.
+  void release_intake();
   road_message() = default;
   road_message(const road_message&) = delete;
   road_message& operator=(const road_message&) = delete;

@@ -46,7 +46,8 @@ caf::expected<uint64_t> init_replica(shard_store& m, bytes_view f) {
 }
 
 /// A Push on replica `m`, read in place: the slices it owns.
-caf::expected<uint64_t> push_replica(shard_store& m, bytes_view f) {
+caf::expected<uint64_t> push_replica(shard_store& m, bytes_view f,
+                                     std::shared_ptr<const void> keep) {
   push_request req;
   std::vector<slice_view> values;
   auto err = visit_push(f, req, [&](slice_id sid, const float* p, size_t n) {
@@ -56,7 +57,7 @@ caf::expected<uint64_t> push_replica(shard_store& m, bytes_view f) {
   });
   if (err)
     return err;
-  auto r = m.push(req, values);
+  auto r = m.push(req, values, std::move(keep));
   if (!r)
     return std::move(r.error());
   return r->version;
@@ -77,9 +78,10 @@ caf::expected<uint64_t> restore_replica(shard_store& m, bytes_view f) {
 }
 
 /// One operation on replica `m`; op_copy sets its layout, then its state.
-caf::expected<uint64_t> apply_to_replica(shard_store& m, uint8_t op,
-                                         bytes_view f,
-                                         const std::vector<uint64_t>& xs) {
+caf::expected<uint64_t>
+apply_to_replica(shard_store& m, uint8_t op, bytes_view f,
+                 const std::vector<uint64_t>& xs,
+                 std::shared_ptr<const void> keep = nullptr) {
   switch (op) {
   case op_owned: {
     auto owned = owned_of(xs);
@@ -98,7 +100,7 @@ caf::expected<uint64_t> apply_to_replica(shard_store& m, uint8_t op,
   case op_init:
     return init_replica(m, f);
   case op_push:
-    return push_replica(m, f);
+    return push_replica(m, f, std::move(keep));
   case op_copy: {
     auto owned = owned_of(xs);
     if (!owned)
@@ -200,7 +202,8 @@ caf::expected<uint64_t> apply_copy(self_ptr self, uint32_t primary, uint64_t id,
 caf::expected<uint64_t> apply_replica_op(self_ptr self, uint32_t primary,
                                          uint64_t id, uint32_t origin,
                                          uint8_t op, bytes_view f,
-                                         const std::vector<uint64_t>& xs) {
+                                         const std::vector<uint64_t>& xs,
+                                         std::shared_ptr<const void> keep) {
   auto& st = self->state;
   if (op == op_copy)
     return apply_copy(self, primary, id, origin, f, xs);
@@ -218,7 +221,7 @@ caf::expected<uint64_t> apply_replica_op(self_ptr self, uint32_t primary,
   // first): nothing was acknowledged alone, it is current (B3).
   auto& stale = i->second.stale_since;
   bool current = stale && i->second.store.pristine();
-  auto r = apply_to_replica(i->second.store, op, f, xs);
+  auto r = apply_to_replica(i->second.store, op, f, xs, std::move(keep));
   if (r && current)
     stale.reset();
   return r;
@@ -229,10 +232,12 @@ caf::expected<uint64_t> apply_replica_op(self_ptr self, uint32_t primary,
 caf::expected<uint64_t> apply_replica(self_ptr self, uint32_t primary,
                                       uint64_t link, uint64_t id,
                                       uint32_t origin, uint8_t op, bytes_view f,
-                                      const std::vector<uint64_t>& xs) {
+                                      const std::vector<uint64_t>& xs,
+                                      std::shared_ptr<const void> keep) {
   auto err = fence(self, primary, link, id);
   auto r = err ? caf::expected<uint64_t>{std::move(err)}
-               : apply_replica_op(self, primary, id, origin, op, f, xs);
+               : apply_replica_op(self, primary, id, origin, op, f, xs,
+                                  std::move(keep));
   auto& l = self->state.primary_links[primary];
   if (!r && l.newest == link && !l.refused) {
     // The primary drops the link, and acknowledges alone what it had sent

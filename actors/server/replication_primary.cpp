@@ -43,6 +43,19 @@ void forward_on_road(self_ptr self, uint64_t n, const replicate_request& r) {
   b->sent.emplace(n, std::chrono::steady_clock::now());
 }
 
+/// Sends one operation on the current link's road, which is connected.
+void send_on_road(self_ptr self, uint64_t id, uint32_t origin, replica_op op,
+                  bytes_view f, std::vector<uint64_t> xs, replica_done then) {
+  auto& b = self->state.backup;
+  auto n = b->next++;
+  auto tag = replica_link_tag(self->state.joined_epoch, b->serial);
+  b->waiting.emplace(n, std::move(then));
+  forward_on_road(self, n,
+                  replicate_request{self->state.rank, tag, id, origin,
+                                    static_cast<uint8_t>(op), std::move(xs),
+                                    f});
+}
+
 /// Sends one operation on link `serial` now that it is connected, on its
 /// road or over CAF; a link dropped meanwhile leaves it alone (A2).
 void send_forward(self_ptr self, uint64_t serial, uint64_t id, uint32_t origin,
@@ -53,16 +66,12 @@ void send_forward(self_ptr self, uint64_t serial, uint64_t id, uint32_t origin,
     stands_alone(self, std::move(then));
     return;
   }
+  if (b->road)
+    return send_on_road(self, id, origin, op, f, std::move(xs),
+                        std::move(then));
   auto n = b->next++;
   auto tag = replica_link_tag(self->state.joined_epoch, b->serial);
   b->waiting.emplace(n, std::move(then));
-  if (b->road) {
-    forward_on_road(self, n,
-                    replicate_request{self->state.rank, tag, id, origin,
-                                      static_cast<uint8_t>(op), std::move(xs),
-                                      f});
-    return;
-  }
   auto limit = std::chrono::milliseconds{self->state.request_timeout_ms / 2};
   self->request(b->handle, limit, replicate_atom_v, self->state.rank, tag, id,
                 origin, static_cast<uint8_t>(op), std::move(f), std::move(xs))
@@ -142,6 +151,18 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
     send(std::move(then));
   else
     b->queued.push_back({std::move(send), std::move(then)});
+}
+
+void forward_bytes(self_ptr self, const hosted_store& h, replica_op op,
+                   bytes_view f, replica_done then) {
+  auto& b = self->state.backup;
+  if (b && b->mirrored.count(h.id) != 0 && b->handle && b->road &&
+      f.segments == nullptr)
+    return send_on_road(self, h.id, h.origin, op, f, {}, std::move(then));
+  forward(self, h, op,
+          b && b->mirrored.count(h.id) != 0 ? frame{{f.data, f.data + f.size}}
+                                            : frame{},
+          {}, std::move(then));
 }
 
 /// The backup's answer runs the acknowledgement: a failure drops the link

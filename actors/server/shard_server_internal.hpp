@@ -134,6 +134,12 @@ void checkpoint_written(self_ptr self, uint64_t serial, const std::string& err);
 void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
              std::vector<uint64_t> xs, replica_done then);
 
+/// The same for an operation without numbers whose bytes `f` are valid for
+/// the call only: on a connected road they go out from there, else (CAF,
+/// a link not connected yet) a copy is sent or queued.
+void forward_bytes(self_ptr self, const hosted_store& h, replica_op op,
+                   bytes_view f, replica_done then);
+
 /// Answers a worker's Init or Push with `reply` once its `n` forwards to
 /// the backup are done (A1, A2); never acknowledged unreplicated by a live
 /// backup (A3).
@@ -200,11 +206,13 @@ void expire_held(self_ptr self);
 // -- replication: the backup (replication_backup.cpp) -------------------------
 
 /// Applies one replica operation from our primary (over CAF or the road),
-/// fenced (F1-F3).
-caf::expected<uint64_t> apply_replica(self_ptr self, uint32_t primary,
-                                      uint64_t link, uint64_t id,
-                                      uint32_t origin, uint8_t op, bytes_view f,
-                                      const std::vector<uint64_t>& xs);
+/// fenced (F1-F3). With `keep`, `f` stays valid while it lives: a push the
+/// replica keeps is kept there (shard_store::push).
+caf::expected<uint64_t>
+apply_replica(self_ptr self, uint32_t primary, uint64_t link, uint64_t id,
+              uint32_t origin, uint8_t op, bytes_view f,
+              const std::vector<uint64_t>& xs,
+              std::shared_ptr<const void> keep = nullptr);
 
 /// The scheduler says `primary` dropped its link `link` to us (N1, B2).
 void on_link_dropped(self_ptr self, uint32_t primary, uint64_t link);

@@ -259,14 +259,15 @@ caf::error check_push_parts(self_ptr self, const push_request& req,
 /// Applies each store's part of a push that every store would take.
 caf::expected<push_reply>
 apply_push_parts(self_ptr self, const push_request& req,
-                 const std::vector<std::vector<slice_view>>& mine) {
+                 const std::vector<std::vector<slice_view>>& mine,
+                 const std::shared_ptr<const void>& keep) {
   auto& st = self->state;
   push_reply out{UINT64_MAX, true};
   for (size_t k = 0; k < st.stores.size(); ++k) {
     auto& h = st.stores[k];
     if (req.epoch < h.since)
       continue;
-    auto r = h.store.push(req, mine[k]);
+    auto r = h.store.push(req, mine[k], keep);
     if (!r) { // check_push said it would take it
       TROUPE_LOG(error, who(self), "push taken by one store, refused by",
                  " another after all: ", self->system().render(r.error()));
@@ -280,7 +281,7 @@ apply_push_parts(self_ptr self, const push_request& req,
 
 void handle_push(self_ptr self, const push_request& req,
                  const std::vector<slice_view>& values, bytes_view f,
-                 replier rp) {
+                 replier rp, std::shared_ptr<const void> keep) {
   if (auto err = check_incarnation(self, req.worker, req.epoch)) {
     rp.deliver(err);
     return;
@@ -303,7 +304,13 @@ void handle_push(self_ptr self, const push_request& req,
     rp.deliver(std::move(err));
     return;
   }
-  auto out = apply_push_parts(self, req, mine);
+  // A store keeps the parts it holds where they came (the frame: no copy).
+  // The frame is handled: it no longer counts as the workers' in flight.
+  if (keep == nullptr && rp.road != nullptr) {
+    rp.road->release_intake();
+    keep = rp.road;
+  }
+  auto out = apply_push_parts(self, req, mine, keep);
   if (!out) {
     rp.deliver(std::move(out.error()));
     return;
@@ -314,14 +321,11 @@ void handle_push(self_ptr self, const push_request& req,
   // may still be on its way to the backup, and the backup answers in
   // order, so the duplicate is acknowledged only once the backup holds
   // the original (it drops the duplicate itself).
-  frame copy;
-  if (st.backup && !st.backup->mirrored.empty())
-    copy.bytes.assign(f.data, f.data + f.size);
   for (auto& h : st.stores) {
     if (req.epoch < h.since)
       done(caf::none); // not a part of this store's: nothing for its replica
     else
-      forward(self, h, op_push, copy, {}, done);
+      forward_bytes(self, h, op_push, f, done);
   }
   serve_pulls(self);
 }
@@ -425,7 +429,7 @@ void accept_push(self_ptr self, bytes_view f, replier rp,
   }
   when_epoch(self, req.epoch, rp, f.size,
              [self, req, values = std::move(values), rp, keep, f]() mutable {
-               handle_push(self, req, values, f, std::move(rp));
+               handle_push(self, req, values, f, std::move(rp), keep);
              });
 }
 

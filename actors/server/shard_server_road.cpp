@@ -113,7 +113,7 @@ void accept_replica_op(self_ptr self, road_message_ptr m, replier& to) {
     err = to.check_sender({role::server, r.primary});
   auto v = err ? caf::expected<uint64_t>{std::move(err)}
                : apply_replica(self, r.primary, r.link, r.store, r.origin, r.op,
-                               r.payload, r.numbers);
+                               r.payload, r.numbers, m);
   if (!v) {
     TROUPE_LOG(warning, who(self),
                "replica operation refused: ", describe(v.error()));

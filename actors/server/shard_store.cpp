@@ -221,7 +221,8 @@ shard_store::check_push(const push_request& req,
 
 caf::expected<push_reply>
 shard_store::push(const push_request& req,
-                  const std::vector<slice_view>& slices) {
+                  const std::vector<slice_view>& slices,
+                  std::shared_ptr<const void> frame) {
   auto dup = check_push(req, slices);
   if (!dup)
     return std::move(dup.error());
@@ -250,9 +251,10 @@ shard_store::push(const push_request& req,
     wc.taken.insert(x.id);
   if (mode_.kind == consistency::kind_t::sync)
     add_part(rounds_[req.clock], req.worker, fresh_slices,
-             await_cuts_ && (replica_ || !step_from_ || workers_.size() > 2));
+             await_cuts_ && (replica_ || !step_from_ || workers_.size() > 2),
+             frame);
   else if (holds_pushes())
-    add_part(wc.held[req.clock], req.worker, fresh_slices, false);
+    add_part(wc.held[req.clock], req.worker, fresh_slices, false, frame);
   else
     apply_now(fresh_slices);
   wc.parts.insert(req.part);
@@ -277,60 +279,93 @@ void shard_store::apply_now(const std::vector<slice_view>& xs) {
 }
 
 void shard_store::add_part(round_parts& r, uint32_t worker,
-                           const std::vector<slice_view>& xs, bool sum) {
+                           const std::vector<slice_view>& xs, bool sum,
+                           const std::shared_ptr<const void>& frame) {
   // Without cuts nothing takes a part out again: one running sum, under a
   // rank no worker has, costs what a plain sum does.
   auto& mine = r.ranks[await_cuts_ ? worker : all_workers];
-  std::vector<contribution*> adds;
-  std::vector<const float*> from;
-  struct fresh {
-    contribution* part;
-    const float* x;
-    round_parts::running* run = nullptr;
-    const float* first = nullptr; // the one part summed so far
+  // What each slice does, done below (maybe on threads: buffers are taken
+  // here).
+  struct todo {
+    contribution* part = nullptr;
+    const float* x = nullptr;
+    float* own = nullptr;          // the part's own floats: copy or add x in
+    const float* before = nullptr; // with own: the viewed floats it adds to
+    std::shared_ptr<const void> frame;   // keeps `before` valid meanwhile
+    round_parts::running* run = nullptr; // the running sum x goes into
+    const float* first = nullptr;        // the one part summed so far
   };
-  std::vector<fresh> copies;
+  std::vector<todo> todos;
   for (auto& x : xs) {
     auto& c = mine[x.id];
-    if (c.pushes++ != 0) { // the slice twice in one push
-      adds.push_back(&c);
-      from.push_back(x.data);
+    todo t;
+    t.part = &c;
+    t.x = x.data;
+    if (c.pushes++ != 0) { // the slice twice in one push: the part changes
+      if (c.view != nullptr) {
+        t.before = c.view;
+        t.frame = c.frame;
+        t.own = c.own(take_buffer(c.n));
+      } else {
+        t.own = c.values.data();
+        t.before = t.own;
+      }
       if (sum && r.summing)
         r.sums[x.id].broken = true; // the part changes after it was added
+      todos.push_back(t);
       continue;
     }
-    c.values = take_buffer(x.size);
-    fresh f{&c, x.data};
+    c.n = x.size;
+    if (frame != nullptr) { // kept where it came: no copy
+      c.view = x.data;
+      c.frame = frame;
+    } else {
+      t.own = c.own(take_buffer(x.size));
+    }
     if (sum && r.summing) {
       auto& run = r.sums[x.id];
       if (run.broken || (run.parts > 1 && worker < run.top)) {
         run.broken = true; // out of rank order: apply_round sums the parts
       } else {
         if (run.parts == 1) {
-          f.first = r.ranks[run.top][x.id].values.data();
+          t.first = r.ranks[run.top][x.id].data();
           run.values = take_buffer(x.size);
         }
         if (run.parts > 0)
-          f.run = &run;
+          t.run = &run;
         run.top = std::max(run.top, worker);
         ++run.parts;
       }
     }
-    copies.push_back(f);
+    todos.push_back(t);
   }
-  loop_(copies.size(), [&](size_t k) { // distinct slices
-    auto& f = copies[k];
-    auto* to = f.part->values.data();
-    auto n = f.part->values.size();
-    if (f.run == nullptr)
-      std::copy(f.x, f.x + n, to);
-    else if (f.first != nullptr)
-      copy_and_add_two(to, f.run->values.data(), f.first, f.x, n);
-    else
-      copy_and_add(to, f.run->values.data(), f.x, n);
-  });
-  for_slices({adds.begin(), adds.end()}, [&](size_t k) {
-    add_into(adds[k]->values.data(), from[k], adds[k]->values.size());
+  std::vector<const void*> targets;
+  targets.reserve(todos.size());
+  for (auto& t : todos)
+    targets.push_back(t.part);
+  for_slices(targets, [&](size_t k) {
+    auto& t = todos[k];
+    auto n = t.part->n;
+    if (t.before != nullptr) { // own = before + x
+      if (t.before == t.own)
+        add_into(t.own, t.x, n);
+      else
+        add_two(t.own, t.before, t.x, n);
+      return;
+    }
+    auto* run = t.run ? t.run->values.data() : nullptr;
+    if (t.own == nullptr) { // a view: only the running sum to make
+      if (t.first != nullptr)
+        add_two(run, t.first, t.x, n);
+      else if (run != nullptr)
+        add_into(run, t.x, n);
+    } else if (run == nullptr) {
+      std::copy(t.x, t.x + n, t.own);
+    } else if (t.first != nullptr) {
+      copy_and_add_two(t.own, run, t.first, t.x, n);
+    } else {
+      copy_and_add(t.own, run, t.x, n);
+    }
   });
 }
 
@@ -377,12 +412,12 @@ void shard_store::apply_round(const round_parts& r, bool image) {
     const float* g0 = nullptr;
     const float* g1 = nullptr;
     if (t.parts.size() == 1) {
-      g0 = t.parts[0]->values.data();
+      g0 = t.parts[0]->data();
     } else if (t.run != nullptr) {
       g0 = t.run->values.data();
     } else if (t.parts.size() == 2) {
-      g0 = t.parts[0]->values.data();
-      g1 = t.parts[1]->values.data();
+      g0 = t.parts[0]->data();
+      g1 = t.parts[1]->data();
     }
     if (!step_from_ || g0 == nullptr)
       return false;
@@ -410,14 +445,13 @@ void shard_store::apply_round(const round_parts& r, bool image) {
       t.copy->taken = true;
     }
     if (t.parts.size() == 1)
-      return update_(*t.id, *t.values, t.parts[0]->values.data(), pushes);
+      return update_(*t.id, *t.values, t.parts[0]->data(), pushes);
     if (t.run != nullptr)
       return update_(*t.id, *t.values, t.run->values.data(), pushes);
     auto& sum = sums[k];
-    add_two(sum.data(), t.parts[0]->values.data(), t.parts[1]->values.data(),
-            sum.size());
+    add_two(sum.data(), t.parts[0]->data(), t.parts[1]->data(), sum.size());
     for (size_t i = 2; i < t.parts.size(); ++i)
-      add_into(sum.data(), t.parts[i]->values.data(), sum.size());
+      add_into(sum.data(), t.parts[i]->data(), sum.size());
     update_(*t.id, *t.values, sum.data(), pushes);
   });
   for (auto& sum : sums)

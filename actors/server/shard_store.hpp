@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <vector>
@@ -82,9 +83,13 @@ public:
   caf::error check_init(const init_request& req) const;
 
   /// Accepts one part of a push (all slices or none). `slices` (not
-  /// `header.slices`) holds the values, read during the call only.
+  /// `header.slices`) holds the values, read during the call only; or,
+  /// with `frame`, valid as long as `frame` lives: a part the store keeps
+  /// (a sync round's, a held push) then keeps `frame` and reads the values
+  /// there, instead of a copy of them.
   caf::expected<push_reply> push(const push_request& header,
-                                 const std::vector<slice_view>& slices);
+                                 const std::vector<slice_view>& slices,
+                                 std::shared_ptr<const void> frame = nullptr);
 
   /// The same with the values in `req.slices`.
   caf::expected<push_reply> push(const push_request& req);
@@ -258,9 +263,23 @@ private:
   /// One worker's slices of one clock (sync), as taken: kept apart from
   /// the other workers' until its round is settled, so that a departed
   /// worker's part can be taken out (docs/atomic-pushes.md).
+  /// Its floats are the pushed frame's, kept alive by `frame`, while the
+  /// part is as it came; a copy of its own once it changes (or when there
+  /// is no frame to keep).
   struct contribution {
-    std::vector<float> values;
+    std::vector<float> values; // its own floats, or none
+    const float* view = nullptr;
+    std::shared_ptr<const void> frame; // what keeps `view` valid
+    size_t n = 0;
     uint32_t pushes = 0; // a part may name a slice twice: each is added
+    const float* data() const { return view ? view : values.data(); }
+    /// Takes `buffer` (n floats) as its own: the caller fills it.
+    float* own(std::vector<float> buffer) {
+      values = std::move(buffer);
+      view = nullptr;
+      frame.reset();
+      return values.data();
+    }
   };
   /// The parts of one round (or of one held push), by rank.
   struct round_parts {
@@ -350,7 +369,8 @@ private:
   /// Adds `worker`'s slices `xs` to its contribution in `r`, and with
   /// `sum` to r's running sums.
   void add_part(round_parts& r, uint32_t worker,
-                const std::vector<slice_view>& xs, bool sum);
+                const std::vector<slice_view>& xs, bool sum,
+                const std::shared_ptr<const void>& frame);
   /// True if pushes wait for their worker's acknowledgements (async and
   /// ssp awaiting cuts).
   bool holds_pushes() const;

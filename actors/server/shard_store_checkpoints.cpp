@@ -32,7 +32,7 @@ store_snapshot shard_store::snapshot() const {
     for (auto& [clock, r] : wc.held)
       for (auto& [rank, mine] : r.ranks)
         for (auto& [id, c] : mine)
-          ws.held.push_back({clock, id, c.pushes, c.values});
+          ws.held.push_back({clock, id, c.pushes, {c.data(), c.data() + c.n}});
     out.workers.push_back(std::move(ws));
   }
   for (auto& [id, s] : slices_) {
@@ -66,7 +66,8 @@ shard_store::restore(uint64_t version, uint64_t rounds,
     for (auto& h : w.held) { // those of slices we own, whole
       auto s = slices_.find(h.id);
       if (s != slices_.end() && s->second.floats == h.values.size())
-        wc.held[h.clock].ranks[w.rank][h.id] = contribution{h.values, h.pushes};
+        wc.held[h.clock].ranks[w.rank][h.id] =
+            contribution{h.values, nullptr, nullptr, h.values.size(), h.pushes};
     }
     auto i = workers_.find(w.rank);
     if (i != workers_.end() && i->second.fresh)
