@@ -284,8 +284,7 @@ void shard_store::add_part(round_parts& r, uint32_t worker,
   // Without cuts nothing takes a part out again: one running sum, under a
   // rank no worker has, costs what a plain sum does.
   auto& mine = r.ranks[await_cuts_ ? worker : all_workers];
-  // What each slice does, done below (maybe on threads: buffers are taken
-  // here).
+  // Each slice's work, done below (maybe on threads: buffers taken here).
   struct todo {
     contribution* part = nullptr;
     const float* x = nullptr;
