@@ -116,19 +116,14 @@ struct pair_of_stores {
   }
 };
 
-optimizer_settings momentum() {
+/// An optimizer by name, with the defaults (lr 0.1, momentum 0.9).
+optimizer_settings named(const char* name) {
   optimizer_settings x;
-  x.name = "momentum";
-  x.lr = 0.1f;
-  x.momentum = 0.9f;
+  x.name = name;
   return x;
 }
-
-optimizer_settings sum() {
-  optimizer_settings x;
-  x.name = "sum";
-  return x;
-}
+const optimizer_settings sum = named("sum");
+const optimizer_settings momentum = named("momentum");
 
 } // namespace
 
@@ -145,7 +140,7 @@ BOOST_AUTO_TEST_CASE(sync_rounds_from_frames_equal_rounds_from_copies) {
   for (auto x :
        {setup{false, 3, false}, setup{false, 2, false}, setup{true, 3, false},
         setup{true, 2, false}, setup{true, 3, true}})
-    for (auto opt : {sum(), momentum()}) {
+    for (auto opt : {sum, momentum}) {
       BOOST_TEST_MESSAGE("cuts " << x.cuts << ", workers " << x.workers
                                  << ", replica " << x.replica << ", "
                                  << opt.name);
@@ -174,7 +169,7 @@ BOOST_AUTO_TEST_CASE(a_departed_workers_part_comes_out_of_frames_as_of_copies) {
   // Worker 1 pushes clock 2 and leaves; its cut keeps clocks below 2, so
   // round 2 is applied again without it: from the image, and from the
   // other workers' parts, still in their frames.
-  pair_of_stores p{"sync", true, momentum()};
+  pair_of_stores p{"sync", true, momentum};
   for (uint64_t clock = 0; clock < 2; ++clock)
     for (uint32_t w : {0u, 1u, 2u})
       p.push(w, clock);
@@ -199,7 +194,7 @@ BOOST_AUTO_TEST_CASE(a_departed_workers_part_comes_out_of_frames_as_of_copies) {
 BOOST_AUTO_TEST_CASE(held_async_pushes_from_frames_equal_those_from_copies) {
   // Awaiting cuts, async holds each push until its worker says every
   // server acknowledged it (`acked` of a later push): held in its frame.
-  pair_of_stores p{"async", true, momentum()};
+  pair_of_stores p{"async", true, momentum};
   for (uint64_t clock = 0; clock < 3; ++clock)
     for (uint32_t w : {1u, 0u, 2u})
       p.push(w, clock, clock == 1 && w == 2, clock);
