@@ -119,8 +119,7 @@ void road_message::release_intake() {
 }
 
 road_message::~road_message() {
-  if (intake)
-    intake->give_back(intake_bytes);
+  release_intake();
   if (ring_bytes > 0 && conn)
     conn->release(ring_offset, ring_bytes);
   if (buffer && conn)

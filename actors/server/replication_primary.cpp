@@ -156,12 +156,11 @@ void forward(self_ptr self, const hosted_store& h, replica_op op, frame f,
 void forward_bytes(self_ptr self, const hosted_store& h, replica_op op,
                    bytes_view f, replica_done then) {
   auto& b = self->state.backup;
-  if (b && b->mirrored.count(h.id) != 0 && b->handle && b->road &&
-      f.segments == nullptr)
+  bool mirrored = b && b->mirrored.count(h.id) != 0;
+  if (mirrored && b->handle && b->road && f.segments == nullptr)
     return send_on_road(self, h.id, h.origin, op, f, {}, std::move(then));
-  forward(self, h, op,
-          b && b->mirrored.count(h.id) != 0 ? frame{{f.data, f.data + f.size}}
-                                            : frame{},
+  // forward() stands alone where there is no replica: no bytes needed.
+  forward(self, h, op, mirrored ? frame{{f.data, f.data + f.size}} : frame{},
           {}, std::move(then));
 }
 
