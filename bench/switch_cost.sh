@@ -1,15 +1,17 @@
 #!/bin/bash
 # What a switch costs in training throughput: runs build/time_to_accuracy
-# in pairs, without and with one flag on every node (alternating, so that
+# in pairs, off and on (a flag on every node for each; alternating, so that
 # a machine that slows down slows both), and prints each run's samples/s
 # and its ratio to the compute-only floor measured in the same run, then
 # the means, the ratio of the means, and the paired difference with its
 # 95% interval. Ends with one line of JSON.
 #
-#   bench/switch_cost.sh [--runs=N] [--flag=FLAG] [time_to_accuracy flags]
+#   bench/switch_cost.sh [--runs=N] [--flag=ON] [--off=OFF]
+#                        [time_to_accuracy flags]
 #
-# Defaults: 10 pairs, --flag=--server.atomic-pushes, and
-# --modes=sync --workers=2 --servers=2 --epochs=3 (each given flag of
+# Defaults: 10 pairs, --flag=--server.atomic-pushes=on with
+# --off=--server.atomic-pushes=off (another --flag alone: off = without it),
+# and --modes=sync --workers=2 --servers=2 --epochs=3 (each given flag of
 # time_to_accuracy replaces its default). The switch's cost is "within
 # noise" when the interval of the difference holds 0.
 set -euo pipefail
@@ -17,16 +19,21 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${TROUPE_BUILD:-$here/build}/time_to_accuracy
 runs=10
-flag=--server.atomic-pushes
+flag=--server.atomic-pushes=on
+off_flag=--server.atomic-pushes=off
 declare -A args=([--modes]=sync [--workers]=2 [--servers]=2 [--epochs]=3)
 extra=()
 for a in "$@"; do
   case $a in
   --runs=*) runs=${a#--runs=} ;;
-  --flag=*) flag=${a#--flag=} ;;
+  --flag=*)
+    flag=${a#--flag=}
+    [[ $off_flag == --server.atomic-pushes=off ]] && off_flag=
+    ;;
+  --off=*) off_flag=${a#--off=} ;;
   --modes=* | --workers=* | --servers=* | --epochs=*) args[${a%%=*}]=${a#*=} ;;
   -h | --help)
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *) extra+=("$a") ;;
@@ -51,6 +58,7 @@ for ((i = 1; i <= runs; ++i)); do
   for side in off on; do
     with=()
     [[ $side == on ]] && with=("--node-arg=$flag")
+    [[ $side == off && -n $off_flag ]] && with=("--node-arg=$off_flag")
     line=$("$bin" "${fixed[@]}" "${extra[@]}" "${with[@]}" 2>/dev/null |
       grep '^{' | tail -1) || true
     if [[ -z $line ]]; then

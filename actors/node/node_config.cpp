@@ -150,10 +150,10 @@ void node_config::add_server_options() {
       .add(server.inflight_bytes, "inflight-bytes",
            "bytes of workers' road frames in flight, at most, over all"
            " workers (>= --kv.window-bytes)")
-      .add(server.atomic_pushes, "atomic-pushes",
-           "a dying worker's push is kept on every server or none (sync:"
-           " costs a copy of each store per round; async, ssp: a push shows"
-           " with its worker's next request)")
+      .add(server.atomic_pushes_text, "atomic-pushes",
+           "auto | on | off: a dying worker's push is kept on every server"
+           " or none; auto = on in sync (no measurable cost), off in async"
+           " and ssp (there a push shows with its worker's next request)")
       .add(server.helper_threads, "helper-threads",
            "threads beside the actor's for rounds and replies, 0..16")
       .add(server.replica_road_text, "replica-road",
@@ -347,6 +347,8 @@ caf::error node_config::finish() {
   if (!mode)
     return std::move(mode.error());
   server.mode = *mode;
+  if (auto err = resolve_atomic_pushes(server))
+    return err;
   kv.resume_at_largest = workers_resume_at_largest(server);
   if (role_name == "agent" && metrics_port != 0 &&
       uint32_t{metrics_port} + agent.servers + agent.workers > 65535)
@@ -411,7 +413,8 @@ caf::error node_config::check_modes() const {
   if (server.atomic_pushes && server.mode.kind == consistency::kind_t::ssp &&
       server.mode.staleness == 0)
     return caf::make_error(errc::invalid_config,
-                           "--server.atomic-pushes with --server.mode=ssp:0:"
+                           "--server.atomic-pushes=on with"
+                           " --server.mode=ssp:0:"
                            " a push shows with its worker's next request, so"
                            " a step that pushes and pulls at once would wait"
                            " for itself; use --server.mode=sync");
@@ -431,8 +434,9 @@ caf::error node_config::check_modes() const {
                            " sgd, momentum, nesterov or adam");
   if (worker.task == "stage" && scheduler.servers > 0 && !server.atomic_pushes)
     return caf::make_error(errc::invalid_config,
-                           "--worker.task=stage with servers needs"
-                           " --server.atomic-pushes on every node: else a"
+                           "--worker.task=stage with servers needs atomic"
+                           " pushes (--server.atomic-pushes=on, or auto in"
+                           " sync) on every node: else a"
                            " stage that dies in its push of a committed"
                            " mini-batch leaves it on the other stages' keys"
                            " alone (docs/pipelines.md)");

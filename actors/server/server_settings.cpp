@@ -50,4 +50,16 @@ caf::error validate(server_settings& x) {
   return caf::none;
 }
 
+caf::error resolve_atomic_pushes(server_settings& x) {
+  auto& t = x.atomic_pushes_text;
+  if (t != "auto" && t != "on" && t != "off")
+    return caf::make_error(errc::invalid_config,
+                           "--server.atomic-pushes must be auto, on or off,"
+                           " got",
+                           t);
+  x.atomic_pushes =
+      t == "on" || (t == "auto" && x.mode.kind == consistency::kind_t::sync);
+  return caf::none;
+}
+
 } // namespace troupe

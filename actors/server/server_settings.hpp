@@ -68,11 +68,16 @@ struct server_settings {
   /// being read into memory. At least --kv.window-bytes (one worker's
   /// frames in flight). Default 1 GiB.
   uint32_t inflight_bytes = 1u << 30;
-  /// sync: a departed worker's clocks are kept on every server or on none
-  /// (docs/atomic-pushes.md): rounds are applied over an undo image until
-  /// the cluster's cut. Costs a copy of each store and its optimizer state
-  /// per round (--server.atomic-pushes). Default off.
+  /// A departed worker's clocks are kept on every server or on none
+  /// (docs/atomic-pushes.md; --server.atomic-pushes): sync applies rounds
+  /// over an undo image until the cluster's cut; async and ssp hold each
+  /// push until its worker says every server has it. Set by node_config
+  /// from atomic_pushes_text (resolve_atomic_pushes); tests set it.
   bool atomic_pushes = false;
+  /// --server.atomic-pushes: auto (on in sync, where it costs nothing
+  /// measurable; off in async and ssp, where a push shows one request
+  /// later) | on | off. Default auto.
+  std::string atomic_pushes_text = "auto";
   /// Workers cut their messages at this (--kv.max-message-bytes; set by
   /// node_config): with the view's slice bound, it sizes the largest
   /// frame the server takes (worker_frame_bound).
@@ -84,6 +89,10 @@ struct server_settings {
 
 /// Checks `x` and parses replica_road_text; one error names the flag.
 caf::error validate(server_settings& x);
+
+/// Sets x.atomic_pushes from x.atomic_pushes_text and x.mode (parsed
+/// first); an unknown word is one error naming the flag.
+caf::error resolve_atomic_pushes(server_settings& x);
 
 /// True if a worker back resumes at the largest of its clocks over the
 /// servers (kv_settings::resume_at_largest), else the smallest: in sync,

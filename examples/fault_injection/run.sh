@@ -8,9 +8,9 @@
 # event log, the figures per fault, and the final test accuracy.
 # With --worker.task=counter (and --optimizer.name=sum) the workers add 1
 # per clock instead, and the demo prints each worker's accounting of the
-# pushes kept (docs/atomic-pushes.md) and checks every element against it;
-# add --server.atomic-pushes for a dying worker's push to be kept on every
-# server or on none.
+# pushes kept (docs/atomic-pushes.md) and checks every element against it,
+# with --server.atomic-pushes=on in every mode (a dying worker's push kept
+# on every server or on none; give =off to see one cut short).
 #
 # usage: examples/fault_injection/run.sh [FLAG...]
 #   FLAGs go to every node, e.g. --fault.seed=7 (the same worker kills
@@ -58,8 +58,14 @@ echo "logs in $logs"
 # shellcheck source=deploy/tls.sh
 . "$here/deploy/tls.sh"
 tls_flags "$here" "$@" || exit 2 # TROUPE_TLS=off: plain text
+atomic=()
+if [[ " $* " == *" --worker.task=counter "* &&
+      " $* " != *" --server.atomic-pushes="* ]]; then
+  atomic=(--server.atomic-pushes=on) # auto is off in async and ssp
+  echo "counter: --server.atomic-pushes=on (give =off to see a push cut short)"
+fi
 common=(--config-file="$here/deploy/local.ini" --cluster.servers=2
-        --cluster.workers=2 "${host_flags[@]}" "${tls[@]}" "$@")
+        --cluster.workers=2 "${host_flags[@]}" "${tls[@]}" "${atomic[@]}" "$@")
 # shellcheck source=deploy/scheduler.sh
 . "$here/deploy/scheduler.sh" # start_scheduler, stop_scheduler
 sched_pid=

@@ -44,7 +44,7 @@ if [ "$replicas" -gt 1 ]; then
   servers=2 # the replicas' stages in sync through 2 shard servers
   # A replica's mini-batch on every stage's keys or on none, even when a
   # stage dies in its push (docs/pipelines.md).
-  atomic=(--server.atomic-pushes)
+  atomic=(--server.atomic-pushes=on)
 fi
 common=(--config-file="$here/deploy/local.ini"
         "--cluster.servers=$servers" "--cluster.workers=$((stages * replicas))"

@@ -130,15 +130,22 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
       {"--worker.task=stage", "--cluster.servers=2", "--optimizer.name=sum"},
       "--worker.task=stage");
   rejected({"--worker.task=stage", "--optimizer.name=sgd",
-            "--server.atomic-pushes", "--worker.overlap"},
+            "--server.atomic-pushes=on", "--worker.overlap"},
            "--worker.overlap");
-  rejected(
-      {"--worker.task=stage", "--cluster.servers=2", "--optimizer.name=sgd"},
-      "--server.atomic-pushes");
-  node_config hybrid; // the same, with atomic pushes
-  BOOST_CHECK(
-      !parse(hybrid, {"--worker.task=stage", "--cluster.servers=2",
-                      "--optimizer.name=sgd", "--server.atomic-pushes"}));
+  rejected({"--worker.task=stage", "--cluster.servers=2",
+            "--optimizer.name=sgd", "--server.atomic-pushes=off"},
+           "--server.atomic-pushes");
+  rejected({"--worker.task=stage", "--cluster.servers=2",
+            "--optimizer.name=sgd", "--server.mode=async"},
+           "--server.atomic-pushes");
+  for (auto atomic : {"auto", "on"}) { // the same, with atomic pushes
+    node_config hybrid;
+    BOOST_CHECK(
+        !parse(hybrid, {"--worker.task=stage", "--cluster.servers=2",
+                        "--optimizer.name=sgd",
+                        std::string{"--server.atomic-pushes="} + atomic}));
+    BOOST_CHECK(hybrid.server.atomic_pushes);
+  }
   rejected({"--kv.request-timeout-ms=0"}, "--kv.request-timeout-ms");
   rejected({"--no-such-flag=1"}, "");
   rejected({"--optimizer.on=worker", "--server.mode=async"},
@@ -175,12 +182,32 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--cluster.events-file=/nonexistent-dir/events.jsonl"},
            "--cluster.events-file");
   // ssp:0's fused steps would wait for their own held push.
-  rejected({"--server.atomic-pushes", "--server.mode=ssp:0"},
+  rejected({"--server.atomic-pushes=on", "--server.mode=ssp:0"},
            "--server.atomic-pushes");
+  rejected({"--server.atomic-pushes=yes"}, "--server.atomic-pushes");
+  rejected({"--server.atomic-pushes"}, ""); // a word is needed
   for (auto mode : {"sync", "async", "ssp:1"}) {
     node_config ok;
-    BOOST_CHECK(!parse(
-        ok, {"--server.atomic-pushes", std::string{"--server.mode="} + mode}));
+    BOOST_CHECK(!parse(ok, {"--server.atomic-pushes=on",
+                            std::string{"--server.mode="} + mode}));
+    BOOST_CHECK(ok.server.atomic_pushes);
+    BOOST_CHECK(ok.kv.resume_at_largest); // the workers' half
+    node_config off;
+    BOOST_CHECK(!parse(off, {"--server.atomic-pushes=off",
+                             std::string{"--server.mode="} + mode}));
+    BOOST_CHECK(!off.server.atomic_pushes);
+  }
+  // auto: on in sync (its cost is within noise there), off in async and
+  // ssp (a push would show one request later); ssp:0 is fine with auto.
+  for (auto [mode, on] :
+       std::vector<std::pair<std::string, bool>>{{"sync", true},
+                                                 {"async", false},
+                                                 {"ssp:1", false},
+                                                 {"ssp:0", false}}) {
+    node_config dflt;
+    BOOST_CHECK(!parse(dflt, {"--server.mode=" + mode}));
+    BOOST_CHECK_MESSAGE(dflt.server.atomic_pushes == on, mode);
+    BOOST_CHECK_EQUAL(dflt.server.atomic_pushes_text, "auto");
   }
   rejected({"--worker.overlap", "--worker.pipeline", "--server.mode=async"},
            "--worker.overlap");

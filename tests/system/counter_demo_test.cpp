@@ -40,7 +40,7 @@ void run_seeds(const std::string& mode, bool server_kill) {
         {"/bin/bash", TROUPE_SOURCE_DIR "/examples/fault_injection/run.sh",
          "--worker.task=counter", "--optimizer.name=sum", "--worker.steps=1500",
          "--fault.random-kills=3", "--fault.seed=" + std::to_string(seed),
-         "--server.atomic-pushes", "--server.mode=" + mode}};
+         "--server.atomic-pushes=on", "--server.mode=" + mode}};
     auto rc = demo.wait_exit(120s);
     BOOST_REQUIRE_MESSAGE(rc, "seed " << seed
                                       << " did not finish: " << demo.output());

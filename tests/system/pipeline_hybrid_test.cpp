@@ -110,7 +110,7 @@ std::vector<std::string> stage_flags(const std::string& schedule) {
           "--pipeline.replicas=2",
           "--pipeline.micro-batches=4",
           "--pipeline.schedule=" + schedule,
-          "--server.atomic-pushes"};
+          "--server.atomic-pushes=on"};
 }
 
 std::vector<std::string> operator+(std::vector<std::string> a,
@@ -190,7 +190,7 @@ BOOST_AUTO_TEST_CASE(a_stage_dead_in_its_push_leaves_the_mini_batch_nowhere) {
              std::vector<std::string>{
                  "--worker.task=stage",      "--pipeline.stages=3",
                  "--pipeline.replicas=1",    "--pipeline.micro-batches=4",
-                 "--pipeline.schedule=1f1b", "--server.atomic-pushes"};
+                 "--pipeline.schedule=1f1b", "--server.atomic-pushes=on"};
     f.push_back("--pipeline.fault-kill=" + std::to_string(stage) + "@10:push");
     f.push_back("--pipeline.checkpoint-dir=" + marks.path);
     by_stage[stage] = run_job(3, f, ck.path, &log);
