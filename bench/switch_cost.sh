@@ -21,17 +21,14 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${TROUPE_BUILD:-$here/build}/time_to_accuracy
 node=${TROUPE_BUILD:-$here/build}/troupe-node
 runs=10
-flag=--server.atomic-pushes=on
-off_flag=--server.atomic-pushes=off
+flag=
+off_flag=
 declare -A args=([--modes]=sync [--workers]=2 [--servers]=2 [--epochs]=3)
 extra=()
 for a in "$@"; do
   case $a in
   --runs=*) runs=${a#--runs=} ;;
-  --flag=*)
-    flag=${a#--flag=}
-    [[ $off_flag == --server.atomic-pushes=off ]] && off_flag=
-    ;;
+  --flag=*) flag=${a#--flag=} ;;
   --off=*) off_flag=${a#--off=} ;;
   --modes=* | --workers=* | --servers=* | --epochs=*) args[${a%%=*}]=${a#*=} ;;
   -h | --help)
@@ -48,6 +45,10 @@ fi
 if [[ ! -x $bin ]]; then
   echo "switch_cost: $bin not found: build first (deploy/build.sh)" >&2
   exit 2
+fi
+if [[ -z $flag ]]; then
+  flag=--server.atomic-pushes=on
+  off_flag=${off_flag:---server.atomic-pushes=off}
 fi
 fixed=()
 for k in "${!args[@]}"; do

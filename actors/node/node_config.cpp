@@ -347,9 +347,6 @@ caf::error node_config::finish() {
   if (!mode)
     return std::move(mode.error());
   server.mode = *mode;
-  if (auto err = resolve_atomic_pushes(server))
-    return err;
-  kv.resume_at_largest = workers_resume_at_largest(server);
   if (role_name == "agent" && metrics_port != 0 &&
       uint32_t{metrics_port} + agent.servers + agent.workers > 65535)
     return caf::make_error(errc::invalid_config, "--metrics.port", metrics_port,
@@ -359,8 +356,9 @@ caf::error node_config::finish() {
     return err;
   if (auto err = validate(kv))
     return err;
-  if (auto err = validate(server))
+  if (auto err = validate(server)) // atomic pushes too
     return err;
+  kv.resume_at_largest = workers_resume_at_largest(server);
   if (server.inflight_bytes < kv.window_bytes)
     return caf::make_error(errc::invalid_config,
                            "--server.inflight-bytes must be >= "

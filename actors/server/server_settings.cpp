@@ -47,10 +47,6 @@ caf::error validate(server_settings& x) {
                            " middleman, got",
                            x.replica_road_text);
   x.replica_road = *replica_road;
-  return caf::none;
-}
-
-caf::error resolve_atomic_pushes(server_settings& x) {
   auto& t = x.atomic_pushes_text;
   if (t != "auto" && t != "on" && t != "off")
     return caf::make_error(errc::invalid_config,

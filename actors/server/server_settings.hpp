@@ -71,8 +71,8 @@ struct server_settings {
   /// A departed worker's clocks are kept on every server or on none
   /// (docs/atomic-pushes.md; --server.atomic-pushes): sync applies rounds
   /// over an undo image until the cluster's cut; async and ssp hold each
-  /// push until its worker says every server has it. Set by node_config
-  /// from atomic_pushes_text (resolve_atomic_pushes); tests set it.
+  /// push until its worker says every server has it. Set by validate()
+  /// from atomic_pushes_text; tests set it.
   bool atomic_pushes = false;
   /// --server.atomic-pushes: auto (on in sync, where it costs nothing
   /// measurable; off in async and ssp, where a push shows one request
@@ -87,12 +87,9 @@ struct server_settings {
   checkpoint_settings checkpoint;
 };
 
-/// Checks `x` and parses replica_road_text; one error names the flag.
+/// Checks `x` and parses replica_road_text, and atomic_pushes_text by
+/// x.mode (parsed first); one error names the flag.
 caf::error validate(server_settings& x);
-
-/// Sets x.atomic_pushes from x.atomic_pushes_text and x.mode (parsed
-/// first); an unknown word is one error naming the flag.
-caf::error resolve_atomic_pushes(server_settings& x);
 
 /// True if a worker back resumes at the largest of its clocks over the
 /// servers (kv_settings::resume_at_largest), else the smallest: in sync,
