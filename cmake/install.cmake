@@ -16,7 +16,11 @@ target_include_directories(troupe PUBLIC
 target_include_directories(troupe_kernels PUBLIC
   "$<INSTALL_INTERFACE:${troupe_include_dir}>")
 
-install(TARGETS troupe troupe_kernels EXPORT troupeTargets
+set(troupe_libraries troupe troupe_kernels)
+if(TROUPE_HAVE_CUDA) # troupe links the CUDA twins (actors/device)
+  list(APPEND troupe_libraries troupe_cuda)
+endif()
+install(TARGETS ${troupe_libraries} EXPORT troupeTargets
   ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
 install(TARGETS troupe-node troupe-export troupe-plot
   RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")

@@ -3,8 +3,19 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace troupe {
+
+/// The outcome of a call into a device or its libraries (CUDA, cuBLAS,
+/// NCCL, a device backend, a communicator): ok, or what failed, in the
+/// library's own words ("cudaMalloc: cudaErrorMemoryAllocation: out of
+/// memory"), or "bad input: ..." for an argument the caller must fix.
+struct device_status {
+  std::string error; ///< empty: ok
+  bool ok() const { return error.empty(); }
+  static device_status success() { return {}; }
+};
 
 /// Outcome of a kernel; every kernel returns one and writes nothing but its
 /// outputs (which are unspecified unless the result is `ok`).

@@ -48,6 +48,8 @@ std::string to_string(errc x) {
     return "non_finite";
   case errc::message_too_large:
     return "message_too_large";
+  case errc::device_failed:
+    return "device_failed";
   }
   return "errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

@@ -55,10 +55,15 @@ enum class errc : uint8_t {
   /// view's slice bound): skipped unread. Give every node the same
   /// --kv.max-message-bytes.
   message_too_large,
+  /// A device (a GPU, its library, a device actor, the communicator of a
+  /// node's devices) failed a step or did not answer. The worker stops
+  /// with the device's own words and its agent restarts it; a device that
+  /// cannot be opened is a configuration error instead.
+  device_failed,
 };
 
 /// The last code of errc (decoders refuse codes past it).
-constexpr errc last_errc = errc::message_too_large;
+constexpr errc last_errc = errc::device_failed;
 
 /// What a member gets when the scheduler dies: the job is over, and says
 /// how to continue it.

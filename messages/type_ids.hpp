@@ -14,10 +14,13 @@
 
 namespace troupe {
 struct road_message; // actors/road/road.hpp
+struct device_job;   // actors/device/device_actor.hpp
 } // namespace troupe
 
 // In-process only: a message a road's reader thread hands to its actor.
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<troupe::road_message>)
+// In-process only: a step's part a device_team hands to a device actor.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<troupe::device_job>)
 
 CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
 

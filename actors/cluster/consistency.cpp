@@ -11,6 +11,8 @@ caf::expected<consistency> parse_consistency(const std::string& text) {
   using kind = consistency::kind_t;
   if (text == "sync")
     return consistency{kind::sync, 0};
+  if (text == "sync_device")
+    return consistency{kind::sync, 0, true};
   if (text == "async")
     return consistency{kind::async, 0};
   if (text.rfind("ssp:", 0) == 0 && text.size() > 4 && text.size() <= 4 + 9 &&
@@ -19,14 +21,15 @@ caf::expected<consistency> parse_consistency(const std::string& text) {
     return consistency{kind::ssp, static_cast<uint32_t>(s)};
   }
   return caf::make_error(errc::invalid_config,
-                         "mode must be sync, async or ssp:S (S >= 0), got",
+                         "mode must be sync, sync_device, async or ssp:S"
+                         " (S >= 0), got",
                          text);
 }
 
 std::string to_string(const consistency& x) {
   switch (x.kind) {
   case consistency::kind_t::sync:
-    return "sync";
+    return x.on_device ? "sync_device" : "sync";
   case consistency::kind_t::async:
     return "async";
   case consistency::kind_t::ssp:

@@ -1,4 +1,6 @@
-// The consistency mode of the shard servers: sync, async or ssp:s.
+// The consistency mode of the shard servers: sync, async or ssp:s; and
+// sync_device, which the servers run as sync while each worker sums its
+// devices' gradients on the devices first (actors/device/).
 #pragma once
 
 #include <cstdint>
@@ -17,12 +19,16 @@ struct consistency {
   };
   kind_t kind = kind_t::sync;
   uint32_t staleness = 0; ///< s of ssp:s; 0 otherwise
+  /// sync_device: sync on the servers; a worker's devices sum their
+  /// gradients through a communicator and one push leaves the node.
+  bool on_device = false;
 };
 
-/// Parses "sync", "async" or "ssp:S" (S a non-negative integer).
+/// Parses "sync", "sync_device", "async" or "ssp:S" (S a non-negative
+/// integer).
 caf::expected<consistency> parse_consistency(const std::string& text);
 
-/// "sync", "async" or "ssp:S".
+/// "sync", "sync_device", "async" or "ssp:S".
 std::string to_string(const consistency& x);
 
 } // namespace troupe

@@ -112,6 +112,10 @@ void node_config::add_global_options() {
   opt_group{custom_options_, "global"}.add(
       server.checkpoint.resume, "resume",
       "continue from the last checkpoint in --checkpoint.dir");
+  opt_group{custom_options_, "global"}.add(
+      worker.device.text, "device",
+      "where a trainer computes: auto (the GPUs found, else the CPU) | cpu"
+      " | cuda:N | a comma list of one kind (--server.mode=sync_device)");
   opt_group{custom_options_, "metrics"}.add(
       metrics_port, "port",
       "serve Prometheus metrics at HOST:PORT/metrics (0 = off); an"
@@ -140,7 +144,7 @@ void node_config::add_cluster_options() {
 
 void node_config::add_server_options() {
   opt_group{custom_options_, "server"}
-      .add(mode_text, "mode", "sync | async | ssp:S")
+      .add(mode_text, "mode", "sync | sync_device | async | ssp:S")
       .add(server.road_port, "road-port",
            "TCP port of the fast road (0 = any free)")
       .add(server.road_send_timeout_ms, "road-send-timeout-ms",
@@ -373,6 +377,11 @@ caf::error node_config::finish() {
     return err;
   if (auto err = validate(worker))
     return err;
+  if (auto err = validate(worker.device))
+    return err;
+  worker.sum_on_devices = server.mode.on_device;
+  if (auto err = check_devices())
+    return err;
   if (auto err = validate(pipeline))
     return err;
   if (worker.overlap && role_name == "worker" &&
@@ -444,6 +453,35 @@ caf::error node_config::check_modes() const {
                            " (its exact sums assume servers that add pushes),"
                            " got",
                            optimizer.name);
+  return caf::none;
+}
+
+caf::error node_config::check_devices() const {
+  auto& d = worker.device;
+  auto flag = "--device=" + d.text;
+  bool on_devices = server.mode.on_device || (d.named && !cpu_alone(d.devices));
+  if (d.devices.size() > 1 && !server.mode.on_device)
+    return caf::make_error(errc::invalid_config, flag,
+                           "names several devices: their gradients are"
+                           " summed on the node with"
+                           " --server.mode=sync_device");
+  if (worker.overlap && on_devices)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.overlap pushes the blocks of the"
+                           " worker's CPU model as backward makes them; it"
+                           " does not run on device actors (" +
+                               flag + ", --server.mode=" + mode_text +
+                               "): drop one");
+  if (worker.task == "stage" && on_devices)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.task=stage runs its layers on the CPU;"
+                           " drop",
+                           flag + " and --server.mode=" + mode_text);
+  if (d.devices.size() > train.batch)
+    return caf::make_error(errc::invalid_config, flag,
+                           "shares each batch among its devices: raise"
+                           " --train.batch to",
+                           d.devices.size(), "or more");
   return caf::none;
 }
 

@@ -111,6 +111,7 @@ private:
   void add_pipeline_options();
   // Checks of finish(): options of several subsystems that must agree.
   caf::error check_modes() const;
+  caf::error check_devices() const;
   caf::error check_faults() const;
   caf::error check_checkpoints() const;
   /// --openssl.*: all of certificate, key and cafile, or none; each file

@@ -16,6 +16,7 @@
 
 #include <caf/send.hpp>
 
+#include "actors/base/exit_codes.hpp"
 #include "actors/base/log.hpp"
 #include "actors/base/metrics.hpp"
 #include "actors/server/server_optimizer.hpp"
@@ -67,6 +68,7 @@ double evaluate(model& net, const dataset& d, size_t limit) {
 class trainer final : public worker_logic {
 public:
   void on_progress(progress_fn fn) { progress_ = std::move(fn); }
+  void use_devices(std::shared_ptr<device_team> d) { devices_ = std::move(d); }
 
   trainer(const trainer_settings& cfg, model net, dataset train, dataset test)
       : cfg_(cfg.train), net_(std::move(net)), train_(std::move(train)),
@@ -206,10 +208,11 @@ public:
     if (rank_ == 0) {
       if (!cfg_.metrics_file.empty())
         metrics_.open(cfg_.metrics_file, std::ios::app);
+      auto math = devices_ ? devices_->describe() : blas_description();
       std::printf("training %s on Fashion-MNIST: %u workers, batch %u each, "
                   "%u epochs (math: %s)\n",
                   cfg_.model.c_str(), workers_, cfg_.batch, cfg_.epochs,
-                  blas_description().c_str());
+                  math.c_str());
       if (auto w = blas_core_warning(); !w.empty())
         std::printf("*** warning: %s\n", w.c_str());
       std::fflush(stdout);
@@ -352,13 +355,19 @@ private:
       if (rank_ == 0 && is_eval_point(clock))
         report(clock);
       gather_batch(clock);
-      if (net_.forward_begin(xs_.data(), cfg_.batch) != kernel_status::ok)
+      if (!devices_ &&
+          net_.forward_begin(xs_.data(), cfg_.batch) != kernel_status::ok)
         return caf::make_error(errc::bad_shape, "forward of step", clock);
     }
     float loss = 0;
-    auto st = net_.finish_gradients(ys_.data(), &loss, ready);
-    if (st != kernel_status::ok)
+    if (devices_) { // no blocks there: --worker.overlap is refused
+      if (auto err =
+              devices_->step(net_, xs_.data(), ys_.data(), cfg_.batch, &loss))
+        return err;
+    } else if (auto st = net_.finish_gradients(ys_.data(), &loss, ready);
+               st != kernel_status::ok) {
       return caf::make_error(errc::bad_shape, "gradients", to_string(st));
+    }
     if (!std::isfinite(loss)) // its gradients would poison the weights
       return caf::make_error(errc::non_finite,
                              "training diverged: the loss of step " +
@@ -514,8 +523,40 @@ private:
   uint64_t part_steps_ = 0;
   std::ofstream metrics_;
   progress_fn progress_;
+  std::shared_ptr<device_team> devices_; // null: the CPU, in this thread
   clock_type::time_point started_, part_begin_;
 };
+
+} // namespace
+
+namespace {
+
+/// The device actors of --device, or none (`out` null) where the trainer
+/// computes on the CPU in its own thread: --device=cpu, or auto without a
+/// GPU (or with --worker.overlap), unless sync_device sums on devices.
+/// exit_bad_config, with one line on stderr, if a device cannot be opened.
+int open_devices(caf::actor_system& sys, const trainer_settings& cfg,
+                 model& net, std::shared_ptr<device_team>& out) {
+  auto& w = cfg.worker;
+  std::string why;
+  int gpus = w.device.named || w.overlap ? 0 : gpus_found(why);
+  auto devices = resolve_devices(w.device, gpus, w.sum_on_devices);
+  if (cpu_alone(devices) && !w.sum_on_devices) {
+    if (!w.device.named)
+      TROUPE_LOG(info, "trainer", "--device=auto: the CPU (",
+                 w.overlap ? "--worker.overlap" : why, ")");
+    return 0;
+  }
+  std::string err;
+  out = device_team::open(sys, devices, w.sum_on_devices, net, cfg.train.batch,
+                          err);
+  if (!out) {
+    std::cerr << "*** " << err << '\n';
+    return exit_bad_config;
+  }
+  TROUPE_LOG(info, "trainer", "computing on ", out->describe());
+  return 0;
+}
 
 } // namespace
 
@@ -528,6 +569,9 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
   set_blas_threads(1); // several processes share the cores
   if (auto w = blas_core_warning(); !w.empty())
     TROUPE_LOG(warning, "trainer", w);
+  std::shared_ptr<device_team> devices; // before the data: fail fast
+  if (auto code = open_devices(sys, cfg, *net, devices); code != 0)
+    return code;
   dataset train, test;
   if (auto e = load_fashion_mnist(cfg.train.data_dir, "train", train);
       !e.empty())
@@ -547,19 +591,21 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
     caf::anon_send(scheduler, event_atom_v, encode(e));
   };
   auto logic = make_trainer(cfg, std::move(*net), std::move(train),
-                            std::move(test), progress);
+                            std::move(test), progress, std::move(devices));
   worker_options opts;
   opts.pipeline = cfg.worker.pipeline;
   opts.overlap = cfg.worker.overlap;
   return run_worker(sys, std::move(scheduler), cfg.kv, logic, opts);
 }
 
-std::shared_ptr<worker_logic> make_trainer(const trainer_settings& cfg,
-                                           model net, dataset train,
-                                           dataset test, progress_fn progress) {
+std::shared_ptr<worker_logic>
+make_trainer(const trainer_settings& cfg, model net, dataset train,
+             dataset test, progress_fn progress,
+             std::shared_ptr<device_team> devices) {
   auto t = std::make_shared<trainer>(cfg, std::move(net), std::move(train),
                                      std::move(test));
   t->on_progress(std::move(progress));
+  t->use_devices(std::move(devices));
   return t;
 }
 

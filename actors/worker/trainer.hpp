@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "actors/device/device_team.hpp"
 #include "actors/worker/worker.hpp"
 #include "actors/worker/worker_settings.hpp"
 #include "kernels/idx.hpp"
@@ -28,10 +29,12 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
 using progress_fn = std::function<void(const std::string& detail)>;
 
 /// The trainer's worker_logic on `net` and the given data (run_training
-/// loads Fashion-MNIST; tests pass their own).
-std::shared_ptr<worker_logic> make_trainer(const trainer_settings& cfg,
-                                           model net, dataset train,
-                                           dataset test,
-                                           progress_fn progress = nullptr);
+/// loads Fashion-MNIST; tests pass their own). With `devices`, each step's
+/// forward and backward run on them (the device actors of --device);
+/// without, in the worker's own thread on the CPU.
+std::shared_ptr<worker_logic>
+make_trainer(const trainer_settings& cfg, model net, dataset train,
+             dataset test, progress_fn progress = nullptr,
+             std::shared_ptr<device_team> devices = nullptr);
 
 } // namespace troupe

@@ -7,6 +7,7 @@
 
 #include <caf/error.hpp>
 
+#include "actors/device/device_settings.hpp"
 #include "actors/kv/kv_settings.hpp"
 #include "actors/server/optimizer_settings.hpp"
 
@@ -62,6 +63,12 @@ struct worker_settings {
   /// the weights that end a step's wait then need no thread wake-up. It
   /// yields the core meanwhile. Default 2000; 0 = sleep at once.
   uint32_t watch_us = 2000;
+  /// --device (a flag of its own): where the trainer computes
+  /// (actors/device/). Default auto.
+  device_settings device;
+  /// --server.mode=sync_device: a worker's devices sum their gradients on
+  /// the node (set by node_config from the mode).
+  bool sum_on_devices = false;
 };
 
 /// One error naming the --worker.* flag that is wrong, or none.

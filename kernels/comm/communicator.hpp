@@ -12,13 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/status.hpp"
+
 namespace troupe {
 
 /// The outcome of a collective: ok, or what failed and why.
-struct comm_status {
-  std::string error; ///< empty: ok
-  bool ok() const { return error.empty(); }
-};
+using comm_status = device_status;
 
 /// One rank of a group of devices. Every call is collective: each rank of
 /// the group makes it, in the same order, with the same size (and root).

@@ -179,6 +179,12 @@ __global__ void add_into(float* acc, const float* x, size_t n) {
   }
 }
 
+__global__ void scale_by(float* x, size_t n, float a) {
+  TROUPE_GRID_STRIDE(i, n) {
+    x[i] *= a;
+  }
+}
+
 /// C = op(A) op(B) + beta C, column-major, alpha 1 (m x k by k x n): the
 /// one cuBLAS call of the dense layers.
 cuda_status gemm(cublasHandle_t h, bool ta, bool tb, size_t m, size_t n,
@@ -543,6 +549,15 @@ cuda_status device::add(float* acc, const float* x, size_t n) {
     return bad_input("add: a null operand");
   add_into<<<blocks_for(n), block_threads, 0, impl_->stream>>>(acc, x, n);
   return check(cudaGetLastError(), "add_into");
+}
+
+cuda_status device::scale(float* x, size_t n, float a) {
+  if (n == 0)
+    return {};
+  if (!x)
+    return bad_input("scale: a null operand");
+  scale_by<<<blocks_for(n), block_threads, 0, impl_->stream>>>(x, n, a);
+  return check(cudaGetLastError(), "scale_by");
 }
 
 cuda_status device::zero(float* x, size_t n) {

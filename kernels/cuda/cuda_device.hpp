@@ -16,15 +16,12 @@
 #include <string>
 
 #include "kernels/optimizer.hpp"
+#include "kernels/status.hpp"
 
 namespace troupe::cuda {
 
 /// The outcome of a call: ok, or what failed and the library's message.
-struct cuda_status {
-  std::string error; ///< empty: ok
-  bool ok() const { return error.empty(); }
-  static cuda_status success() { return {}; }
-};
+using cuda_status = troupe::device_status;
 
 /// CUDA devices the driver finds; 0 where there is none, with the driver's
 /// reason in `why` (if given). Clears the error it leaves behind.
@@ -114,6 +111,8 @@ public:
                           size_t n, uint64_t step, const adam_params& p);
   /// acc += x, n floats (gradient sums).
   cuda_status add(float* acc, const float* x, size_t n);
+  /// x *= a, n floats (a device's share of a batch's mean gradient).
+  cuda_status scale(float* x, size_t n, float a);
   /// Sets n floats to zero.
   cuda_status zero(float* x, size_t n);
 

@@ -57,10 +57,13 @@ cuda_status cuda_model::pair_up(const std::vector<param_ref>& refs, bool grads,
 }
 
 cuda_status cuda_model::upload_parameters(model& m) {
-  return pair_up(m.parameters(), false,
-                 [this](float* host, float* dev, size_t n) {
-                   return dev_.to_device(dev, host, n);
-                 });
+  return upload_parameters(m.parameters());
+}
+
+cuda_status cuda_model::upload_parameters(const std::vector<param_ref>& ps) {
+  return pair_up(ps, false, [this](float* host, float* dev, size_t n) {
+    return dev_.to_device(dev, host, n);
+  });
 }
 
 cuda_status cuda_model::reserve(size_t batch) {
@@ -136,10 +139,38 @@ cuda_status cuda_model::compute_gradients(const float* x, const uint8_t* labels,
 }
 
 cuda_status cuda_model::download_gradients(model& m) {
-  return pair_up(m.gradients(), true,
-                 [this](float* host, float* dev, size_t n) {
-                   return dev_.to_host(host, dev, n);
-                 });
+  return download_gradients(m.gradients());
+}
+
+cuda_status cuda_model::download_gradients(const std::vector<param_ref>& gs) {
+  return pair_up(gs, true, [this](float* host, float* dev, size_t n) {
+    return dev_.to_host(host, dev, n);
+  });
+}
+
+cuda_status cuda_model::scale_gradients(float a) {
+  for (auto& g : gradient_arrays())
+    if (auto st = dev_.scale(g.data, g.size, a); !st.ok())
+      return st;
+  return {};
+}
+
+std::vector<device_array> cuda_model::parameter_arrays() {
+  std::vector<device_array> out;
+  for (auto& L : layers_) {
+    out.push_back({L.w.data(), L.w.size()});
+    out.push_back({L.b.data(), L.b.size()});
+  }
+  return out;
+}
+
+std::vector<device_array> cuda_model::gradient_arrays() {
+  std::vector<device_array> out;
+  for (auto& L : layers_) {
+    out.push_back({L.dw.data(), L.dw.size()});
+    out.push_back({L.db.data(), L.db.size()});
+  }
+  return out;
 }
 
 } // namespace troupe::cuda

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_device.hpp"
+#include "kernels/device_backend.hpp"
 #include "kernels/model.hpp"
 
 namespace troupe::cuda {
@@ -25,6 +26,8 @@ public:
 
   /// `m`'s parameters copied up again (after an update or a pull).
   cuda_status upload_parameters(model& m);
+  /// The same from host arrays in model::parameters() order and sizes.
+  cuda_status upload_parameters(const std::vector<param_ref>& ps);
 
   /// Forward, softmax cross-entropy and backward for `batch` rows of `x`
   /// with `labels` (host memory, copied up): the gradients stay on the GPU,
@@ -34,6 +37,16 @@ public:
 
   /// The gradients copied into `m`'s gradient arrays (model::gradients).
   cuda_status download_gradients(model& m);
+  /// The same into host arrays in model::gradients() order and sizes.
+  cuda_status download_gradients(const std::vector<param_ref>& gs);
+
+  /// Every gradient times `a`, on the GPU.
+  cuda_status scale_gradients(float a);
+
+  /// The parameter and gradient arrays in device memory, in
+  /// model::parameters() order (for a communicator).
+  std::vector<device_array> parameter_arrays();
+  std::vector<device_array> gradient_arrays();
 
 private:
   struct layer {

@@ -30,7 +30,14 @@ BOOST_AUTO_TEST_CASE(modes_parse_and_print) {
   BOOST_REQUIRE(ssp);
   BOOST_CHECK(ssp->kind == consistency::kind_t::ssp && ssp->staleness == 3);
   BOOST_CHECK_EQUAL(to_string(*ssp), "ssp:3");
-  for (auto bad : {"", "ssp", "ssp:", "ssp:-1", "ssp:x", "SYNC", "ssp:1e3"})
+  auto on_device = parse_consistency("sync_device"); // sync on the servers
+  BOOST_REQUIRE(on_device);
+  BOOST_CHECK(on_device->kind == consistency::kind_t::sync &&
+              on_device->on_device);
+  BOOST_CHECK_EQUAL(to_string(*on_device), "sync_device");
+  BOOST_CHECK(!parse_consistency("sync")->on_device);
+  for (auto bad : {"", "ssp", "ssp:", "ssp:-1", "ssp:x", "SYNC", "ssp:1e3",
+                   "sync_devices", "async_device"})
     BOOST_CHECK_MESSAGE(parse_consistency(bad).error() == errc::invalid_config,
                         bad);
 }
@@ -253,6 +260,57 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   node_config cfg;
   BOOST_REQUIRE(!parse(cfg, {"--role=chief"}));
   BOOST_CHECK(cfg.node_role().error() == errc::invalid_config);
+}
+
+BOOST_AUTO_TEST_CASE(the_device_flag_names_devices_of_one_kind) {
+  auto rejected = [](std::vector<std::string> args, const std::string& text) {
+    node_config cfg;
+    auto err = parse(cfg, args);
+    BOOST_CHECK_MESSAGE(err, "accepted: " << args.front());
+    if (err)
+      BOOST_CHECK_MESSAGE(describe(err).find(text) != std::string::npos,
+                          describe(err));
+  };
+  rejected({"--device=gpu"}, "--device=gpu: 'gpu' is no device");
+  rejected({"--device=cuda:"}, "is no device");
+  rejected({"--device=cuda:x"}, "is no device");
+  rejected({"--device=cpu,"}, "an empty device");
+  rejected({"--device=cuda:0,cpu", "--server.mode=sync_device"},
+           "cpu and GPUs in one list");
+  rejected({"--device=cuda:1,cuda:1", "--server.mode=sync_device"},
+           "cuda:1 named twice");
+  // Several devices are summed on the node by sync_device alone.
+  rejected({"--device=cpu,cpu"}, "--server.mode=sync_device");
+  rejected({"--device=cpu,cpu", "--server.mode=async"},
+           "--server.mode=sync_device");
+  // Device actors run whole layers: no overlapped blocks, no stages.
+  rejected({"--device=cuda:0", "--worker.overlap"}, "--worker.overlap");
+  rejected({"--server.mode=sync_device", "--worker.overlap"},
+           "--worker.overlap");
+  rejected({"--device=cuda:0", "--worker.task=stage", "--optimizer.name=sgd"},
+           "--worker.task=stage");
+  rejected(
+      {"--device=cpu,cpu,cpu", "--server.mode=sync_device", "--train.batch=2"},
+      "--train.batch");
+  node_config dflt;
+  BOOST_REQUIRE(!parse(dflt, {}));
+  BOOST_CHECK_EQUAL(dflt.worker.device.text, "auto");
+  BOOST_CHECK(!dflt.worker.device.named);
+  BOOST_CHECK(!dflt.worker.sum_on_devices);
+  node_config two;
+  BOOST_REQUIRE(
+      !parse(two, {"--device=cuda:0,cuda:1", "--server.mode=sync_device"}));
+  BOOST_CHECK(two.worker.sum_on_devices);
+  BOOST_REQUIRE_EQUAL(two.worker.device.devices.size(), 2u);
+  BOOST_CHECK_EQUAL(to_string(two.worker.device.devices[1]), "cuda:1");
+  BOOST_CHECK_EQUAL(two.trainer().worker.device.devices.size(), 2u);
+  // auto: every GPU found with sync_device, else the first; the CPU
+  // where there is none.
+  BOOST_CHECK_EQUAL(resolve_devices(dflt.worker.device, 4, true).size(), 4u);
+  auto one = resolve_devices(dflt.worker.device, 4, false);
+  BOOST_REQUIRE_EQUAL(one.size(), 1u);
+  BOOST_CHECK_EQUAL(to_string(one[0]), "cuda:0");
+  BOOST_CHECK(cpu_alone(resolve_devices(dflt.worker.device, 0, true)));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

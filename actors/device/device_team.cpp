@@ -1,0 +1,191 @@
+// A worker's device actors and their communicator (device_team.hpp).
+#include "actors/device/device_team.hpp"
+
+#include <future>
+#include <utility>
+
+#include <caf/send.hpp>
+
+#include "actors/device/device_actor.hpp"
+#include "kernels/comm/communicator.hpp"
+#include "kernels/device_backend.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+#ifdef TROUPE_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/cuda_device.hpp"
+#include "kernels/cuda/nccl_group.hpp"
+#endif
+
+namespace troupe {
+
+namespace {
+
+#ifndef TROUPE_HAVE_CUDA
+const char* no_cuda = "this troupe was built without CUDA (CMake found no"
+                      " nvcc)";
+#endif
+
+/// A replica of `m` on `d`; null with the reason in `why`.
+std::shared_ptr<device_backend> open_backend(const device_name& d, model& m,
+                                             std::string& why) {
+  if (d.kind == device_name::kind_t::cpu)
+    return make_cpu_backend(m);
+#ifdef TROUPE_HAVE_CUDA
+  device_status st;
+  auto b = cuda::make_cuda_backend(d.ordinal, m, st);
+  if (!b)
+    why = st.error;
+  return b;
+#else
+  (void)m;
+  why = no_cuda;
+  return nullptr;
+#endif
+}
+
+/// The communicator of `ds` (all of one kind); empty with the reason in
+/// `why`.
+std::vector<std::unique_ptr<communicator>>
+make_group(const std::vector<device_name>& ds, std::chrono::milliseconds wait,
+           std::string& why) {
+  if (ds[0].kind == device_name::kind_t::cpu)
+    return make_cpu_group(int(ds.size()), wait);
+#ifdef TROUPE_HAVE_CUDA
+  std::vector<int> ordinals;
+  for (auto& d : ds)
+    ordinals.push_back(d.ordinal);
+  return cuda::make_nccl_group(ordinals, why);
+#else
+  why = no_cuda;
+  return {};
+#endif
+}
+
+std::string list(const std::vector<device_name>& ds) {
+  std::string out;
+  for (auto& d : ds)
+    out += (out.empty() ? "" : ",") + to_string(d);
+  return out;
+}
+
+} // namespace
+
+int gpus_found(std::string& why) {
+#ifdef TROUPE_HAVE_CUDA
+  return cuda::device_count(&why);
+#else
+  why = no_cuda;
+  return 0;
+#endif
+}
+
+std::unique_ptr<device_team>
+device_team::open(caf::actor_system& sys,
+                  const std::vector<device_name>& devices, bool sum_on_devices,
+                  model& m, size_t batch, std::string& error,
+                  std::chrono::milliseconds wait) {
+  auto flag = "--device=" + list(devices) + ": ";
+  if (devices.empty() || (devices.size() > 1 && !sum_on_devices)) {
+    error = flag + "several devices of one worker need"
+                   " --server.mode=sync_device, which sums their gradients";
+    return nullptr;
+  }
+  if (batch < devices.size()) {
+    error = flag + "a batch of " + std::to_string(batch) +
+            " rows cannot be shared among " + std::to_string(devices.size()) +
+            " devices (raise --train.batch)";
+    return nullptr;
+  }
+  std::vector<std::shared_ptr<device_backend>> backends;
+  std::string why;
+  for (auto& d : devices) {
+    backends.push_back(open_backend(d, m, why));
+    if (!backends.back()) {
+      error = flag + to_string(d) + ": " + why;
+      return nullptr;
+    }
+  }
+  std::vector<std::unique_ptr<communicator>> group;
+  if (sum_on_devices) {
+    group = make_group(devices, wait, why);
+    if (group.size() != devices.size()) {
+      error = flag + "the devices' communicator: " + why;
+      return nullptr;
+    }
+  }
+  std::unique_ptr<device_team> team{new device_team};
+  team->names_ = devices;
+  team->wait_ = wait;
+  std::string described;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    described += (r == 0 ? "" : ", ") + backends[r]->describe();
+    std::shared_ptr<communicator> comm;
+    if (!group.empty())
+      comm = std::move(group[r]);
+    team->actors_.push_back(
+        spawn_device_actor(sys, std::move(backends[r]), std::move(comm)));
+  }
+  auto n = devices.size();
+  team->description_ = std::to_string(n) +
+                       (n == 1 ? " device (" : " devices (") + described + ")" +
+                       (!sum_on_devices ? ""
+                        : devices[0].kind == device_name::kind_t::cpu
+                            ? ", gradients summed by a CPU group"
+                            : ", gradients summed by NCCL");
+  return team;
+}
+
+device_team::~device_team() {
+  for (auto& a : actors_)
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+caf::error device_team::step(model& m, const float* x, const uint8_t* labels,
+                             size_t batch, float* loss) {
+  auto n = actors_.size();
+  auto per = m.input_size();
+  std::vector<std::shared_ptr<device_job>> jobs;
+  std::vector<std::future<void>> done;
+  size_t first = 0;
+  for (size_t r = 0; r < n; ++r) {
+    auto job = std::make_shared<device_job>();
+    job->rows = batch / n + (r < batch % n ? 1 : 0);
+    job->x = x + first * per;
+    job->labels = labels + first;
+    job->share = float(job->rows) / float(batch);
+    if (r == 0) {
+      job->weights = m.parameters();
+      job->gradients = m.gradients();
+    }
+    first += job->rows;
+    done.push_back(job->done.get_future());
+    jobs.push_back(job);
+    caf::anon_send(actors_[r], step_atom_v, std::move(job));
+  }
+  // A collective gives up on a missing rank after wait_; the step after
+  // twice that (a device hung in its own math).
+  auto deadline = std::chrono::steady_clock::now() + 2 * wait_;
+  float sum = 0;
+  for (size_t r = 0; r < n; ++r) {
+    auto name = to_string(names_[r]);
+    if (done[r].wait_until(deadline) != std::future_status::ready)
+      return caf::make_error(errc::device_failed, name,
+                             "did not finish a step within",
+                             std::to_string(2 * wait_.count()) + " ms");
+    try {
+      done[r].get();
+    } catch (const std::future_error&) { // the actor died with the job
+      return caf::make_error(errc::device_failed, name,
+                             "stopped before it finished a step");
+    }
+    if (!jobs[r]->status.ok())
+      return caf::make_error(errc::device_failed, name, jobs[r]->status.error);
+    sum += jobs[r]->loss;
+  }
+  *loss = sum;
+  return caf::none;
+}
+
+} // namespace troupe

@@ -1,0 +1,239 @@
+// Device actors and the team a worker steps through (issue 38), on the
+// CPU backend that every CI run has: a step on 1, 2 or 3 devices is the
+// batch's mean gradient of the CPU model; a failing device fails the step
+// on every rank, named, without hanging the others; devices that cannot be
+// opened are one plain error. Where a GPU is found, a step on cuda:0 is
+// checked against the CPU as well.
+#define BOOST_TEST_MODULE device_team_tests
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <thread>
+
+#include <caf/send.hpp>
+
+#include "actors/device/device_actor.hpp"
+#include "actors/device/device_team.hpp"
+#include "actors/node/node_config.hpp"
+#include "kernels/random.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+using namespace troupe;
+
+namespace {
+
+const char* spec = "mlp:784-64-32-10";
+
+model fresh_model() {
+  auto m = model::from_spec(spec, nullptr);
+  BOOST_REQUIRE(m);
+  m->init_parameters(3);
+  return std::move(*m);
+}
+
+/// A batch of `rows` random inputs and labels.
+struct batch_of {
+  std::vector<float> x;
+  std::vector<uint8_t> y;
+  explicit batch_of(size_t rows) : x(rows * 784), y(rows) {
+    std::mt19937_64 r{11};
+    for (auto& v : x)
+      v = float(uniform01(r));
+    for (auto& v : y)
+      v = uint8_t(uniform_below(r, 10));
+  }
+};
+
+/// ||a - b|| / ||b|| over every gradient array of two models.
+double gradient_error(model& a, model& b) {
+  auto ga = a.gradients(), gb = b.gradients();
+  BOOST_REQUIRE_EQUAL(ga.size(), gb.size());
+  double worst = 0;
+  for (size_t i = 0; i < ga.size(); ++i) {
+    double d = 0, n = 0;
+    for (size_t k = 0; k < ga[i].size; ++k) {
+      d += std::pow(double(ga[i].data[k]) - gb[i].data[k], 2);
+      n += std::pow(double(gb[i].data[k]), 2);
+    }
+    worst = std::max(worst, std::sqrt(d) / std::max(std::sqrt(n), 1e-30));
+  }
+  return worst;
+}
+
+std::vector<device_name> cpus(size_t n) {
+  return std::vector<device_name>(n, device_name{});
+}
+
+/// Runs one step of `rows` on `devices` and checks it against the CPU
+/// model's own step within `bound`; returns the relative error.
+double check_step(caf::actor_system& sys, const std::vector<device_name>& ds,
+                  bool sum, size_t rows, double bound) {
+  auto reference = fresh_model();
+  auto m = fresh_model();
+  batch_of b{rows};
+  float want = 0, got = 0;
+  BOOST_REQUIRE(reference.compute_gradients(b.x.data(), b.y.data(), rows,
+                                            &want) == kernel_status::ok);
+  std::string err;
+  auto team = device_team::open(sys, ds, sum, m, rows, err);
+  BOOST_REQUIRE_MESSAGE(team, err);
+  BOOST_TEST_MESSAGE(team->describe());
+  for (int i = 0; i < 3; ++i) { // the same step again: nothing carried over
+    auto e = team->step(m, b.x.data(), b.y.data(), rows, &got);
+    if (e)
+      BOOST_FAIL("step: " << to_string(e));
+  }
+  auto rel = gradient_error(m, reference);
+  BOOST_TEST_MESSAGE(ds.size() << " device(s), " << rows
+                               << " rows: relative error " << rel);
+  BOOST_CHECK_LE(rel, bound);
+  BOOST_CHECK_LE(std::abs(got - want), 1e-5 * std::abs(want));
+  return rel;
+}
+
+/// A CPU backend whose compute fails (a device that breaks mid-step).
+class failing_backend final : public device_backend {
+public:
+  explicit failing_backend(const model& m) : cpu_(make_cpu_backend(m)) {}
+  std::string describe() const override { return "failing"; }
+  device_status attach() override { return {}; }
+  device_status set_parameters(const std::vector<param_ref>& ps) override {
+    return cpu_->set_parameters(ps);
+  }
+  device_status compute_gradients(const float*, const uint8_t*, size_t,
+                                  float*) override {
+    return {"compute_gradients: an injected failure"};
+  }
+  device_status scale_gradients(float a) override {
+    return cpu_->scale_gradients(a);
+  }
+  std::vector<device_array> parameter_arrays() override {
+    return cpu_->parameter_arrays();
+  }
+  std::vector<device_array> gradient_arrays() override {
+    return cpu_->gradient_arrays();
+  }
+  device_status sync() override { return {}; }
+  device_status get_gradients(const std::vector<param_ref>& gs) override {
+    return cpu_->get_gradients(gs);
+  }
+
+private:
+  std::unique_ptr<device_backend> cpu_;
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(device_team_tests)
+
+BOOST_AUTO_TEST_CASE(cpu_devices_compute_the_batchs_mean_gradient) {
+  node_config cfg;
+  caf::actor_system sys{cfg};
+  // One device alone: the CPU model's own kernels on the same rows, bit
+  // for bit.
+  BOOST_CHECK_EQUAL(check_step(sys, cpus(1), false, 64, 0.0), 0.0);
+  // The communicator of one rank (sync_device on one device).
+  check_step(sys, cpus(1), true, 64, 0.0);
+  // 2 and 3 devices share the rows (64 = 22 + 21 + 21): each device's mean
+  // times its share, summed, is the batch's mean up to float rounding.
+  check_step(sys, cpus(2), true, 64, 1e-5);
+  check_step(sys, cpus(3), true, 64, 1e-5);
+  check_step(sys, cpus(3), true, 7, 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(a_failing_device_fails_every_rank_without_a_hang) {
+  // Rank 1 fails its math; it still makes every collective, so rank 0
+  // ends its step at once (well inside the group's 30 s wait), ok, and
+  // rank 1 reports the failure in its own words.
+  auto m = fresh_model();
+  batch_of b{8};
+  auto group = make_cpu_group(2, std::chrono::seconds{30});
+  auto ok = make_cpu_backend(m);
+  failing_backend bad{m};
+  device_job j0, j1;
+  j0.weights = m.parameters();
+  j0.gradients = m.gradients();
+  for (auto* j : {&j0, &j1}) {
+    j->x = b.x.data();
+    j->labels = b.y.data();
+    j->rows = 4;
+    j->share = 0.5f;
+  }
+  auto began = std::chrono::steady_clock::now();
+  std::thread other{[&] { run_device_job(bad, group[1].get(), j1); }};
+  run_device_job(*ok, group[0].get(), j0);
+  other.join();
+  BOOST_CHECK(std::chrono::steady_clock::now() - began <
+              std::chrono::seconds{20});
+  BOOST_CHECK_MESSAGE(j0.status.ok(), j0.status.error);
+  BOOST_CHECK_EQUAL(j1.status.error, "compute_gradients: an injected failure");
+}
+
+BOOST_AUTO_TEST_CASE(a_device_actor_reports_its_failure_as_the_teams_error) {
+  node_config cfg;
+  caf::actor_system sys{cfg};
+  auto m = fresh_model();
+  batch_of b{4};
+  auto actor =
+      spawn_device_actor(sys, std::make_shared<failing_backend>(m), nullptr);
+  auto job = std::make_shared<device_job>();
+  job->weights = m.parameters();
+  job->x = b.x.data();
+  job->labels = b.y.data();
+  job->rows = 4;
+  auto done = job->done.get_future();
+  caf::anon_send(actor, step_atom_v, job);
+  BOOST_REQUIRE(done.wait_for(std::chrono::seconds{30}) ==
+                std::future_status::ready);
+  BOOST_CHECK_EQUAL(job->status.error,
+                    "compute_gradients: an injected failure");
+  caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(devices_that_cannot_be_opened_are_one_plain_error) {
+  node_config cfg;
+  caf::actor_system sys{cfg};
+  auto m = fresh_model();
+  std::string err;
+  // Several devices sum on the node only with sync_device.
+  BOOST_CHECK(!device_team::open(sys, cpus(2), false, m, 64, err));
+  BOOST_CHECK_MESSAGE(
+      err.find("--server.mode=sync_device") != std::string::npos, err);
+  // Fewer rows than devices.
+  BOOST_CHECK(!device_team::open(sys, cpus(3), true, m, 2, err));
+  BOOST_CHECK_MESSAGE(err.find("a batch of 2 rows cannot be shared among 3") !=
+                          std::string::npos,
+                      err);
+  // No machine has a hundredth GPU: the error names it, with the driver's
+  // reason (or that troupe was built without CUDA).
+  device_name far{device_name::kind_t::cuda, 99};
+  BOOST_CHECK(!device_team::open(sys, {far}, false, m, 64, err));
+  BOOST_TEST_MESSAGE(err);
+  BOOST_CHECK_MESSAGE(err.rfind("--device=cuda:99: cuda:99: ", 0) == 0 &&
+                          (err.find("no GPU cuda:99 (") != std::string::npos ||
+                           err.find("built without CUDA") != std::string::npos),
+                      err);
+}
+
+BOOST_AUTO_TEST_CASE(where_a_gpu_is_found_its_step_matches_the_cpus) {
+  std::string why;
+  int gpus = gpus_found(why);
+  if (gpus == 0) {
+    BOOST_TEST_MESSAGE("no GPU here (" << why
+                                       << "): the GPU step is checked by"
+                                          " cuda_kernels_test where one is");
+    device_settings auto_cfg;
+    BOOST_REQUIRE(!validate(auto_cfg));
+    auto ds = resolve_devices(auto_cfg, gpus, true);
+    BOOST_CHECK(cpu_alone(ds)); // auto falls back to the CPU
+    return;
+  }
+  node_config cfg;
+  caf::actor_system sys{cfg};
+  device_name gpu{device_name::kind_t::cuda, 0};
+  check_step(sys, {gpu}, false, 64, 1e-5);
+  check_step(sys, {gpu}, true, 64, 1e-5); // NCCL as one rank
+}
+
+BOOST_AUTO_TEST_SUITE_END()
