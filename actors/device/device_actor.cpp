@@ -35,13 +35,22 @@ void run_device_job(device_backend& backend, communicator* comm,
     if (st.ok())
       st = std::move(next);
   };
+  // A collective's failure, kept as such (the step names the rank whose
+  // own work failed first).
+  auto keep_collective = [&st, &job](device_status next) {
+    if (st.ok() && !next.ok()) {
+      st = std::move(next);
+      job.collective_failed = true;
+    }
+  };
   if (!job.weights.empty())
     keep(backend.set_parameters(job.weights));
   if (comm) { // rank 0's weights to every rank
     keep(backend.sync());
-    keep(each_array(backend.parameter_arrays(), [comm](device_array a) {
-      return comm->broadcast(a.data, a.size, 0);
-    }));
+    keep_collective(
+        each_array(backend.parameter_arrays(), [comm](device_array a) {
+          return comm->broadcast(a.data, a.size, 0);
+        }));
   }
   if (st.ok())
     keep(backend.compute_gradients(job.x, job.labels, job.rows, &job.loss));
@@ -50,9 +59,10 @@ void run_device_job(device_backend& backend, communicator* comm,
   job.loss *= job.share;
   if (comm) { // the batch's mean gradient on every rank
     keep(backend.sync());
-    keep(each_array(backend.gradient_arrays(), [comm](device_array a) {
-      return comm->all_reduce_sum(a.data, a.size);
-    }));
+    keep_collective(
+        each_array(backend.gradient_arrays(), [comm](device_array a) {
+          return comm->all_reduce_sum(a.data, a.size);
+        }));
   }
   if (st.ok() && !job.gradients.empty())
     keep(backend.get_gradients(job.gradients));

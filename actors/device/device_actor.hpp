@@ -42,6 +42,9 @@ struct device_job {
   // -- filled in by the device --
   float loss = 0; ///< its rows' mean loss times share
   device_status status;
+  /// The failure in `status` came from a collective (another rank's, or
+  /// the group's), not from this device's own work.
+  bool collective_failed = false;
   std::promise<void> done;
 };
 

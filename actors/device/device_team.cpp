@@ -1,11 +1,14 @@
 // A worker's device actors and their communicator (device_team.hpp).
 #include "actors/device/device_team.hpp"
 
+#include <cstdlib>
 #include <future>
+#include <iostream>
 #include <utility>
 
 #include <caf/send.hpp>
 
+#include "actors/base/exit_codes.hpp"
 #include "actors/device/device_actor.hpp"
 #include "kernels/comm/communicator.hpp"
 #include "kernels/device_backend.hpp"
@@ -115,26 +118,44 @@ device_team::open(caf::actor_system& sys,
       return nullptr;
     }
   }
-  std::unique_ptr<device_team> team{new device_team};
-  team->names_ = devices;
-  team->wait_ = wait;
   std::string described;
-  for (size_t r = 0; r < devices.size(); ++r) {
-    described += (r == 0 ? "" : ", ") + backends[r]->describe();
+  for (auto& b : backends)
+    described += (described.empty() ? "" : ", ") + b->describe();
+  auto n = devices.size();
+  described = std::to_string(n) + (n == 1 ? " device (" : " devices (") +
+              described + ")" +
+              (!sum_on_devices ? ""
+               : devices[0].kind == device_name::kind_t::cpu
+                   ? ", gradients summed by a CPU group"
+                   : ", gradients summed by NCCL");
+  return assemble(sys, devices, std::move(backends), std::move(group), wait,
+                  std::move(described));
+}
+
+std::unique_ptr<device_team>
+device_team::assemble(caf::actor_system& sys, std::vector<device_name> names,
+                      std::vector<std::shared_ptr<device_backend>> backends,
+                      std::vector<std::unique_ptr<communicator>> group,
+                      std::chrono::milliseconds wait, std::string description) {
+  std::unique_ptr<device_team> team{new device_team};
+  team->names_ = std::move(names);
+  team->wait_ = wait;
+  team->description_ = std::move(description);
+  for (size_t r = 0; r < backends.size(); ++r) {
     std::shared_ptr<communicator> comm;
-    if (!group.empty())
+    if (r < group.size())
       comm = std::move(group[r]);
     team->actors_.push_back(
         spawn_device_actor(sys, std::move(backends[r]), std::move(comm)));
   }
-  auto n = devices.size();
-  team->description_ = std::to_string(n) +
-                       (n == 1 ? " device (" : " devices (") + described + ")" +
-                       (!sum_on_devices ? ""
-                        : devices[0].kind == device_name::kind_t::cpu
-                            ? ", gradients summed by a CPU group"
-                            : ", gradients summed by NCCL");
   return team;
+}
+
+std::string device_team::name_of(size_t rank) const {
+  auto name = to_string(names_[rank]);
+  if (names_.size() > 1)
+    name += " (rank " + std::to_string(rank) + ")";
+  return name;
 }
 
 device_team::~device_team() {
@@ -164,26 +185,32 @@ caf::error device_team::step(model& m, const float* x, const uint8_t* labels,
     jobs.push_back(job);
     caf::anon_send(actors_[r], step_atom_v, std::move(job));
   }
-  // A collective gives up on a missing rank after wait_; the step after
-  // twice that (a device hung in its own math).
+  // Every device is waited for: each reads `x` and `m` until it is done.
+  // A collective gives up on a missing rank after wait_ (the CPU group; NCCL
+  // never does); a device busy past twice that is hung.
   auto deadline = std::chrono::steady_clock::now() + 2 * wait_;
-  float sum = 0;
-  for (size_t r = 0; r < n; ++r) {
-    auto name = to_string(names_[r]);
-    if (done[r].wait_until(deadline) != std::future_status::ready)
-      return caf::make_error(errc::device_failed, name,
-                             "did not finish a step within",
-                             std::to_string(2 * wait_.count()) + " ms");
-    try {
-      done[r].get();
-    } catch (const std::future_error&) { // the actor died with the job
-      return caf::make_error(errc::device_failed, name,
-                             "stopped before it finished a step");
+  for (size_t r = 0; r < n; ++r)
+    if (done[r].wait_until(deadline) != std::future_status::ready) {
+      std::cerr << "*** " << name_of(r) << " did not finish a step within "
+                << 2 * wait_.count()
+                << " ms: it is hung, and this worker ends so that its agent"
+                   " restarts it\n";
+      std::_Exit(exit_failed);
     }
-    if (!jobs[r]->status.ok())
-      return caf::make_error(errc::device_failed, name, jobs[r]->status.error);
-    sum += jobs[r]->loss;
-  }
+  // The first device whose own work failed, else the first collective's
+  // failure (it names the rank that did not come).
+  size_t failed = n;
+  for (size_t r = 0; r < n; ++r)
+    if (!jobs[r]->status.ok() &&
+        (failed == n ||
+         (jobs[failed]->collective_failed && !jobs[r]->collective_failed)))
+      failed = r;
+  if (failed < n)
+    return caf::make_error(errc::device_failed, name_of(failed),
+                           jobs[failed]->status.error);
+  float sum = 0;
+  for (auto& j : jobs)
+    sum += j->loss;
   *loss = sum;
   return caf::none;
 }

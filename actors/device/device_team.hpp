@@ -15,6 +15,8 @@
 #include <caf/error.hpp>
 
 #include "actors/device/device_settings.hpp"
+#include "kernels/comm/communicator.hpp"
+#include "kernels/device_backend.hpp"
 #include "kernels/model.hpp"
 
 namespace troupe {
@@ -37,6 +39,15 @@ public:
        bool sum_on_devices, model& m, size_t batch, std::string& error,
        std::chrono::milliseconds wait = std::chrono::seconds{60});
 
+  /// A team of given backends (one per name, opened) and their
+  /// communicator (one per backend, or none for a device alone): open()'s
+  /// second half, and the way tests put in a backend of their own.
+  static std::unique_ptr<device_team>
+  assemble(caf::actor_system& sys, std::vector<device_name> names,
+           std::vector<std::shared_ptr<device_backend>> backends,
+           std::vector<std::unique_ptr<communicator>> group,
+           std::chrono::milliseconds wait, std::string description);
+
   /// Stops the device actors.
   ~device_team();
   device_team(const device_team&) = delete;
@@ -49,13 +60,23 @@ public:
   /// One step: `m`'s weights onto the devices, `batch` rows of `x` (batch
   /// x m.input_size()) and `labels` shared among them, the batch's mean
   /// gradient into `m`'s gradient arrays and its mean loss into `loss`.
-  /// errc::device_failed naming the device if one fails or does not
-  /// answer; the team is then spent (its communicator stays failed).
+  /// Returns once every device is done with the step (they read `x` and
+  /// `m`). errc::device_failed naming the device whose own work failed
+  /// first (else the first collective's failure); the team is then spent
+  /// (its communicator stays failed).
+  ///
+  /// A device still busy twice `wait` after the step began is hung in its
+  /// math or a collective (NCCL has no timeout): its thread cannot be
+  /// stopped, and it works on the step's memory. The process then ends
+  /// with exit_failed and one line on stderr, as NCCL's watchdog ends
+  /// PyTorch's, and its agent restarts it.
   caf::error step(model& m, const float* x, const uint8_t* labels, size_t batch,
                   float* loss);
 
 private:
   device_team() = default;
+  /// "cpu (rank 1)"; "cuda:0" for a device alone.
+  std::string name_of(size_t rank) const;
   std::vector<device_name> names_;
   std::vector<caf::actor> actors_;
   std::chrono::milliseconds wait_{0};

@@ -458,25 +458,31 @@ caf::error node_config::check_modes() const {
 
 caf::error node_config::check_devices() const {
   auto& d = worker.device;
-  auto flag = "--device=" + d.text;
-  bool on_devices = server.mode.on_device || (d.named && !cpu_alone(d.devices));
+  // The flag that puts a worker on device actors, to name in an error.
+  std::string flag;
+  if (d.named && !cpu_alone(d.devices))
+    flag = "--device=" + d.text;
+  else if (server.mode.on_device)
+    flag = "--server.mode=sync_device";
   if (d.devices.size() > 1 && !server.mode.on_device)
-    return caf::make_error(errc::invalid_config, flag,
+    return caf::make_error(errc::invalid_config, "--device=" + d.text,
                            "names several devices: their gradients are"
                            " summed on the node with"
                            " --server.mode=sync_device");
-  if (worker.overlap && on_devices)
+  if (flag.empty())
+    return caf::none;
+  if (worker.overlap)
     return caf::make_error(errc::invalid_config,
                            "--worker.overlap pushes the blocks of the"
                            " worker's CPU model as backward makes them; it"
                            " does not run on device actors (" +
-                               flag + ", --server.mode=" + mode_text +
-                               "): drop one");
-  if (worker.task == "stage" && on_devices)
+                               flag + "): drop one");
+  if (worker.task != "train")
     return caf::make_error(errc::invalid_config,
-                           "--worker.task=stage runs its layers on the CPU;"
-                           " drop",
-                           flag + " and --server.mode=" + mode_text);
+                           "--worker.task=" + worker.task +
+                               " computes nothing on device actors (only"
+                               " train does): drop",
+                           flag);
   if (d.devices.size() > train.batch)
     return caf::make_error(errc::invalid_config, flag,
                            "shares each batch among its devices: raise"
@@ -571,7 +577,11 @@ void node_config::share_settings() {
   server.roads = road;
   server.max_message_bytes = kv.max_message_bytes;
   auto& ck = server.checkpoint;
-  ck.mode = mode_text;
+  // The servers' mode: sync_device is sync there (its checkpoints cut the
+  // rounds as sync's do, and resume under either).
+  auto on_servers = server.mode;
+  on_servers.on_device = false;
+  ck.mode = to_string(on_servers);
   ck.optimizer = optimizer.name + "@" + optimizer.on;
   scheduler.checkpoint = ck;
   scheduler.status_host = host;

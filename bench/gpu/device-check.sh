@@ -1,26 +1,33 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 38 in one go, for a session lent a GPU machine
 # (../shared/device/README.md). After deploy/build.sh (nvcc found):
-#   here:   bench/gpu/device-check.sh pack   packs the gpu tests in .devbundle
+#   here:   bench/gpu/device-check.sh pack   packs the gpu tests and
+#           gpu_step in .devbundle
 #   there:  bench/gpu/device-check.sh run    through the device tool's run,
 #           with carry [".devbundle"]
-# "run" runs each packed gpu test, then compute-sanitizer's memcheck and
-# racecheck over it; full logs go to $OUT (else logs/gpu), a table last.
+# "run" runs each packed test, then compute-sanitizer's memcheck and
+# racecheck over it, then gpu_step and the PyTorch script
+# (bench/gpu/gpu_step.py); full logs go to $OUT (else logs/gpu), a table
+# last.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
-tests=(cuda_kernels_test)
+# Tests that check GPU code where a GPU is found (their paths in build/).
+tests=(kernels/cuda_kernels_test tests/device_team_test)
 case ${1:-} in
 pack)
   exclude=$here/.git/info/exclude
   grep -qx '/.devbundle/' "$exclude" 2>/dev/null ||
     echo '/.devbundle/' >>"$exclude"
   progs=()
-  for t in "${tests[@]}"; do
-    [ -x "$here/build/kernels/$t" ] ||
-      { echo "*** no build/kernels/$t: build with nvcc first" >&2; exit 1; }
-    progs+=("$here/build/kernels/$t")
+  for t in "${tests[@]}" gpu_step; do
+    [ -x "$here/build/$t" ] ||
+      { echo "*** no build/$t: build with nvcc first" >&2; exit 1; }
+    progs+=("$here/build/$t")
   done
+  rm -rf "$here/.devbundle"
   "$here/../shared/device/bundle.sh" "$here/.devbundle" "${progs[@]}"
+  strip --strip-debug "$here"/.devbundle/bin/* # under the 64 MiB carry
+  du -sh "$here/.devbundle"
   ;;
 run)
   out=${OUT:-$here/logs/gpu}
@@ -30,6 +37,7 @@ run)
         echo /usr/local/cuda/bin/compute-sanitizer)
   table=()
   for t in "${tests[@]}"; do
+    t=$(basename "$t")
     bin=$here/.devbundle/bin/$t
     rc=0
     "$here/.devbundle/run" "$bin" --color_output=no --log_level=message \
@@ -39,15 +47,28 @@ run)
       rc=0
       "$here/.devbundle/run" "$san" --tool "$tool" --error-exitcode 9 \
         "$bin" --color_output=no >"$out/$t.$tool.log" 2>&1 || rc=$?
-      table+=("$t under $tool: rc $rc ($(grep -c 'ERROR SUMMARY' \
-        "$out/$t.$tool.log" || true) summaries)")
+      table+=("$t under $tool: rc $rc ($(grep -h 'ERROR SUMMARY' \
+        "$out/$t.$tool.log" | tail -n 1 || true))")
     done
     grep -h 'relative' "$out/$t.log" | tail -n 40 || true
   done
+  rc=0
+  "$here/.devbundle/run" "$here/.devbundle/bin/gpu_step" \
+    >"$out/gpu_step.log" 2>&1 || rc=$?
+  table+=("gpu_step: rc $rc")
+  cat "$out/gpu_step.log"
+  # PyTorch: the machine's python with torch (its own venv, if any).
+  py=python3
+  python3 -c 'import torch' 2>/dev/null ||
+    py=$(ls /opt/torch/.venv/bin/python3 2>/dev/null || echo python3)
+  rc=0
+  "$py" "$here/bench/gpu/gpu_step.py" >"$out/gpu_step_py.log" 2>&1 || rc=$?
+  table+=("gpu_step.py ($py): rc $rc")
+  cat "$out/gpu_step_py.log"
   printf '%s\n' "${table[@]}"
   ;;
 *)
-  sed -n 2,8p "$0"
+  sed -n 2,11p "$0"
   exit 2
   ;;
 esac

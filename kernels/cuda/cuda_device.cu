@@ -231,6 +231,39 @@ template class buffer<uint8_t>;
 template class buffer<uint32_t>;
 template class buffer<double>;
 
+template <class T> pinned<T>& pinned<T>::operator=(pinned&& x) noexcept {
+  if (this != &x) {
+    cudaFreeHost(p_);
+    p_ = x.p_;
+    n_ = x.n_;
+    x.p_ = nullptr;
+    x.n_ = 0;
+  }
+  return *this;
+}
+
+template <class T> pinned<T>::~pinned() {
+  cudaFreeHost(p_); // null: nothing
+}
+
+template class pinned<float>;
+template class pinned<uint8_t>;
+
+graph& graph::operator=(graph&& x) noexcept {
+  if (this != &x) {
+    if (exec_ != nullptr)
+      cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    exec_ = x.exec_;
+    x.exec_ = nullptr;
+  }
+  return *this;
+}
+
+graph::~graph() {
+  if (exec_ != nullptr)
+    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+}
+
 int device_count(std::string* why) {
   int n = 0;
   auto e = cudaGetDeviceCount(&n);
@@ -251,6 +284,7 @@ struct device::impl {
   cublasHandle_t blas = nullptr;
   buffer<double> row_loss; // softmax_xent's per-row losses
   buffer<uint32_t> flag;   // a kernel's "bad input" flag
+  buffer<uint8_t> blas_space; // cuBLAS's workspace, ours: graph-safe
   std::string name;
   size_t bytes = 0;
 };
@@ -287,6 +321,14 @@ std::unique_ptr<device> device::open(int ordinal, cuda_status& st) {
   x.bytes = prop.totalGlobalMem;
   if (!(st = d->alloc(x.flag, 1)).ok())
     return nullptr;
+  // A workspace of our own (32 MiB, cuBLAS's advice for Hopper), set after
+  // the stream (which resets it): a captured GEMM then allocates nothing.
+  constexpr size_t blas_bytes = size_t{32} << 20;
+  if (!(st = d->alloc(x.blas_space, blas_bytes)).ok() ||
+      !(st = check(cublasSetWorkspace(x.blas, x.blas_space.data(), blas_bytes),
+                   "cublasSetWorkspace"))
+           .ok())
+    return nullptr;
   return d;
 }
 
@@ -300,6 +342,7 @@ device::~device() {
   impl_->flag = {};
   if (impl_->blas != nullptr)
     cublasDestroy(impl_->blas);
+  impl_->blas_space = {}; // after the handle that used it
   if (impl_->stream != nullptr)
     cudaStreamDestroy(impl_->stream);
 }
@@ -348,6 +391,32 @@ cuda_status device::alloc(buffer<uint32_t>& b, size_t n) {
   return alloc_into(b, n, b.p_, b.n_);
 }
 
+namespace {
+
+template <class T> cuda_status pin_into(pinned<T>& p, size_t n, T*& ptr,
+                                        size_t& size) {
+  p = pinned<T>{};
+  if (n == 0)
+    return bad_input("a pinned allocation of 0 elements");
+  void* raw = nullptr;
+  auto st = check(cudaMallocHost(&raw, n * sizeof(T)), "cudaMallocHost");
+  if (!st.ok())
+    return st;
+  ptr = static_cast<T*>(raw);
+  size = n;
+  return {};
+}
+
+} // namespace
+
+cuda_status device::alloc_pinned(pinned<float>& p, size_t n) {
+  return pin_into(p, n, p.p_, p.n_);
+}
+
+cuda_status device::alloc_pinned(pinned<uint8_t>& p, size_t n) {
+  return pin_into(p, n, p.p_, p.n_);
+}
+
 cuda_status device::to_device(float* dst, const float* src, size_t n) {
   return check(cudaMemcpyAsync(dst, src, n * sizeof(float),
                                cudaMemcpyHostToDevice, impl_->stream),
@@ -372,6 +441,42 @@ cuda_status device::to_host(uint32_t* dst, const uint32_t* src, size_t n) {
                                   cudaMemcpyDeviceToHost, impl_->stream),
                   "cudaMemcpyAsync to the host");
   return st.ok() ? sync() : st;
+}
+
+cuda_status device::to_host_async(float* dst, const float* src, size_t n) {
+  return check(cudaMemcpyAsync(dst, src, n * sizeof(float),
+                               cudaMemcpyDeviceToHost, impl_->stream),
+               "cudaMemcpyAsync to the host");
+}
+
+cuda_status device::begin_capture() {
+  // Thread-local: other threads' CUDA calls (other devices' actors) go on.
+  return check(
+      cudaStreamBeginCapture(impl_->stream, cudaStreamCaptureModeThreadLocal),
+      "cudaStreamBeginCapture");
+}
+
+cuda_status device::end_capture(graph& g) {
+  g = graph{};
+  cudaGraph_t recorded = nullptr;
+  auto st = check(cudaStreamEndCapture(impl_->stream, &recorded),
+                  "cudaStreamEndCapture");
+  if (!st.ok())
+    return st;
+  cudaGraphExec_t exec = nullptr;
+  st = check(cudaGraphInstantiate(&exec, recorded, 0), "cudaGraphInstantiate");
+  cudaGraphDestroy(recorded); // the executable graph is a copy
+  if (st.ok())
+    g.exec_ = exec;
+  return st;
+}
+
+cuda_status device::launch(const graph& g) {
+  if (!g.ready())
+    return bad_input("launch: no graph recorded");
+  return check(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(g.exec_), impl_->stream),
+      "cudaGraphLaunch");
 }
 
 cuda_status device::sync() {
@@ -457,6 +562,18 @@ cuda_status read_flag(device& d, uint32_t* flag, const char* what) {
 cuda_status device::softmax_xent(const float* logits, const uint8_t* labels,
                                  size_t batch, size_t classes, float* loss,
                                  float* dlogits) {
+  auto st = softmax_xent_unchecked(logits, labels, batch, classes, loss,
+                                   dlogits);
+  if (!st.ok())
+    return st;
+  return read_flag(*this, impl_->flag.data(),
+                   "softmax_xent: a label >= classes");
+}
+
+cuda_status device::softmax_xent_unchecked(const float* logits,
+                                           const uint8_t* labels, size_t batch,
+                                           size_t classes, float* loss,
+                                           float* dlogits) {
   if (!logits || !labels || !loss || batch == 0 || classes == 0 ||
       classes > 256)
     return bad_input("softmax_xent: a null operand, or classes not in 1..256");
@@ -473,9 +590,7 @@ cuda_status device::softmax_xent(const float* logits, const uint8_t* labels,
   if (auto st = check(cudaGetLastError(), "xent_rows"); !st.ok())
     return st;
   mean_loss<<<1, 1, 0, x.stream>>>(x.row_loss.data(), batch, loss);
-  if (auto st = check(cudaGetLastError(), "mean_loss"); !st.ok())
-    return st;
-  return read_flag(*this, x.flag.data(), "softmax_xent: a label >= classes");
+  return check(cudaGetLastError(), "mean_loss");
 }
 
 cuda_status device::accuracy_count(const float* logits, const uint8_t* labels,

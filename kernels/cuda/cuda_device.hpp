@@ -48,6 +48,46 @@ private:
   size_t n_ = 0;
 };
 
+/// Page-locked host memory of `n` elements of T, freed with it: copies from
+/// and to it run without the host waiting, and can be captured in a graph.
+template <class T> class pinned {
+public:
+  pinned() = default;
+  pinned(pinned&& x) noexcept : p_(x.p_), n_(x.n_) {
+    x.p_ = nullptr;
+    x.n_ = 0;
+  }
+  pinned& operator=(pinned&& x) noexcept;
+  pinned(const pinned&) = delete;
+  pinned& operator=(const pinned&) = delete;
+  ~pinned();
+  T* data() const { return p_; }
+  size_t size() const { return n_; }
+
+private:
+  friend class device;
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+/// A stream's work recorded once (a CUDA graph) and replayed whole: one
+/// launch instead of one per kernel and copy. Holds the device pointers it
+/// was recorded with: whoever frees or moves those drops the graph.
+class graph {
+public:
+  graph() = default;
+  graph(graph&& x) noexcept : exec_(x.exec_) { x.exec_ = nullptr; }
+  graph& operator=(graph&& x) noexcept;
+  graph(const graph&) = delete;
+  graph& operator=(const graph&) = delete;
+  ~graph();
+  bool ready() const { return exec_ != nullptr; }
+
+private:
+  friend class device;
+  void* exec_ = nullptr; // cudaGraphExec_t
+};
+
 /// One GPU: its stream and cuBLAS handle. Calls queue on the stream; the
 /// copies back to the host wait for it. Not thread-safe: one owner (a
 /// device actor) at a time, on a thread whose current device is this one
@@ -70,13 +110,28 @@ public:
   cuda_status alloc(buffer<float>& b, size_t n);
   cuda_status alloc(buffer<uint8_t>& b, size_t n);
   cuda_status alloc(buffer<uint32_t>& b, size_t n);
+  cuda_status alloc_pinned(pinned<float>& p, size_t n);
+  cuda_status alloc_pinned(pinned<uint8_t>& p, size_t n);
   /// Host -> device and back, `n` elements; to_host waits for the stream.
   cuda_status to_device(float* dst, const float* src, size_t n);
   cuda_status to_device(uint8_t* dst, const uint8_t* src, size_t n);
   cuda_status to_host(float* dst, const float* src, size_t n);
   cuda_status to_host(uint32_t* dst, const uint32_t* src, size_t n);
+  /// Device -> host without waiting: `dst` is pinned memory, read after
+  /// sync().
+  cuda_status to_host_async(float* dst, const float* src, size_t n);
   /// Waits for everything queued.
   cuda_status sync();
+
+  // -- graphs ----------------------------------------------------------------
+  /// Records what this thread queues on the stream from here on, without
+  /// running it, until end_capture makes `g` of it. No call in between may
+  /// wait for the stream or allocate (copies to or from pageable memory,
+  /// to_host, the checked softmax_xent, alloc): those fail the capture.
+  cuda_status begin_capture();
+  cuda_status end_capture(graph& g);
+  /// Queues `g` (recorded on this device) on the stream.
+  cuda_status launch(const graph& g);
 
   // -- the layers (device pointers; as kernels/dense.hpp etc.) --------------
   /// y (batch x out) = x (batch x in) w (in x out) + b, row-major.
@@ -95,6 +150,11 @@ public:
   cuda_status softmax_xent(const float* logits, const uint8_t* labels,
                            size_t batch, size_t classes, float* loss,
                            float* dlogits);
+  /// As softmax_xent, without waiting to check the labels on the device:
+  /// for callers that checked them on the host, and for graphs.
+  cuda_status softmax_xent_unchecked(const float* logits, const uint8_t* labels,
+                                     size_t batch, size_t classes, float* loss,
+                                     float* dlogits);
   /// Rows whose first largest logit is the label, into `correct` (one
   /// uint32 on the device).
   cuda_status accuracy_count(const float* logits, const uint8_t* labels,

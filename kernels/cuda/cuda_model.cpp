@@ -3,6 +3,7 @@
 #include "kernels/cuda/cuda_model.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 namespace troupe::cuda {
@@ -69,6 +70,8 @@ cuda_status cuda_model::upload_parameters(const std::vector<param_ref>& ps) {
 cuda_status cuda_model::reserve(size_t batch) {
   if (batch <= rows_)
     return {};
+  step_graph_ = graph{}; // it holds the buffers about to go
+  graph_rows_ = 0;
   acts_.clear();
   acts_.resize(layers_.size() + 1);
   size_t widest = 0;
@@ -82,7 +85,11 @@ cuda_status cuda_model::reserve(size_t batch) {
   if (!(st = dev_.alloc(dlogits_, batch * layers_.back().out)).ok() ||
       !(st = dev_.alloc(scratch_a_, batch * widest)).ok() ||
       !(st = dev_.alloc(scratch_b_, batch * widest)).ok() ||
-      !(st = dev_.alloc(labels_, batch)).ok())
+      !(st = dev_.alloc(labels_, batch)).ok() ||
+      !(st = dev_.alloc_pinned(x_stage_, batch * layers_[0].in)).ok() ||
+      !(st = dev_.alloc_pinned(y_stage_, batch)).ok() ||
+      (loss_stage_.size() == 0 &&
+       !(st = dev_.alloc_pinned(loss_stage_, 1)).ok()))
     return st;
   rows_ = batch;
   return {};
@@ -92,11 +99,51 @@ cuda_status cuda_model::compute_gradients(const float* x, const uint8_t* labels,
                                           size_t batch, float* loss) {
   if (!x || !labels || !loss || batch == 0)
     return {"bad input: cuda_model::compute_gradients: no batch"};
+  auto classes = layers_.back().out;
+  for (size_t i = 0; i < batch; ++i)
+    if (labels[i] >= classes)
+      return {"bad input: cuda_model::compute_gradients: label " +
+              std::to_string(labels[i]) + " of row " + std::to_string(i) +
+              " >= " + std::to_string(classes) + " classes"};
+  cuda_status st;
+  if (!(st = reserve(batch)).ok())
+    return st;
+  // The step waited for the one before: the staging buffers are free.
+  std::memcpy(x_stage_.data(), x, batch * layers_[0].in * sizeof(float));
+  std::memcpy(y_stage_.data(), labels, batch);
+  replayed_ = false;
+  if (graphs_ && graph_rows_ != batch && last_rows_ == batch) {
+    // The shapes are fixed (and every buffer made): record the step.
+    if (!(st = dev_.begin_capture()).ok())
+      return st;
+    auto queued = queue_step(batch);
+    st = dev_.end_capture(step_graph_); // ends the capture in any case
+    if (!queued.ok())
+      return queued;
+    if (!st.ok())
+      return st;
+    graph_rows_ = batch;
+  }
+  last_rows_ = batch;
+  if (graphs_ && graph_rows_ == batch) {
+    st = dev_.launch(step_graph_);
+    replayed_ = st.ok();
+  } else {
+    st = queue_step(batch);
+  }
+  if (!st.ok() || !(st = dev_.sync()).ok())
+    return st;
+  *loss = loss_stage_.data()[0];
+  return {};
+}
+
+cuda_status cuda_model::queue_step(size_t batch) {
   cuda_status st;
   auto n_layers = layers_.size();
-  if (!(st = reserve(batch)).ok() ||
-      !(st = dev_.to_device(acts_[0].data(), x, batch * layers_[0].in)).ok() ||
-      !(st = dev_.to_device(labels_.data(), labels, batch)).ok())
+  if (!(st = dev_.to_device(acts_[0].data(), x_stage_.data(),
+                            batch * layers_[0].in))
+           .ok() ||
+      !(st = dev_.to_device(labels_.data(), y_stage_.data(), batch)).ok())
     return st;
   for (size_t l = 0; l < n_layers; ++l) {
     auto& L = layers_[l];
@@ -110,9 +157,10 @@ cuda_status cuda_model::compute_gradients(const float* x, const uint8_t* labels,
              .ok())
       return st;
   }
-  auto classes = layers_.back().out;
-  if (!(st = dev_.softmax_xent(acts_.back().data(), labels_.data(), batch,
-                               classes, loss_.data(), dlogits_.data()))
+  // Labels were checked on the host: nothing to wait for here.
+  if (!(st = dev_.softmax_xent_unchecked(acts_.back().data(), labels_.data(),
+                                         batch, layers_.back().out,
+                                         loss_.data(), dlogits_.data()))
            .ok())
     return st;
   // Backward, the gradient at a layer's output in `dy`, at its input in
@@ -135,7 +183,7 @@ cuda_status cuda_model::compute_gradients(const float* x, const uint8_t* labels,
       std::swap(dx, spare);
     }
   }
-  return dev_.to_host(loss, loss_.data(), 1);
+  return dev_.to_host_async(loss_stage_.data(), loss_.data(), 1);
 }
 
 cuda_status cuda_model::download_gradients(model& m) {

@@ -30,10 +30,21 @@ public:
   cuda_status upload_parameters(const std::vector<param_ref>& ps);
 
   /// Forward, softmax cross-entropy and backward for `batch` rows of `x`
-  /// with `labels` (host memory, copied up): the gradients stay on the GPU,
-  /// the mean loss comes back in `loss`.
+  /// with `labels` (host memory, checked and copied up through pinned
+  /// staging buffers): the gradients stay on the GPU, the mean loss comes
+  /// back in `loss`. Once two steps in a row had the same batch (its
+  /// shapes are fixed), the step is recorded as a CUDA graph and replayed
+  /// from then on while the batch stays (use_graphs).
   cuda_status compute_gradients(const float* x, const uint8_t* labels,
                                 size_t batch, float* loss);
+
+  /// Replays steps as a CUDA graph (default) or launches each kernel.
+  void use_graphs(bool on) {
+    graphs_ = on;
+    step_graph_ = graph{};
+  }
+  /// True if the last compute_gradients replayed a graph.
+  bool replayed() const { return replayed_; }
 
   /// The gradients copied into `m`'s gradient arrays (model::gradients).
   cuda_status download_gradients(model& m);
@@ -54,7 +65,11 @@ private:
     buffer<float> w, b, dw, db;
   };
   explicit cuda_model(device& dev) : dev_(dev) {}
+  /// Buffers and staging for `batch` rows; drops the graph if they move.
   cuda_status reserve(size_t batch);
+  /// The step on the stream, from the staging buffers to the loss in
+  /// loss_stage_: nothing that waits or allocates (it may be recorded).
+  cuda_status queue_step(size_t batch);
   /// Walks `refs` (a model's arrays: weights, then bias, per layer) beside
   /// our layers' buffers (`grads`: the gradients' ones), calling
   /// `move(host, device, n)` on each pair.
@@ -68,6 +83,12 @@ private:
   buffer<float> dlogits_, scratch_a_, scratch_b_, loss_;
   buffer<uint8_t> labels_;
   size_t rows_ = 0; // batch the buffers hold
+  pinned<float> x_stage_, loss_stage_;
+  pinned<uint8_t> y_stage_;
+  graph step_graph_;
+  size_t graph_rows_ = 0; // batch step_graph_ was recorded for
+  size_t last_rows_ = 0;  // batch of the step before
+  bool graphs_ = true, replayed_ = false;
 };
 
 } // namespace troupe::cuda

@@ -92,18 +92,24 @@ double check_step(caf::actor_system& sys, const std::vector<device_name>& ds,
   return rel;
 }
 
-/// A CPU backend whose compute fails (a device that breaks mid-step).
+/// A CPU backend one of whose calls fails (a device that breaks).
 class failing_backend final : public device_backend {
 public:
-  explicit failing_backend(const model& m) : cpu_(make_cpu_backend(m)) {}
+  enum class at { attach, set_parameters, compute };
+  failing_backend(const model& m, at where)
+      : cpu_(make_cpu_backend(m)), where_(where) {}
   std::string describe() const override { return "failing"; }
-  device_status attach() override { return {}; }
-  device_status set_parameters(const std::vector<param_ref>& ps) override {
-    return cpu_->set_parameters(ps);
+  device_status attach() override {
+    return fails(at::attach, "attach: an injected failure");
   }
-  device_status compute_gradients(const float*, const uint8_t*, size_t,
-                                  float*) override {
-    return {"compute_gradients: an injected failure"};
+  device_status set_parameters(const std::vector<param_ref>& ps) override {
+    auto st = fails(at::set_parameters, "set_parameters: an injected failure");
+    return st.ok() ? cpu_->set_parameters(ps) : st;
+  }
+  device_status compute_gradients(const float* x, const uint8_t* y, size_t n,
+                                  float* loss) override {
+    auto st = fails(at::compute, "compute_gradients: an injected failure");
+    return st.ok() ? cpu_->compute_gradients(x, y, n, loss) : st;
   }
   device_status scale_gradients(float a) override {
     return cpu_->scale_gradients(a);
@@ -120,8 +126,30 @@ public:
   }
 
 private:
+  device_status fails(at where, const char* what) const {
+    return where == where_ ? device_status{what} : device_status{};
+  }
   std::unique_ptr<device_backend> cpu_;
+  at where_;
 };
+
+/// A team of two CPU devices in a CPU group waiting `wait`, rank `bad`'s
+/// backend failing at `where`; the error of one step.
+caf::error failed_step(caf::actor_system& sys, size_t bad,
+                       failing_backend::at where,
+                       std::chrono::milliseconds wait) {
+  auto m = fresh_model();
+  batch_of b{8};
+  std::vector<std::shared_ptr<device_backend>> backends;
+  for (size_t r = 0; r < 2; ++r)
+    backends.push_back(
+        r == bad ? std::make_shared<failing_backend>(m, where)
+                 : std::shared_ptr<device_backend>{make_cpu_backend(m)});
+  auto team = device_team::assemble(sys, cpus(2), std::move(backends),
+                                    make_cpu_group(2, wait), wait, "test");
+  float loss = 0;
+  return team->step(m, b.x.data(), b.y.data(), 8, &loss);
+}
 
 } // namespace
 
@@ -142,53 +170,48 @@ BOOST_AUTO_TEST_CASE(cpu_devices_compute_the_batchs_mean_gradient) {
   check_step(sys, cpus(3), true, 7, 1e-5);
 }
 
-BOOST_AUTO_TEST_CASE(a_failing_device_fails_every_rank_without_a_hang) {
-  // Rank 1 fails its math; it still makes every collective, so rank 0
-  // ends its step at once (well inside the group's 30 s wait), ok, and
-  // rank 1 reports the failure in its own words.
-  auto m = fresh_model();
-  batch_of b{8};
-  auto group = make_cpu_group(2, std::chrono::seconds{30});
-  auto ok = make_cpu_backend(m);
-  failing_backend bad{m};
-  device_job j0, j1;
-  j0.weights = m.parameters();
-  j0.gradients = m.gradients();
-  for (auto* j : {&j0, &j1}) {
-    j->x = b.x.data();
-    j->labels = b.y.data();
-    j->rows = 4;
-    j->share = 0.5f;
-  }
-  auto began = std::chrono::steady_clock::now();
-  std::thread other{[&] { run_device_job(bad, group[1].get(), j1); }};
-  run_device_job(*ok, group[0].get(), j0);
-  other.join();
-  BOOST_CHECK(std::chrono::steady_clock::now() - began <
-              std::chrono::seconds{20});
-  BOOST_CHECK_MESSAGE(j0.status.ok(), j0.status.error);
-  BOOST_CHECK_EQUAL(j1.status.error, "compute_gradients: an injected failure");
-}
-
-BOOST_AUTO_TEST_CASE(a_device_actor_reports_its_failure_as_the_teams_error) {
+BOOST_AUTO_TEST_CASE(a_failing_device_fails_the_step_named_without_a_hang) {
+  // A rank whose own work fails still makes every collective, so the
+  // other ends its step at once, well inside the group's 30 s wait; the
+  // step names the rank that failed, in its backend's words.
   node_config cfg;
   caf::actor_system sys{cfg};
-  auto m = fresh_model();
-  batch_of b{4};
-  auto actor =
-      spawn_device_actor(sys, std::make_shared<failing_backend>(m), nullptr);
-  auto job = std::make_shared<device_job>();
-  job->weights = m.parameters();
-  job->x = b.x.data();
-  job->labels = b.y.data();
-  job->rows = 4;
-  auto done = job->done.get_future();
-  caf::anon_send(actor, step_atom_v, job);
-  BOOST_REQUIRE(done.wait_for(std::chrono::seconds{30}) ==
-                std::future_status::ready);
-  BOOST_CHECK_EQUAL(job->status.error,
-                    "compute_gradients: an injected failure");
-  caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  using at = failing_backend::at;
+  auto long_wait = std::chrono::seconds{30};
+  for (auto [bad, where, words] :
+       {std::tuple{size_t{1}, at::compute, "compute_gradients: an injected"},
+        std::tuple{size_t{0}, at::set_parameters, "set_parameters: an"},
+        std::tuple{size_t{0}, at::compute, "compute_gradients: an"}}) {
+    auto began = std::chrono::steady_clock::now();
+    auto err = failed_step(sys, bad, where, long_wait);
+    BOOST_CHECK(std::chrono::steady_clock::now() - began < long_wait);
+    BOOST_REQUIRE(err);
+    BOOST_CHECK(err == errc::device_failed);
+    auto said = describe(err);
+    BOOST_TEST_MESSAGE(said);
+    BOOST_CHECK_MESSAGE(said.find("cpu (rank " + std::to_string(bad) + ")") !=
+                                std::string::npos &&
+                            said.find(words) != std::string::npos,
+                        said);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_device_that_never_comes_fails_the_others_in_time) {
+  // Rank 1 cannot attach and makes no collective: rank 0 gives up on it
+  // after the group's wait (2 s), and the step names rank 1's own failure
+  // rather than rank 0's "did not join".
+  node_config cfg;
+  caf::actor_system sys{cfg};
+  auto err =
+      failed_step(sys, 1, failing_backend::at::attach, std::chrono::seconds{2});
+  BOOST_REQUIRE(err);
+  BOOST_CHECK(err == errc::device_failed);
+  auto said = describe(err);
+  BOOST_TEST_MESSAGE(said);
+  BOOST_CHECK_MESSAGE(said.find("cpu (rank 1)") != std::string::npos &&
+                          said.find("attach: an injected failure") !=
+                              std::string::npos,
+                      said);
 }
 
 BOOST_AUTO_TEST_CASE(devices_that_cannot_be_opened_are_one_plain_error) {

@@ -284,21 +284,44 @@ BOOST_AUTO_TEST_CASE(a_training_step_on_the_gpu_matches_the_cpu) {
     for (auto& l : labels)
       l = uint8_t(gen() % 10);
     auto cpu = *m;
-    float cpu_loss = 0, gpu_loss = 0;
+    float cpu_loss = 0;
     BOOST_REQUIRE(cpu.compute_gradients(x.data(), labels.data(), batch,
                                         &cpu_loss) == kernel_status::ok);
-    REQUIRE_OK(g->compute_gradients(x.data(), labels.data(), batch, &gpu_loss));
-    auto got = *m;
-    REQUIRE_OK(g->download_gradients(got));
-    auto name = "batch " + std::to_string(batch);
-    check_close({cpu_loss}, {gpu_loss}, "step loss, " + name);
-    auto want = cpu.gradients(), have = got.gradients();
-    BOOST_REQUIRE_EQUAL(want.size(), have.size());
-    for (size_t i = 0; i < want.size(); ++i)
-      check_close(std::vector<float>(want[i].data, want[i].data + want[i].size),
-                  std::vector<float>(have[i].data, have[i].data + have[i].size),
-                  want[i].name + ", " + name);
+    // The first step at a batch launches each kernel, the second records
+    // the step as a CUDA graph and replays it, the third replays it: all
+    // match the CPU.
+    for (int call = 0; call < 3; ++call) {
+      float gpu_loss = 0;
+      REQUIRE_OK(
+          g->compute_gradients(x.data(), labels.data(), batch, &gpu_loss));
+      BOOST_CHECK_EQUAL(g->replayed(), call > 0);
+      auto got = *m;
+      REQUIRE_OK(g->download_gradients(got));
+      auto name = "batch " + std::to_string(batch) +
+                  (call > 0 ? " (graph)" : " (kernels)");
+      check_close({cpu_loss}, {gpu_loss}, "step loss, " + name);
+      auto want = cpu.gradients(), have = got.gradients();
+      BOOST_REQUIRE_EQUAL(want.size(), have.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        check_close(
+            std::vector<float>(want[i].data, want[i].data + want[i].size),
+            std::vector<float>(have[i].data, have[i].data + have[i].size),
+            want[i].name + ", " + name);
+    }
   }
+  // Graphs off: each kernel launched, as the first step.
+  g->use_graphs(false);
+  auto x = random_floats(64 * 784, 3, 0.0f, 1.0f);
+  std::vector<uint8_t> labels(64, 3);
+  float loss = 0;
+  REQUIRE_OK(g->compute_gradients(x.data(), labels.data(), 64, &loss));
+  REQUIRE_OK(g->compute_gradients(x.data(), labels.data(), 64, &loss));
+  BOOST_CHECK(!g->replayed());
+  // A label out of range is refused on the host, before the GPU runs.
+  labels[5] = 10;
+  auto refused = g->compute_gradients(x.data(), labels.data(), 64, &loss);
+  BOOST_CHECK_EQUAL(refused.error, "bad input: cuda_model::compute_gradients:"
+                              " label 10 of row 5 >= 10 classes");
 }
 
 BOOST_AUTO_TEST_CASE(nccl_as_one_rank) {

@@ -288,7 +288,18 @@ BOOST_AUTO_TEST_CASE(the_device_flag_names_devices_of_one_kind) {
   rejected({"--server.mode=sync_device", "--worker.overlap"},
            "--worker.overlap");
   rejected({"--device=cuda:0", "--worker.task=stage", "--optimizer.name=sgd"},
-           "--worker.task=stage");
+           "--worker.task=stage computes nothing on device actors (only"
+           " train does): drop --device=cuda:0");
+  // The error names the flag given, not the default --device=auto.
+  rejected({"--server.mode=sync_device", "--worker.task=counter",
+            "--optimizer.name=sum"},
+           "drop --server.mode=sync_device");
+  rejected({"--server.mode=sync_device", "--worker.overlap"},
+           "(--server.mode=sync_device): drop one");
+  {
+    node_config ok; // the CPU alone is no device actor
+    BOOST_CHECK(!parse(ok, {"--device=cpu", "--worker.overlap"}));
+  }
   rejected(
       {"--device=cpu,cpu,cpu", "--server.mode=sync_device", "--train.batch=2"},
       "--train.batch");
@@ -301,6 +312,9 @@ BOOST_AUTO_TEST_CASE(the_device_flag_names_devices_of_one_kind) {
   BOOST_REQUIRE(
       !parse(two, {"--device=cuda:0,cuda:1", "--server.mode=sync_device"}));
   BOOST_CHECK(two.worker.sum_on_devices);
+  // The servers run sync: checkpoints say so (cut rounds, resume under
+  // either mode).
+  BOOST_CHECK_EQUAL(two.server.checkpoint.mode, "sync");
   BOOST_REQUIRE_EQUAL(two.worker.device.devices.size(), 2u);
   BOOST_CHECK_EQUAL(to_string(two.worker.device.devices[1]), "cuda:1");
   BOOST_CHECK_EQUAL(two.trainer().worker.device.devices.size(), 2u);
