@@ -211,9 +211,21 @@ bool valid_step(const void* w, const void* g, size_t n, float lr, float wd,
 
 } // namespace
 
-template <class T> buffer<T>& buffer<T>::operator=(buffer&& x) noexcept {
+namespace {
+
+template <bool Host> void release(void* p) {
+  if constexpr (Host)
+    cudaFreeHost(p); // null: nothing
+  else
+    cudaFree(p);
+}
+
+} // namespace
+
+template <class T, bool Host>
+memory<T, Host>& memory<T, Host>::operator=(memory&& x) noexcept {
   if (this != &x) {
-    cudaFree(p_);
+    release<Host>(p_);
     p_ = x.p_;
     n_ = x.n_;
     x.p_ = nullptr;
@@ -222,32 +234,16 @@ template <class T> buffer<T>& buffer<T>::operator=(buffer&& x) noexcept {
   return *this;
 }
 
-template <class T> buffer<T>::~buffer() {
-  cudaFree(p_); // null: nothing
+template <class T, bool Host> memory<T, Host>::~memory() {
+  release<Host>(p_);
 }
 
-template class buffer<float>;
-template class buffer<uint8_t>;
-template class buffer<uint32_t>;
-template class buffer<double>;
-
-template <class T> pinned<T>& pinned<T>::operator=(pinned&& x) noexcept {
-  if (this != &x) {
-    cudaFreeHost(p_);
-    p_ = x.p_;
-    n_ = x.n_;
-    x.p_ = nullptr;
-    x.n_ = 0;
-  }
-  return *this;
-}
-
-template <class T> pinned<T>::~pinned() {
-  cudaFreeHost(p_); // null: nothing
-}
-
-template class pinned<float>;
-template class pinned<uint8_t>;
+template class memory<float, false>;
+template class memory<uint8_t, false>;
+template class memory<uint32_t, false>;
+template class memory<double, false>;
+template class memory<float, true>;
+template class memory<uint8_t, true>;
 
 graph& graph::operator=(graph&& x) noexcept {
   if (this != &x) {
@@ -282,8 +278,8 @@ int device_count(std::string* why) {
 struct device::impl {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
-  buffer<double> row_loss; // softmax_xent's per-row losses
-  buffer<uint32_t> flag;   // a kernel's "bad input" flag
+  buffer<double> row_loss;    // softmax_xent's per-row losses
+  buffer<uint32_t> flag;      // a kernel's "bad input" flag
   buffer<uint8_t> blas_space; // cuBLAS's workspace, ours: graph-safe
   std::string name;
   size_t bytes = 0;
@@ -360,13 +356,14 @@ std::string device::describe() const {
 
 namespace {
 
-template <class T>
-cuda_status alloc_into(buffer<T>& b, size_t n, T*& p, size_t& size) {
-  b = buffer<T>{};
+template <class T, bool Host>
+cuda_status alloc_into(memory<T, Host>& b, size_t n, T*& p, size_t& size) {
+  b = memory<T, Host>{};
   if (n == 0)
     return bad_input("an allocation of 0 elements");
   void* raw = nullptr;
-  auto st = check(cudaMalloc(&raw, n * sizeof(T)), "cudaMalloc");
+  auto st = Host ? check(cudaMallocHost(&raw, n * sizeof(T)), "cudaMallocHost")
+                 : check(cudaMalloc(&raw, n * sizeof(T)), "cudaMalloc");
   if (!st.ok())
     return st;
   p = static_cast<T*>(raw);
@@ -391,30 +388,12 @@ cuda_status device::alloc(buffer<uint32_t>& b, size_t n) {
   return alloc_into(b, n, b.p_, b.n_);
 }
 
-namespace {
-
-template <class T> cuda_status pin_into(pinned<T>& p, size_t n, T*& ptr,
-                                        size_t& size) {
-  p = pinned<T>{};
-  if (n == 0)
-    return bad_input("a pinned allocation of 0 elements");
-  void* raw = nullptr;
-  auto st = check(cudaMallocHost(&raw, n * sizeof(T)), "cudaMallocHost");
-  if (!st.ok())
-    return st;
-  ptr = static_cast<T*>(raw);
-  size = n;
-  return {};
-}
-
-} // namespace
-
 cuda_status device::alloc_pinned(pinned<float>& p, size_t n) {
-  return pin_into(p, n, p.p_, p.n_);
+  return alloc_into(p, n, p.p_, p.n_);
 }
 
 cuda_status device::alloc_pinned(pinned<uint8_t>& p, size_t n) {
-  return pin_into(p, n, p.p_, p.n_);
+  return alloc_into(p, n, p.p_, p.n_);
 }
 
 cuda_status device::to_device(float* dst, const float* src, size_t n) {
@@ -562,8 +541,8 @@ cuda_status read_flag(device& d, uint32_t* flag, const char* what) {
 cuda_status device::softmax_xent(const float* logits, const uint8_t* labels,
                                  size_t batch, size_t classes, float* loss,
                                  float* dlogits) {
-  auto st = softmax_xent_unchecked(logits, labels, batch, classes, loss,
-                                   dlogits);
+  auto st =
+      softmax_xent_unchecked(logits, labels, batch, classes, loss, dlogits);
   if (!st.ok())
     return st;
   return read_flag(*this, impl_->flag.data(),

@@ -27,18 +27,20 @@ using cuda_status = troupe::device_status;
 /// reason in `why` (if given). Clears the error it leaves behind.
 int device_count(std::string* why = nullptr);
 
-/// Device memory of `n` elements of T, freed with it.
-template <class T> class buffer {
+/// `n` elements of T, freed with it: device memory (`Host` false), or
+/// page-locked host memory (`Host` true), which copies from and to run
+/// without the host waiting, and which a graph can hold.
+template <class T, bool Host> class memory {
 public:
-  buffer() = default;
-  buffer(buffer&& x) noexcept : p_(x.p_), n_(x.n_) {
+  memory() = default;
+  memory(memory&& x) noexcept : p_(x.p_), n_(x.n_) {
     x.p_ = nullptr;
     x.n_ = 0;
   }
-  buffer& operator=(buffer&& x) noexcept;
-  buffer(const buffer&) = delete;
-  buffer& operator=(const buffer&) = delete;
-  ~buffer();
+  memory& operator=(memory&& x) noexcept;
+  memory(const memory&) = delete;
+  memory& operator=(const memory&) = delete;
+  ~memory();
   T* data() const { return p_; }
   size_t size() const { return n_; }
 
@@ -48,27 +50,10 @@ private:
   size_t n_ = 0;
 };
 
-/// Page-locked host memory of `n` elements of T, freed with it: copies from
-/// and to it run without the host waiting, and can be captured in a graph.
-template <class T> class pinned {
-public:
-  pinned() = default;
-  pinned(pinned&& x) noexcept : p_(x.p_), n_(x.n_) {
-    x.p_ = nullptr;
-    x.n_ = 0;
-  }
-  pinned& operator=(pinned&& x) noexcept;
-  pinned(const pinned&) = delete;
-  pinned& operator=(const pinned&) = delete;
-  ~pinned();
-  T* data() const { return p_; }
-  size_t size() const { return n_; }
-
-private:
-  friend class device;
-  T* p_ = nullptr;
-  size_t n_ = 0;
-};
+/// Device memory of `n` elements of T.
+template <class T> using buffer = memory<T, false>;
+/// Page-locked host memory of `n` elements of T.
+template <class T> using pinned = memory<T, true>;
 
 /// A stream's work recorded once (a CUDA graph) and replayed whole: one
 /// launch instead of one per kernel and copy. Holds the device pointers it

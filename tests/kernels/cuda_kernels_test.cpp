@@ -321,7 +321,7 @@ BOOST_AUTO_TEST_CASE(a_training_step_on_the_gpu_matches_the_cpu) {
   labels[5] = 10;
   auto refused = g->compute_gradients(x.data(), labels.data(), 64, &loss);
   BOOST_CHECK_EQUAL(refused.error, "bad input: cuda_model::compute_gradients:"
-                              " label 10 of row 5 >= 10 classes");
+                                   " label 10 of row 5 >= 10 classes");
 }
 
 BOOST_AUTO_TEST_CASE(nccl_as_one_rank) {

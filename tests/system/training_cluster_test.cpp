@@ -193,6 +193,12 @@ BOOST_AUTO_TEST_CASE(a_resumed_overlapped_job_ends_exactly_alike_too) {
   check_resume({"--worker.overlap"}, 2);
 }
 
+BOOST_AUTO_TEST_CASE(a_resumed_sync_device_job_ends_exactly_alike_too) {
+  // Two CPU devices per worker sum in rank order, so sync_device is as
+  // deterministic as sync; its checkpoints cut the rounds as sync's do.
+  check_resume({"--server.mode=sync_device", "--device=cpu,cpu"}, 1);
+}
+
 /// Resumes the checkpoint in `dir` with `other` flags on every node: both
 /// workers must stop with exit code 1 and a line holding `says`, and the
 /// checkpoint must stay as it was.
