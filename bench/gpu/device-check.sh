@@ -5,10 +5,10 @@
 #           gpu_step in .devbundle
 #   there:  bench/gpu/device-check.sh run    through the device tool's run,
 #           with carry [".devbundle"]
-# "run" runs each packed test, then compute-sanitizer's memcheck and
-# racecheck over it, then gpu_step and the PyTorch script
-# (bench/gpu/gpu_step.py); full logs go to $OUT (else logs/gpu), a table
-# last.
+# "run" runs each packed test, gpu_step and the PyTorch script
+# (bench/gpu/gpu_step.py), then compute-sanitizer's memcheck and racecheck
+# over each test, every step bounded in time; full logs go to $OUT (else
+# logs/gpu), a table last (rc 124: cut at its bound).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 # Tests that check GPU code where a GPU is found (their paths in build/).
@@ -30,41 +30,48 @@ pack)
   du -sh "$here/.devbundle"
   ;;
 run)
+  # One device call holds at most 600 s: the tests, then the benches, then
+  # the sanitizers, each bounded, so that what matters most comes first.
   out=${OUT:-$here/logs/gpu}
   mkdir -p "$out"
   nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
-  san=$(command -v compute-sanitizer ||
-        echo /usr/local/cuda/bin/compute-sanitizer)
   table=()
   for t in "${tests[@]}"; do
     t=$(basename "$t")
-    bin=$here/.devbundle/bin/$t
     rc=0
-    "$here/.devbundle/run" "$bin" --color_output=no --log_level=message \
-      >"$out/$t.log" 2>&1 || rc=$?
+    timeout 120 "$here/.devbundle/run" "$here/.devbundle/bin/$t" \
+      --color_output=no --log_level=message >"$out/$t.log" 2>&1 || rc=$?
     table+=("$t: rc $rc")
-    for tool in memcheck racecheck; do
-      rc=0
-      "$here/.devbundle/run" "$san" --tool "$tool" --error-exitcode 9 \
-        "$bin" --color_output=no >"$out/$t.$tool.log" 2>&1 || rc=$?
-      table+=("$t under $tool: rc $rc ($(grep -h 'ERROR SUMMARY' \
-        "$out/$t.$tool.log" | tail -n 1 || true))")
-    done
     grep -h 'relative' "$out/$t.log" | tail -n 40 || true
   done
   rc=0
-  "$here/.devbundle/run" "$here/.devbundle/bin/gpu_step" \
+  timeout 90 "$here/.devbundle/run" "$here/.devbundle/bin/gpu_step" \
     >"$out/gpu_step.log" 2>&1 || rc=$?
   table+=("gpu_step: rc $rc")
   cat "$out/gpu_step.log"
   # PyTorch: the machine's python with torch (its own venv, if any).
+  # Compiling takes minutes: bounded, and each figure is printed as made.
   py=python3
   python3 -c 'import torch' 2>/dev/null ||
     py=$(ls /opt/torch/.venv/bin/python3 2>/dev/null || echo python3)
   rc=0
-  "$py" "$here/bench/gpu/gpu_step.py" >"$out/gpu_step_py.log" 2>&1 || rc=$?
+  timeout 180 "$py" "$here/bench/gpu/gpu_step.py" >"$out/gpu_step_py.log" \
+    2>&1 || rc=$?
   table+=("gpu_step.py ($py): rc $rc")
   cat "$out/gpu_step_py.log"
+  san=$(command -v compute-sanitizer ||
+        echo /usr/local/cuda/bin/compute-sanitizer)
+  for t in "${tests[@]}"; do
+    t=$(basename "$t")
+    for tool in memcheck racecheck; do
+      rc=0
+      timeout 70 "$here/.devbundle/run" "$san" --tool "$tool" \
+        --error-exitcode 9 "$here/.devbundle/bin/$t" --color_output=no \
+        >"$out/$t.$tool.log" 2>&1 || rc=$?
+      table+=("$t under $tool: rc $rc ($(grep -h 'ERROR SUMMARY' \
+        "$out/$t.$tool.log" | tail -n 1 || true))")
+    done
+  done
   printf '%s\n' "${table[@]}"
   ;;
 *)

@@ -10,6 +10,9 @@ graphs). Before any figure it checks that every variant computes the same
 first step. Ends on one line of JSON. No torch or no GPU: "SKIPPED: ..." and
 exit 77.
 
+Each figure is printed as it is measured, eager's first (compiling takes
+minutes): a run cut short keeps what it measured.
+
 Usage: gpu_step.py [--steps=N] [--large=SPEC] [--no-compile]
 """
 import json
@@ -141,18 +144,17 @@ def main():
                 sys.exit(f"*** gpu_step.py: {name}'s step differs from"
                          f" eager's: losses {got} against {want}")
     print(f"check: the first two losses of {small} at batch 64 agree in"
-          f" every variant ({want[0]:.6f}, {want[1]:.6f})")
+          f" every variant ({want[0]:.6f}, {want[1]:.6f})", flush=True)
 
-    rows = []
-    print(f"\n{'model':32} {'batch':>6} " +
-          " ".join(f"{n + ' samples/s':>24}" for n, _ in variants))
-    for spec, batch in [(small, 64), (small, 1024), (opt["large"], 1024)]:
-        row = {"model": spec, "batch": batch}
-        for name, mode in variants:
-            row[name] = rate(torch, spec, batch, opt["steps"], mode)
-        rows.append(row)
-        print(f"{spec:32} {batch:6} " +
-              " ".join(f"{row[n]:24.0f}" for n, _ in variants))
+    cases = [(small, 64), (small, 1024), (opt["large"], 1024)]
+    rows = [{"model": spec, "batch": batch} for spec, batch in cases]
+    print(f"\n{'variant':16} {'model':32} {'batch':>6} {'samples/s':>14}")
+    for name, mode in variants:
+        for row in rows:
+            row[name] = rate(torch, row["model"], row["batch"], opt["steps"],
+                             mode)
+            print(f"{name:16} {row['model']:32} {row['batch']:6}"
+                  f" {row[name]:14.0f}", flush=True)
     print(json.dumps({"bench": "gpu_step.py",
                       "device": torch.cuda.get_device_name(0),
                       "torch": torch.__version__, "train": rows}))
