@@ -1,6 +1,7 @@
 # `cmake --install build --prefix P` puts troupe where another project's
 # find_package(troupe) finds it: the libraries, the headers (with the Cap'n
-# Proto ones generated here), troupe-node, troupe-export and troupe-plot,
+# Proto ones generated here), troupe-node, troupe-export and troupe-plot
+# (and the GPU plugin where nvcc was found),
 # and troupeConfig.cmake, which finds troupe's own dependencies again
 # (CAF through the FindCAF.cmake it ships: Debian's CAF has no config).
 # examples/custom_worker/CMakeLists.txt is such a project;
@@ -16,14 +17,14 @@ target_include_directories(troupe PUBLIC
 target_include_directories(troupe_kernels PUBLIC
   "$<INSTALL_INTERFACE:${troupe_include_dir}>")
 
-set(troupe_libraries troupe troupe_kernels)
-if(TROUPE_HAVE_CUDA) # troupe links the CUDA twins (actors/device)
-  list(APPEND troupe_libraries troupe_cuda)
-endif()
-install(TARGETS ${troupe_libraries} EXPORT troupeTargets
+install(TARGETS troupe troupe_kernels EXPORT troupeTargets
   ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
 install(TARGETS troupe-node troupe-export troupe-plot
   RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
+if(TROUPE_HAVE_CUDA) # found from bin/ as ../LIBDIR (actors/device/gpu_plugin)
+  install(TARGETS troupe_cuda_plugin
+    LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}")
+endif()
 install(DIRECTORY actors kernels messages
   DESTINATION "${troupe_include_dir}"
   FILES_MATCHING PATTERN "*.hpp")

@@ -35,4 +35,12 @@ double standard_normal(std::mt19937_64& rng) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(two_pi * u2);
 }
 
+std::vector<float> random_floats(size_t n, uint64_t seed, float lo, float hi) {
+  std::mt19937_64 rng{seed};
+  std::vector<float> v(n);
+  for (auto& x : v)
+    x = lo + float(uniform01(rng)) * (hi - lo);
+  return v;
+}
+
 } // namespace troupe

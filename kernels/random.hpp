@@ -2,8 +2,10 @@
 // is fully specified, but std's distributions and std::shuffle are not.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <random>
+#include <vector>
 
 namespace troupe {
 
@@ -19,5 +21,10 @@ uint64_t uniform_below(std::mt19937_64& rng, uint64_t bound);
 
 /// Standard normal N(0, 1) by Box-Muller (two uniform draws per value).
 double standard_normal(std::mt19937_64& rng);
+
+/// `n` floats uniform in [lo, hi) from `seed`: tests' and benchmarks'
+/// fresh inputs.
+std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0f,
+                                 float hi = 1.0f);
 
 } // namespace troupe

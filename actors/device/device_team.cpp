@@ -10,42 +10,29 @@
 
 #include "actors/base/exit_codes.hpp"
 #include "actors/device/device_actor.hpp"
+#include "actors/device/gpu_plugin.hpp"
 #include "kernels/comm/communicator.hpp"
 #include "kernels/device_backend.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
-#ifdef TROUPE_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.hpp"
-#include "kernels/cuda/cuda_device.hpp"
-#include "kernels/cuda/nccl_group.hpp"
-#endif
-
 namespace troupe {
 
 namespace {
-
-#ifndef TROUPE_HAVE_CUDA
-const char* no_cuda = "this troupe was built without CUDA (CMake found no"
-                      " nvcc)";
-#endif
 
 /// A replica of `m` on `d`; null with the reason in `why`.
 std::shared_ptr<device_backend> open_backend(const device_name& d, model& m,
                                              std::string& why) {
   if (d.kind == device_name::kind_t::cpu)
     return make_cpu_backend(m);
-#ifdef TROUPE_HAVE_CUDA
+  auto gpu = gpu_plugin(why);
+  if (!gpu)
+    return nullptr;
   device_status st;
-  auto b = cuda::make_cuda_backend(d.ordinal, m, st);
+  auto b = gpu->make_backend(d.ordinal, m, st);
   if (!b)
     why = st.error;
   return b;
-#else
-  (void)m;
-  why = no_cuda;
-  return nullptr;
-#endif
 }
 
 /// The communicator of `ds` (all of one kind); empty with the reason in
@@ -55,15 +42,13 @@ make_group(const std::vector<device_name>& ds, std::chrono::milliseconds wait,
            std::string& why) {
   if (ds[0].kind == device_name::kind_t::cpu)
     return make_cpu_group(int(ds.size()), wait);
-#ifdef TROUPE_HAVE_CUDA
+  auto gpu = gpu_plugin(why);
+  if (!gpu)
+    return {};
   std::vector<int> ordinals;
   for (auto& d : ds)
     ordinals.push_back(d.ordinal);
-  return cuda::make_nccl_group(ordinals, why);
-#else
-  why = no_cuda;
-  return {};
-#endif
+  return gpu->make_group(ordinals, why);
 }
 
 std::string list(const std::vector<device_name>& ds) {
@@ -76,12 +61,8 @@ std::string list(const std::vector<device_name>& ds) {
 } // namespace
 
 int gpus_found(std::string& why) {
-#ifdef TROUPE_HAVE_CUDA
-  return cuda::device_count(&why);
-#else
-  why = no_cuda;
-  return 0;
-#endif
+  auto gpu = gpu_plugin(why);
+  return gpu ? gpu->device_count(&why) : 0;
 }
 
 std::unique_ptr<device_team>

@@ -24,8 +24,12 @@ pack)
       { echo "*** no build/$t: build with nvcc first" >&2; exit 1; }
     progs+=("$here/build/$t")
   done
+  plugin=$here/build/kernels/libtroupe_cuda_plugin.so
+  [ -f "$plugin" ] || { echo "*** no $plugin: build with nvcc first" >&2; exit 1; }
   rm -rf "$here/.devbundle"
   "$here/../shared/device/bundle.sh" "$here/.devbundle" "${progs[@]}"
+  # The GPU plugin, loaded by device_team_test from beside the program.
+  cp "$plugin" "$here/.devbundle/bin/"
   strip --strip-debug "$here"/.devbundle/bin/* # under the 64 MiB carry
   du -sh "$here/.devbundle"
   ;;

@@ -4,7 +4,8 @@
 //      against raw cublasSgemm calls of the same shapes;
 //   2. training samples/s (forward, loss, backward, momentum update on the
 //      GPU, the batch copied up from the host each step, as a worker's) of
-//      mlp:784-256-128-10 at batch 64 and 1024 and of a large MLP;
+//      mlp:784-256-128-10 at batch 64 and 1024 and of a large MLP, the
+//      step replayed as a CUDA graph; batch 64 also kernel by kernel;
 //   3. host-to-device copy bandwidth of the step's copies (from pageable
 //      memory) against cudaMemcpy from pinned memory.
 // Before any figure it checks a step against the CPU (1e-5 relative) and
@@ -21,11 +22,13 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cuda/cuda_device.hpp"
 #include "kernels/cuda/cuda_model.hpp"
 #include "kernels/model.hpp"
+#include "kernels/random.hpp"
 
 using namespace troupe;
 using troupe::cuda::buffer;
@@ -80,15 +83,6 @@ options parse(int argc, char** argv) {
   if (o.reps < 1 || o.steps < 1)
     die("--reps and --steps must be at least 1");
   return o;
-}
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 gen{seed};
-  std::uniform_real_distribution<float> d{-1.0f, 1.0f};
-  std::vector<float> v(n);
-  for (auto& x : v)
-    x = d(gen);
-  return v;
 }
 
 std::vector<uint8_t> random_labels(size_t n, size_t classes, uint32_t seed) {
@@ -237,15 +231,17 @@ gemm_row gemm_rates(cuda::device& dev, cudaStream_t stream, cublasHandle_t h,
 struct step_row {
   std::string spec;
   size_t batch;
+  bool graphs;
   double samples_per_s;
 };
 
 step_row train_rate(cuda::device& dev, const std::string& spec, size_t batch,
-                    int steps) {
+                    bool graphs, int steps) {
   auto host = make_model(spec);
   cuda_status st;
   auto g = cuda::cuda_model::load(dev, host, st);
   must(st, "cuda_model::load");
+  g->use_graphs(graphs);
   auto ws = g->parameter_arrays();
   auto gs = g->gradient_arrays();
   std::vector<buffer<float>> vs(ws.size());
@@ -282,7 +278,10 @@ step_row train_rate(cuda::device& dev, const std::string& spec, size_t batch,
   std::chrono::duration<double> s = std::chrono::steady_clock::now() - t0;
   if (!std::isfinite(loss))
     die(spec + ": the loss is not finite after the timed steps");
-  return {spec, batch, double(steps) * double(batch) / s.count()};
+  if (g->replayed() != graphs)
+    die(spec + ": the steps did not run as asked (graphs " +
+        (graphs ? "on" : "off") + ")");
+  return {spec, batch, graphs, double(steps) * double(batch) / s.count()};
 }
 
 // -- 3. copies ----------------------------------------------------------------
@@ -367,16 +366,20 @@ int main(int argc, char** argv) {
   }
 
   // 2. Training steps.
-  std::printf("\n%-32s %6s %14s\n", "model", "batch", "samples/s");
+  // Each with the step replayed as a CUDA graph (as the device actors run
+  // it), and the small batch kernel by kernel too: what graphs bring.
+  std::printf("\n%-32s %6s %-8s %14s\n", "model", "batch", "step", "samples/s");
   std::vector<step_row> steps;
-  for (auto [spec, batch] :
-       {std::pair<std::string, size_t>{"mlp:784-256-128-10", 64},
-        {"mlp:784-256-128-10", 1024},
-        {opt.large, 1024}}) {
-    auto r = train_rate(*dev, spec, batch, opt.steps);
+  const std::string small = "mlp:784-256-128-10";
+  for (auto [spec, batch, graphs] :
+       {std::tuple<std::string, size_t, bool>{small, 64, true},
+        {small, 64, false},
+        {small, 1024, true},
+        {opt.large, 1024, true}}) {
+    auto r = train_rate(*dev, spec, batch, graphs, opt.steps);
     steps.push_back(r);
-    std::printf("%-32s %6zu %14.0f\n", r.spec.c_str(), r.batch,
-                r.samples_per_s);
+    std::printf("%-32s %6zu %-8s %14.0f\n", r.spec.c_str(), r.batch,
+                r.graphs ? "graph" : "kernels", r.samples_per_s);
   }
 
   // 3. Copies: the large batch's size (1024 x 784 floats) and 64 MiB.
@@ -406,9 +409,10 @@ int main(int argc, char** argv) {
   json += "],\"train\":[";
   for (size_t i = 0; i < steps.size(); ++i) {
     std::snprintf(buf, sizeof(buf),
-                  "%s{\"model\":\"%s\",\"batch\":%zu,\"samples_per_s\":%.0f}",
+                  "%s{\"model\":\"%s\",\"batch\":%zu,\"graph\":%s,"
+                  "\"samples_per_s\":%.0f}",
                   i ? "," : "", steps[i].spec.c_str(), steps[i].batch,
-                  steps[i].samples_per_s);
+                  steps[i].graphs ? "true" : "false", steps[i].samples_per_s);
     json += buf;
   }
   json += "],\"copy\":[";

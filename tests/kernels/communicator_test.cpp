@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/comm/communicator.hpp"
+#include "kernels/random.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
@@ -31,15 +32,6 @@ on_every_rank(int ranks, const std::function<comm_status(int)>& body) {
   return out;
 }
 
-std::vector<float> values(size_t n, uint32_t seed) {
-  std::mt19937 gen{seed};
-  std::uniform_real_distribution<float> d{-1.0f, 1.0f};
-  std::vector<float> v(n);
-  for (auto& x : v)
-    x = d(gen);
-  return v;
-}
-
 } // namespace
 
 BOOST_AUTO_TEST_CASE(four_devices_sum_and_broadcast_round_after_round) {
@@ -52,7 +44,7 @@ BOOST_AUTO_TEST_CASE(four_devices_sum_and_broadcast_round_after_round) {
   std::vector<std::vector<std::vector<float>>> data(rounds);
   for (int k = 0; k < rounds; ++k)
     for (int r = 0; r < ranks; ++r)
-      data[size_t(k)].push_back(values(n, uint32_t(k * ranks + r)));
+      data[size_t(k)].push_back(random_floats(n, uint32_t(k * ranks + r)));
   std::vector<std::vector<float>> sums(rounds);
   for (int k = 0; k < rounds; ++k) {
     sums[size_t(k)] = data[size_t(k)][0];

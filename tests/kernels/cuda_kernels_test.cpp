@@ -23,6 +23,7 @@
 #include "kernels/loss.hpp"
 #include "kernels/model.hpp"
 #include "kernels/optimizer.hpp"
+#include "kernels/random.hpp"
 
 using namespace troupe;
 using troupe::cuda::buffer;
@@ -31,16 +32,6 @@ using troupe::cuda::cuda_status;
 namespace {
 
 constexpr double tolerance = 1e-5;
-
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f,
-                                 float hi = 1.0f) {
-  std::mt19937 gen{seed};
-  std::uniform_real_distribution<float> d{lo, hi};
-  std::vector<float> v(n);
-  for (auto& x : v)
-    x = d(gen);
-  return v;
-}
 
 double relative(const std::vector<float>& cpu, const std::vector<float>& gpu) {
   double diff = 0, norm = 0;
