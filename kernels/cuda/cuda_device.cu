@@ -3,6 +3,7 @@
 // CPU twin's arithmetic per element, in the same order where it sums, so
 // results agree to rounding (nvcc may fuse a multiply and an add).
 #include "kernels/cuda/cuda_device.hpp"
+#include "kernels/cuda/cuda_internal.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -15,25 +16,6 @@
 namespace troupe::cuda {
 
 namespace {
-
-cuda_status check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess)
-    return {};
-  cudaGetLastError(); // clear it: the next call must not report it again
-  return {std::string{what} + ": " + cudaGetErrorName(e) + ": " +
-          cudaGetErrorString(e)};
-}
-
-cuda_status check(cublasStatus_t s, const char* what) {
-  if (s == CUBLAS_STATUS_SUCCESS)
-    return {};
-  return {std::string{what} + ": " + cublasGetStatusName(s) + ": " +
-          cublasGetStatusString(s)};
-}
-
-cuda_status bad_input(const std::string& what) {
-  return {"bad input: " + what};
-}
 
 /// The launcher's grid: threads per block, and blocks for n elements (the
 /// kernels stride over what one grid does not cover).
@@ -211,55 +193,6 @@ bool valid_step(const void* w, const void* g, size_t n, float lr, float wd,
 
 } // namespace
 
-namespace {
-
-template <bool Host> void release(void* p) {
-  if constexpr (Host)
-    cudaFreeHost(p); // null: nothing
-  else
-    cudaFree(p);
-}
-
-} // namespace
-
-template <class T, bool Host>
-memory<T, Host>& memory<T, Host>::operator=(memory&& x) noexcept {
-  if (this != &x) {
-    release<Host>(p_);
-    p_ = x.p_;
-    n_ = x.n_;
-    x.p_ = nullptr;
-    x.n_ = 0;
-  }
-  return *this;
-}
-
-template <class T, bool Host> memory<T, Host>::~memory() {
-  release<Host>(p_);
-}
-
-template class memory<float, false>;
-template class memory<uint8_t, false>;
-template class memory<uint32_t, false>;
-template class memory<double, false>;
-template class memory<float, true>;
-template class memory<uint8_t, true>;
-
-graph& graph::operator=(graph&& x) noexcept {
-  if (this != &x) {
-    if (exec_ != nullptr)
-      cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
-    exec_ = x.exec_;
-    x.exec_ = nullptr;
-  }
-  return *this;
-}
-
-graph::~graph() {
-  if (exec_ != nullptr)
-    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
-}
-
 int device_count(std::string* why) {
   int n = 0;
   auto e = cudaGetDeviceCount(&n);
@@ -274,16 +207,6 @@ int device_count(std::string* why) {
     *why = "the CUDA driver found no GPU";
   return n;
 }
-
-struct device::impl {
-  cudaStream_t stream = nullptr;
-  cublasHandle_t blas = nullptr;
-  buffer<double> row_loss;    // softmax_xent's per-row losses
-  buffer<uint32_t> flag;      // a kernel's "bad input" flag
-  buffer<uint8_t> blas_space; // cuBLAS's workspace, ours: graph-safe
-  std::string name;
-  size_t bytes = 0;
-};
 
 std::unique_ptr<device> device::open(int ordinal, cuda_status& st) {
   std::string why;
@@ -353,114 +276,6 @@ std::string device::describe() const {
 }
 
 // -- memory -------------------------------------------------------------------
-
-namespace {
-
-template <class T, bool Host>
-cuda_status alloc_into(memory<T, Host>& b, size_t n, T*& p, size_t& size) {
-  b = memory<T, Host>{};
-  if (n == 0)
-    return bad_input("an allocation of 0 elements");
-  void* raw = nullptr;
-  auto st = Host ? check(cudaMallocHost(&raw, n * sizeof(T)), "cudaMallocHost")
-                 : check(cudaMalloc(&raw, n * sizeof(T)), "cudaMalloc");
-  if (!st.ok())
-    return st;
-  p = static_cast<T*>(raw);
-  size = n;
-  return {};
-}
-
-} // namespace
-
-cuda_status device::alloc(buffer<float>& b, size_t n) {
-  cudaSetDevice(ordinal_);
-  return alloc_into(b, n, b.p_, b.n_);
-}
-
-cuda_status device::alloc(buffer<uint8_t>& b, size_t n) {
-  cudaSetDevice(ordinal_);
-  return alloc_into(b, n, b.p_, b.n_);
-}
-
-cuda_status device::alloc(buffer<uint32_t>& b, size_t n) {
-  cudaSetDevice(ordinal_);
-  return alloc_into(b, n, b.p_, b.n_);
-}
-
-cuda_status device::alloc_pinned(pinned<float>& p, size_t n) {
-  return alloc_into(p, n, p.p_, p.n_);
-}
-
-cuda_status device::alloc_pinned(pinned<uint8_t>& p, size_t n) {
-  return alloc_into(p, n, p.p_, p.n_);
-}
-
-cuda_status device::to_device(float* dst, const float* src, size_t n) {
-  return check(cudaMemcpyAsync(dst, src, n * sizeof(float),
-                               cudaMemcpyHostToDevice, impl_->stream),
-               "cudaMemcpyAsync to the device");
-}
-
-cuda_status device::to_device(uint8_t* dst, const uint8_t* src, size_t n) {
-  return check(
-      cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, impl_->stream),
-      "cudaMemcpyAsync to the device");
-}
-
-cuda_status device::to_host(float* dst, const float* src, size_t n) {
-  auto st = check(cudaMemcpyAsync(dst, src, n * sizeof(float),
-                                  cudaMemcpyDeviceToHost, impl_->stream),
-                  "cudaMemcpyAsync to the host");
-  return st.ok() ? sync() : st;
-}
-
-cuda_status device::to_host(uint32_t* dst, const uint32_t* src, size_t n) {
-  auto st = check(cudaMemcpyAsync(dst, src, n * sizeof(uint32_t),
-                                  cudaMemcpyDeviceToHost, impl_->stream),
-                  "cudaMemcpyAsync to the host");
-  return st.ok() ? sync() : st;
-}
-
-cuda_status device::to_host_async(float* dst, const float* src, size_t n) {
-  return check(cudaMemcpyAsync(dst, src, n * sizeof(float),
-                               cudaMemcpyDeviceToHost, impl_->stream),
-               "cudaMemcpyAsync to the host");
-}
-
-cuda_status device::begin_capture() {
-  // Thread-local: other threads' CUDA calls (other devices' actors) go on.
-  return check(
-      cudaStreamBeginCapture(impl_->stream, cudaStreamCaptureModeThreadLocal),
-      "cudaStreamBeginCapture");
-}
-
-cuda_status device::end_capture(graph& g) {
-  g = graph{};
-  cudaGraph_t recorded = nullptr;
-  auto st = check(cudaStreamEndCapture(impl_->stream, &recorded),
-                  "cudaStreamEndCapture");
-  if (!st.ok())
-    return st;
-  cudaGraphExec_t exec = nullptr;
-  st = check(cudaGraphInstantiate(&exec, recorded, 0), "cudaGraphInstantiate");
-  cudaGraphDestroy(recorded); // the executable graph is a copy
-  if (st.ok())
-    g.exec_ = exec;
-  return st;
-}
-
-cuda_status device::launch(const graph& g) {
-  if (!g.ready())
-    return bad_input("launch: no graph recorded");
-  return check(
-      cudaGraphLaunch(static_cast<cudaGraphExec_t>(g.exec_), impl_->stream),
-      "cudaGraphLaunch");
-}
-
-cuda_status device::sync() {
-  return check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize");
-}
 
 // -- the layers ---------------------------------------------------------------
 

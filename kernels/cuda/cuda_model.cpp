@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 namespace troupe::cuda {
@@ -203,21 +204,12 @@ cuda_status cuda_model::scale_gradients(float a) {
   return {};
 }
 
-std::vector<device_array> cuda_model::parameter_arrays() {
+std::vector<device_array> cuda_model::arrays(bool grads) {
   std::vector<device_array> out;
-  for (auto& L : layers_) {
-    out.push_back({L.w.data(), L.w.size()});
-    out.push_back({L.b.data(), L.b.size()});
-  }
-  return out;
-}
-
-std::vector<device_array> cuda_model::gradient_arrays() {
-  std::vector<device_array> out;
-  for (auto& L : layers_) {
-    out.push_back({L.dw.data(), L.dw.size()});
-    out.push_back({L.db.data(), L.db.size()});
-  }
+  for (auto& L : layers_)
+    for (auto* a : grads ? std::initializer_list<buffer<float>*>{&L.dw, &L.db}
+                         : std::initializer_list<buffer<float>*>{&L.w, &L.b})
+      out.push_back({a->data(), a->size()});
   return out;
 }
 

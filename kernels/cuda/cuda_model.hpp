@@ -56,8 +56,8 @@ public:
 
   /// The parameter and gradient arrays in device memory, in
   /// model::parameters() order (for a communicator).
-  std::vector<device_array> parameter_arrays();
-  std::vector<device_array> gradient_arrays();
+  std::vector<device_array> parameter_arrays() { return arrays(false); }
+  std::vector<device_array> gradient_arrays() { return arrays(true); }
 
 private:
   struct layer {
@@ -65,6 +65,8 @@ private:
     buffer<float> w, b, dw, db;
   };
   explicit cuda_model(device& dev) : dev_(dev) {}
+  /// Each layer's weights and bias (`grads`: their gradients), in order.
+  std::vector<device_array> arrays(bool grads);
   /// Buffers and staging for `batch` rows; drops the graph if they move.
   cuda_status reserve(size_t batch);
   /// The step on the stream, from the staging buffers to the loss in

@@ -1,0 +1,132 @@
+// node_config's checks of options that several subsystems must agree on:
+// modes, devices, faults, checkpoints (finish() calls them).
+#include "actors/node/node_config.hpp"
+
+#include "actors/supervision/fault_plan.hpp"
+#include "actors/supervision/netns.hpp"
+#include "messages/errors.hpp"
+
+namespace troupe {
+
+caf::error node_config::check_modes() const {
+  if (optimizer.on == "worker" && server.mode.kind != consistency::kind_t::sync)
+    return caf::make_error(errc::invalid_config,
+                           "--optimizer.on=worker needs --server.mode=sync:"
+                           " workers apply each sync round's mean gradient");
+  if (worker.pipeline && server.mode.kind == consistency::kind_t::sync)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.pipeline needs --server.mode=async or"
+                           " ssp:S: a sync round needs each step's fresh"
+                           " weights");
+  if (worker.overlap && server.mode.kind == consistency::kind_t::ssp)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.overlap needs --server.mode=sync or"
+                           " async: the servers count each block as a clock,"
+                           " so an ssp bound would count blocks, not steps");
+  if (server.atomic_pushes && server.mode.kind == consistency::kind_t::ssp &&
+      server.mode.staleness == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--server.atomic-pushes=on with"
+                           " --server.mode=ssp:0:"
+                           " a push shows with its worker's next request, so"
+                           " a step that pushes and pulls at once would wait"
+                           " for itself; use --server.mode=sync");
+  if (worker.task == "stage" && scheduler.servers == 0 &&
+      optimizer.name != "sum" && optimizer.name != "sgd")
+    return caf::make_error(errc::invalid_config,
+                           "--worker.task=stage without servers applies"
+                           " plain SGD with --optimizer.lr on each stage;"
+                           " --optimizer.name=",
+                           optimizer.name, "needs --cluster.servers > 0");
+  if (worker.task == "stage" && scheduler.servers > 0 &&
+      optimizer.name == "sum")
+    return caf::make_error(errc::invalid_config,
+                           "--worker.task=stage with servers: the servers"
+                           " apply the optimizer, and --optimizer.name=sum"
+                           " would add the gradients to the weights; pick"
+                           " sgd, momentum, nesterov or adam");
+  if (worker.task == "stage" && scheduler.servers > 0 && !server.atomic_pushes)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.task=stage with servers needs atomic"
+                           " pushes (--server.atomic-pushes=on, or auto in"
+                           " sync) on every node: else a"
+                           " stage that dies in its push of a committed"
+                           " mini-batch leaves it on the other stages' keys"
+                           " alone (docs/pipelines.md)");
+  if (worker.task == "counter" && optimizer.name != "sum")
+    return caf::make_error(errc::invalid_config,
+                           "--worker.task=counter needs --optimizer.name=sum"
+                           " (its exact sums assume servers that add pushes),"
+                           " got",
+                           optimizer.name);
+  return caf::none;
+}
+
+caf::error node_config::check_devices() const {
+  auto& d = worker.device;
+  // The flag that puts a worker on device actors, to name in an error.
+  std::string flag;
+  if (d.named && !cpu_alone(d.devices))
+    flag = "--device=" + d.text;
+  else if (server.mode.on_device)
+    flag = "--server.mode=sync_device";
+  if (d.devices.size() > 1 && !server.mode.on_device)
+    return caf::make_error(errc::invalid_config, "--device=" + d.text,
+                           "names several devices: their gradients are"
+                           " summed on the node with"
+                           " --server.mode=sync_device");
+  if (flag.empty())
+    return caf::none;
+  if (worker.overlap)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.overlap pushes the blocks of the"
+                           " worker's CPU model as backward makes them; it"
+                           " does not run on device actors (" +
+                               flag + "): drop one");
+  if (worker.task != "train")
+    return caf::make_error(errc::invalid_config,
+                           "--worker.task=" + worker.task +
+                               " computes nothing on device actors (only"
+                               " train does): drop",
+                           flag);
+  if (d.devices.size() > train.batch)
+    return caf::make_error(errc::invalid_config, flag,
+                           "shares each batch among its devices: raise"
+                           " --train.batch to",
+                           d.devices.size(), "or more");
+  return caf::none;
+}
+
+caf::error node_config::check_faults() const {
+  auto plan = parse_fault_plan(fault.plan);
+  if (!plan || cut_targets(*plan).empty())
+    return caf::none;
+  // A child cut off lives in a network namespace of its own, where
+  // 127.0.0.1 is its own loopback.
+  const char* why = " cannot be reached from a child cut off the network"
+                    " (--fault.plan cut:), which lives in a network"
+                    " namespace of its own; run the cluster on another"
+                    " address of this machine with --scheduler-host=ADDR"
+                    " and --host=ADDR";
+  if (is_loopback_host(scheduler_host))
+    return caf::make_error(errc::invalid_config,
+                           "--scheduler-host=" + scheduler_host + why);
+  if (agent.servers > 0 && is_loopback_host(host))
+    return caf::make_error(errc::invalid_config,
+                           "--host=" + host + " (this agent's servers)" + why);
+  return caf::none;
+}
+
+caf::error node_config::check_checkpoints() const {
+  auto& ck = server.checkpoint;
+  if (ck.resume && ck.dir.empty())
+    return validate(ck); // says --resume needs --checkpoint.dir
+  if (!ck.dir.empty() && optimizer.on == "worker")
+    return caf::make_error(errc::invalid_config,
+                           "--checkpoint.dir needs --optimizer.on=server: with"
+                           " the optimizer on the workers the servers hold no"
+                           " weights to checkpoint");
+  return validate(ck); // creates the folder
+}
+
+} // namespace troupe

@@ -1,0 +1,61 @@
+// What cuda_device.cu and cuda_memory.cu share, and nothing outside
+// kernels/cuda includes: the device's state, return-code checks, and the
+// one allocation path of device and pinned memory.
+#pragma once
+
+#include <string>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_device.hpp"
+
+namespace troupe::cuda {
+
+struct device::impl {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  buffer<double> row_loss;    // softmax_xent's per-row losses
+  buffer<uint32_t> flag;      // a kernel's "bad input" flag
+  buffer<uint8_t> blas_space; // cuBLAS's workspace, ours: graph-safe
+  std::string name;
+  size_t bytes = 0;
+};
+
+inline cuda_status check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess)
+    return {};
+  cudaGetLastError(); // clear it: the next call must not report it again
+  return {std::string{what} + ": " + cudaGetErrorName(e) + ": " +
+          cudaGetErrorString(e)};
+}
+
+inline cuda_status check(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return {};
+  return {std::string{what} + ": " + cublasGetStatusName(s) + ": " +
+          cublasGetStatusString(s)};
+}
+
+inline cuda_status bad_input(const std::string& what) {
+  return {"bad input: " + what};
+}
+
+/// `n` elements into `b` (freed first): cudaMalloc, or cudaMallocHost for
+/// pinned memory; `p` and `size` are b's fields (device is their friend).
+template <class T, bool Host>
+cuda_status alloc_into(memory<T, Host>& b, size_t n, T*& p, size_t& size) {
+  b = memory<T, Host>{};
+  if (n == 0)
+    return bad_input("an allocation of 0 elements");
+  void* raw = nullptr;
+  auto st = Host ? check(cudaMallocHost(&raw, n * sizeof(T)), "cudaMallocHost")
+                 : check(cudaMalloc(&raw, n * sizeof(T)), "cudaMalloc");
+  if (!st.ok())
+    return st;
+  p = static_cast<T*>(raw);
+  size = n;
+  return {};
+}
+
+} // namespace troupe::cuda
