@@ -321,6 +321,7 @@ std::pair<double, double> copy_rates(cuda::device& dev, size_t bytes,
 } // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0); // each figure out as measured
   auto opt = parse(argc, argv);
   std::string why;
   if (cuda::device_count(&why) == 0) {

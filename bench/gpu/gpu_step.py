@@ -47,12 +47,12 @@ def sizes_of(spec):
 def make_model(torch, spec):
     nn = torch.nn
     sizes = sizes_of(spec)
+    torch.manual_seed(1)  # the same weights for every variant
     layers = []
     for i in range(len(sizes) - 1):
         layers.append(nn.Linear(sizes[i], sizes[i + 1]))
         if i + 2 < len(sizes):
             layers.append(nn.ReLU())
-    torch.manual_seed(1)
     return nn.Sequential(*layers).cuda()
 
 

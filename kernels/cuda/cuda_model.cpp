@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <initializer_list>
 #include <string>
 
 namespace troupe::cuda {
@@ -206,10 +205,14 @@ cuda_status cuda_model::scale_gradients(float a) {
 
 std::vector<device_array> cuda_model::arrays(bool grads) {
   std::vector<device_array> out;
-  for (auto& L : layers_)
-    for (auto* a : grads ? std::initializer_list<buffer<float>*>{&L.dw, &L.db}
-                         : std::initializer_list<buffer<float>*>{&L.w, &L.b})
-      out.push_back({a->data(), a->size()});
+  // (Not a range-for over `grads ? {..} : {..}`: the braced lists' arrays
+  // die before the loop reads them.)
+  for (auto& L : layers_) {
+    auto& a = grads ? L.dw : L.w;
+    auto& b = grads ? L.db : L.b;
+    out.push_back({a.data(), a.size()});
+    out.push_back({b.data(), b.size()});
+  }
   return out;
 }
 
