@@ -1,7 +1,9 @@
 // CUDA twins of the CPU kernels (cuda_device.hpp): cuBLAS for the dense
-// layers' three GEMMs, small kernels for the rest. Each kernel repeats its
-// CPU twin's arithmetic per element, in the same order where it sums, so
-// results agree to rounding (nvcc may fuse a multiply and an add).
+// layers' three GEMMs (cuBLASLt with the bias fused in, where it has a
+// kernel: cuda_lt.hpp), small kernels for the rest. Each kernel repeats
+// its CPU twin's arithmetic per element, in the same order where it sums
+// (but the bias gradient, summed in a tree), so results agree to rounding
+// (nvcc may fuse a multiply and an add).
 #include "kernels/cuda/cuda_device.hpp"
 #include "kernels/cuda/cuda_internal.hpp"
 
@@ -41,13 +43,26 @@ __global__ void fill_rows(float* y, const float* b, size_t rows, size_t cols) {
   }
 }
 
+/// db[j] = the column sum of dy (rows x cols): a block per 32 columns,
+/// 32 lanes of rows per column, their sums added in shared memory (one
+/// thread per column, in row order, was half the GEMMs' speed).
+constexpr unsigned sum_lanes = 32;
+
 __global__ void column_sums(const float* dy, float* db, size_t rows,
                             size_t cols) {
-  TROUPE_GRID_STRIDE(j, cols) {
-    float s = 0.0f; // row order, as dense_bias_grad_cpu
-    for (size_t i = 0; i < rows; ++i)
+  __shared__ float part[sum_lanes][sum_lanes + 1];
+  size_t j = size_t(blockIdx.x) * sum_lanes + threadIdx.x;
+  float s = 0.0f;
+  if (j < cols)
+    for (size_t i = threadIdx.y; i < rows; i += sum_lanes)
       s += dy[i * cols + j];
-    db[j] = s;
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    float t = 0.0f;
+    for (unsigned r = 0; r < sum_lanes; ++r)
+      t += part[r][threadIdx.x];
+    db[j] = t;
   }
 }
 
@@ -248,6 +263,9 @@ std::unique_ptr<device> device::open(int ordinal, cuda_status& st) {
                    "cublasSetWorkspace"))
            .ok())
     return nullptr;
+  x.lt = std::make_unique<lt_plans>();
+  if (!(st = x.lt->open(x.blas_space.data(), blas_bytes)).ok())
+    return nullptr;
   return d;
 }
 
@@ -259,9 +277,10 @@ device::~device() {
     cudaStreamSynchronize(impl_->stream);
   impl_->row_loss = {};
   impl_->flag = {};
+  impl_->lt.reset();
   if (impl_->blas != nullptr)
     cublasDestroy(impl_->blas);
-  impl_->blas_space = {}; // after the handle that used it
+  impl_->blas_space = {}; // after the handles that used it
   if (impl_->stream != nullptr)
     cudaStreamDestroy(impl_->stream);
 }
@@ -286,10 +305,22 @@ cuda_status device::dense_forward(const float* x, const float* w,
       !fits_int(out))
     return bad_input("dense_forward: a null operand or a size of 0");
   auto& s = impl_->stream;
+  // Row-major y = x w is column-major y^T = w^T x^T: (out x in)(in x batch).
+  if (impl_->fuse) {
+    bool fused = false;
+    auto st =
+        impl_->lt->run({lt_gemm::epilogue::bias_add, false, false, out, batch,
+                        in, w, out, x, in, y, out, const_cast<float*>(b)},
+                       s, fused);
+    if (!st.ok() || fused) {
+      impl_->fused += fused;
+      return st;
+    }
+  }
+  ++impl_->unfused;
   fill_rows<<<blocks_for(batch * out), block_threads, 0, s>>>(y, b, batch, out);
   if (auto st = check(cudaGetLastError(), "fill_rows"); !st.ok())
     return st;
-  // Row-major y = x w is column-major y^T = w^T x^T: (out x in)(in x batch).
   return gemm(impl_->blas, false, false, out, batch, in, w, out, x, in, 1.0f, y,
               out, "cublasSgemm (dense forward)");
 }
@@ -302,11 +333,23 @@ cuda_status device::dense_backward(const float* x, const float* w,
       !fits_int(out))
     return bad_input("dense_backward: a null operand or a size of 0");
   // dw (in x out) = x^T dy: column-major dw^T = dy^T x, (out x batch)(batch
-  // x in).
-  if (auto st = gemm(impl_->blas, false, true, out, in, batch, dy, out, x, in,
-                     0.0f, dw, out, "cublasSgemm (dense weight gradient)");
-      !st.ok())
-    return st;
+  // x in); db sums dy^T's rows over the batch, cuBLASLt's BGRADA.
+  bool fused = false;
+  if (impl_->fuse)
+    if (auto st = impl_->lt->run({lt_gemm::epilogue::bias_grad, false, true,
+                                  out, in, batch, dy, out, x, in, dw, out, db},
+                                 impl_->stream, fused);
+        !st.ok())
+      return st;
+  if (fused) {
+    ++impl_->fused;
+  } else {
+    ++impl_->unfused;
+    if (auto st = gemm(impl_->blas, false, true, out, in, batch, dy, out, x, in,
+                       0.0f, dw, out, "cublasSgemm (dense weight gradient)");
+        !st.ok())
+      return st;
+  }
   // dx (batch x in) = dy w^T: column-major dx^T = w dy^T, (in x out)(out x
   // batch).
   if (dx != nullptr)
@@ -314,9 +357,24 @@ cuda_status device::dense_backward(const float* x, const float* w,
                        out, 0.0f, dx, in, "cublasSgemm (dense input gradient)");
         !st.ok())
       return st;
-  column_sums<<<blocks_for(out), block_threads, 0, impl_->stream>>>(dy, db,
-                                                                    batch, out);
+  if (fused)
+    return {};
+  column_sums<<<unsigned((out + sum_lanes - 1) / sum_lanes),
+                dim3(sum_lanes, sum_lanes), 0, impl_->stream>>>(dy, db, batch,
+                                                                out);
   return check(cudaGetLastError(), "column_sums");
+}
+
+void device::fuse_bias(bool on) {
+  impl_->fuse = on;
+}
+
+size_t device::fused_gemms() const {
+  return impl_->fused;
+}
+
+size_t device::unfused_gemms() const {
+  return impl_->unfused;
 }
 
 cuda_status device::relu_forward(const float* x, float* y, size_t n) {

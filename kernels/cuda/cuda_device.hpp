@@ -107,6 +107,9 @@ public:
   cuda_status to_host_async(float* dst, const float* src, size_t n);
   /// Waits for everything queued.
   cuda_status sync();
+  /// Whether host memory at `p` is pinned (cudaMallocHost, or registered):
+  /// a copy from it goes straight to the device.
+  bool is_pinned(const void* p) const;
 
   // -- graphs ----------------------------------------------------------------
   /// Records what this thread queues on the stream from here on, without
@@ -126,6 +129,11 @@ public:
   cuda_status dense_backward(const float* x, const float* w, const float* dy,
                              float* dx, float* dw, float* db, size_t batch,
                              size_t in, size_t out);
+  /// Whether the dense layers take cuBLASLt's fused bias where it has a
+  /// kernel (the default), and how many dense GEMMs ran fused and unfused.
+  void fuse_bias(bool on);
+  size_t fused_gemms() const;
+  size_t unfused_gemms() const;
   cuda_status relu_forward(const float* x, float* y, size_t n);
   cuda_status relu_backward(const float* x, const float* dy, float* dx,
                             size_t n);

@@ -3,21 +3,26 @@
 // one allocation path of device and pinned memory.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_device.hpp"
+#include "kernels/cuda/cuda_lt.hpp"
 
 namespace troupe::cuda {
 
 struct device::impl {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
-  buffer<double> row_loss;    // softmax_xent's per-row losses
-  buffer<uint32_t> flag;      // a kernel's "bad input" flag
-  buffer<uint8_t> blas_space; // cuBLAS's workspace, ours: graph-safe
+  buffer<double> row_loss;       // softmax_xent's per-row losses
+  buffer<uint32_t> flag;         // a kernel's "bad input" flag
+  buffer<uint8_t> blas_space;    // cuBLAS's workspace, ours: graph-safe
+  std::unique_ptr<lt_plans> lt;  // the dense GEMMs with their bias fused
+  bool fuse = true;              // use lt where it has a kernel
+  size_t fused = 0, unfused = 0; // dense GEMMs run each way
   std::string name;
   size_t bytes = 0;
 };

@@ -76,6 +76,15 @@ cuda_status device::alloc_pinned(pinned<uint8_t>& p, size_t n) {
   return alloc_into(p, n, p.p_, p.n_);
 }
 
+bool device::is_pinned(const void* p) const {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError(); // not an error to report: not pinned
+    return false;
+  }
+  return a.type == cudaMemoryTypeHost;
+}
+
 cuda_status device::to_device(float* dst, const float* src, size_t n) {
   return check(cudaMemcpyAsync(dst, src, n * sizeof(float),
                                cudaMemcpyHostToDevice, impl_->stream),

@@ -108,9 +108,8 @@ cuda_status cuda_model::compute_gradients(const float* x, const uint8_t* labels,
   cuda_status st;
   if (!(st = reserve(batch)).ok())
     return st;
-  // The step waited for the one before: the staging buffers are free.
-  std::memcpy(x_stage_.data(), x, batch * layers_[0].in * sizeof(float));
-  std::memcpy(y_stage_.data(), labels, batch);
+  if (!(st = upload(x, labels, batch)).ok())
+    return st;
   replayed_ = false;
   if (graphs_ && graph_rows_ != batch && last_rows_ == batch) {
     // The shapes are fixed (and every buffer made): record the step.
@@ -137,14 +136,24 @@ cuda_status cuda_model::compute_gradients(const float* x, const uint8_t* labels,
   return {};
 }
 
+cuda_status cuda_model::upload(const float* x, const uint8_t* labels,
+                               size_t batch) {
+  // The step waited for the one before: the staging buffers are free.
+  auto n = batch * layers_[0].in;
+  const float* from = x;
+  if (!dev_.is_pinned(x)) {
+    std::memcpy(x_stage_.data(), x, n * sizeof(float));
+    from = x_stage_.data();
+  }
+  std::memcpy(y_stage_.data(), labels, batch);
+  if (auto st = dev_.to_device(acts_[0].data(), from, n); !st.ok())
+    return st;
+  return dev_.to_device(labels_.data(), y_stage_.data(), batch);
+}
+
 cuda_status cuda_model::queue_step(size_t batch) {
   cuda_status st;
   auto n_layers = layers_.size();
-  if (!(st = dev_.to_device(acts_[0].data(), x_stage_.data(),
-                            batch * layers_[0].in))
-           .ok() ||
-      !(st = dev_.to_device(labels_.data(), y_stage_.data(), batch)).ok())
-    return st;
   for (size_t l = 0; l < n_layers; ++l) {
     auto& L = layers_[l];
     if (!(st = dev_.dense_forward(acts_[l].data(), L.w.data(), L.b.data(),

@@ -69,7 +69,12 @@ private:
   std::vector<device_array> arrays(bool grads);
   /// Buffers and staging for `batch` rows; drops the graph if they move.
   cuda_status reserve(size_t batch);
-  /// The step on the stream, from the staging buffers to the loss in
+  /// The batch up to the device, queued: from the caller's memory where it
+  /// is pinned (as a loader that pins its batches gives), else through the
+  /// staging buffers (a host copy first). Never recorded in the graph,
+  /// whose copies would read one fixed address.
+  cuda_status upload(const float* x, const uint8_t* labels, size_t batch);
+  /// The step on the stream, from the uploaded batch to the loss in
   /// loss_stage_: nothing that waits or allocates (it may be recorded).
   cuda_status queue_step(size_t batch);
   /// Walks `refs` (a model's arrays: weights, then bias, per layer) beside

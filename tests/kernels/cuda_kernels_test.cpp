@@ -101,8 +101,8 @@ BOOST_AUTO_TEST_CASE(dense_forward_and_both_backward_halves) {
     size_t batch, in, out;
   };
   uint32_t seed = 1;
-  for (auto s : {shape{64, 784, 256}, shape{1024, 256, 128}, shape{7, 13, 5},
-                 shape{1, 1, 1}}) {
+  for (auto s : {shape{64, 784, 256}, shape{1024, 256, 128},
+                 shape{1024, 4096, 10}, shape{7, 13, 5}, shape{1, 1, 1}}) {
     auto x = random_floats(s.batch * s.in, seed++);
     auto w = random_floats(s.in * s.out, seed++);
     auto b = random_floats(s.out, seed++);
@@ -115,19 +115,31 @@ BOOST_AUTO_TEST_CASE(dense_forward_and_both_backward_halves) {
                                      dw.data(), db.data(), s.batch, s.in,
                                      s.out) == kernel_status::ok);
     auto gx = put(x), gw = put(w), gb = put(b), gdy = put(dy);
-    auto gy = zeros(y.size()), gdx = zeros(dx.size()), gdw = zeros(dw.size()),
-         gdb = zeros(db.size());
-    REQUIRE_OK(dev->dense_forward(gx.data(), gw.data(), gb.data(), gy.data(),
-                                  s.batch, s.in, s.out));
-    REQUIRE_OK(dev->dense_backward(gx.data(), gw.data(), gdy.data(), gdx.data(),
-                                   gdw.data(), gdb.data(), s.batch, s.in,
-                                   s.out));
-    auto name = std::to_string(s.batch) + "x" + std::to_string(s.in) + "x" +
-                std::to_string(s.out);
-    check_close(y, get(gy), "dense forward " + name);
-    check_close(dx, get(gdx), "dense input gradient " + name);
-    check_close(dw, get(gdw), "dense weight gradient " + name);
-    check_close(db, get(gdb), "dense bias gradient " + name);
+    // Both paths: cuBLASLt with the bias fused (where it has a kernel),
+    // and cuBLAS then our kernels.
+    for (bool fuse : {true, false}) {
+      dev->fuse_bias(fuse);
+      auto fused_before = dev->fused_gemms();
+      auto gy = zeros(y.size()), gdx = zeros(dx.size()), gdw = zeros(dw.size()),
+           gdb = zeros(db.size());
+      REQUIRE_OK(dev->dense_forward(gx.data(), gw.data(), gb.data(), gy.data(),
+                                    s.batch, s.in, s.out));
+      REQUIRE_OK(dev->dense_backward(gx.data(), gw.data(), gdy.data(),
+                                     gdx.data(), gdw.data(), gdb.data(),
+                                     s.batch, s.in, s.out));
+      auto fused = dev->fused_gemms() - fused_before;
+      if (!fuse)
+        BOOST_CHECK_EQUAL(fused, 0u);
+      auto name =
+          std::to_string(s.batch) + "x" + std::to_string(s.in) + "x" +
+          std::to_string(s.out) +
+          (fuse ? " (" + std::to_string(fused) + " of 2 fused)" : " (unfused)");
+      check_close(y, get(gy), "dense forward " + name);
+      check_close(dx, get(gdx), "dense input gradient " + name);
+      check_close(dw, get(gdw), "dense weight gradient " + name);
+      check_close(db, get(gdb), "dense bias gradient " + name);
+    }
+    dev->fuse_bias(true);
   }
   BOOST_CHECK(
       !dev->dense_forward(nullptr, nullptr, nullptr, nullptr, 1, 1, 1).ok());
@@ -278,18 +290,26 @@ BOOST_AUTO_TEST_CASE(a_training_step_on_the_gpu_matches_the_cpu) {
     float cpu_loss = 0;
     BOOST_REQUIRE(cpu.compute_gradients(x.data(), labels.data(), batch,
                                         &cpu_loss) == kernel_status::ok);
+    // The same batch in pinned memory: it goes up without a host copy.
+    cuda::pinned<float> px;
+    REQUIRE_OK(dev->alloc_pinned(px, x.size()));
+    std::copy(x.begin(), x.end(), px.data());
+    BOOST_CHECK(dev->is_pinned(px.data()));
+    BOOST_CHECK(!dev->is_pinned(x.data()));
     // The first step at a batch launches each kernel, the second records
-    // the step as a CUDA graph and replays it, the third replays it: all
-    // match the CPU.
-    for (int call = 0; call < 3; ++call) {
+    // the step as a CUDA graph and replays it, the third replays it, the
+    // fourth replays it on the pinned batch: all match the CPU.
+    for (int call = 0; call < 4; ++call) {
       float gpu_loss = 0;
-      REQUIRE_OK(
-          g->compute_gradients(x.data(), labels.data(), batch, &gpu_loss));
+      REQUIRE_OK(g->compute_gradients(call == 3 ? px.data() : x.data(),
+                                      labels.data(), batch, &gpu_loss));
       BOOST_CHECK_EQUAL(g->replayed(), call > 0);
       auto got = *m;
       REQUIRE_OK(g->download_gradients(got));
       auto name = "batch " + std::to_string(batch) +
-                  (call > 0 ? " (graph)" : " (kernels)");
+                  (call == 3  ? " (graph, pinned batch)"
+                   : call > 0 ? " (graph)"
+                              : " (kernels)");
       check_close({cpu_loss}, {gpu_loss}, "step loss, " + name);
       auto want = cpu.gradients(), have = got.gradients();
       BOOST_REQUIRE_EQUAL(want.size(), have.size());

@@ -1,0 +1,147 @@
+// cuBLASLt's fused dense GEMMs (cuda_lt.hpp).
+#include "kernels/cuda/cuda_lt.hpp"
+
+#include "kernels/cuda/cuda_internal.hpp"
+
+namespace troupe::cuda {
+
+namespace {
+
+/// The largest power of two up to 256 that `p` is aligned to: cuBLASLt's
+/// heuristic is told, so that its kernel fits every pointer of the shape.
+uint32_t alignment(const void* p) {
+  auto v = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && v % a != 0)
+    a /= 2;
+  return a;
+}
+
+template <class T>
+cublasStatus_t set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t at,
+                   const T& v) {
+  return cublasLtMatmulDescSetAttribute(d, at, &v, sizeof(v));
+}
+
+} // namespace
+
+lt_plans::~lt_plans() {
+  for (auto& [k, p] : plans_) {
+    for (auto* l : {p.a, p.b, p.d})
+      if (l != nullptr)
+        cublasLtMatrixLayoutDestroy(l);
+    if (p.desc != nullptr)
+      cublasLtMatmulDescDestroy(p.desc);
+  }
+  if (handle_ != nullptr)
+    cublasLtDestroy(handle_);
+}
+
+cuda_status lt_plans::open(void* workspace, size_t bytes) {
+  space_ = workspace;
+  bytes_ = bytes;
+  return check(cublasLtCreate(&handle_), "cublasLtCreate");
+}
+
+cuda_status lt_plans::make_plan(const lt_gemm& g, plan& p) const {
+  auto ep = g.what == lt_gemm::epilogue::bias_add ? CUBLASLT_EPILOGUE_BIAS
+                                                  : CUBLASLT_EPILOGUE_BGRADA;
+  auto op = [](bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; };
+  cuda_status st;
+  if (!(st = check(
+            cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+            "cublasLtMatmulDescCreate"))
+           .ok() ||
+      !(st = check(set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, op(g.ta)),
+                   "cublasLtMatmulDescSetAttribute"))
+           .ok() ||
+      !(st = check(set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, op(g.tb)),
+                   "cublasLtMatmulDescSetAttribute"))
+           .ok() ||
+      !(st = check(set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, ep),
+                   "cublasLtMatmulDescSetAttribute"))
+           .ok())
+    return st;
+  // Stored shapes: op(A) is m x k, op(B) is k x n.
+  auto layout = [](cublasLtMatrixLayout_t* l, size_t rows, size_t cols,
+                   size_t ld) {
+    return check(
+        cublasLtMatrixLayoutCreate(l, CUDA_R_32F, rows, cols, int64_t(ld)),
+        "cublasLtMatrixLayoutCreate");
+  };
+  if (!(st = layout(&p.a, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda)).ok() ||
+      !(st = layout(&p.b, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb)).ok() ||
+      !(st = layout(&p.d, g.m, g.n, g.ldd)).ok())
+    return st;
+  cublasLtMatmulPreference_t pref = nullptr;
+  if (!(st = check(cublasLtMatmulPreferenceCreate(&pref),
+                   "cublasLtMatmulPreferenceCreate"))
+           .ok())
+    return st;
+  auto set_pref = [pref](cublasLtMatmulPreferenceAttributes_t at, auto v) {
+    return cublasLtMatmulPreferenceSetAttribute(pref, at, &v, sizeof(v));
+  };
+  set_pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(bytes_));
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(g.a));
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(g.b));
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(g.d));
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(g.d));
+  cublasLtMatmulHeuristicResult_t found{};
+  int count = 0;
+  // No kernel for this shape and epilogue (or a refusal) is not an error:
+  // the caller runs it unfused.
+  auto hs = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d, p.d,
+                                           pref, 1, &found, &count);
+  cublasLtMatmulPreferenceDestroy(pref);
+  p.usable = hs == CUBLAS_STATUS_SUCCESS && count > 0 &&
+             found.state == CUBLAS_STATUS_SUCCESS;
+  if (p.usable)
+    p.algo = found.algo;
+  return {};
+}
+
+cuda_status lt_plans::run(const lt_gemm& g, cudaStream_t stream, bool& fused) {
+  fused = false;
+  // A bias that is not 16-byte aligned is left to the unfused path.
+  if (handle_ == nullptr || alignment(g.bias) < 16)
+    return {};
+  key k{int(g.what),
+        g.ta,
+        g.tb,
+        g.m,
+        g.n,
+        g.k,
+        g.lda,
+        g.ldb,
+        g.ldd,
+        alignment(g.a),
+        alignment(g.b),
+        alignment(g.d)};
+  auto it = plans_.find(k);
+  if (it == plans_.end()) {
+    it = plans_.emplace(k, plan{}).first;
+    if (auto st = make_plan(g, it->second); !st.ok()) {
+      it->second.usable = false; // asked again never; this call fails
+      return st;
+    }
+  }
+  auto& p = it->second;
+  if (!p.usable)
+    return {};
+  if (auto st = check(set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias),
+                      "cublasLtMatmulDescSetAttribute (bias)");
+      !st.ok())
+    return st;
+  const float one = 1.0f, zero = 0.0f;
+  auto st =
+      check(cublasLtMatmul(handle_, p.desc, &one, g.a, p.a, g.b, p.b, &zero,
+                           g.d, p.d, g.d, p.d, &p.algo, space_, bytes_, stream),
+            g.what == lt_gemm::epilogue::bias_add
+                ? "cublasLtMatmul (dense forward, bias fused)"
+                : "cublasLtMatmul (dense weight gradient, bias "
+                  "gradient fused)");
+  fused = st.ok();
+  return st;
+}
+
+} // namespace troupe::cuda

@@ -1,0 +1,71 @@
+// The dense layers' GEMMs with the bias fused in, through cuBLASLt's
+// epilogues: forward, D = op(A) op(B) + bias (one kernel, not a bias fill
+// then a GEMM); backward, the weight gradient's GEMM also sums A's rows
+// into the bias gradient (not a GEMM then a column-sum kernel). Internal
+// to kernels/cuda, as cuda_internal.hpp.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_device.hpp"
+
+namespace troupe::cuda {
+
+/// One GEMM, column-major: D (m x n) = op(A) op(B), alpha 1, beta 0, then
+/// the epilogue: `bias_add` adds bias[i] to D's row i; `bias_grad` writes
+/// A's rows summed over k into bias (m floats).
+struct lt_gemm {
+  enum class epilogue { bias_add, bias_grad };
+  epilogue what;
+  bool ta, tb;
+  size_t m, n, k;
+  const float* a;
+  size_t lda;
+  const float* b;
+  size_t ldb;
+  float* d;
+  size_t ldd;
+  float* bias;
+};
+
+/// A cuBLASLt handle and, per shape, the kernel its heuristic chose (asked
+/// once per shape, so a step captured in a graph asks nothing).
+class lt_plans {
+public:
+  lt_plans() = default;
+  lt_plans(const lt_plans&) = delete;
+  lt_plans& operator=(const lt_plans&) = delete;
+  ~lt_plans();
+
+  /// The handle, and the workspace every call may use (the device's, on
+  /// the same stream as its cuBLAS calls).
+  cuda_status open(void* workspace, size_t bytes);
+
+  /// Queues `g` on `stream`, or sets `fused` false and queues nothing
+  /// where cuBLASLt has no kernel for it (the caller then runs it
+  /// unfused). A failing call is an error.
+  cuda_status run(const lt_gemm& g, cudaStream_t stream, bool& fused);
+
+private:
+  struct plan {
+    bool usable = false;
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  using key = std::tuple<int, bool, bool, size_t, size_t, size_t, size_t,
+                         size_t, size_t, uint32_t, uint32_t, uint32_t>;
+  cuda_status make_plan(const lt_gemm& g, plan& p) const;
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* space_ = nullptr;
+  size_t bytes_ = 0;
+  std::map<key, plan> plans_;
+};
+
+} // namespace troupe::cuda
