@@ -48,7 +48,12 @@ run)
   for t in "${tests[@]}"; do
     t=$(basename "$t")
     for tool in memcheck racecheck; do
-      timeout 100 "$here/.devbundle/run" "$san" --tool "$tool" \
+      # NCCL probes kernels its build lacks for this GPU and handles the
+      # errors (cudaErrorNoKernelImageForDevice in ncclInitKernelsForDevice):
+      # API errors are not reported, memory errors and hazards are.
+      extra=()
+      [ "$tool" = memcheck ] && extra=(--report-api-errors no)
+      timeout 100 "$here/.devbundle/run" "$san" --tool "$tool" "${extra[@]}" \
         --error-exitcode 9 "$here/.devbundle/bin/$t" --color_output=no \
         >"$scratch/$t.$tool.log" 2>&1 &
       pids+=("$!:$t under $tool")
@@ -91,7 +96,7 @@ run)
   python3 -c 'import torch' 2>/dev/null ||
     py=$(ls /opt/torch/.venv/bin/python3 2>/dev/null || echo python3)
   rc=0
-  PYTHONUNBUFFERED=1 timeout 120 "$py" "$here/bench/gpu/gpu_step.py" \
+  PYTHONUNBUFFERED=1 timeout 150 "$py" "$here/bench/gpu/gpu_step.py" \
     >"$out/gpu_step_py.log" 2>&1 || rc=$?
   table+=("gpu_step.py ($py): rc $rc")
   cat "$out/gpu_step_py.log"

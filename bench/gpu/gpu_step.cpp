@@ -116,6 +116,53 @@ double time_runs(int n, Body body, Wait wait) {
   return s.count();
 }
 
+/// Graph replays per timing (one replay of a small shape is short).
+constexpr int graph_replays = 5;
+
+/// Seconds for `reps` runs of `body` recorded as one graph on the device's
+/// stream, per replay (after a run outside the capture: it picks the
+/// kernels).
+template <class Body>
+double graph_time_ours(cuda::device& dev, int reps, Body body) {
+  body();
+  must(dev.sync(), "sync");
+  cuda::graph g;
+  must(dev.begin_capture(), "begin_capture");
+  for (int i = 0; i < reps; ++i)
+    body();
+  must(dev.end_capture(g), "end_capture");
+  return time_runs(
+             graph_replays, [&] { must(dev.launch(g), "launch"); },
+             [&] { must(dev.sync(), "sync"); }) /
+         graph_replays;
+}
+
+/// As graph_time_ours, for the raw calls on `stream`.
+template <class Body>
+double graph_time_raw(cudaStream_t stream, int reps, Body body) {
+  auto wait = [stream] {
+    must(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  };
+  body();
+  wait();
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t e = nullptr;
+  must(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+       "cudaStreamBeginCapture");
+  for (int i = 0; i < reps; ++i)
+    body();
+  must(cudaStreamEndCapture(stream, &g), "cudaStreamEndCapture");
+  must(cudaGraphInstantiate(&e, g, 0), "cudaGraphInstantiate");
+  double s =
+      time_runs(
+          graph_replays,
+          [&] { must(cudaGraphLaunch(e, stream), "cudaGraphLaunch"); }, wait) /
+      graph_replays;
+  cudaGraphExecDestroy(e);
+  cudaGraphDestroy(g);
+  return s;
+}
+
 // -- 0. the check -------------------------------------------------------------
 
 /// One step of `spec` at `batch` on the GPU against the CPU; the worst
@@ -152,7 +199,9 @@ double check_step(cuda::device& dev, const std::string& spec, size_t batch) {
 
 struct gemm_row {
   size_t batch, in, out;
-  double fwd, fwd_raw, bwd, bwd_raw; // GFLOP/s
+  double fwd, fwd_raw, bwd, bwd_raw; // GFLOP/s, calls launched one by one
+  double fwd_graph, fwd_raw_graph, bwd_graph, bwd_raw_graph; // as graphs
+  bool fwd_fused, bwd_fused; // every call of ours took cuBLASLt's epilogue
 };
 
 gemm_row gemm_rates(cuda::device& dev, cudaStream_t stream, cublasHandle_t h,
@@ -173,56 +222,55 @@ gemm_row gemm_rates(cuda::device& dev, cudaStream_t stream, cublasHandle_t h,
   double flop = 2.0 * double(batch) * double(in) * double(out);
   const float one = 1.0f, zero = 0.0f;
   int m_ = int(out), n_ = int(batch), k_ = int(in);
-  gemm_row r{batch, in, out, 0, 0, 0, 0};
+  gemm_row r{};
+  r.batch = batch;
+  r.in = in;
+  r.out = out;
   // Ours queue on the device's stream, the raw calls on `stream`.
   auto ours = [&dev] { must(dev.sync(), "sync"); };
   auto raw = [stream] {
     must(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   };
-  r.fwd = flop * reps / 1e9 /
-          time_runs(
-              reps,
-              [&] {
-                must(dev.dense_forward(x.data(), w.data(), b.data(), y.data(),
-                                       batch, in, out),
-                     "dense_forward");
-              },
-              ours);
+  auto ours_fwd = [&] {
+    must(dev.dense_forward(x.data(), w.data(), b.data(), y.data(), batch, in,
+                           out),
+         "dense_forward");
+  };
   // The same product, raw: y^T (out x batch) = w^T x^T, beta 0.
-  r.fwd_raw =
-      flop * reps / 1e9 /
-      time_runs(
-          reps,
-          [&] {
-            must(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m_, n_, k_, &one,
-                             w.data(), m_, x.data(), k_, &zero, y.data(), m_),
-                 "cublasSgemm");
-          },
-          raw);
-  r.bwd =
-      2 * flop * reps / 1e9 /
-      time_runs(
-          reps,
-          [&] {
-            must(dev.dense_backward(x.data(), w.data(), dy.data(), dx.data(),
-                                    dw.data(), db.data(), batch, in, out),
-                 "dense_backward");
-          },
-          ours);
+  auto raw_fwd = [&] {
+    must(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m_, n_, k_, &one, w.data(),
+                     m_, x.data(), k_, &zero, y.data(), m_),
+         "cublasSgemm");
+  };
+  auto ours_bwd = [&] {
+    must(dev.dense_backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(),
+                            db.data(), batch, in, out),
+         "dense_backward");
+  };
   // dw^T (out x in) = dy^T x; dx^T (in x batch) = w dy^T.
-  r.bwd_raw =
-      2 * flop * reps / 1e9 /
-      time_runs(
-          reps,
-          [&] {
-            must(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, m_, k_, n_, &one,
-                             dy.data(), m_, x.data(), k_, &zero, dw.data(), m_),
-                 "cublasSgemm");
-            must(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, k_, n_, m_, &one,
-                             w.data(), m_, dy.data(), m_, &zero, dx.data(), k_),
-                 "cublasSgemm");
-          },
-          raw);
+  auto raw_bwd = [&] {
+    must(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, m_, k_, n_, &one, dy.data(),
+                     m_, x.data(), k_, &zero, dw.data(), m_),
+         "cublasSgemm");
+    must(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, k_, n_, m_, &one, w.data(),
+                     m_, dy.data(), m_, &zero, dx.data(), k_),
+         "cublasSgemm");
+  };
+  auto unfused = dev.unfused_gemms();
+  r.fwd = flop * reps / 1e9 / time_runs(reps, ours_fwd, ours);
+  r.fwd_fused = dev.unfused_gemms() == unfused;
+  r.fwd_raw = flop * reps / 1e9 / time_runs(reps, raw_fwd, raw);
+  unfused = dev.unfused_gemms();
+  r.bwd = 2 * flop * reps / 1e9 / time_runs(reps, ours_bwd, ours);
+  r.bwd_fused = dev.unfused_gemms() == unfused;
+  r.bwd_raw = 2 * flop * reps / 1e9 / time_runs(reps, raw_bwd, raw);
+  // The same calls recorded as graphs: the GPU's rate, without the host's
+  // launch cost (which bounds the small shapes above).
+  r.fwd_graph = flop * reps / 1e9 / graph_time_ours(dev, reps, ours_fwd);
+  r.fwd_raw_graph = flop * reps / 1e9 / graph_time_raw(stream, reps, raw_fwd);
+  r.bwd_graph = 2 * flop * reps / 1e9 / graph_time_ours(dev, reps, ours_bwd);
+  r.bwd_raw_graph =
+      2 * flop * reps / 1e9 / graph_time_raw(stream, reps, raw_bwd);
   return r;
 }
 
@@ -231,12 +279,14 @@ gemm_row gemm_rates(cuda::device& dev, cudaStream_t stream, cublasHandle_t h,
 struct step_row {
   std::string spec;
   size_t batch;
-  bool graphs;
+  bool graphs, pinned;
   double samples_per_s;
 };
 
+/// `pinned`: the host batches in pinned memory, as gpu_step.py's (a loader
+/// that pins its batches); else pageable, staged by the step.
 step_row train_rate(cuda::device& dev, const std::string& spec, size_t batch,
-                    bool graphs, int steps) {
+                    bool graphs, bool pinned, int steps) {
   auto host = make_model(spec);
   cuda_status st;
   auto g = cuda::cuda_model::load(dev, host, st);
@@ -251,17 +301,23 @@ step_row train_rate(cuda::device& dev, const std::string& spec, size_t batch,
   }
   // A few batches on the host, taken in turn, as a worker's would be.
   std::vector<std::vector<float>> xs;
+  std::vector<cuda::pinned<float>> pxs(4);
   std::vector<std::vector<uint8_t>> ys;
   for (uint32_t k = 0; k < 4; ++k) {
     xs.push_back(random_floats(batch * host.input_size(), 10 + k));
     ys.push_back(random_labels(batch, host.output_size(), 20 + k));
+    if (pinned) {
+      must(dev.alloc_pinned(pxs[k], xs[k].size()), "alloc_pinned");
+      std::copy(xs[k].begin(), xs[k].end(), pxs[k].data());
+    }
   }
   momentum_params p;
   p.lr = 0.01f;
   float loss = 0;
   auto step = [&](int i) {
     auto k = size_t(i) % xs.size();
-    must(g->compute_gradients(xs[k].data(), ys[k].data(), batch, &loss),
+    must(g->compute_gradients(pinned ? pxs[k].data() : xs[k].data(),
+                              ys[k].data(), batch, &loss),
          "compute_gradients");
     for (size_t a = 0; a < ws.size(); ++a)
       must(dev.momentum_update(ws[a].data, gs[a].data, vs[a].data(), ws[a].size,
@@ -281,7 +337,8 @@ step_row train_rate(cuda::device& dev, const std::string& spec, size_t batch,
   if (g->replayed() != graphs)
     die(spec + ": the steps did not run as asked (graphs " +
         (graphs ? "on" : "off") + ")");
-  return {spec, batch, graphs, double(steps) * double(batch) / s.count()};
+  return {spec, batch, graphs, pinned,
+          double(steps) * double(batch) / s.count()};
 }
 
 // -- 3. copies ----------------------------------------------------------------
@@ -350,9 +407,18 @@ int main(int argc, char** argv) {
   cublasHandle_t h;
   must(cublasCreate(&h), "cublasCreate");
   must(cublasSetStream(h, stream), "cublasSetStream");
-  std::printf("\n%-22s %10s %10s %6s %10s %10s %6s\n",
+  // A workspace of its own, as the device's handle has (graph-safe).
+  buffer<uint8_t> raw_space;
+  must(dev->alloc(raw_space, size_t{32} << 20), "alloc");
+  must(cublasSetWorkspace(h, raw_space.data(), raw_space.size()),
+       "cublasSetWorkspace");
+  // Ours: GEMM and bias (fused: one cuBLASLt call with its epilogue);
+  // raw: the GEMMs alone. Backward: dw, db and dx against dw and dx.
+  // "as graphs": the ratios of the same calls recorded as graphs.
+  std::printf("\n%-22s %10s %10s %6s %10s %10s %6s  %-14s %s\n",
               "dense layer b x in x out", "fwd GF/s", "raw GF/s", "ratio",
-              "bwd GF/s", "raw GF/s", "ratio");
+              "bwd GF/s", "raw GF/s", "ratio", "bias (fwd/bwd)",
+              "as graphs: fwd, bwd ratio");
   std::vector<gemm_row> gemms;
   const size_t shapes[][3] = {{64, 784, 256},     {64, 256, 128},
                               {1024, 784, 256},   {1024, 784, 4096},
@@ -361,26 +427,35 @@ int main(int argc, char** argv) {
     auto r = gemm_rates(*dev, stream, h, s[0], s[1], s[2], opt.reps);
     gemms.push_back(r);
     std::printf(
-        "%5zu x %5zu x %5zu    %10.0f %10.0f %6.3f %10.0f %10.0f %6.3f\n",
+        "%5zu x %5zu x %5zu    %10.0f %10.0f %6.3f %10.0f %10.0f %6.3f  "
+        "%-14s %6.3f %6.3f\n",
         r.batch, r.in, r.out, r.fwd, r.fwd_raw, r.fwd / r.fwd_raw, r.bwd,
-        r.bwd_raw, r.bwd / r.bwd_raw);
+        r.bwd_raw, r.bwd / r.bwd_raw,
+        (std::string{r.fwd_fused ? "fused" : "kernel"} + "/" +
+         (r.bwd_fused ? "fused" : "kernel"))
+            .c_str(),
+        r.fwd_graph / r.fwd_raw_graph, r.bwd_graph / r.bwd_raw_graph);
   }
 
   // 2. Training steps.
   // Each with the step replayed as a CUDA graph (as the device actors run
-  // it), and the small batch kernel by kernel too: what graphs bring.
-  std::printf("\n%-32s %6s %-8s %14s\n", "model", "batch", "step", "samples/s");
+  // it) from pinned batches (as gpu_step.py's); the small batch kernel by
+  // kernel too, and the large from pageable memory: what each costs.
+  std::printf("\n%-32s %6s %-8s %-8s %14s\n", "model", "batch", "step",
+              "batch in", "samples/s");
   std::vector<step_row> steps;
   const std::string small = "mlp:784-256-128-10";
-  for (auto [spec, batch, graphs] :
-       {std::tuple<std::string, size_t, bool>{small, 64, true},
-        {small, 64, false},
-        {small, 1024, true},
-        {opt.large, 1024, true}}) {
-    auto r = train_rate(*dev, spec, batch, graphs, opt.steps);
+  for (auto [spec, batch, graphs, pinned] :
+       {std::tuple<std::string, size_t, bool, bool>{small, 64, true, true},
+        {small, 64, false, true},
+        {small, 1024, true, true},
+        {opt.large, 1024, true, true},
+        {opt.large, 1024, true, false}}) {
+    auto r = train_rate(*dev, spec, batch, graphs, pinned, opt.steps);
     steps.push_back(r);
-    std::printf("%-32s %6zu %-8s %14.0f\n", r.spec.c_str(), r.batch,
-                r.graphs ? "graph" : "kernels", r.samples_per_s);
+    std::printf("%-32s %6zu %-8s %-8s %14.0f\n", r.spec.c_str(), r.batch,
+                r.graphs ? "graph" : "kernels",
+                r.pinned ? "pinned" : "pageable", r.samples_per_s);
   }
 
   // 3. Copies: the large batch's size (1024 x 784 floats) and 64 MiB.
@@ -396,24 +471,30 @@ int main(int argc, char** argv) {
 
   std::string json = "{\"bench\":\"gpu_step\",\"device\":\"" + dev->describe() +
                      "\",\"gemm\":[";
-  char buf[256];
+  char buf[512];
   for (size_t i = 0; i < gemms.size(); ++i) {
     auto& r = gemms[i];
     std::snprintf(buf, sizeof(buf),
                   "%s{\"shape\":[%zu,%zu,%zu],\"fwd_gflops\":%.1f,"
                   "\"fwd_raw_gflops\":%.1f,\"bwd_gflops\":%.1f,"
-                  "\"bwd_raw_gflops\":%.1f}",
+                  "\"bwd_raw_gflops\":%.1f,\"fwd_graph_gflops\":%.1f,"
+                  "\"fwd_raw_graph_gflops\":%.1f,\"bwd_graph_gflops\":%.1f,"
+                  "\"bwd_raw_graph_gflops\":%.1f,\"fwd_fused\":%s,"
+                  "\"bwd_fused\":%s}",
                   i ? "," : "", r.batch, r.in, r.out, r.fwd, r.fwd_raw, r.bwd,
-                  r.bwd_raw);
+                  r.bwd_raw, r.fwd_graph, r.fwd_raw_graph, r.bwd_graph,
+                  r.bwd_raw_graph, r.fwd_fused ? "true" : "false",
+                  r.bwd_fused ? "true" : "false");
     json += buf;
   }
   json += "],\"train\":[";
   for (size_t i = 0; i < steps.size(); ++i) {
     std::snprintf(buf, sizeof(buf),
                   "%s{\"model\":\"%s\",\"batch\":%zu,\"graph\":%s,"
-                  "\"samples_per_s\":%.0f}",
+                  "\"pinned\":%s,\"samples_per_s\":%.0f}",
                   i ? "," : "", steps[i].spec.c_str(), steps[i].batch,
-                  steps[i].graphs ? "true" : "false", steps[i].samples_per_s);
+                  steps[i].graphs ? "true" : "false",
+                  steps[i].pinned ? "true" : "false", steps[i].samples_per_s);
     json += buf;
   }
   json += "],\"copy\":[";

@@ -77,10 +77,14 @@ def make_step(torch, net, compiled):
     if compiled:
         loss_of = torch.compile(loss_of, mode=compiled)
 
+    graphs = compiled == "reduce-overhead"
+
     def step(x_host, y_host):
+        if graphs:  # a new step: the last one's graph outputs may be reused
+            torch.compiler.cudagraph_mark_step_begin()
         x = x_host.cuda(non_blocking=True)
         y = y_host.cuda(non_blocking=True)
-        opt.zero_grad(set_to_none=False)
+        opt.zero_grad()  # to None, PyTorch's default (and graphs' need)
         loss = loss_of(x, y)
         loss.backward()
         opt.step()
