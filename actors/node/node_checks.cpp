@@ -83,11 +83,15 @@ caf::error node_config::check_devices() const {
                            " worker's CPU model as backward makes them; it"
                            " does not run on device actors (" +
                                flag + "): drop one");
-  if (worker.task != "train")
+  // A pipeline stage computes on one device (actors/device/stage_device.hpp):
+  // its layers are its share, with nothing to sum on the node.
+  bool stage_on_one = worker.task == "stage" && !server.mode.on_device;
+  if (worker.task != "train" && !stage_on_one)
     return caf::make_error(errc::invalid_config,
                            "--worker.task=" + worker.task +
-                               " computes nothing on device actors (only"
-                               " train does): drop",
+                               " computes nothing on device actors (train"
+                               " does, and stage on one device without"
+                               " sync_device): drop",
                            flag);
   if (d.devices.size() > train.batch)
     return caf::make_error(errc::invalid_config, flag,

@@ -11,6 +11,7 @@
 #include <caf/event_based_actor.hpp>
 
 #include "actors/base/log.hpp"
+#include "actors/device/stage_device.hpp"
 #include "actors/pipeline/stage_actor_internal.hpp"
 #include "actors/road/road_wire.hpp"
 #include "kernels/loss.hpp"
@@ -67,9 +68,9 @@ bool take(stage_ptr self, stage_state::box& box, uint32_t micro,
   return true;
 }
 
-caf::error failed(stage_ptr self, const stage_work& w, kernel_status st) {
-  return caf::make_error(errc::bad_shape, who(self) + ": " + to_string(w) +
-                                              " failed: " + to_string(st));
+caf::error failed(stage_ptr self, const stage_work& w, const std::string& why) {
+  return caf::make_error(errc::bad_shape,
+                         who(self) + ": " + to_string(w) + " failed: " + why);
 }
 
 /// The synthetic cost of `w` (stage_settings::work_us), taken once what
@@ -104,8 +105,8 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
       x = in.values.data();
     }
     synthetic_work(self, w);
-    if (auto r = m.forward(w.micro, x, rows); r != kernel_status::ok)
-      return failed(self, w, r);
+    if (auto r = m.forward(w.micro, x, rows); !r.ok())
+      return failed(self, w, r.error);
     if (!is_last(self))
       send_tensor(self, true, w.micro, m.output(w.micro));
     if (st.step == st.cfg.kill_in_step &&
@@ -132,7 +133,7 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
       auto r = softmax_xent_cpu(m.output(w.micro).data(), labels.data(), rows,
                                 m.output_size(), &loss, dy.data());
       if (r != kernel_status::ok)
-        return failed(self, w, r);
+        return failed(self, w, to_string(r));
       st.loss += double(loss) * rows;
       for (auto& v : dy)
         v /= float(st.cfg.micros);
@@ -146,18 +147,18 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
     }
     synthetic_work(self, w);
     auto r = m.backward_input(w.micro, dy.data(), !is_first(self));
-    if (r == kernel_status::ok && w.kind == stage_work::backward)
+    if (r.ok() && w.kind == stage_work::backward)
       r = m.backward_weight(w.micro);
-    if (r != kernel_status::ok)
-      return failed(self, w, r);
+    if (!r.ok())
+      return failed(self, w, r.error);
     if (!is_first(self))
       send_tensor(self, false, w.micro, m.input_grad());
     return true;
   }
   case stage_work::backward_weight:
     synthetic_work(self, w);
-    if (auto r = m.backward_weight(w.micro); r != kernel_status::ok)
-      return failed(self, w, r);
+    if (auto r = m.backward_weight(w.micro); !r.ok())
+      return failed(self, w, r.error);
     return true;
   }
   return true;
@@ -176,10 +177,11 @@ void run_evals(stage_ptr self) {
     auto x = std::move(*i);
     i = st.evals.erase(i);
     tensor out;
+    device_status r;
     if (x.cols != m.input_size() ||
-        m.infer(x.values.data(), x.rows, out) != kernel_status::ok) {
+        !(r = m.infer(x.values.data(), x.rows, out)).ok()) {
       TROUPE_LOG_LIMITED(warning, who(self), "dropped an evaluation chunk of ",
-                         x.cols, " columns");
+                         x.cols, " columns", r.error);
       continue;
     }
     stage_tensor y{x.step,
@@ -197,11 +199,21 @@ void run_evals(stage_ptr self) {
 /// The finished mini-batch's SGD update: it is applied.
 void apply_update(stage_ptr self) {
   auto& st = self->state;
+  // On the host (a GPU's gradients come down first, its weights go up
+  // after): once per mini-batch, beside its forwards and backwards.
+  auto down = st.model->download_gradients();
   auto params = st.model->parameters();
   auto grads = st.model->gradients();
-  for (size_t i = 0; i < params.size(); ++i)
+  for (size_t i = 0; down.ok() && i < params.size(); ++i)
     sgd_update_cpu(params[i].data, grads[i].data, params[i].size,
                    sgd_params{st.cfg.lr, 0.0f, 1.0f});
+  if (auto up = down.ok() ? st.model->upload_parameters() : down; !up.ok()) {
+    // The device broke: the stage ends, and its driver's supervision
+    // restarts the pipeline from the last commit.
+    self->quit(caf::make_error(errc::device_failed,
+                               who(self) + ": the update: " + up.error));
+    return;
+  }
   st.awaiting_commit = false;
   st.applied = st.step + 1;
   run_evals(self);
@@ -301,6 +313,9 @@ caf::error load_weights(stage_ptr self, const std::vector<named_array>& w) {
                              w[i].key, w[i].values.size());
   for (size_t i = 0; i < params.size(); ++i)
     std::copy(w[i].values.begin(), w[i].values.end(), params[i].data);
+  if (auto up = m.upload_parameters(); !up.ok())
+    return caf::make_error(errc::device_failed,
+                           who(self) + ": loading weights: " + up.error);
   return caf::none;
 }
 
@@ -321,7 +336,8 @@ caf::result<uint64_t> on_reset(stage_ptr self, uint64_t gen, uint64_t step,
   }
   st.awaiting_commit = false;
   st.model->drop_micro_batches();
-  st.model->zero_gradients();
+  if (auto z = st.model->zero_gradients(); !z.ok())
+    return caf::make_error(errc::device_failed, who(self) + ": " + z.error);
   st.gen = gen;
   st.applied = step;
   st.step = step;
@@ -351,6 +367,8 @@ caf::result<double> on_step(stage_ptr self, uint64_t step, const frame& f) {
                                          " multiple of the micro-batches, and",
                              want, "columns");
   }
+  if (auto z = st.model->zero_gradients(); !z.ok())
+    return caf::make_error(errc::device_failed, who(self) + ": " + z.error);
   // Old tensors (a mini-batch given up) go.
   drop_before(self, step);
   st.step = step;
@@ -358,7 +376,6 @@ caf::result<double> on_step(stage_ptr self, uint64_t step, const frame& f) {
   st.loss = 0;
   st.at = 0;
   st.running = true;
-  st.model->zero_gradients();
   st.done = self->make_response_promise();
   advance(self);
   return caf::delegated<double>{};
@@ -401,8 +418,17 @@ caf::behavior stage_actor(stage_ptr self, stage_settings cfg) {
     return {};
   }
   m->init_parameters(cfg.seed);
-  st.model = std::make_unique<stage_model>(*m, cfg.cut[cfg.stage],
-                                           cfg.cut[cfg.stage + 1]);
+  std::string why;
+  st.model = cfg.backend ? cfg.backend
+                         : open_stage(cfg.device, *m, cfg.cut[cfg.stage],
+                                      cfg.cut[cfg.stage + 1], why);
+  st.cfg.backend = nullptr; // held once, as st.model
+  if (!st.model) {
+    self->quit(caf::make_error(errc::device_failed,
+                               "pipeline: --device=" + to_string(cfg.device) +
+                                   ": " + why));
+    return {};
+  }
   st.plan = stage_plan(cfg.schedule, cfg.stage,
                        static_cast<uint32_t>(cfg.cut.size() - 1), cfg.micros);
   return {
@@ -445,6 +471,9 @@ caf::behavior stage_actor(stage_ptr self, stage_settings cfg) {
         if (auto err = check_waiting(self, gen, step))
           return err;
         self->state.awaiting_commit = false;
+        if (auto down = self->state.model->download_gradients(); !down.ok())
+          return caf::make_error(errc::device_failed,
+                                 who(self) + ": " + down.error);
         return arrays_of(self, self->state.model->gradients());
       },
       [self](commit_atom, uint64_t gen,

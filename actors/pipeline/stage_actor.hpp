@@ -72,8 +72,9 @@
 #include <caf/response_promise.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include "actors/device/device_settings.hpp"
 #include "actors/pipeline/schedule.hpp"
-#include "kernels/stage.hpp"
+#include "kernels/stage_backend.hpp"
 #include "messages/frame.hpp"
 #include "messages/named_array.hpp"
 #include "messages/pipeline.hpp"
@@ -109,11 +110,17 @@ struct stage_settings {
   /// after its forward of micro-batch 1 (0 if there is one) of this
   /// mini-batch. ~0 = never.
   uint64_t kill_in_step = ~uint64_t{0};
+  /// Where its layers run (actors/device/stage_device.hpp): the CPU, or a
+  /// GPU through the plugin. `backend`, if set, is those layers opened
+  /// already (the stage driver opens them, to report a device that cannot
+  /// be opened before it starts); else the stage actor opens them.
+  device_name device{};
+  std::shared_ptr<stage_backend> backend{};
 };
 
 struct stage_state {
   stage_settings cfg;
-  std::unique_ptr<stage_model> model;
+  std::shared_ptr<stage_backend> model;
   std::vector<stage_work> plan;
   caf::actor prev, next;
   // The mini-batch under way: its number, where the plan is, its inputs

@@ -10,6 +10,7 @@
 #include <caf/event_based_actor.hpp>
 
 #include "actors/base/log.hpp"
+#include "actors/device/stage_device.hpp"
 #include "actors/pipeline/stage_actor.hpp"
 #include "actors/pipeline/stage_driver_internal.hpp"
 #include "actors/pipeline/stage_roads.hpp"
@@ -462,6 +463,26 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
                          p.micro_batches,    p.schedule,        st.cfg.lr};
         s.commit_apart = true;
         s.member = member;
+        // The stage's layers on its device, opened here so that a device
+        // that cannot be is this process's one-line error (exit 2).
+        std::string why;
+        s.device = stage_device(st.cfg.device, why);
+        auto whole = model::from_spec(st.cfg.train.model, nullptr);
+        if (whole) {
+          whole->init_parameters(s.seed);
+          s.backend =
+              open_stage(s.device, *whole, st.cut[rank], st.cut[rank + 1], why);
+        }
+        if (!s.backend)
+          return caf::make_error(errc::device_failed,
+                                 "--device=" + st.cfg.device.text + ": " +
+                                     to_string(s.device) + ": " + why);
+        TROUPE_LOG(info, who(self), "stage ", rank, " computes on ",
+                   to_string(s.device),
+                   st.cfg.device.named
+                       ? ""
+                       : " (--device=auto" +
+                             (why.empty() ? ")" : ": " + why + ")"));
         if (auto roads = stage_roads::listen(st.cfg.host, st.cfg.kv))
           s.roads = std::move(*roads);
         else

@@ -56,6 +56,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include "actors/device/device_settings.hpp"
 #include "actors/kv/kv_settings.hpp"
 #include "actors/pipeline/pipeline_settings.hpp"
 #include "actors/worker/worker_settings.hpp"
@@ -73,6 +74,9 @@ struct stage_run_settings {
   uint32_t servers = 0;
   std::string host;  ///< where the driver is published
   uint16_t port = 0; ///< 0 = any free port
+  /// --device: one device for the stage's layers (auto: cuda:0 where a GPU
+  /// is found, else the CPU).
+  device_settings device;
 };
 
 /// Joins the cluster of `scheduler` as one stage of a pipeline and trains

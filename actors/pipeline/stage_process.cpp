@@ -8,6 +8,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include "actors/base/exit_codes.hpp"
 #include "actors/kv/kv.hpp"
 #include "actors/pipeline/stage_driver_internal.hpp"
 #include "kernels/stage.hpp"
@@ -117,7 +118,11 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
                         p.micro_batches, to_string(p.schedule));
             std::fflush(stdout);
           },
-          [&](caf::error& err) { rc = fail("starting", err); });
+          [&](caf::error& err) {
+            rc = fail("starting", err);
+            if (err == errc::device_failed) // as a worker's: not restarted
+              rc = exit_bad_config;
+          });
   if (rc != 0) {
     kill();
     return rc;

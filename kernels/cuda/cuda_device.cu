@@ -353,9 +353,7 @@ cuda_status device::dense_backward(const float* x, const float* w,
   // dx (batch x in) = dy w^T: column-major dx^T = w dy^T, (in x out)(out x
   // batch).
   if (dx != nullptr)
-    if (auto st = gemm(impl_->blas, true, false, in, batch, out, w, out, dy,
-                       out, 0.0f, dx, in, "cublasSgemm (dense input gradient)");
-        !st.ok())
+    if (auto st = dense_input_grad(w, dy, dx, batch, in, out); !st.ok())
       return st;
   if (fused)
     return {};
@@ -363,6 +361,14 @@ cuda_status device::dense_backward(const float* x, const float* w,
                 dim3(sum_lanes, sum_lanes), 0, impl_->stream>>>(dy, db, batch,
                                                                 out);
   return check(cudaGetLastError(), "column_sums");
+}
+
+cuda_status device::dense_input_grad(const float* w, const float* dy, float* dx,
+                                     size_t batch, size_t in, size_t out) {
+  if (!w || !dy || !dx || !fits_int(batch) || !fits_int(in) || !fits_int(out))
+    return bad_input("dense_input_grad: a null operand or a size of 0");
+  return gemm(impl_->blas, true, false, in, batch, out, w, out, dy, out, 0.0f,
+              dx, in, "cublasSgemm (dense input gradient)");
 }
 
 void device::fuse_bias(bool on) {

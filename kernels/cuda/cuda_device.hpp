@@ -129,6 +129,9 @@ public:
   cuda_status dense_backward(const float* x, const float* w, const float* dy,
                              float* dx, float* dw, float* db, size_t batch,
                              size_t in, size_t out);
+  /// dx = dy w^T alone (a pipeline stage's B: its weight gradient waits).
+  cuda_status dense_input_grad(const float* w, const float* dy, float* dx,
+                               size_t batch, size_t in, size_t out);
   /// Whether the dense layers take cuBLASLt's fused bias where it has a
   /// kernel (the default), and how many dense GEMMs ran fused and unfused.
   void fuse_bias(bool on);

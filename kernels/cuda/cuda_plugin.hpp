@@ -16,18 +16,22 @@
 #include "kernels/comm/communicator.hpp"
 #include "kernels/device_backend.hpp"
 #include "kernels/model.hpp"
+#include "kernels/stage_backend.hpp"
 #include "kernels/status.hpp"
 
 namespace troupe::cuda {
 
-/// What the plugin offers: kernels/cuda's device_count, make_cuda_backend
-/// and make_nccl_group.
+/// What the plugin offers: kernels/cuda's device_count, make_cuda_backend,
+/// make_nccl_group and make_cuda_stage.
 struct plugin_api {
   int (*device_count)(std::string* why);
   std::unique_ptr<device_backend> (*make_backend)(int ordinal, model& m,
                                                   device_status& st);
   std::vector<std::unique_ptr<communicator>> (*make_group)(
       const std::vector<int>& ordinals, std::string& why);
+  std::unique_ptr<stage_backend> (*make_stage)(int ordinal, model& m,
+                                               size_t first, size_t last,
+                                               device_status& st);
 };
 
 } // namespace troupe::cuda

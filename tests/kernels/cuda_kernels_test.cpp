@@ -18,12 +18,14 @@
 #include "kernels/activations.hpp"
 #include "kernels/cuda/cuda_device.hpp"
 #include "kernels/cuda/cuda_model.hpp"
+#include "kernels/cuda/cuda_stage.hpp"
 #include "kernels/cuda/nccl_group.hpp"
 #include "kernels/dense.hpp"
 #include "kernels/loss.hpp"
 #include "kernels/model.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/random.hpp"
+#include "kernels/stage.hpp"
 
 using namespace troupe;
 using troupe::cuda::buffer;
@@ -335,6 +337,83 @@ BOOST_AUTO_TEST_CASE(a_training_step_on_the_gpu_matches_the_cpu) {
                                    " label 10 of row 5 >= 10 classes");
 }
 
+BOOST_AUTO_TEST_CASE(a_pipeline_stage_on_the_gpu_matches_the_cpu) {
+  std::string why;
+  auto m = model::from_spec("mlp:784-256-128-64-10", &why);
+  BOOST_REQUIRE_MESSAGE(m, why);
+  m->init_parameters(9);
+  auto as_vector = [](const tensor& t) {
+    return std::vector<float>(t.data(), t.data() + t.size());
+  };
+  // A first stage (its output through a relu), a middle one of two
+  // layers, and the last (logits); two micro-batches of 32 rows each.
+  const size_t rows = 32;
+  for (auto [first, last] : {std::pair<size_t, size_t>{0, 1}, {1, 3}, {3, 4}}) {
+    auto name =
+        "layers [" + std::to_string(first) + ", " + std::to_string(last) + ")";
+    stage_model cpu{*m, first, last};
+    cuda_status st;
+    auto gpu = cuda::make_cuda_stage(0, *m, first, last, st);
+    BOOST_REQUIRE_MESSAGE(gpu, st.error);
+    BOOST_CHECK_EQUAL(gpu->input_size(), cpu.input_size());
+    BOOST_CHECK_EQUAL(gpu->output_size(), cpu.output_size());
+    BOOST_CHECK_EQUAL(gpu->is_last(), cpu.is_last());
+    BOOST_CHECK_EQUAL(gpu->first_layer(), cpu.first_layer());
+    bool want_dx = first > 0;
+    for (uint32_t micro = 0; micro < 2; ++micro) {
+      auto x = random_floats(rows * cpu.input_size(), 80 + micro, 0.0f, 1.0f);
+      BOOST_REQUIRE(cpu.forward(micro, x.data(), rows) == kernel_status::ok);
+      REQUIRE_OK(gpu->forward(micro, x.data(), rows));
+      check_close(as_vector(cpu.output(micro)), as_vector(gpu->output(micro)),
+                  "stage forward, " + name);
+    }
+    for (uint32_t micro = 0; micro < 2; ++micro) {
+      auto dy = random_floats(rows * cpu.output_size(), 90 + micro);
+      BOOST_REQUIRE(cpu.backward_input(micro, dy.data(), want_dx) ==
+                    kernel_status::ok);
+      REQUIRE_OK(gpu->backward_input(micro, dy.data(), want_dx));
+      if (want_dx)
+        check_close(as_vector(cpu.input_grad()), as_vector(gpu->input_grad()),
+                    "stage B (input gradient), " + name);
+    }
+    BOOST_CHECK_EQUAL(gpu->held(), 2u);
+    BOOST_CHECK_EQUAL(gpu->held_bytes(), cpu.held_bytes());
+    for (uint32_t micro = 0; micro < 2; ++micro) {
+      BOOST_REQUIRE(cpu.backward_weight(micro) == kernel_status::ok);
+      REQUIRE_OK(gpu->backward_weight(micro));
+    }
+    BOOST_CHECK_EQUAL(gpu->held(), 0u);
+    REQUIRE_OK(gpu->download_gradients());
+    auto want = cpu.gradients(), got = gpu->gradients();
+    BOOST_REQUIRE_EQUAL(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      check_close(std::vector<float>(want[i].data, want[i].data + want[i].size),
+                  std::vector<float>(got[i].data, got[i].data + got[i].size),
+                  "stage W (summed over 2 micro-batches), " + want[i].name);
+    // Weights written on the host go up; an evaluation sees them.
+    auto cw = cpu.parameters(), gw = gpu->parameters();
+    for (size_t i = 0; i < cw.size(); ++i)
+      for (size_t k = 0; k < cw[i].size; ++k) {
+        cw[i].data[k] *= 0.5f;
+        gw[i].data[k] *= 0.5f;
+      }
+    REQUIRE_OK(gpu->upload_parameters());
+    auto x = random_floats(rows * cpu.input_size(), 99, 0.0f, 1.0f);
+    tensor a, b;
+    BOOST_REQUIRE(cpu.infer(x.data(), rows, a) == kernel_status::ok);
+    REQUIRE_OK(gpu->infer(x.data(), rows, b));
+    check_close(as_vector(a), as_vector(b),
+                "stage infer, new weights, " + name);
+    // Out of order: a plain error, nothing held.
+    auto refused = gpu->backward_weight(7);
+    BOOST_CHECK_MESSAGE(refused.error.find("bad input") != std::string::npos,
+                        refused.error);
+    REQUIRE_OK(gpu->zero_gradients());
+    REQUIRE_OK(gpu->download_gradients());
+    BOOST_CHECK_EQUAL(gpu->gradients()[0].data[0], 0.0f);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(nccl_as_one_rank) {
   // One GPU here: NCCL runs as one rank (the multi-device logic is
   // communicator_test's, on the CPU stand-in).
@@ -379,8 +458,18 @@ int main(int argc, char* argv[]) {
                 << nccl_why << "'\n";
       return 1;
     }
+    auto m = model::from_spec("mlp:4-3-2", nullptr);
+    cuda_status stage_st;
+    if (!m || cuda::make_cuda_stage(0, *m, 0, 2, stage_st) ||
+        stage_st.error.find("no GPU cuda:0") == std::string::npos) {
+      std::cerr << "a stage on a machine without a GPU: expected a plain"
+                   " error, got '"
+                << stage_st.error << "'\n";
+      return 1;
+    }
     std::cout << "SKIPPED: no GPU (" << why << "); cuda:0 refused: " << st.error
-              << "; an NCCL group refused: " << nccl_why << '\n';
+              << "; an NCCL group refused: " << nccl_why
+              << "; a stage refused: " << stage_st.error << '\n';
     return 77;
   }
   return boost::unit_test::unit_test_main(&init_unit_test, argc, argv);

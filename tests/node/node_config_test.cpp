@@ -283,13 +283,22 @@ BOOST_AUTO_TEST_CASE(the_device_flag_names_devices_of_one_kind) {
   rejected({"--device=cpu,cpu"}, "--server.mode=sync_device");
   rejected({"--device=cpu,cpu", "--server.mode=async"},
            "--server.mode=sync_device");
-  // Device actors run whole layers: no overlapped blocks, no stages.
+  // Device actors run whole layers: no overlapped blocks.
   rejected({"--device=cuda:0", "--worker.overlap"}, "--worker.overlap");
   rejected({"--server.mode=sync_device", "--worker.overlap"},
            "--worker.overlap");
-  rejected({"--device=cuda:0", "--worker.task=stage", "--optimizer.name=sgd"},
-           "--worker.task=stage computes nothing on device actors (only"
-           " train does): drop --device=cuda:0");
+  // A pipeline stage computes on one device, with nothing to sum.
+  {
+    node_config ok;
+    BOOST_CHECK(!parse(ok, {"--device=cuda:0", "--worker.task=stage",
+                            "--optimizer.name=sgd"}));
+    BOOST_CHECK_EQUAL(to_string(ok.stage().device.devices.at(0)), "cuda:0");
+  }
+  rejected({"--device=cpu,cpu", "--server.mode=sync_device",
+            "--worker.task=stage", "--optimizer.name=sgd"},
+           "--worker.task=stage computes nothing on device actors (train"
+           " does, and stage on one device without sync_device): drop"
+           " --device=cpu,cpu");
   // The error names the flag given, not the default --device=auto.
   rejected({"--server.mode=sync_device", "--worker.task=counter",
             "--optimizer.name=sum"},

@@ -17,6 +17,7 @@
 #include "kernels/loss.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/stage.hpp"
+#include "kernels/stage_backend.hpp"
 #include "messages/errors.hpp"
 #include "tests/pipeline/pipeline_reference.hpp"
 
@@ -127,6 +128,36 @@ BOOST_AUTO_TEST_CASE(a_stage_refuses_work_out_of_order) {
   BOOST_CHECK(s.backward_input(0, dy.data(), false) == kernel_status::ok);
   BOOST_CHECK(s.backward_weight(0) == kernel_status::ok);
   BOOST_CHECK_EQUAL(s.held(), 0u);
+}
+
+BOOST_AUTO_TEST_CASE(the_cpu_stage_backend_is_the_stage_model_in_words) {
+  auto m = fresh_model();
+  stage_model want{m, 0, 2};
+  auto got = make_cpu_stage(m, 0, 2);
+  BOOST_CHECK_EQUAL(got->describe(), "cpu");
+  BOOST_CHECK_EQUAL(got->input_size(), want.input_size());
+  BOOST_CHECK_EQUAL(got->output_size(), want.output_size());
+  BOOST_CHECK_EQUAL(got->is_last(), want.is_last());
+  std::vector<float> x(4 * 20, 0.5f), dy(4 * want.output_size(), 0.1f);
+  // Out of order: said in words.
+  BOOST_CHECK_EQUAL(got->backward_input(0, dy.data(), false).error,
+                    "backward_input: bad_input");
+  BOOST_CHECK(got->forward(0, x.data(), 4).ok());
+  BOOST_CHECK(want.forward(0, x.data(), 4) == kernel_status::ok);
+  BOOST_CHECK(got->output(0).values() == want.output(0).values());
+  BOOST_CHECK(got->backward_input(0, dy.data(), true).ok());
+  BOOST_CHECK(want.backward_input(0, dy.data(), true) == kernel_status::ok);
+  BOOST_CHECK(got->input_grad().values() == want.input_grad().values());
+  BOOST_CHECK(got->backward_weight(0).ok());
+  BOOST_CHECK(want.backward_weight(0) == kernel_status::ok);
+  BOOST_CHECK(got->download_gradients().ok());
+  auto a = got->gradients(), b = want.gradients();
+  BOOST_REQUIRE_EQUAL(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    BOOST_CHECK(std::vector<float>(a[i].data, a[i].data + a[i].size) ==
+                std::vector<float>(b[i].data, b[i].data + b[i].size));
+  BOOST_CHECK(got->zero_gradients().ok());
+  BOOST_CHECK_EQUAL(got->gradients()[0].data[0], 0.0f);
 }
 
 BOOST_AUTO_TEST_CASE(k_pipeline_steps_give_the_weights_of_k_ordinary_steps) {

@@ -76,4 +76,20 @@ BOOST_AUTO_TEST_CASE(a_gpu_that_is_not_there_is_one_clear_error) {
                       w.output());
 }
 
+BOOST_AUTO_TEST_CASE(a_stage_on_a_gpu_that_is_not_there_exits_with_its_line) {
+  // A pipeline stage opens its layers on its device before it starts: a
+  // missing GPU is one line and exit 2, as for a worker.
+  scheduler_process s{0, 2};
+  child_process st{node_args({"--role=worker", s.flag(), "--worker.task=stage",
+                              "--optimizer.name=sgd", "--pipeline.stages=2",
+                              "--device=cuda:99"})};
+  auto rc = st.wait_exit(90s);
+  BOOST_REQUIRE_MESSAGE(rc, st.output());
+  BOOST_CHECK_EQUAL(*rc, exit_bad_config);
+  BOOST_CHECK_MESSAGE(
+      st.output().find("*** stage failed: starting: device_failed: "
+                       "--device=cuda:99: cuda:99: ") != std::string::npos,
+      st.output());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
