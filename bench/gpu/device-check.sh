@@ -5,6 +5,8 @@
 #           gpu_step in .devbundle
 #   there:  bench/gpu/device-check.sh run    through the device tool's run,
 #           with carry [".devbundle"]
+#   pack-e2e, run-e2e (carry [".devpack"]): cuda_kernels_test and whole
+#           jobs on the GPU (a cluster, a pipeline) with Fashion-MNIST
 # "run" runs each packed test, plain and under compute-sanitizer's memcheck
 # and racecheck, then gpu_step and the PyTorch script
 # (bench/gpu/gpu_step.py), every step bounded in time; full logs go to $OUT
@@ -102,8 +104,90 @@ run)
   cat "$out/gpu_step_py.log"
   printf '%s\n' "${table[@]}"
   ;;
+pack-e2e)
+  # cuda_kernels_test, troupe-node and the plugin, with the Fashion-MNIST
+  # files, xz-packed to fit the 64 MiB carry (OpenBLAS packs well).
+  exclude=$here/.git/info/exclude
+  grep -qx '/.devpack/' "$exclude" 2>/dev/null || echo '/.devpack/' >>"$exclude"
+  for f in kernels/cuda_kernels_test troupe-node \
+           kernels/libtroupe_cuda_plugin.so; do
+    [ -e "$here/build/$f" ] ||
+      { echo "*** no build/$f: build with nvcc first" >&2; exit 1; }
+  done
+  tmp=$(mktemp -d)
+  "$here/../shared/device/bundle.sh" "$tmp/.devbundle" \
+    "$here/build/kernels/cuda_kernels_test" "$here/build/troupe-node"
+  cp "$here/build/kernels/libtroupe_cuda_plugin.so" "$tmp/.devbundle/bin/"
+  strip --strip-debug "$tmp"/.devbundle/bin/*
+  # The examples' scripts take troupe-node from a build folder.
+  mkdir -p "$tmp/.devbundle/build" "$tmp/.devbundle/data"
+  # shellcheck disable=SC2016 # expanded there, when it runs
+  printf '%s\n' '#!/usr/bin/env bash' \
+    'b=$(cd "$(dirname "$0")/.." && pwd)' \
+    'exec "$b/run" "$b/bin/troupe-node" "$@"' \
+    >"$tmp/.devbundle/build/troupe-node"
+  chmod +x "$tmp/.devbundle/build/troupe-node"
+  cp /usr/share/datasets/fashion-mnist/*.gz "$tmp/.devbundle/data/"
+  rm -rf "$here/.devpack"
+  mkdir -p "$here/.devpack"
+  tar -C "$tmp" -cJf "$here/.devpack/bundle.tar.xz" .devbundle
+  rm -rf "$tmp"
+  du -sh "$here/.devpack"
+  ;;
+run-e2e)
+  # There, about 150 s: cuda_kernels_test plain and under memcheck, then a
+  # local cluster (1 server, 2 workers on cuda:0), one in sync_device (NCCL
+  # as one rank) and a 3-stage pipeline on cuda:0, one epoch each, on
+  # Fashion-MNIST.
+  out=${OUT:-$here/logs/gpu}
+  mkdir -p "$out"
+  tar -C "$here" -xJf "$here/.devpack/bundle.tar.xz"
+  b=$here/.devbundle
+  san=$(command -v compute-sanitizer ||
+        echo /usr/local/cuda/bin/compute-sanitizer)
+  timeout 100 "$b/run" "$san" --tool memcheck --report-api-errors no \
+    --error-exitcode 9 "$b/bin/cuda_kernels_test" --color_output=no \
+    >"$out/memcheck.log" 2>&1 &
+  san_pid=$!
+  table=()
+  rc=0
+  timeout 60 "$b/run" "$b/bin/cuda_kernels_test" --color_output=no \
+    --log_level=message >"$out/cuda_kernels_test.log" 2>&1 || rc=$?
+  table+=("cuda_kernels_test: rc $rc")
+  grep -h -E 'stage|error|fail' "$out/cuda_kernels_test.log" | tail -n 40 || true
+  rc=0
+  wait "$san_pid" || rc=$?
+  table+=("cuda_kernels_test under memcheck: rc $rc ($(grep -h \
+    'ERROR SUMMARY' "$out/memcheck.log" | tail -n 1 || true))")
+  export TROUPE_TLS=off
+  data=(--train.data-dir="$b/data" --train.epochs=1
+        --device="${E2E_DEVICE:-cuda:0}") # E2E_DEVICE=cpu: a dry run here
+  show='^epoch|final|computing on|computes on|\*\*\*|samples/s'
+  rc=0
+  TROUPE_BIN=$b/build/troupe-node TROUPE_LOGS=/tmp/e2e-cluster timeout 100 \
+    "$here/deploy/local-cluster.sh" "$here/deploy/local.ini" 1 2 "${data[@]}" \
+    >"$out/cluster.log" 2>&1 || rc=$?
+  table+=("cluster, 2 workers on cuda:0: rc $rc")
+  grep -h -E "$show" "$out/cluster.log" | tail -n 20 || true
+  rc=0
+  TROUPE_BIN=$b/build/troupe-node TROUPE_LOGS=/tmp/e2e-device timeout 100 \
+    "$here/deploy/local-cluster.sh" "$here/deploy/local.ini" 1 1 "${data[@]}" \
+    --server.mode=sync_device >"$out/sync_device.log" 2>&1 || rc=$?
+  table+=("cluster, sync_device (NCCL as one rank): rc $rc")
+  grep -h -E "$show" "$out/sync_device.log" | tail -n 20 || true
+  rc=0
+  TROUPE_BUILD=$b/build TROUPE_LOGS=/tmp/e2e-pipeline timeout 100 \
+    "$here/examples/pipeline/run.sh" "${data[@]}" >"$out/pipeline.log" 2>&1 ||
+    rc=$?
+  table+=("pipeline, 3 stages on cuda:0: rc $rc")
+  grep -h -E "$show" "$out/pipeline.log" | tail -n 20 || true
+  # Where each process computed, from its own log.
+  grep -rhoE '(computing on|computes on) .*' /tmp/e2e-cluster /tmp/e2e-device \
+    /tmp/e2e-pipeline 2>/dev/null | sort | uniq -c || true
+  printf '%s\n' "${table[@]}"
+  ;;
 *)
-  sed -n 2,11p "$0"
+  sed -n 2,13p "$0"
   exit 2
   ;;
 esac

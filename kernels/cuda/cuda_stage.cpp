@@ -201,14 +201,17 @@ public:
 
   size_t held() const override { return micros_.size(); }
 
+  /// The activations' and gradients' own sizes, as stage_model counts
+  /// them (a pooled buffer may be larger: that slack is the pool's).
   size_t held_bytes() const override {
-    size_t n = 0;
-    for (auto& [micro, m] : micros_) {
-      for (auto& b : m.acts)
-        n += b.size();
-      for (auto& b : m.dys)
-        n += b.size();
+    size_t acts = input_size(), dys = 0;
+    for (auto& L : layers_) {
+      acts += L.out;
+      dys += L.out;
     }
+    size_t n = 0;
+    for (auto& [micro, m] : micros_)
+      n += m.rows * (acts + (m.dys.empty() ? 0 : dys));
     return n * sizeof(float);
   }
 
