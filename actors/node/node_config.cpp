@@ -114,7 +114,8 @@ void node_config::add_global_options() {
       "continue from the last checkpoint in --checkpoint.dir");
   opt_group{custom_options_, "global"}.add(
       worker.device.text, "device",
-      "where a trainer computes: auto (the GPUs found, else the CPU) | cpu"
+      "where a trainer or a stage computes: auto (the GPUs found, else the "
+      "CPU) | cpu"
       " | cuda:N | a comma list of one kind (--server.mode=sync_device)");
   opt_group{custom_options_, "metrics"}.add(
       metrics_port, "port",
