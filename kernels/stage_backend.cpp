@@ -8,10 +8,11 @@ namespace troupe {
 
 namespace {
 
+/// A kernel's refusal, in words: "bad input: forward: shape_mismatch".
 device_status said(kernel_status s, const char* what) {
   if (s == kernel_status::ok)
     return {};
-  return {std::string{what} + ": " + to_string(s)};
+  return {std::string{"bad input: "} + what + ": " + to_string(s)};
 }
 
 class cpu_stage final : public stage_backend {

@@ -21,8 +21,9 @@
 namespace troupe {
 
 /// Layers [first, last) of a model on one device; see stage_model for what
-/// each call does. Not thread-safe. A failed call says why: the device's
-/// words, or the kernel's status.
+/// each call does. Not thread-safe. A failed call says why: "bad input:
+/// ..." where the call was refused (work out of order, a kernel's
+/// refusal), else the device's words (out of memory, a CUDA error).
 class stage_backend {
 public:
   virtual ~stage_backend() = default;

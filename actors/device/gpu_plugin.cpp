@@ -46,7 +46,15 @@ loaded load() {
       out.why = p.string() + " has no troupe_cuda_plugin";
       return out;
     }
-    out.api = fn(); // the library stays loaded for the process
+    auto api = fn(); // the library stays loaded for the process
+    if (api == nullptr || api->abi != cuda::plugin_abi) {
+      out.why = p.string() + " is of another troupe build (plugin ABI " +
+                (api ? std::to_string(api->abi) : std::string{"none"}) +
+                ", this troupe-node wants " + std::to_string(cuda::plugin_abi) +
+                "): reinstall it";
+      return out;
+    }
+    out.api = api;
     return out;
   }
   out.why = std::string{"no "} + plugin_file + " (looked in " + looked + ")";

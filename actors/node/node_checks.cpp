@@ -70,6 +70,10 @@ caf::error node_config::check_devices() const {
     flag = "--device=" + d.text;
   else if (server.mode.on_device)
     flag = "--server.mode=sync_device";
+  if (d.devices.size() > 1 && worker.task == "stage")
+    return caf::make_error(errc::invalid_config, "--device=" + d.text,
+                           "names several devices: a pipeline stage"
+                           " computes on one (each stage process its own)");
   if (d.devices.size() > 1 && !server.mode.on_device)
     return caf::make_error(errc::invalid_config, "--device=" + d.text,
                            "names several devices: their gradients are"

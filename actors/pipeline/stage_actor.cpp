@@ -68,9 +68,17 @@ bool take(stage_ptr self, stage_state::box& box, uint32_t micro,
   return true;
 }
 
+/// A kernel's refusal ("bad input: ...") fails the mini-batch. Anything
+/// else is the device's (a GPU out of memory, a CUDA error): the stage
+/// ends, and its driver's supervision restarts the pipeline from the last
+/// commit, as for a crash.
 caf::error failed(stage_ptr self, const stage_work& w, const std::string& why) {
-  return caf::make_error(errc::bad_shape,
-                         who(self) + ": " + to_string(w) + " failed: " + why);
+  auto text = who(self) + ": " + to_string(w) + " failed: " + why;
+  if (why.rfind("bad input", 0) == 0)
+    return caf::make_error(errc::bad_shape, text);
+  auto err = caf::make_error(errc::device_failed, text);
+  self->quit(err);
+  return err;
 }
 
 /// The synthetic cost of `w` (stage_settings::work_us), taken once what
@@ -133,7 +141,7 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
       auto r = softmax_xent_cpu(m.output(w.micro).data(), labels.data(), rows,
                                 m.output_size(), &loss, dy.data());
       if (r != kernel_status::ok)
-        return failed(self, w, to_string(r));
+        return failed(self, w, std::string{"bad input: "} + to_string(r));
       st.loss += double(loss) * rows;
       for (auto& v : dy)
         v /= float(st.cfg.micros);
@@ -181,7 +189,7 @@ void run_evals(stage_ptr self) {
     if (x.cols != m.input_size() ||
         !(r = m.infer(x.values.data(), x.rows, out)).ok()) {
       TROUPE_LOG_LIMITED(warning, who(self), "dropped an evaluation chunk of ",
-                         x.cols, " columns", r.error);
+                         x.cols, " columns", r.ok() ? "" : ": ", r.error);
       continue;
     }
     stage_tensor y{x.step,
@@ -197,7 +205,7 @@ void run_evals(stage_ptr self) {
 }
 
 /// The finished mini-batch's SGD update: it is applied.
-void apply_update(stage_ptr self) {
+caf::error apply_update(stage_ptr self) {
   auto& st = self->state;
   // On the host (a GPU's gradients come down first, its weights go up
   // after): once per mini-batch, beside its forwards and backwards.
@@ -210,13 +218,15 @@ void apply_update(stage_ptr self) {
   if (auto up = down.ok() ? st.model->upload_parameters() : down; !up.ok()) {
     // The device broke: the stage ends, and its driver's supervision
     // restarts the pipeline from the last commit.
-    self->quit(caf::make_error(errc::device_failed,
-                               who(self) + ": the update: " + up.error));
-    return;
+    auto err = caf::make_error(errc::device_failed,
+                               who(self) + ": the update: " + up.error);
+    self->quit(err);
+    return err;
   }
   st.awaiting_commit = false;
   st.applied = st.step + 1;
   run_evals(self);
+  return caf::none;
 }
 
 /// Runs the plan as far as what has come allows; at its end, updates the
@@ -246,7 +256,10 @@ void advance(stage_ptr self) {
   st.running = false;
   st.awaiting_commit = true;
   if (!st.cfg.commit_apart)
-    apply_update(self);
+    if (auto err = apply_update(self)) {
+      st.done.deliver(err);
+      return;
+    }
   st.done.deliver(st.loss);
 }
 
@@ -470,17 +483,18 @@ caf::behavior stage_actor(stage_ptr self, stage_settings cfg) {
              uint64_t step) -> caf::result<std::vector<named_array>> {
         if (auto err = check_waiting(self, gen, step))
           return err;
-        self->state.awaiting_commit = false;
         if (auto down = self->state.model->download_gradients(); !down.ok())
           return caf::make_error(errc::device_failed,
                                  who(self) + ": " + down.error);
+        self->state.awaiting_commit = false;
         return arrays_of(self, self->state.model->gradients());
       },
       [self](commit_atom, uint64_t gen,
              uint64_t step) -> caf::result<uint64_t> {
         if (auto err = check_waiting(self, gen, step))
           return err;
-        apply_update(self);
+        if (auto err = apply_update(self))
+          return err;
         return self->state.applied;
       },
       [self](reset_atom, uint64_t gen, uint64_t step,

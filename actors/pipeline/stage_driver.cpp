@@ -467,12 +467,14 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         // that cannot be is this process's one-line error (exit 2).
         std::string why;
         s.device = stage_device(st.cfg.device, why);
-        auto whole = model::from_spec(st.cfg.train.model, nullptr);
-        if (whole) {
-          whole->init_parameters(s.seed);
-          s.backend =
-              open_stage(s.device, *whole, st.cut[rank], st.cut[rank + 1], why);
-        }
+        std::string bad_spec;
+        auto whole = model::from_spec(st.cfg.train.model, &bad_spec);
+        if (!whole)
+          return caf::make_error(errc::invalid_config, "--train.model",
+                                 bad_spec);
+        whole->init_parameters(s.seed);
+        s.backend =
+            open_stage(s.device, *whole, st.cut[rank], st.cut[rank + 1], why);
         if (!s.backend)
           return caf::make_error(errc::device_failed,
                                  "--device=" + st.cfg.device.text + ": " +

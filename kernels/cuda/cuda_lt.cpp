@@ -81,17 +81,27 @@ cuda_status lt_plans::make_plan(const lt_gemm& g, plan& p) const {
   auto set_pref = [pref](cublasLtMatmulPreferenceAttributes_t at, auto v) {
     return cublasLtMatmulPreferenceSetAttribute(pref, at, &v, sizeof(v));
   };
-  set_pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(bytes_));
-  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(g.a));
-  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(g.b));
-  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(g.d));
-  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(g.d));
+  // A preference not taken could let the heuristic pick a kernel the
+  // pointers do not fit: then the shape runs unfused.
+  bool told =
+      set_pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(bytes_)) ==
+          CUBLAS_STATUS_SUCCESS &&
+      set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(g.a)) ==
+          CUBLAS_STATUS_SUCCESS &&
+      set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(g.b)) ==
+          CUBLAS_STATUS_SUCCESS &&
+      set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(g.d)) ==
+          CUBLAS_STATUS_SUCCESS &&
+      set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(g.d)) ==
+          CUBLAS_STATUS_SUCCESS;
   cublasLtMatmulHeuristicResult_t found{};
   int count = 0;
   // No kernel for this shape and epilogue (or a refusal) is not an error:
   // the caller runs it unfused.
-  auto hs = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d, p.d,
-                                           pref, 1, &found, &count);
+  auto hs = told
+                ? cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d,
+                                                 p.d, pref, 1, &found, &count)
+                : CUBLAS_STATUS_NOT_SUPPORTED;
   cublasLtMatmulPreferenceDestroy(pref);
   p.usable = hs == CUBLAS_STATUS_SUCCESS && count > 0 &&
              found.state == CUBLAS_STATUS_SUCCESS;

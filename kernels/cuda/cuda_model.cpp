@@ -108,6 +108,20 @@ cuda_status cuda_model::compute_gradients(const float* x, const uint8_t* labels,
   cuda_status st;
   if (!(st = reserve(batch)).ok())
     return st;
+  st = run_step(x, labels, batch);
+  // Whatever failed, nothing queued may still read the caller's batch
+  // (a pinned one goes up from its memory) or the staging buffers.
+  if (auto waited = dev_.sync(); st.ok())
+    st = waited;
+  if (!st.ok())
+    return st;
+  *loss = loss_stage_.data()[0];
+  return {};
+}
+
+cuda_status cuda_model::run_step(const float* x, const uint8_t* labels,
+                                 size_t batch) {
+  cuda_status st;
   if (!(st = upload(x, labels, batch)).ok())
     return st;
   replayed_ = false;
@@ -130,10 +144,7 @@ cuda_status cuda_model::compute_gradients(const float* x, const uint8_t* labels,
   } else {
     st = queue_step(batch);
   }
-  if (!st.ok() || !(st = dev_.sync()).ok())
-    return st;
-  *loss = loss_stage_.data()[0];
-  return {};
+  return st;
 }
 
 cuda_status cuda_model::upload(const float* x, const uint8_t* labels,

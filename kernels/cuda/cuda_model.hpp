@@ -74,6 +74,9 @@ private:
   /// staging buffers (a host copy first). Never recorded in the graph,
   /// whose copies would read one fixed address.
   cuda_status upload(const float* x, const uint8_t* labels, size_t batch);
+  /// The step queued: upload, then the graph (recorded first where the
+  /// shapes just became fixed) or each kernel. Not waited for.
+  cuda_status run_step(const float* x, const uint8_t* labels, size_t batch);
   /// The step on the stream, from the uploaded batch to the loss in
   /// loss_stage_: nothing that waits or allocates (it may be recorded).
   cuda_status queue_step(size_t batch);

@@ -8,7 +8,8 @@
 
 extern "C" const troupe::cuda::plugin_api* troupe_cuda_plugin() {
   static const troupe::cuda::plugin_api api{
-      &troupe::cuda::device_count, &troupe::cuda::make_cuda_backend,
-      &troupe::cuda::make_nccl_group, &troupe::cuda::make_cuda_stage};
+      troupe::cuda::plugin_abi, &troupe::cuda::device_count,
+      &troupe::cuda::make_cuda_backend, &troupe::cuda::make_nccl_group,
+      &troupe::cuda::make_cuda_stage};
   return &api;
 }

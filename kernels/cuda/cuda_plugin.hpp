@@ -9,6 +9,7 @@
 // no CUDA header leaks out of here.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,9 +22,15 @@
 
 namespace troupe::cuda {
 
+/// Raised whenever plugin_api changes (2: make_stage).
+constexpr uint32_t plugin_abi = 2;
+
 /// What the plugin offers: kernels/cuda's device_count, make_cuda_backend,
 /// make_nccl_group and make_cuda_stage.
 struct plugin_api {
+  /// plugin_abi of the build that made the plugin: a plugin of another
+  /// build (its table laid out otherwise) is refused, not called.
+  uint32_t abi;
   int (*device_count)(std::string* why);
   std::unique_ptr<device_backend> (*make_backend)(int ordinal, model& m,
                                                   device_status& st);

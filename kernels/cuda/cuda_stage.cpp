@@ -132,45 +132,13 @@ public:
       return bad("B of micro-batch " + std::to_string(micro) +
                  " without its forward, or twice");
     auto& m = i->second;
-    size_t rows = m.rows;
-    buffer<float> g;
-    device_status st;
-    size_t n = rows * output_size();
-    if (!(st = take(n, g)).ok() ||
-        !(st = dev_->to_device(g.data(), dy, n)).ok())
-      return st;
-    if (!is_last() && // our output went through a relu
-        !(st = dev_->relu_backward(m.acts.back().data(), g.data(), g.data(), n))
-             .ok())
-      return st;
-    m.dys.resize(layers_.size());
-    for (size_t l = layers_.size(); l-- > 0;) {
-      auto& L = layers_[l];
-      m.dys[l] = std::move(g);
-      if (l == 0 && !want_dx)
-        break;
-      buffer<float> dx;
-      size_t k = rows * L.in;
-      if (!(st = take(k, dx)).ok() ||
-          !(st = dev_->dense_input_grad(L.w.data(), m.dys[l].data(), dx.data(),
-                                        rows, L.in, L.out))
-               .ok())
-        return st;
-      if (l > 0) { // acts[l] is relu's output: > 0 where its input was
-        if (!(st = dev_->relu_backward(m.acts[l].data(), dx.data(), dx.data(),
-                                       k))
-                 .ok())
-          return st;
-        g = std::move(dx);
-      } else { // the stage before masks it with its own relu
-        dx_ = tensor({rows, L.in});
-        st = dev_->to_host(dx_.data(), dx.data(), k);
-        give(std::move(dx));
-        if (!st.ok())
-          return st;
-      }
+    auto st = input_gradients(m, dy, want_dx);
+    if (!st.ok()) { // as before B: a retry may run it again
+      for (auto& b : m.dys)
+        give(std::move(b));
+      m.dys.clear();
     }
-    return {};
+    return st;
   }
 
   const tensor& input_grad() const override { return dx_; }
@@ -238,6 +206,51 @@ private:
         return st;
       if (auto st = move(hs[2 * l + 1], grads ? L.db : L.b); !st.ok())
         return st;
+    }
+    return {};
+  }
+
+  /// B of `m` from `dy` (host): each layer's output gradient kept in
+  /// m.dys for W, the input gradient into dx_ (want_dx), as
+  /// stage_model::backward_input.
+  device_status input_gradients(micro_state& m, const float* dy, bool want_dx) {
+    size_t rows = m.rows;
+    buffer<float> g;
+    device_status st;
+    size_t n = rows * output_size();
+    if (!(st = take(n, g)).ok() ||
+        !(st = dev_->to_device(g.data(), dy, n)).ok())
+      return st;
+    if (!is_last() && // our output went through a relu
+        !(st = dev_->relu_backward(m.acts.back().data(), g.data(), g.data(), n))
+             .ok())
+      return st;
+    m.dys.resize(layers_.size());
+    for (size_t l = layers_.size(); l-- > 0;) {
+      auto& L = layers_[l];
+      m.dys[l] = std::move(g);
+      if (l == 0 && !want_dx)
+        break;
+      buffer<float> dx;
+      size_t k = rows * L.in;
+      if (!(st = take(k, dx)).ok() ||
+          !(st = dev_->dense_input_grad(L.w.data(), m.dys[l].data(), dx.data(),
+                                        rows, L.in, L.out))
+               .ok())
+        return st;
+      if (l > 0) { // acts[l] is relu's output: > 0 where its input was
+        if (!(st = dev_->relu_backward(m.acts[l].data(), dx.data(), dx.data(),
+                                       k))
+                 .ok())
+          return st;
+        g = std::move(dx);
+      } else { // the stage before masks it with its own relu
+        dx_ = tensor({rows, L.in});
+        st = dev_->to_host(dx_.data(), dx.data(), k);
+        give(std::move(dx));
+        if (!st.ok())
+          return st;
+      }
     }
     return {};
   }

@@ -294,11 +294,15 @@ BOOST_AUTO_TEST_CASE(the_device_flag_names_devices_of_one_kind) {
                             "--optimizer.name=sgd"}));
     BOOST_CHECK_EQUAL(to_string(ok.stage().device.devices.at(0)), "cuda:0");
   }
-  rejected({"--device=cpu,cpu", "--server.mode=sync_device",
-            "--worker.task=stage", "--optimizer.name=sgd"},
+  rejected(
+      {"--device=cuda:0,cuda:1", "--worker.task=stage", "--optimizer.name=sgd"},
+      "--device=cuda:0,cuda:1 names several devices: a pipeline stage"
+      " computes on one");
+  rejected({"--device=cpu", "--server.mode=sync_device", "--worker.task=stage",
+            "--optimizer.name=sgd"},
            "--worker.task=stage computes nothing on device actors (train"
            " does, and stage on one device without sync_device): drop"
-           " --device=cpu,cpu");
+           " --server.mode=sync_device");
   // The error names the flag given, not the default --device=auto.
   rejected({"--server.mode=sync_device", "--worker.task=counter",
             "--optimizer.name=sum"},

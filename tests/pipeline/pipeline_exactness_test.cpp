@@ -141,7 +141,7 @@ BOOST_AUTO_TEST_CASE(the_cpu_stage_backend_is_the_stage_model_in_words) {
   std::vector<float> x(4 * 20, 0.5f), dy(4 * want.output_size(), 0.1f);
   // Out of order: said in words.
   BOOST_CHECK_EQUAL(got->backward_input(0, dy.data(), false).error,
-                    "backward_input: bad_input");
+                    "bad input: backward_input: bad_input");
   BOOST_CHECK(got->forward(0, x.data(), 4).ok());
   BOOST_CHECK(want.forward(0, x.data(), 4) == kernel_status::ok);
   BOOST_CHECK(got->output(0).values() == want.output(0).values());

@@ -17,6 +17,7 @@
 
 #include "actors/node/node_config.hpp"
 #include "actors/pipeline/stage_actor.hpp"
+#include "kernels/stage_backend.hpp"
 #include "messages/errors.hpp"
 #include "messages/pipeline.hpp"
 #include "messages/type_ids.hpp"
@@ -103,6 +104,80 @@ BOOST_AUTO_TEST_CASE(a_stage_refuses_bad_mini_batches_and_bad_cuts) {
     BOOST_CHECK(dm.reason == errc::invalid_config);
   });
   caf::anon_send_exit(first, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+/// The CPU stage, but its device "breaks" at the first forward.
+class breaking_stage final : public stage_backend {
+public:
+  explicit breaking_stage(std::unique_ptr<stage_backend> s)
+      : s_(std::move(s)) {}
+  std::string describe() const override { return "breaking"; }
+  size_t input_size() const override { return s_->input_size(); }
+  size_t output_size() const override { return s_->output_size(); }
+  bool is_last() const override { return s_->is_last(); }
+  size_t first_layer() const override { return s_->first_layer(); }
+  std::vector<param_ref> parameters() override { return s_->parameters(); }
+  device_status upload_parameters() override { return s_->upload_parameters(); }
+  std::vector<param_ref> gradients() override { return s_->gradients(); }
+  device_status download_gradients() override {
+    return s_->download_gradients();
+  }
+  device_status zero_gradients() override { return s_->zero_gradients(); }
+  device_status forward(uint32_t, const float*, size_t) override {
+    return {"cudaMalloc: cudaErrorMemoryAllocation: out of memory"};
+  }
+  device_status infer(const float* x, size_t rows, tensor& out) override {
+    return s_->infer(x, rows, out);
+  }
+  void drop_micro_batches() override { s_->drop_micro_batches(); }
+  const tensor& output(uint32_t micro) const override {
+    return s_->output(micro);
+  }
+  device_status backward_input(uint32_t micro, const float* dy,
+                               bool want_dx) override {
+    return s_->backward_input(micro, dy, want_dx);
+  }
+  const tensor& input_grad() const override { return s_->input_grad(); }
+  device_status backward_weight(uint32_t micro) override {
+    return s_->backward_weight(micro);
+  }
+  size_t held() const override { return s_->held(); }
+  size_t held_bytes() const override { return s_->held_bytes(); }
+
+private:
+  std::unique_ptr<stage_backend> s_;
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_device_that_breaks_ends_its_stage) {
+  // A kernel's refusal fails a mini-batch; a device's failure (out of
+  // memory, a CUDA error) ends the stage, whose supervision restarts the
+  // pipeline from its last commit, rather than a stage that hangs on.
+  auto cfg = config();
+  caf::actor_system sys{*cfg};
+  caf::scoped_actor self{sys};
+  auto whole = fresh_model();
+  auto cut = cut_of(whole, 2);
+  stage_settings s{spec, 7, cut, 0, 4, pipeline_schedule::gpipe, lr};
+  s.backend =
+      std::make_shared<breaking_stage>(make_cpu_stage(whole, cut[0], cut[1]));
+  auto first = sys.spawn(stage_actor, s);
+  self->monitor(first);
+  stage_tensor batch{0, 0, 8, 20, std::vector<float>(160, 0.5f)};
+  self->request(first, 10s, step_atom_v, uint64_t{0}, encode(batch))
+      .receive([](double) { BOOST_FAIL("a broken device's step passed"); },
+               [](caf::error& err) {
+                 BOOST_CHECK(err == errc::device_failed);
+                 BOOST_CHECK_MESSAGE(describe(err).find("out of memory") !=
+                                         std::string::npos,
+                                     describe(err));
+               });
+  self->receive([](const caf::down_msg& dm) {
+    BOOST_CHECK(dm.reason == errc::device_failed);
+  });
 }
 
 BOOST_AUTO_TEST_SUITE_END()
