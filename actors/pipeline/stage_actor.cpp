@@ -430,12 +430,14 @@ caf::behavior stage_actor(stage_ptr self, stage_settings cfg) {
                                m ? "pipeline: bad cut or stage" : err));
     return {};
   }
-  m->init_parameters(cfg.seed);
+  // Handed its layers (the stage driver opens them), or opens them here.
   std::string why;
-  st.model = cfg.backend ? cfg.backend
-                         : open_stage(cfg.device, *m, cfg.cut[cfg.stage],
-                                      cfg.cut[cfg.stage + 1], why);
-  st.cfg.backend = nullptr; // held once, as st.model
+  st.model = std::move(st.cfg.backend); // held once, as st.model
+  if (!st.model) {
+    m->init_parameters(cfg.seed);
+    st.model = open_stage(cfg.device, *m, cfg.cut[cfg.stage],
+                          cfg.cut[cfg.stage + 1], why);
+  }
   if (!st.model) {
     self->quit(caf::make_error(errc::device_failed,
                                "pipeline: --device=" + to_string(cfg.device) +

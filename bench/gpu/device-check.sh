@@ -15,24 +15,34 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 # Tests that check GPU code where a GPU is found (their paths in build/).
 tests=(kernels/cuda_kernels_test tests/device_team_test)
+
+# ignore NAME: git ignores /NAME/ here (what the device tool carries).
+ignore() {
+  local exclude=$here/.git/info/exclude
+  grep -qx "/$1/" "$exclude" 2>/dev/null || echo "/$1/" >>"$exclude"
+}
+
+# bundle DIR PROG...: build/PROG... and the GPU plugin (loaded from beside
+# the program) packed into DIR with the libraries they need, debug info
+# stripped to fit the 64 MiB carry.
+bundle() {
+  local dir=$1 progs=() p
+  shift
+  for p in "$@" kernels/libtroupe_cuda_plugin.so; do
+    [ -e "$here/build/$p" ] ||
+      { echo "*** no build/$p: build with nvcc first" >&2; exit 1; }
+  done
+  for p in "$@"; do progs+=("$here/build/$p"); done
+  rm -rf "$dir"
+  "$here/../shared/device/bundle.sh" "$dir" "${progs[@]}"
+  cp "$here/build/kernels/libtroupe_cuda_plugin.so" "$dir/bin/"
+  strip --strip-debug "$dir"/bin/*
+}
+
 case ${1:-} in
 pack)
-  exclude=$here/.git/info/exclude
-  grep -qx '/.devbundle/' "$exclude" 2>/dev/null ||
-    echo '/.devbundle/' >>"$exclude"
-  progs=()
-  for t in "${tests[@]}" gpu_step; do
-    [ -x "$here/build/$t" ] ||
-      { echo "*** no build/$t: build with nvcc first" >&2; exit 1; }
-    progs+=("$here/build/$t")
-  done
-  plugin=$here/build/kernels/libtroupe_cuda_plugin.so
-  [ -f "$plugin" ] || { echo "*** no $plugin: build with nvcc first" >&2; exit 1; }
-  rm -rf "$here/.devbundle"
-  "$here/../shared/device/bundle.sh" "$here/.devbundle" "${progs[@]}"
-  # The GPU plugin, loaded by device_team_test from beside the program.
-  cp "$plugin" "$here/.devbundle/bin/"
-  strip --strip-debug "$here"/.devbundle/bin/* # under the 64 MiB carry
+  ignore .devbundle
+  bundle "$here/.devbundle" "${tests[@]}" gpu_step
   du -sh "$here/.devbundle"
   ;;
 run)
@@ -107,18 +117,9 @@ run)
 pack-e2e)
   # cuda_kernels_test, troupe-node and the plugin, with the Fashion-MNIST
   # files, xz-packed to fit the 64 MiB carry (OpenBLAS packs well).
-  exclude=$here/.git/info/exclude
-  grep -qx '/.devpack/' "$exclude" 2>/dev/null || echo '/.devpack/' >>"$exclude"
-  for f in kernels/cuda_kernels_test troupe-node \
-           kernels/libtroupe_cuda_plugin.so; do
-    [ -e "$here/build/$f" ] ||
-      { echo "*** no build/$f: build with nvcc first" >&2; exit 1; }
-  done
+  ignore .devpack
   tmp=$(mktemp -d)
-  "$here/../shared/device/bundle.sh" "$tmp/.devbundle" \
-    "$here/build/kernels/cuda_kernels_test" "$here/build/troupe-node"
-  cp "$here/build/kernels/libtroupe_cuda_plugin.so" "$tmp/.devbundle/bin/"
-  strip --strip-debug "$tmp"/.devbundle/bin/*
+  bundle "$tmp/.devbundle" kernels/cuda_kernels_test troupe-node
   # The examples' scripts take troupe-node from a build folder.
   mkdir -p "$tmp/.devbundle/build" "$tmp/.devbundle/data"
   # shellcheck disable=SC2016 # expanded there, when it runs

@@ -1,6 +1,7 @@
 // The MLP on one GPU (cuda_model.hpp), through the CUDA twins: the same
 // layers in the same order as model::compute_gradients.
 #include "kernels/cuda/cuda_model.hpp"
+#include "kernels/cuda/layer_pairs.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -39,22 +40,10 @@ std::unique_ptr<cuda_model> cuda_model::load(device& dev, model& m,
 template <class Move>
 cuda_status cuda_model::pair_up(const std::vector<param_ref>& refs, bool grads,
                                 Move move) {
-  const char* what = grads ? "cuda_model: another model's gradients"
-                           : "cuda_model: another model's parameters";
-  if (refs.size() != 2 * layers_.size())
-    return {what};
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    auto& L = layers_[l];
-    auto& w = grads ? L.dw : L.w;
-    auto& b = grads ? L.db : L.b;
-    if (refs[2 * l].size != w.size() || refs[2 * l + 1].size != b.size())
-      return {what};
-    if (auto st = move(refs[2 * l].data, w.data(), w.size()); !st.ok())
-      return st;
-    if (auto st = move(refs[2 * l + 1].data, b.data(), b.size()); !st.ok())
-      return st;
-  }
-  return {};
+  return pair_layers(layers_, refs, grads,
+                     grads ? "cuda_model: another model's gradients"
+                           : "cuda_model: another model's parameters",
+                     move);
 }
 
 cuda_status cuda_model::upload_parameters(model& m) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_device.hpp"
+#include "kernels/cuda/layer_pairs.hpp"
 #include "kernels/stage.hpp"
 
 namespace troupe::cuda {
@@ -54,24 +55,24 @@ public:
   device_status upload_parameters() override {
     if (auto st = dev_->use(); !st.ok()) // this thread's GPU
       return st;
-    return each_pair(host_.parameters(), false, [this](auto& h, auto& d) {
-      return dev_->to_device(d.data(), h.data, h.size);
+    return each_pair(false, [this](float* host, float* dev, size_t n) {
+      return dev_->to_device(dev, host, n);
     });
   }
   std::vector<param_ref> gradients() override { return host_.gradients(); }
   device_status download_gradients() override {
     if (auto st = dev_->use(); !st.ok()) // this thread's GPU
       return st;
-    return each_pair(host_.gradients(), true, [this](auto& h, auto& d) {
-      return dev_->to_host(h.data, d.data(), h.size);
+    return each_pair(true, [this](float* host, float* dev, size_t n) {
+      return dev_->to_host(host, dev, n);
     });
   }
   device_status zero_gradients() override {
     if (auto st = dev_->use(); !st.ok()) // this thread's GPU
       return st;
     host_.zero_gradients();
-    return each_pair(host_.gradients(), true, [this](auto& h, auto& d) {
-      return dev_->zero(d.data(), h.size);
+    return each_pair(true, [this](float*, float* dev, size_t n) {
+      return dev_->zero(dev, n);
     });
   }
 
@@ -195,19 +196,10 @@ private:
     tensor out;                      // acts.back() in host memory
   };
 
-  /// Walks the host arrays `hs` (parameters() or gradients() order) beside
-  /// each layer's buffers (`grads`: dw and db, else w and b).
-  template <class Move>
-  device_status each_pair(const std::vector<param_ref>& hs, bool grads,
-                          Move move) {
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      auto& L = layers_[l];
-      if (auto st = move(hs[2 * l], grads ? L.dw : L.w); !st.ok())
-        return st;
-      if (auto st = move(hs[2 * l + 1], grads ? L.db : L.b); !st.ok())
-        return st;
-    }
-    return {};
+  /// The host weights (`grads`: gradients) beside each layer's buffers.
+  template <class Move> device_status each_pair(bool grads, Move move) {
+    return pair_layers(layers_, grads ? host_.gradients() : host_.parameters(),
+                       grads, "cuda stage: its own arrays", move);
   }
 
   /// B of `m` from `dy` (host): each layer's output gradient kept in

@@ -76,12 +76,18 @@ BOOST_AUTO_TEST_CASE(stages_in_systems_of_their_own_talk_over_the_network) {
     check_pipeline(four.systems, s, 4, 4);
 }
 
-BOOST_AUTO_TEST_CASE(a_stage_refuses_bad_mini_batches_and_bad_cuts) {
-  auto cfg = config();
+/// One actor system, and the model cut into two stages, for a stage
+/// actor tried alone.
+struct lone_stage {
+  std::unique_ptr<node_config> cfg = config();
   caf::actor_system sys{*cfg};
   caf::scoped_actor self{sys};
-  auto whole = fresh_model();
-  auto cut = cut_of(whole, 2);
+  model whole = fresh_model();
+  std::vector<size_t> cut = cut_of(whole, 2);
+};
+
+BOOST_FIXTURE_TEST_CASE(a_stage_refuses_bad_mini_batches_and_bad_cuts,
+                        lone_stage) {
   auto first =
       sys.spawn(stage_actor, stage_settings{spec, 7, cut, 0, 4,
                                             pipeline_schedule::gpipe, lr});
@@ -152,15 +158,10 @@ private:
 
 } // namespace
 
-BOOST_AUTO_TEST_CASE(a_device_that_breaks_ends_its_stage) {
+BOOST_FIXTURE_TEST_CASE(a_device_that_breaks_ends_its_stage, lone_stage) {
   // A kernel's refusal fails a mini-batch; a device's failure (out of
   // memory, a CUDA error) ends the stage, whose supervision restarts the
   // pipeline from its last commit, rather than a stage that hangs on.
-  auto cfg = config();
-  caf::actor_system sys{*cfg};
-  caf::scoped_actor self{sys};
-  auto whole = fresh_model();
-  auto cut = cut_of(whole, 2);
   stage_settings s{spec, 7, cut, 0, 4, pipeline_schedule::gpipe, lr};
   s.backend =
       std::make_shared<breaking_stage>(make_cpu_stage(whole, cut[0], cut[1]));
