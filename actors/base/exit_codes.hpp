@@ -7,7 +7,8 @@ namespace troupe {
 constexpr int exit_done = 0;
 /// Failed (a crash, a lost peer): the agent restarts it.
 constexpr int exit_failed = 1;
-/// Bad configuration (a flag, a file): one line said what.
+/// Bad configuration (a flag, a file, a device that is not there): one line
+/// said what. Not restarted: the agent gives the child up at once.
 constexpr int exit_bad_config = 2;
 /// The job reached its end, but its result failed a check (the counter's
 /// sums, lost values): not restarted, since running the end again cannot

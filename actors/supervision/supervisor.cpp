@@ -272,6 +272,10 @@ restart_tracker::on_exit(std::chrono::steady_clock::time_point now,
   if (WIFEXITED(wait_status) && (WEXITSTATUS(wait_status) == exit_done ||
                                  WEXITSTATUS(wait_status) == exit_job_failed))
     return {decision::done, milliseconds{0}, {}};
+  if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == exit_bad_config)
+    return {decision::give_up, milliseconds{0},
+            "exit code 2: a bad configuration, which a restart cannot mend"
+            " (the child's last line says what)"};
   while (!restarts_.empty() && now - restarts_.front() >= policy_.window)
     restarts_.pop_front();
   auto exits = restarts_.size() + 1; // within the window, this one included

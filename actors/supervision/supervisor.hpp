@@ -67,6 +67,7 @@ public:
   /// Judges an exit with waitpid status `wait_status` observed at `now`.
   /// Code 0 is done (transient children: a normal exit is not restarted),
   /// and so is exit_job_failed (actors/base/exit_codes.hpp);
+  /// exit_bad_config gives up at once (the same flags fail again);
   /// any other exit (non-zero code or a signal) is restarted unless
   /// max_restarts restarts already happened within the window ending at
   /// `now` (a restart at t counts while now - t < window). `what` is how the

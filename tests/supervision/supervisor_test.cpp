@@ -200,6 +200,21 @@ BOOST_AUTO_TEST_CASE(a_job_whose_check_failed_is_done_not_restarted) {
              restart_tracker::decision::done);
 }
 
+BOOST_AUTO_TEST_CASE(a_bad_configuration_is_given_up_at_once) {
+  // At 461a80d a trainer asking for --device=cuda:99 on a machine without
+  // it exited 2 with its line, and was restarted into the same line four
+  // times before the agent gave it up.
+  restart_tracker t{restart_policy{}};
+  auto d = t.on_exit(t0, exited_with(exit_bad_config));
+  BOOST_TEST(d.kind == restart_tracker::decision::give_up);
+  BOOST_TEST(d.reason == "exit code 2: a bad configuration, which a restart"
+                         " cannot mend (the child's last line says what)");
+  // Other codes still restart.
+  restart_tracker u{restart_policy{}};
+  BOOST_TEST(u.on_exit(t0, exited_with(3)).kind ==
+             restart_tracker::decision::restart);
+}
+
 BOOST_AUTO_TEST_CASE(abnormal_exits_back_off_then_give_up) {
   restart_tracker t{restart_policy{}}; // 3 within 30 s, 200 ms doubling
   auto d1 = t.on_exit(t0, exited_with(3));
@@ -342,6 +357,23 @@ BOOST_AUTO_TEST_CASE(failing_child_is_restarted_then_given_up) {
              "exited 4 times within 30 s (last: exit code 3)");
 }
 
+BOOST_AUTO_TEST_CASE(child_exiting_2_is_given_up_without_a_restart) {
+  recorder rec;
+  process_supervisor sup{fast_policy(), rec.callback()};
+  BOOST_REQUIRE_EQUAL(
+      sup.add({"misconfigured",
+               {"/bin/sh", "-c", "echo '*** bad flag' >&2; exit 2"},
+               ""}),
+      "");
+  BOOST_REQUIRE(run_until(
+      sup, [&sup = sup] { return sup.idle(); }, 10s));
+  BOOST_TEST(rec.kinds() == "started,exited,gave_up");
+  BOOST_TEST(sup.gave_up());
+  BOOST_TEST(rec.events[1].detail == "exit code 2");
+  BOOST_TEST(rec.events.back().detail.find("bad configuration") !=
+             std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(killed_child_is_noticed_at_once_and_restarted) {
   recorder rec;
   process_supervisor sup{fast_policy(), rec.callback()};
@@ -411,13 +443,17 @@ BOOST_AUTO_TEST_CASE(bad_specs_give_a_clear_error) {
 
 BOOST_AUTO_TEST_CASE(failed_restart_counts_as_an_exit_with_its_reason) {
   temp_dir dir;
-  auto script = dir.write("fail.sh", "#!/bin/sh\nexit 3\n",
-                          std::filesystem::perms::owner_all);
+  // A binary, not a script: once exec'd it runs whatever happens to its
+  // file (a script's shell may find it gone, and exit 2: a bad
+  // configuration, given up at once).
+  std::string script = dir.path + "/fail";
+  std::filesystem::copy_file("/bin/false", script);
   restart_policy p = fast_policy();
   p.max_restarts = 2;
   recorder rec;
   process_supervisor sup{p, rec.callback()};
-  // The first run may race the removal; its complaint goes to the log.
+  // The first run exec'd before add() returns; its complaint, if any, goes
+  // to the log.
   std::string log = dir.path + "/fail.log";
   BOOST_REQUIRE_EQUAL(sup.add({"gone", {script}, log}), "");
   std::filesystem::remove(script); // later restarts cannot exec it

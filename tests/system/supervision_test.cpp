@@ -217,6 +217,32 @@ BOOST_AUTO_TEST_CASE(a_restart_policy_that_gives_up_says_why_in_one_line) {
                       dump(evs));
 }
 
+BOOST_AUTO_TEST_CASE(a_worker_with_a_bad_configuration_is_not_restarted) {
+  // At 461a80d a worker asking for a GPU the machine lacks exited 2 with
+  // its line, and its agent restarted it into the same line until its
+  // limit. Exit 2 is given up at once, naming the cause.
+  scheduler_process s{1, 1};
+  event_reader log{s.port};
+  auto agent = start_agent(s, 1, 1, {"--device=cuda:99"});
+  auto rc = agent->wait_exit(60s);
+  BOOST_REQUIRE_MESSAGE(rc, agent->output());
+  BOOST_CHECK_EQUAL(*rc, 1);
+  BOOST_CHECK_MESSAGE(
+      agent->wait_for_line("*** --device=cuda:99: cuda:99: ", 1s),
+      agent->output());
+  auto line = agent->wait_for_line("*** agent: worker-0 gave up", 1s);
+  BOOST_REQUIRE_MESSAGE(line, agent->output());
+  BOOST_CHECK_MESSAGE(line->find("exit code 2: a bad configuration") !=
+                          std::string::npos,
+                      *line);
+  auto evs = log.events();
+  BOOST_CHECK_MESSAGE(std::none_of(evs.begin(), evs.end(),
+                                   [](const event_record& e) {
+                                     return is(e, "restarted", role::worker);
+                                   }),
+                      dump(evs));
+}
+
 BOOST_AUTO_TEST_CASE(a_finished_job_whose_check_failed_ends_once_nonzero) {
   // At bc0f027 a counter worker whose sums differed exited 1 at the job's
   // end and was restarted to run the end again, four times. Here, in
