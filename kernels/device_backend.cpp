@@ -23,6 +23,18 @@ device_status copy_arrays(const std::vector<param_ref>& from,
   return {};
 }
 
+device_status device_backend::step_alone(const std::vector<param_ref>& ps,
+                                         const float* x, const uint8_t* labels,
+                                         size_t rows, float* loss,
+                                         const std::vector<param_ref>& gs) {
+  device_status st;
+  if (!ps.empty() && !(st = set_parameters(ps)).ok())
+    return st;
+  if (!(st = compute_gradients(x, labels, rows, loss)).ok())
+    return st;
+  return gs.empty() ? device_status{} : get_gradients(gs);
+}
+
 namespace {
 
 std::vector<device_array> as_arrays(const std::vector<param_ref>& refs) {

@@ -48,6 +48,16 @@ public:
   virtual device_status compute_gradients(const float* x, const uint8_t* labels,
                                           size_t rows, float* loss) = 0;
 
+  /// A device alone's whole step: host weights `ps` in (empty: none), the
+  /// gradients of `rows` rows of `x` with `labels` and their mean loss in
+  /// `loss`, the gradients out into host arrays `gs` (empty: none). By
+  /// default set_parameters, compute_gradients and get_gradients in turn;
+  /// a GPU overlaps its copies with the step.
+  virtual device_status step_alone(const std::vector<param_ref>& ps,
+                                   const float* x, const uint8_t* labels,
+                                   size_t rows, float* loss,
+                                   const std::vector<param_ref>& gs);
+
   /// Every gradient times `a` (a device's share of a batch's mean).
   virtual device_status scale_gradients(float a) = 0;
 

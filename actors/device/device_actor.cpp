@@ -43,6 +43,12 @@ void run_device_job(device_backend& backend, communicator* comm,
       job.collective_failed = true;
     }
   };
+  if (!comm && job.share == 1.0f) { // a device alone: one call, which a
+                                    // GPU overlaps with its copies
+    job.status = backend.step_alone(job.weights, job.x, job.labels, job.rows,
+                                    &job.loss, job.gradients);
+    return;
+  }
   if (!job.weights.empty())
     keep(backend.set_parameters(job.weights));
   if (comm) { // rank 0's weights to every rank

@@ -6,7 +6,9 @@
 //      GPU, the batch copied up from the host each step, as a worker's) of
 //      mlp:784-256-128-10 at batch 64 and 1024 and of a large MLP, the
 //      step replayed as a CUDA graph; batch 64 also kernel by kernel;
-//   3. host-to-device copy bandwidth of the step's copies (from pageable
+//   3. a worker's whole step (weights up, the step, gradients down), the
+//      copies one after the other and overlapped with the step;
+//   4. host-to-device copy bandwidth of the step's copies (from pageable
 //      memory) against cudaMemcpy from pinned memory.
 // Before any figure it checks a step against the CPU (1e-5 relative) and
 // ends on one line of JSON. No GPU: "SKIPPED: ..." and exit 77.
@@ -15,6 +17,7 @@
 
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -165,6 +168,21 @@ double graph_time_raw(cudaStream_t stream, int reps, Body body) {
 
 // -- 0. the check -------------------------------------------------------------
 
+/// ||b - a|| / ||a||.
+double relative_error(const float* a, const float* b, size_t n) {
+  double d = 0, norm = 0;
+  for (size_t k = 0; k < n; ++k) {
+    d += std::pow(double(a[k]) - b[k], 2);
+    norm += std::pow(double(a[k]), 2);
+  }
+  return std::sqrt(d / std::max(norm, 1e-30));
+}
+double relative_error(const std::vector<float>& a,
+                      const std::vector<float>& b) {
+  return a.size() == b.size() ? relative_error(a.data(), b.data(), a.size())
+                              : INFINITY;
+}
+
 /// One step of `spec` at `batch` on the GPU against the CPU; the worst
 /// relative error over every gradient array, and the loss's.
 double check_step(cuda::device& dev, const std::string& spec, size_t batch) {
@@ -184,14 +202,8 @@ double check_step(cuda::device& dev, const std::string& spec, size_t batch) {
   must(g->download_gradients(gpu_host), "download_gradients");
   double worst = std::abs(double(got) - want) / std::abs(double(want));
   auto a = cpu.gradients(), b = gpu_host.gradients();
-  for (size_t i = 0; i < a.size(); ++i) {
-    double d = 0, n = 0;
-    for (size_t k = 0; k < a[i].size; ++k) {
-      d += std::pow(double(a[i].data[k]) - b[i].data[k], 2);
-      n += std::pow(double(a[i].data[k]), 2);
-    }
-    worst = std::max(worst, std::sqrt(d / std::max(n, 1e-30)));
-  }
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, relative_error(a[i].data, b[i].data, a[i].size));
   return worst;
 }
 
@@ -341,7 +353,40 @@ step_row train_rate(cuda::device& dev, const std::string& spec, size_t batch,
           double(steps) * double(batch) / s.count()};
 }
 
-// -- 3. copies ----------------------------------------------------------------
+// -- 3. a worker's whole step
+// --------------------------------------------------
+
+/// Samples/s of a device alone's whole step as a trainer runs it: host
+/// weights up (pageable, as a pull leaves them), the step, the gradients
+/// down into host arrays, with the copies `how`; the gradients of the last
+/// step into `grads`.
+double whole_rate(cuda::device& dev, const std::string& spec, size_t batch,
+                  cuda::cuda_model::transfers how, int steps,
+                  std::vector<float>& grads) {
+  auto host = make_model(spec);
+  cuda_status st;
+  auto g = cuda::cuda_model::load(dev, host, st);
+  must(st, "cuda_model::load");
+  g->set_transfers(how);
+  auto x = random_floats(batch * host.input_size(), 30);
+  auto y = random_labels(batch, host.output_size(), 31);
+  float loss = 0;
+  auto step = [&] {
+    must(g->full_step(host.parameters(), x.data(), y.data(), batch, &loss,
+                      host.gradients()),
+         "full_step");
+  };
+  step(); // the sequential step records its graph at the second
+  double s = time_runs(steps, step, [] {});
+  if (g->overlapped() != (how == cuda::cuda_model::transfers::overlapped))
+    die(spec + ": the whole step did not move its copies as asked");
+  grads.clear();
+  for (auto& a : host.gradients())
+    grads.insert(grads.end(), a.data, a.data + a.size);
+  return double(steps) * double(batch) / s;
+}
+
+// -- 4. copies ----------------------------------------------------------------
 
 /// GB/s of the step's copies (from pageable memory, through to_device) and
 /// of cudaMemcpy from pinned memory, `bytes` each, `reps` times.
@@ -458,7 +503,31 @@ int main(int argc, char** argv) {
                 r.pinned ? "pinned" : "pageable", r.samples_per_s);
   }
 
-  // 3. Copies: the large batch's size (1024 x 784 floats) and 64 MiB.
+  // 3. A worker's whole step: weights up and gradients down each step,
+  // one after the other or overlapped with the step, against the step
+  // alone (2.'s graph row of the same model and batch from pinned memory:
+  // what the copies cost at most). Both ways must agree first.
+  std::printf("\n%-32s %6s %14s %14s %6s %8s\n", "whole step", "batch",
+              "sequential/s", "overlapped/s", "ratio", "of step");
+  std::vector<std::tuple<std::string, size_t, double, double, double>> wholes;
+  for (auto [spec, batch, alone] :
+       {std::tuple{small, size_t{64}, steps[0].samples_per_s},
+        std::tuple{opt.large, size_t{1024}, steps[3].samples_per_s}}) {
+    using how = cuda::cuda_model::transfers;
+    std::vector<float> one, other;
+    int n = batch > 64 ? opt.steps / 4 : opt.steps;
+    auto seq = whole_rate(*dev, spec, batch, how::sequential, n, one);
+    auto ovl = whole_rate(*dev, spec, batch, how::overlapped, n, other);
+    auto err = relative_error(one, other);
+    if (!(err <= 1e-6))
+      die(spec + ": the overlapped step's gradients differ by " +
+          std::to_string(err));
+    wholes.emplace_back(spec, batch, seq, ovl, alone);
+    std::printf("%-32s %6zu %14.0f %14.0f %6.3f %8.3f\n", spec.c_str(), batch,
+                seq, ovl, ovl / seq, std::max(seq, ovl) / alone);
+  }
+
+  // 4. Copies: the large batch's size (1024 x 784 floats) and 64 MiB.
   std::printf("\n%-14s %12s %12s %6s\n", "copy up", "ours GB/s", "pinned GB/s",
               "ratio");
   std::vector<std::pair<size_t, std::pair<double, double>>> copies;
@@ -495,6 +564,15 @@ int main(int argc, char** argv) {
                   i ? "," : "", steps[i].spec.c_str(), steps[i].batch,
                   steps[i].graphs ? "true" : "false",
                   steps[i].pinned ? "true" : "false", steps[i].samples_per_s);
+    json += buf;
+  }
+  json += "],\"whole_step\":[";
+  for (size_t i = 0; i < wholes.size(); ++i) {
+    auto& [spec, batch, seq, ovl, alone] = wholes[i];
+    std::snprintf(buf, sizeof(buf),
+                  "%s{\"model\":\"%s\",\"batch\":%zu,\"sequential_per_s\":"
+                  "%.0f,\"overlapped_per_s\":%.0f,\"step_alone_per_s\":%.0f}",
+                  i ? "," : "", spec.c_str(), batch, seq, ovl, alone);
     json += buf;
   }
   json += "],\"copy\":[";

@@ -27,6 +27,12 @@ public:
     return net_->compute_gradients(x, labels, rows, loss);
   }
 
+  device_status step_alone(const std::vector<param_ref>& ps, const float* x,
+                           const uint8_t* labels, size_t rows, float* loss,
+                           const std::vector<param_ref>& gs) override {
+    return net_->full_step(ps, x, labels, rows, loss, gs);
+  }
+
   device_status scale_gradients(float a) override {
     return net_->scale_gradients(a);
   }

@@ -243,6 +243,9 @@ std::unique_ptr<device> device::open(int ordinal, cuda_status& st) {
       !(st = check(cudaStreamCreateWithFlags(&x.stream, cudaStreamNonBlocking),
                    "cudaStreamCreate"))
            .ok() ||
+      !(st = check(cudaStreamCreateWithFlags(&x.lane, cudaStreamNonBlocking),
+                   "cudaStreamCreate (the copy lane)"))
+           .ok() ||
       !(st = check(cublasCreate(&x.blas), "cublasCreate")).ok() ||
       !(st = check(cublasSetStream(x.blas, x.stream), "cublasSetStream"))
            .ok() ||
@@ -275,6 +278,8 @@ device::~device() {
   cudaSetDevice(ordinal_);
   if (impl_->stream != nullptr)
     cudaStreamSynchronize(impl_->stream);
+  if (impl_->lane != nullptr)
+    cudaStreamSynchronize(impl_->lane);
   impl_->row_loss = {};
   impl_->flag = {};
   impl_->lt.reset();
@@ -283,6 +288,11 @@ device::~device() {
   impl_->blas_space = {}; // after the handles that used it
   if (impl_->stream != nullptr)
     cudaStreamDestroy(impl_->stream);
+  if (impl_->lane != nullptr)
+    cudaStreamDestroy(impl_->lane);
+  for (auto e : impl_->signals)
+    if (e != nullptr)
+      cudaEventDestroy(e);
 }
 
 cuda_status device::use() {

@@ -105,11 +105,25 @@ public:
   /// Device -> host without waiting: `dst` is pinned memory, read after
   /// sync().
   cuda_status to_host_async(float* dst, const float* src, size_t n);
-  /// Waits for everything queued.
+  /// Waits for everything queued, on the stream and the copy lane.
   cuda_status sync();
   /// Whether host memory at `p` is pinned (cudaMallocHost, or registered):
   /// a copy from it goes straight to the device.
   bool is_pinned(const void* p) const;
+
+  // -- the copy lane: a second stream whose copies run beside the kernels ---
+  /// Pinned host `src` -> device `dst` (n floats), queued on the copy lane.
+  cuda_status lane_to_device(float* dst, const float* src, size_t n);
+  /// Device `src` -> pinned host `dst` (n floats), queued on the copy lane.
+  cuda_status lane_to_host(float* dst, const float* src, size_t n);
+  /// Signal `i` (a CUDA event; any number, made on first use) marks what is
+  /// queued so far on the copy lane (`lane` true) or the stream.
+  cuda_status signal(size_t i, bool lane);
+  /// What is queued next on the copy lane (`lane` true) or the stream waits
+  /// for signal `i`'s last mark.
+  cuda_status await(size_t i, bool lane);
+  /// The host waits for signal `i`'s last mark.
+  cuda_status host_await(size_t i);
 
   // -- graphs ----------------------------------------------------------------
   /// Records what this thread queues on the stream from here on, without

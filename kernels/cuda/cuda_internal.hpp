@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -16,6 +17,9 @@ namespace troupe::cuda {
 
 struct device::impl {
   cudaStream_t stream = nullptr;
+  cudaStream_t lane = nullptr;      // the copy lane
+  std::vector<cudaEvent_t> signals; // made on first use
+
   cublasHandle_t blas = nullptr;
   buffer<double> row_loss;       // softmax_xent's per-row losses
   buffer<uint32_t> flag;         // a kernel's "bad input" flag

@@ -148,7 +148,68 @@ cuda_status device::launch(const graph& g) {
 }
 
 cuda_status device::sync() {
-  return check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize");
+  auto st =
+      check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize");
+  auto lane = check(cudaStreamSynchronize(impl_->lane),
+                    "cudaStreamSynchronize (the copy lane)");
+  return st.ok() ? lane : st;
+}
+
+// -- the copy lane ------------------------------------------------------------
+
+cuda_status device::lane_to_device(float* dst, const float* src, size_t n) {
+  return check(cudaMemcpyAsync(dst, src, n * sizeof(float),
+                               cudaMemcpyHostToDevice, impl_->lane),
+               "cudaMemcpyAsync to the device (the copy lane)");
+}
+
+cuda_status device::lane_to_host(float* dst, const float* src, size_t n) {
+  return check(cudaMemcpyAsync(dst, src, n * sizeof(float),
+                               cudaMemcpyDeviceToHost, impl_->lane),
+               "cudaMemcpyAsync to the host (the copy lane)");
+}
+
+namespace {
+
+/// Signal `i` of `signals`, made on first use; null with the reason in
+/// `st`.
+cudaEvent_t signal_of(std::vector<cudaEvent_t>& signals, size_t i,
+                      cuda_status& st) {
+  if (i >= signals.size())
+    signals.resize(i + 1, nullptr);
+  auto& e = signals[i];
+  if (e == nullptr)
+    st = check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+               "cudaEventCreate");
+  return e;
+}
+
+} // namespace
+
+cuda_status device::signal(size_t i, bool lane) {
+  cuda_status st;
+  auto e = signal_of(impl_->signals, i, st);
+  if (!st.ok())
+    return st;
+  return check(cudaEventRecord(e, lane ? impl_->lane : impl_->stream),
+               "cudaEventRecord");
+}
+
+cuda_status device::await(size_t i, bool lane) {
+  cuda_status st;
+  auto e = signal_of(impl_->signals, i, st);
+  if (!st.ok())
+    return st;
+  return check(cudaStreamWaitEvent(lane ? impl_->lane : impl_->stream, e, 0),
+               "cudaStreamWaitEvent");
+}
+
+cuda_status device::host_await(size_t i) {
+  cuda_status st;
+  auto e = signal_of(impl_->signals, i, st);
+  if (!st.ok())
+    return st;
+  return check(cudaEventSynchronize(e), "cudaEventSynchronize");
 }
 
 } // namespace troupe::cuda

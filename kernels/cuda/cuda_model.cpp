@@ -4,6 +4,7 @@
 #include "kernels/cuda/layer_pairs.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 
@@ -84,8 +85,8 @@ cuda_status cuda_model::reserve(size_t batch) {
   return {};
 }
 
-cuda_status cuda_model::compute_gradients(const float* x, const uint8_t* labels,
-                                          size_t batch, float* loss) {
+cuda_status cuda_model::check_batch(const float* x, const uint8_t* labels,
+                                    size_t batch, const float* loss) const {
   if (!x || !labels || !loss || batch == 0)
     return {"bad input: cuda_model::compute_gradients: no batch"};
   auto classes = layers_.back().out;
@@ -94,8 +95,14 @@ cuda_status cuda_model::compute_gradients(const float* x, const uint8_t* labels,
       return {"bad input: cuda_model::compute_gradients: label " +
               std::to_string(labels[i]) + " of row " + std::to_string(i) +
               " >= " + std::to_string(classes) + " classes"};
+  return {};
+}
+
+cuda_status cuda_model::compute_gradients(const float* x, const uint8_t* labels,
+                                          size_t batch, float* loss) {
   cuda_status st;
-  if (!(st = reserve(batch)).ok())
+  if (!(st = check_batch(x, labels, batch, loss)).ok() ||
+      !(st = reserve(batch)).ok())
     return st;
   st = run_step(x, labels, batch);
   // Whatever failed, nothing queued may still read the caller's batch
@@ -151,11 +158,13 @@ cuda_status cuda_model::upload(const float* x, const uint8_t* labels,
   return dev_.to_device(labels_.data(), y_stage_.data(), batch);
 }
 
-cuda_status cuda_model::queue_step(size_t batch) {
+cuda_status cuda_model::queue_step(size_t batch, step_hooks* hooks) {
   cuda_status st;
   auto n_layers = layers_.size();
   for (size_t l = 0; l < n_layers; ++l) {
     auto& L = layers_[l];
+    if (hooks && !(st = hooks->before_forward(l)).ok())
+      return st;
     if (!(st = dev_.dense_forward(acts_[l].data(), L.w.data(), L.b.data(),
                                   acts_[l + 1].data(), batch, L.in, L.out))
              .ok())
@@ -184,6 +193,8 @@ cuda_status cuda_model::queue_step(size_t batch) {
                                    L.db.data(), batch, L.in, L.out))
              .ok())
       return st;
+    if (hooks && !(st = hooks->after_backward(l)).ok())
+      return st;
     if (l > 0) {
       if (!(st = dev_.relu_backward(acts_[l].data(), dx, dx, batch * L.in))
                .ok())
@@ -193,6 +204,168 @@ cuda_status cuda_model::queue_step(size_t batch) {
     }
   }
   return dev_.to_host_async(loss_stage_.data(), loss_.data(), 1);
+}
+
+// -- a device alone's whole step
+// -----------------------------------------------
+
+size_t cuda_model::parameter_floats() const {
+  size_t n = 0;
+  for (auto& L : layers_)
+    n += L.w.size() + L.b.size();
+  return n;
+}
+
+cuda_status cuda_model::full_step(const std::vector<param_ref>& ps,
+                                  const float* x, const uint8_t* labels,
+                                  size_t batch, float* loss,
+                                  const std::vector<param_ref>& gs) {
+  overlapped_ = transfers_ == transfers::overlapped ||
+                (transfers_ == transfers::automatic &&
+                 parameter_floats() >= overlap_floats);
+  cuda_status st;
+  if (!overlapped_) {
+    if (!ps.empty() && !(st = upload_parameters(ps)).ok())
+      return st;
+    if (!(st = compute_gradients(x, labels, batch, loss)).ok())
+      return st;
+    return gs.empty() ? cuda_status{} : download_gradients(gs);
+  }
+  // Every size checked before anything moves.
+  auto same = [](float*, float*, size_t) { return cuda_status{}; };
+  if ((!ps.empty() && !(st = pair_up(ps, false, same)).ok()) ||
+      (!gs.empty() && !(st = pair_up(gs, true, same)).ok()) ||
+      !(st = check_batch(x, labels, batch, loss)).ok() ||
+      !(st = reserve(batch)).ok())
+    return st;
+  if (xfer_.size() == 0 &&
+      !(st = dev_.alloc_pinned(xfer_, parameter_floats())).ok())
+    return st;
+  replayed_ = false;
+  st = run_overlapped(ps, x, labels, batch, gs);
+  // Whatever failed, nothing queued may still read the caller's batch or
+  // the staging buffers when we return.
+  if (auto waited = dev_.sync(); st.ok())
+    st = waited;
+  if (!st.ok())
+    return st;
+  *loss = loss_stage_.data()[0];
+  return {};
+}
+
+/// full_step's overlapped copies. Signals: layer l's weights up (l), its
+/// backward done (L + l), chunk k of the gradients down (2 L + k). Each
+/// array has the staging at its offset in model::parameters() order, for
+/// its weights going up and then its gradients coming down: the copy lane
+/// runs in order, and a layer's backward follows every layer's forward,
+/// which waited for every upload.
+class cuda_model::overlapped_copies final : public step_hooks {
+public:
+  /// Floats a host copy and a DMA move at a time.
+  static constexpr size_t chunk = size_t{1} << 20;
+
+  overlapped_copies(cuda_model& m, const std::vector<param_ref>& ps,
+                    const std::vector<param_ref>& gs)
+      : m_(m), ps_(ps), gs_(gs) {
+    size_t at = 0;
+    for (auto& L : m.layers_) {
+      offsets_.push_back(at);
+      at += L.w.size() + L.b.size();
+    }
+  }
+
+  cuda_status before_forward(size_t l) override {
+    if (ps_.empty())
+      return {};
+    auto& L = m_.layers_[l];
+    auto* stage = m_.xfer_.data() + offsets_[l];
+    cuda_status st;
+    for (auto& a : arrays(ps_, l, L.w, L.b)) {
+      for (size_t i = 0; i < a.n; i += chunk) {
+        auto k = std::min(chunk, a.n - i);
+        std::memcpy(stage + i, a.host + i, k * sizeof(float));
+        if (!(st = m_.dev_.lane_to_device(a.dev + i, stage + i, k)).ok())
+          return st;
+      }
+      stage += a.n;
+    }
+    if (!(st = m_.dev_.signal(l, true)).ok())
+      return st;
+    return m_.dev_.await(l, false);
+  }
+
+  cuda_status after_backward(size_t l) override {
+    if (gs_.empty())
+      return {};
+    auto& L = m_.layers_[l];
+    auto layers = m_.layers_.size();
+    cuda_status st;
+    if (!(st = m_.dev_.signal(layers + l, false)).ok() ||
+        !(st = m_.dev_.await(layers + l, true)).ok())
+      return st;
+    auto* stage = m_.xfer_.data() + offsets_[l];
+    for (auto& a : arrays(gs_, l, L.dw, L.db)) {
+      for (size_t i = 0; i < a.n; i += chunk) {
+        auto k = std::min(chunk, a.n - i);
+        size_t signal = 2 * layers + down_.size();
+        if (!(st = m_.dev_.lane_to_host(stage + i, a.dev + i, k)).ok() ||
+            !(st = m_.dev_.signal(signal, true)).ok())
+          return st;
+        down_.push_back({a.host + i, stage + i, k, signal});
+      }
+      stage += a.n;
+    }
+    return {};
+  }
+
+  /// The gradients out of the staging, chunk by chunk as each arrives.
+  cuda_status finish() {
+    for (auto& d : down_) {
+      if (auto st = m_.dev_.host_await(d.signal); !st.ok())
+        return st;
+      std::memcpy(d.host, d.stage, d.n * sizeof(float));
+    }
+    return {};
+  }
+
+private:
+  /// A host array beside its device buffer.
+  struct pair {
+    float* host;
+    float* dev;
+    size_t n;
+  };
+  /// Layer l's weights and bias (or their gradients): `refs` beside `w`
+  /// and `b` (sizes checked by full_step).
+  static std::array<pair, 2> arrays(const std::vector<param_ref>& refs,
+                                    size_t l, buffer<float>& w,
+                                    buffer<float>& b) {
+    return {pair{refs[2 * l].data, w.data(), w.size()},
+            pair{refs[2 * l + 1].data, b.data(), b.size()}};
+  }
+  struct download {
+    float* host;
+    const float* stage;
+    size_t n, signal;
+  };
+  cuda_model& m_;
+  const std::vector<param_ref>& ps_;
+  const std::vector<param_ref>& gs_;
+  std::vector<size_t> offsets_; // each layer's in the staging
+  std::vector<download> down_;
+};
+
+cuda_status cuda_model::run_overlapped(const std::vector<param_ref>& ps,
+                                       const float* x, const uint8_t* labels,
+                                       size_t batch,
+                                       const std::vector<param_ref>& gs) {
+  cuda_status st;
+  if (!(st = upload(x, labels, batch)).ok())
+    return st;
+  overlapped_copies copies{*this, ps, gs};
+  if (!(st = queue_step(batch, &copies)).ok())
+    return st;
+  return copies.finish();
 }
 
 cuda_status cuda_model::download_gradients(model& m) {

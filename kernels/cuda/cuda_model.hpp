@@ -38,6 +38,32 @@ public:
   cuda_status compute_gradients(const float* x, const uint8_t* labels,
                                 size_t batch, float* loss);
 
+  /// A device alone's whole step (a trainer's, through its device actor):
+  /// host weights `ps` up (model::parameters() order; empty: none), the
+  /// step on `batch` rows of `x` with `labels`, its gradients down into
+  /// host arrays `gs` (model::gradients() order; empty: none). Overlapped
+  /// (see transfers), each layer's weights go up on the copy lane while the
+  /// layers before it compute, and each layer's gradients come down as soon
+  /// as its backward is done, while the layers before it go on; the host's
+  /// copies into and out of the pinned staging run beside both, in chunks.
+  /// Else one after the other, as upload_parameters, compute_gradients and
+  /// download_gradients.
+  cuda_status full_step(const std::vector<param_ref>& ps, const float* x,
+                        const uint8_t* labels, size_t batch, float* loss,
+                        const std::vector<param_ref>& gs);
+
+  /// How full_step moves the weights and gradients: `automatic` overlaps
+  /// them with the step where the parameters are at least overlap_floats
+  /// (there the copies outweigh the launches a graph saves; below, the
+  /// step is a graph and its copies are a few microseconds).
+  enum class transfers { automatic, overlapped, sequential };
+  static constexpr size_t overlap_floats = size_t{1} << 20;
+  void set_transfers(transfers t) { transfers_ = t; }
+  /// True if the last full_step overlapped its copies with the step.
+  bool overlapped() const { return overlapped_; }
+  /// Parameters (weights and biases) in floats.
+  size_t parameter_floats() const;
+
   /// Replays steps as a CUDA graph (default) or launches each kernel.
   void use_graphs(bool on) {
     graphs_ = on;
@@ -77,9 +103,26 @@ private:
   /// The step queued: upload, then the graph (recorded first where the
   /// shapes just became fixed) or each kernel. Not waited for.
   cuda_status run_step(const float* x, const uint8_t* labels, size_t batch);
+  /// What full_step's overlapped copies add to queue_step: calls before
+  /// layer l's forward and after its backward.
+  struct step_hooks {
+    virtual ~step_hooks() = default;
+    virtual cuda_status before_forward(size_t l) = 0;
+    virtual cuda_status after_backward(size_t l) = 0;
+  };
+  class overlapped_copies;
   /// The step on the stream, from the uploaded batch to the loss in
-  /// loss_stage_: nothing that waits or allocates (it may be recorded).
-  cuda_status queue_step(size_t batch);
+  /// loss_stage_: nothing that waits or allocates (it may be recorded),
+  /// unless `hooks` (never recorded) do.
+  cuda_status queue_step(size_t batch, step_hooks* hooks = nullptr);
+  /// "bad input: ..." if the batch is missing or a label is out of range.
+  cuda_status check_batch(const float* x, const uint8_t* labels, size_t batch,
+                          const float* loss) const;
+  /// full_step's overlapped path, queued and its copies out done; the
+  /// caller waits for the device.
+  cuda_status run_overlapped(const std::vector<param_ref>& ps, const float* x,
+                             const uint8_t* labels, size_t batch,
+                             const std::vector<param_ref>& gs);
   /// Walks `refs` (a model's arrays: weights, then bias, per layer) beside
   /// our layers' buffers (`grads`: the gradients' ones), calling
   /// `move(host, device, n)` on each pair.
@@ -94,11 +137,14 @@ private:
   buffer<uint8_t> labels_;
   size_t rows_ = 0; // batch the buffers hold
   pinned<float> x_stage_, loss_stage_;
+  pinned<float> xfer_; // full_step's overlapped weights up, gradients down
   pinned<uint8_t> y_stage_;
   graph step_graph_;
   size_t graph_rows_ = 0; // batch step_graph_ was recorded for
   size_t last_rows_ = 0;  // batch of the step before
   bool graphs_ = true, replayed_ = false;
+  transfers transfers_ = transfers::automatic;
+  bool overlapped_ = false;
 };
 
 } // namespace troupe::cuda

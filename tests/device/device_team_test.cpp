@@ -95,7 +95,7 @@ double check_step(caf::actor_system& sys, const std::vector<device_name>& ds,
 /// A CPU backend one of whose calls fails (a device that breaks).
 class failing_backend final : public device_backend {
 public:
-  enum class at { attach, set_parameters, compute };
+  enum class at { nowhere, attach, set_parameters, compute };
   failing_backend(const model& m, at where)
       : cpu_(make_cpu_backend(m)), where_(where) {}
   std::string describe() const override { return "failing"; }
@@ -124,6 +124,14 @@ public:
   device_status get_gradients(const std::vector<param_ref>& gs) override {
     return cpu_->get_gradients(gs);
   }
+  /// Counted, then the default: the three calls above in turn.
+  device_status step_alone(const std::vector<param_ref>& ps, const float* x,
+                           const uint8_t* y, size_t n, float* loss,
+                           const std::vector<param_ref>& gs) override {
+    ++alone_steps;
+    return device_backend::step_alone(ps, x, y, n, loss, gs);
+  }
+  size_t alone_steps = 0;
 
 private:
   device_status fails(at where, const char* what) const {
@@ -168,6 +176,49 @@ BOOST_AUTO_TEST_CASE(cpu_devices_compute_the_batchs_mean_gradient) {
   check_step(sys, cpus(2), true, 64, 1e-5);
   check_step(sys, cpus(3), true, 64, 1e-5);
   check_step(sys, cpus(3), true, 7, 1e-5);
+}
+
+BOOST_AUTO_TEST_CASE(a_device_alone_steps_in_one_call) {
+  // A device alone gets its whole step in one call (step_alone), which a
+  // GPU overlaps with its copies; in a communicator, the calls one by one
+  // around the collectives.
+  node_config cfg;
+  caf::actor_system sys{cfg};
+  using at = failing_backend::at;
+  for (bool sum : {false, true}) {
+    auto reference = fresh_model();
+    auto m = fresh_model();
+    batch_of b{16};
+    float want = 0, got = 0;
+    BOOST_REQUIRE(reference.compute_gradients(b.x.data(), b.y.data(), 16,
+                                              &want) == kernel_status::ok);
+    auto backend = std::make_shared<failing_backend>(m, at::nowhere);
+    std::vector<std::unique_ptr<communicator>> group;
+    if (sum)
+      group = make_cpu_group(1, std::chrono::seconds{30});
+    auto team = device_team::assemble(sys, cpus(1), {backend}, std::move(group),
+                                      std::chrono::seconds{30}, "test");
+    for (int i = 0; i < 2; ++i)
+      if (auto e = team->step(m, b.x.data(), b.y.data(), 16, &got))
+        BOOST_FAIL("step: " << to_string(e));
+    team.reset(); // the actor is done with the backend
+    BOOST_CHECK_EQUAL(backend->alone_steps, sum ? 0u : 2u);
+    BOOST_CHECK_EQUAL(gradient_error(m, reference), 0.0);
+    BOOST_CHECK_EQUAL(got, want);
+  }
+  // A device alone that breaks fails the step in its own words.
+  auto m = fresh_model();
+  batch_of b{16};
+  auto team = device_team::assemble(
+      sys, cpus(1), {std::make_shared<failing_backend>(m, at::compute)}, {},
+      std::chrono::seconds{30}, "test");
+  float loss = 0;
+  auto err = team->step(m, b.x.data(), b.y.data(), 16, &loss);
+  BOOST_REQUIRE(err);
+  BOOST_CHECK(err == errc::device_failed);
+  BOOST_CHECK_MESSAGE(describe(err).find("compute_gradients: an injected") !=
+                          std::string::npos,
+                      describe(err));
 }
 
 BOOST_AUTO_TEST_CASE(a_failing_device_fails_the_step_named_without_a_hang) {

@@ -7,6 +7,7 @@
 #define BOOST_TEST_ALTERNATIVE_INIT_API
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <iostream>
@@ -335,6 +336,87 @@ BOOST_AUTO_TEST_CASE(a_training_step_on_the_gpu_matches_the_cpu) {
   auto refused = g->compute_gradients(x.data(), labels.data(), 64, &loss);
   BOOST_CHECK_EQUAL(refused.error, "bad input: cuda_model::compute_gradients:"
                                    " label 10 of row 5 >= 10 classes");
+}
+
+BOOST_AUTO_TEST_CASE(a_whole_step_with_its_copies_matches_the_cpu) {
+  // A device alone's step (full_step): weights up, the step, gradients
+  // down. The first layer (784 x 2048) is two chunks of the overlapped
+  // copies; the parameters are past overlap_floats, so `automatic`
+  // overlaps them.
+  std::string why;
+  auto m = model::from_spec("mlp:784-2048-10", &why);
+  BOOST_REQUIRE_MESSAGE(m, why);
+  m->init_parameters(11);
+  cuda_status st;
+  auto g = cuda::cuda_model::load(*dev, *m, st);
+  BOOST_REQUIRE_MESSAGE(g, st.error);
+  BOOST_REQUIRE_GE(g->parameter_floats(), cuda::cuda_model::overlap_floats);
+  using mode = cuda::cuda_model::transfers;
+  size_t batch = 256;
+  std::mt19937 gen{5};
+  int round = 0;
+  for (auto how : {mode::automatic, mode::overlapped, mode::sequential,
+                   mode::overlapped}) {
+    ++round;
+    g->set_transfers(how);
+    // New weights each round, as a pull brings: the CPU's and the GPU's.
+    auto cpu = *m;
+    for (auto& p : cpu.parameters()) {
+      auto fresh =
+          random_floats(p.size, uint32_t(round * 100 + p.size), -0.05f, 0.05f);
+      std::copy(fresh.begin(), fresh.end(), p.data);
+    }
+    auto x = random_floats(batch * 784, uint32_t(round), 0.0f, 1.0f);
+    std::vector<uint8_t> labels(batch);
+    for (auto& l : labels)
+      l = uint8_t(gen() % 10);
+    auto host = *m; // gradients land in its arrays
+    float gpu_loss = 0, cpu_loss = 0;
+    REQUIRE_OK(g->full_step(cpu.parameters(), x.data(), labels.data(), batch,
+                            &gpu_loss, host.gradients()));
+    BOOST_CHECK_EQUAL(g->overlapped(), how != mode::sequential);
+    BOOST_REQUIRE(cpu.compute_gradients(x.data(), labels.data(), batch,
+                                        &cpu_loss) == kernel_status::ok);
+    auto name = "round " + std::to_string(round) +
+                (g->overlapped() ? " (overlapped)" : " (sequential)");
+    check_close({cpu_loss}, {gpu_loss}, "whole step loss, " + name);
+    auto want = cpu.gradients(), have = host.gradients();
+    for (size_t i = 0; i < want.size(); ++i)
+      check_close(std::vector<float>(want[i].data, want[i].data + want[i].size),
+                  std::vector<float>(have[i].data, have[i].data + have[i].size),
+                  want[i].name + ", " + name);
+  }
+  // No weights in and no gradients out: the step on the weights there.
+  g->set_transfers(mode::overlapped);
+  auto x = random_floats(batch * 784, 9, 0.0f, 1.0f);
+  std::vector<uint8_t> labels(batch, 4);
+  float loss = 0;
+  REQUIRE_OK(g->full_step({}, x.data(), labels.data(), batch, &loss, {}));
+  auto host = *m;
+  REQUIRE_OK(g->download_gradients(host));
+  // Another model's arrays are refused before anything moves.
+  auto other = model::from_spec("mlp:784-256-10", &why);
+  BOOST_REQUIRE(other);
+  auto refused = g->full_step({}, x.data(), labels.data(), batch, &loss,
+                              other->gradients());
+  BOOST_CHECK_EQUAL(refused.error, "cuda_model: another model's gradients");
+  auto after = *m;
+  REQUIRE_OK(g->download_gradients(after));
+  auto a = after.gradients(), b = host.gradients();
+  for (size_t i = 0; i < a.size(); ++i)
+    BOOST_CHECK(std::equal(a[i].data, a[i].data + a[i].size, b[i].data));
+  // A small model's whole step stays sequential, with its graph.
+  auto small = model::from_spec("mlp:784-256-128-10", &why);
+  BOOST_REQUIRE(small);
+  small->init_parameters(3);
+  auto s = cuda::cuda_model::load(*dev, *small, st);
+  BOOST_REQUIRE_MESSAGE(s, st.error);
+  for (int call = 0; call < 3; ++call) {
+    REQUIRE_OK(s->full_step(small->parameters(), x.data(), labels.data(), batch,
+                            &loss, small->gradients()));
+    BOOST_CHECK(!s->overlapped());
+    BOOST_CHECK_EQUAL(s->replayed(), call > 0);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_pipeline_stage_on_the_gpu_matches_the_cpu) {
