@@ -182,6 +182,15 @@ __global__ void scale_by(float* x, size_t n, float a) {
   }
 }
 
+/// One thread watching the GPU's nanosecond clock for `ns`.
+__global__ void hold_for(unsigned long long ns) {
+  unsigned long long from = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(from));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - from < ns);
+}
+
 /// C = op(A) op(B) + beta C, column-major, alpha 1 (m x k by k x n): the
 /// one cuBLAS call of the dense layers.
 cuda_status gemm(cublasHandle_t h, bool ta, bool tb, size_t m, size_t n,
@@ -207,6 +216,11 @@ bool valid_step(const void* w, const void* g, size_t n, float lr, float wd,
 }
 
 } // namespace
+
+cuda_status queue_hold(cudaStream_t stream, unsigned us) {
+  hold_for<<<1, 1, 0, stream>>>(1000ull * us);
+  return check(cudaGetLastError(), "hold_for");
+}
 
 int device_count(std::string* why) {
   int n = 0;
@@ -316,23 +330,27 @@ cuda_status device::dense_forward(const float* x, const float* w,
     return bad_input("dense_forward: a null operand or a size of 0");
   auto& s = impl_->stream;
   // Row-major y = x w is column-major y^T = w^T x^T: (out x in)(in x batch).
+  auto unfused = [&]() -> cuda_status {
+    fill_rows<<<blocks_for(batch * out), block_threads, 0, s>>>(y, b, batch,
+                                                                out);
+    if (auto st = check(cudaGetLastError(), "fill_rows"); !st.ok())
+      return st;
+    return gemm(impl_->blas, false, false, out, batch, in, w, out, x, in, 1.0f,
+                y, out, "cublasSgemm (dense forward)");
+  };
   if (impl_->fuse) {
     bool fused = false;
     auto st =
         impl_->lt->run({lt_gemm::epilogue::bias_add, false, false, out, batch,
                         in, w, out, x, in, y, out, const_cast<float*>(b)},
-                       s, fused);
+                       s, fused, unfused);
     if (!st.ok() || fused) {
       impl_->fused += fused;
       return st;
     }
   }
   ++impl_->unfused;
-  fill_rows<<<blocks_for(batch * out), block_threads, 0, s>>>(y, b, batch, out);
-  if (auto st = check(cudaGetLastError(), "fill_rows"); !st.ok())
-    return st;
-  return gemm(impl_->blas, false, false, out, batch, in, w, out, x, in, 1.0f, y,
-              out, "cublasSgemm (dense forward)");
+  return unfused();
 }
 
 cuda_status device::dense_backward(const float* x, const float* w,
@@ -344,33 +362,35 @@ cuda_status device::dense_backward(const float* x, const float* w,
     return bad_input("dense_backward: a null operand or a size of 0");
   // dw (in x out) = x^T dy: column-major dw^T = dy^T x, (out x batch)(batch
   // x in); db sums dy^T's rows over the batch, cuBLASLt's BGRADA.
+  auto unfused = [&]() -> cuda_status {
+    if (auto st = gemm(impl_->blas, false, true, out, in, batch, dy, out, x, in,
+                       0.0f, dw, out, "cublasSgemm (dense weight gradient)");
+        !st.ok())
+      return st;
+    column_sums<<<unsigned((out + sum_lanes - 1) / sum_lanes),
+                  dim3(sum_lanes, sum_lanes), 0, impl_->stream>>>(dy, db, batch,
+                                                                  out);
+    return check(cudaGetLastError(), "column_sums");
+  };
   bool fused = false;
   if (impl_->fuse)
     if (auto st = impl_->lt->run({lt_gemm::epilogue::bias_grad, false, true,
                                   out, in, batch, dy, out, x, in, dw, out, db},
-                                 impl_->stream, fused);
+                                 impl_->stream, fused, unfused);
         !st.ok())
       return st;
   if (fused) {
     ++impl_->fused;
   } else {
     ++impl_->unfused;
-    if (auto st = gemm(impl_->blas, false, true, out, in, batch, dy, out, x, in,
-                       0.0f, dw, out, "cublasSgemm (dense weight gradient)");
-        !st.ok())
+    if (auto st = unfused(); !st.ok())
       return st;
   }
   // dx (batch x in) = dy w^T: column-major dx^T = w dy^T, (in x out)(out x
   // batch).
   if (dx != nullptr)
-    if (auto st = dense_input_grad(w, dy, dx, batch, in, out); !st.ok())
-      return st;
-  if (fused)
-    return {};
-  column_sums<<<unsigned((out + sum_lanes - 1) / sum_lanes),
-                dim3(sum_lanes, sum_lanes), 0, impl_->stream>>>(dy, db, batch,
-                                                                out);
-  return check(cudaGetLastError(), "column_sums");
+    return dense_input_grad(w, dy, dx, batch, in, out);
+  return {};
 }
 
 cuda_status device::dense_input_grad(const float* w, const float* dy, float* dx,

@@ -46,6 +46,10 @@ inline cuda_status check(cublasStatus_t s, const char* what) {
           cublasGetStatusString(s)};
 }
 
+/// Queues a kernel that keeps the GPU busy about `us` microseconds, so
+/// that work queued behind it (to be timed) runs without launch gaps.
+cuda_status queue_hold(cudaStream_t stream, unsigned us);
+
 inline cuda_status bad_input(const std::string& what) {
   return {"bad input: " + what};
 }

@@ -43,7 +43,8 @@ cuda_status lt_plans::open(void* workspace, size_t bytes) {
   return check(cublasLtCreate(&handle_), "cublasLtCreate");
 }
 
-cuda_status lt_plans::make_plan(const lt_gemm& g, plan& p) const {
+cuda_status lt_plans::make_plan(const lt_gemm& g, plan& p, cudaStream_t stream,
+                                const unfused_path& unfused) const {
   auto ep = g.what == lt_gemm::epilogue::bias_add ? CUBLASLT_EPILOGUE_BIAS
                                                   : CUBLASLT_EPILOGUE_BGRADA;
   auto op = [](bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; };
@@ -94,23 +95,94 @@ cuda_status lt_plans::make_plan(const lt_gemm& g, plan& p) const {
           CUBLAS_STATUS_SUCCESS &&
       set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(g.d)) ==
           CUBLAS_STATUS_SUCCESS;
-  cublasLtMatmulHeuristicResult_t found{};
+  cublasLtMatmulHeuristicResult_t found[candidates_tried]{};
   int count = 0;
   // No kernel for this shape and epilogue (or a refusal) is not an error:
   // the caller runs it unfused.
   auto hs = told
                 ? cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d,
-                                                 p.d, pref, 1, &found, &count)
+                                                 p.d, pref, candidates_tried,
+                                                 found, &count)
                 : CUBLAS_STATUS_NOT_SUPPORTED;
   cublasLtMatmulPreferenceDestroy(pref);
-  p.usable = hs == CUBLAS_STATUS_SUCCESS && count > 0 &&
-             found.state == CUBLAS_STATUS_SUCCESS;
-  if (p.usable)
-    p.algo = found.algo;
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  for (int i = 0; hs == CUBLAS_STATUS_SUCCESS && i < count; ++i)
+    if (found[i].state == CUBLAS_STATUS_SUCCESS)
+      algos.push_back(found[i].algo);
+  p.usable = !algos.empty();
+  if (!p.usable)
+    return {};
+  p.algo = algos[0]; // the heuristic's first, unless timing says otherwise
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  if (capturing == cudaStreamCaptureStatusNone && (algos.size() > 1 || unfused))
+    tune(g, p, algos, stream, unfused);
   return {};
 }
 
-cuda_status lt_plans::run(const lt_gemm& g, cudaStream_t stream, bool& fused) {
+void lt_plans::tune(const lt_gemm& g, plan& p,
+                    const std::vector<cublasLtMatmulAlgo_t>& algos,
+                    cudaStream_t stream, const unfused_path& unfused) const {
+  cudaEvent_t from = nullptr, to = nullptr;
+  if (cudaEventCreate(&from) != cudaSuccess ||
+      cudaEventCreate(&to) != cudaSuccess ||
+      set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias) !=
+          CUBLAS_STATUS_SUCCESS) {
+    cudaGetLastError(); // untimed: the heuristic's first
+    for (auto e : {from, to})
+      if (e != nullptr)
+        cudaEventDestroy(e);
+    return;
+  }
+  // Milliseconds per run of `queue` (which writes only the call's own
+  // outputs), once it has run twice; infinite if it fails. A kernel
+  // holding the GPU first lets the host queue every timed run before the
+  // first starts, so that the figure is the GPU's, not the launches'.
+  constexpr int runs = 10;
+  auto time = [&](auto queue) {
+    constexpr double failed = 1e30;
+    for (int i = 0; i < 2; ++i)
+      if (!queue())
+        return failed;
+    if (!queue_hold(stream, 200).ok() ||
+        cudaEventRecord(from, stream) != cudaSuccess)
+      return failed;
+    for (int i = 0; i < runs; ++i)
+      if (!queue())
+        return failed;
+    float ms = 0;
+    if (cudaEventRecord(to, stream) != cudaSuccess ||
+        cudaEventSynchronize(to) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, from, to) != cudaSuccess)
+      return failed;
+    return double(ms) / runs;
+  };
+  const float one = 1.0f, zero = 0.0f;
+  double best = 0;
+  for (size_t i = 0; i < algos.size(); ++i) {
+    auto t = time([&] {
+      return cublasLtMatmul(handle_, p.desc, &one, g.a, p.a, g.b, p.b, &zero,
+                            g.d, p.d, g.d, p.d, &algos[i], space_, bytes_,
+                            stream) == CUBLAS_STATUS_SUCCESS;
+    });
+    if (i == 0 || t < best) {
+      best = t;
+      p.algo = algos[i];
+    }
+  }
+  if (unfused && time([&] { return unfused().ok(); }) < best)
+    p.usable = false;
+  cudaStreamSynchronize(stream); // a failed run's queue, whatever it left
+  cudaGetLastError();            // a timing's failure only chose for it
+  cudaEventDestroy(from);
+  cudaEventDestroy(to);
+}
+
+cuda_status lt_plans::run(const lt_gemm& g, cudaStream_t stream, bool& fused,
+                          const unfused_path& unfused) {
   fused = false;
   // A bias that is not 16-byte aligned is left to the unfused path.
   if (handle_ == nullptr || alignment(g.bias) < 16)
@@ -130,7 +202,7 @@ cuda_status lt_plans::run(const lt_gemm& g, cudaStream_t stream, bool& fused) {
   auto it = plans_.find(k);
   if (it == plans_.end()) {
     it = plans_.emplace(k, plan{}).first;
-    if (auto st = make_plan(g, it->second); !st.ok()) {
+    if (auto st = make_plan(g, it->second, stream, unfused); !st.ok()) {
       it->second.usable = false; // asked again never; this call fails
       return st;
     }

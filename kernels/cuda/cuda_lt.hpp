@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -33,8 +35,11 @@ struct lt_gemm {
   float* bias;
 };
 
-/// A cuBLASLt handle and, per shape, the kernel its heuristic chose (asked
-/// once per shape, so a step captured in a graph asks nothing).
+/// A cuBLASLt handle and, per shape, the kernel chosen once (so a step
+/// captured in a graph asks nothing): the fastest of the heuristic's first
+/// candidates_tried and of the caller's unfused path, timed on the GPU at
+/// the shape's first call (outside a capture; inside one, the heuristic's
+/// first).
 class lt_plans {
 public:
   lt_plans() = default;
@@ -46,10 +51,17 @@ public:
   /// the same stream as its cuBLAS calls).
   cuda_status open(void* workspace, size_t bytes);
 
+  /// What queues the same result on the stream without cuBLASLt.
+  using unfused_path = std::function<cuda_status()>;
+  /// Candidates timed per shape, at most.
+  static constexpr int candidates_tried = 8;
+
   /// Queues `g` on `stream`, or sets `fused` false and queues nothing
-  /// where cuBLASLt has no kernel for it (the caller then runs it
-  /// unfused). A failing call is an error.
-  cuda_status run(const lt_gemm& g, cudaStream_t stream, bool& fused);
+  /// where cuBLASLt has no kernel for it, or where `unfused` (if given)
+  /// timed faster (the caller then runs it unfused). A failing call is an
+  /// error.
+  cuda_status run(const lt_gemm& g, cudaStream_t stream, bool& fused,
+                  const unfused_path& unfused = {});
 
 private:
   struct plan {
@@ -60,7 +72,13 @@ private:
   };
   using key = std::tuple<int, bool, bool, size_t, size_t, size_t, size_t,
                          size_t, size_t, uint32_t, uint32_t, uint32_t>;
-  cuda_status make_plan(const lt_gemm& g, plan& p) const;
+  cuda_status make_plan(const lt_gemm& g, plan& p, cudaStream_t stream,
+                        const unfused_path& unfused) const;
+  /// Times `algos` for `g` (and `unfused`) on `stream`; the fastest into
+  /// `p` (`usable` false where the unfused path won).
+  void tune(const lt_gemm& g, plan& p,
+            const std::vector<cublasLtMatmulAlgo_t>& algos, cudaStream_t stream,
+            const unfused_path& unfused) const;
 
   cublasLtHandle_t handle_ = nullptr;
   void* space_ = nullptr;
