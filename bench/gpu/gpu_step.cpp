@@ -515,7 +515,7 @@ int main(int argc, char** argv) {
         std::tuple{opt.large, size_t{1024}, steps[3].samples_per_s}}) {
     using how = cuda::cuda_model::transfers;
     std::vector<float> one, other;
-    int n = batch > 64 ? opt.steps / 4 : opt.steps;
+    int n = batch > 64 ? std::max(opt.steps / 4, 1) : opt.steps;
     auto seq = whole_rate(*dev, spec, batch, how::sequential, n, one);
     auto ovl = whole_rate(*dev, spec, batch, how::overlapped, n, other);
     auto err = relative_error(one, other);

@@ -6,9 +6,9 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <cublasLt.h>
@@ -35,11 +35,29 @@ struct lt_gemm {
   float* bias;
 };
 
+/// What queues the same result on the stream without cuBLASLt: a
+/// callable the caller keeps alive during run() (not copied: a GEMM's
+/// call allocates nothing).
+class unfused_path {
+public:
+  unfused_path() = default;
+  template <class F, class = std::enable_if_t<
+                         !std::is_same_v<std::decay_t<F>, unfused_path>>>
+  unfused_path(F& f) // NOLINT: made from a caller's lambda in place
+      : obj_(&f), call_([](void* o) { return (*static_cast<F*>(o))(); }) {}
+  explicit operator bool() const { return call_ != nullptr; }
+  cuda_status operator()() const { return call_(obj_); }
+
+private:
+  void* obj_ = nullptr;
+  cuda_status (*call_)(void*) = nullptr;
+};
+
 /// A cuBLASLt handle and, per shape, the kernel chosen once (so a step
 /// captured in a graph asks nothing): the fastest of the heuristic's first
 /// candidates_tried and of the caller's unfused path, timed on the GPU at
 /// the shape's first call (outside a capture; inside one, the heuristic's
-/// first).
+/// first), a challenger only where clearly faster (margin).
 class lt_plans {
 public:
   lt_plans() = default;
@@ -51,10 +69,12 @@ public:
   /// the same stream as its cuBLAS calls).
   cuda_status open(void* workspace, size_t bytes);
 
-  /// What queues the same result on the stream without cuBLASLt.
-  using unfused_path = std::function<cuda_status()>;
   /// Candidates timed per shape, at most.
   static constexpr int candidates_tried = 8;
+  /// How much faster than the heuristic's first (or than the best fused
+  /// kernel, for the unfused path) a challenger must time to be chosen: a
+  /// choice that timing noise cannot flip between runs or ranks.
+  static constexpr double margin = 0.95;
 
   /// Queues `g` on `stream`, or sets `fused` false and queues nothing
   /// where cuBLASLt has no kernel for it, or where `unfused` (if given)
@@ -70,8 +90,9 @@ private:
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using key = std::tuple<int, bool, bool, size_t, size_t, size_t, size_t,
-                         size_t, size_t, uint32_t, uint32_t, uint32_t>;
+  using key =
+      std::tuple<int, bool, bool, size_t, size_t, size_t, size_t, size_t,
+                 size_t, uint32_t, uint32_t, uint32_t, uint32_t>;
   cuda_status make_plan(const lt_gemm& g, plan& p, cudaStream_t stream,
                         const unfused_path& unfused) const;
   /// Times `algos` for `g` (and `unfused`) on `stream`; the fastest into

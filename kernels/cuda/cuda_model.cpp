@@ -220,27 +220,32 @@ cuda_status cuda_model::full_step(const std::vector<param_ref>& ps,
                                   const float* x, const uint8_t* labels,
                                   size_t batch, float* loss,
                                   const std::vector<param_ref>& gs) {
-  overlapped_ = transfers_ == transfers::overlapped ||
-                (transfers_ == transfers::automatic &&
-                 parameter_floats() >= overlap_floats);
+  overlapped_ = false;
+  // Every size and label checked before anything moves, either way.
+  auto same = [](float*, float*, size_t) { return cuda_status{}; };
   cuda_status st;
-  if (!overlapped_) {
+  if ((!ps.empty() && !(st = pair_up(ps, false, same)).ok()) ||
+      (!gs.empty() && !(st = pair_up(gs, true, same)).ok()) ||
+      !(st = check_batch(x, labels, batch, loss)).ok())
+    return st;
+  bool overlap = transfers_ == transfers::overlapped ||
+                 (transfers_ == transfers::automatic &&
+                  parameter_floats() >= overlap_floats);
+  // Pinned staging the size of the parameters; where the host has none to
+  // give, the copies go one after the other.
+  if (overlap && xfer_.size() == 0 &&
+      !dev_.alloc_pinned(xfer_, parameter_floats()).ok())
+    overlap = false;
+  if (!overlap) {
     if (!ps.empty() && !(st = upload_parameters(ps)).ok())
       return st;
     if (!(st = compute_gradients(x, labels, batch, loss)).ok())
       return st;
     return gs.empty() ? cuda_status{} : download_gradients(gs);
   }
-  // Every size checked before anything moves.
-  auto same = [](float*, float*, size_t) { return cuda_status{}; };
-  if ((!ps.empty() && !(st = pair_up(ps, false, same)).ok()) ||
-      (!gs.empty() && !(st = pair_up(gs, true, same)).ok()) ||
-      !(st = check_batch(x, labels, batch, loss)).ok() ||
-      !(st = reserve(batch)).ok())
+  if (!(st = reserve(batch)).ok())
     return st;
-  if (xfer_.size() == 0 &&
-      !(st = dev_.alloc_pinned(xfer_, parameter_floats())).ok())
-    return st;
+  overlapped_ = true;
   replayed_ = false;
   st = run_overlapped(ps, x, labels, batch, gs);
   // Whatever failed, nothing queued may still read the caller's batch or
@@ -254,7 +259,9 @@ cuda_status cuda_model::full_step(const std::vector<param_ref>& ps,
 }
 
 /// full_step's overlapped copies. Signals: layer l's weights up (l), its
-/// backward done (L + l), chunk k of the gradients down (2 L + k). Each
+/// backward done (L + l), the stream's work before the step (2 L: the
+/// lane's first copy into a layer waits for it, e.g. a copy up still in
+/// flight), chunk k of the gradients down (2 L + 1 + k). Each
 /// array has the staging at its offset in model::parameters() order, for
 /// its weights going up and then its gradients coming down: the copy lane
 /// runs in order, and a layer's backward follows every layer's forward,
@@ -307,7 +314,7 @@ public:
     for (auto& a : arrays(gs_, l, L.dw, L.db)) {
       for (size_t i = 0; i < a.n; i += chunk) {
         auto k = std::min(chunk, a.n - i);
-        size_t signal = 2 * layers + down_.size();
+        size_t signal = 2 * layers + 1 + down_.size();
         if (!(st = m_.dev_.lane_to_host(stage + i, a.dev + i, k)).ok() ||
             !(st = m_.dev_.signal(signal, true)).ok())
           return st;
@@ -360,7 +367,10 @@ cuda_status cuda_model::run_overlapped(const std::vector<param_ref>& ps,
                                        size_t batch,
                                        const std::vector<param_ref>& gs) {
   cuda_status st;
-  if (!(st = upload(x, labels, batch)).ok())
+  auto before = 2 * layers_.size();
+  if (!(st = dev_.signal(before, false)).ok() ||
+      !(st = dev_.await(before, true)).ok() ||
+      !(st = upload(x, labels, batch)).ok())
     return st;
   overlapped_copies copies{*this, ps, gs};
   if (!(st = queue_step(batch, &copies)).ok())

@@ -59,7 +59,8 @@ public:
   enum class transfers { automatic, overlapped, sequential };
   static constexpr size_t overlap_floats = size_t{1} << 20;
   void set_transfers(transfers t) { transfers_ = t; }
-  /// True if the last full_step overlapped its copies with the step.
+  /// True if the last full_step overlapped its copies with the step (not
+  /// where it was refused, or the host had no pinned memory to give).
   bool overlapped() const { return overlapped_; }
   /// Parameters (weights and biases) in floats.
   size_t parameter_floats() const;

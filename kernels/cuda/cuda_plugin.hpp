@@ -22,8 +22,10 @@
 
 namespace troupe::cuda {
 
-/// Raised whenever plugin_api changes (2: make_stage).
-constexpr uint32_t plugin_abi = 2;
+/// Raised whenever plugin_api, or the device_backend or stage_backend
+/// classes whose objects the plugin makes (their virtual calls' layout),
+/// change (2: make_stage; 3: device_backend::step_alone).
+constexpr uint32_t plugin_abi = 3;
 
 /// What the plugin offers: kernels/cuda's device_count, make_cuda_backend,
 /// make_nccl_group and make_cuda_stage.
