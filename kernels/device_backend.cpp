@@ -35,6 +35,10 @@ device_status device_backend::step_alone(const std::vector<param_ref>& ps,
   return gs.empty() ? device_status{} : get_gradients(gs);
 }
 
+std::shared_ptr<float> device_backend::host_floats(size_t n) {
+  return std::shared_ptr<float>(new float[n], std::default_delete<float[]>());
+}
+
 namespace {
 
 std::vector<device_array> as_arrays(const std::vector<param_ref>& refs) {

@@ -74,6 +74,12 @@ public:
   /// The gradients into host arrays `gs` (model::gradients() order and
   /// sizes).
   virtual device_status get_gradients(const std::vector<param_ref>& gs) = 0;
+
+  /// `n` floats of host memory for the batches this device reads: pinned
+  /// on a GPU (a batch there goes up without a staging copy; plain memory
+  /// where the host cannot pin it), plain on the CPU (the default). Call
+  /// it on the thread that opened the device.
+  virtual std::shared_ptr<float> host_floats(size_t n);
 };
 
 /// A replica of `m`'s layers (whole layers: row blocks are joined) on the

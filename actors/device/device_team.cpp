@@ -109,8 +109,15 @@ device_team::open(caf::actor_system& sys,
                : devices[0].kind == device_name::kind_t::cpu
                    ? ", gradients summed by a CPU group"
                    : ", gradients summed by NCCL");
-  return assemble(sys, devices, std::move(backends), std::move(group), wait,
-                  std::move(described));
+  // On this thread, which opened the devices (a GPU's pinned memory is
+  // every GPU's: each device's rows go straight up).
+  auto floats = batch * m.input_size();
+  auto memory = backends[0]->host_floats(floats);
+  auto team = assemble(sys, devices, std::move(backends), std::move(group),
+                       wait, std::move(described));
+  team->batch_memory_ = std::move(memory);
+  team->batch_floats_ = floats;
+  return team;
 }
 
 std::unique_ptr<device_team>

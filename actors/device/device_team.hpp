@@ -73,12 +73,21 @@ public:
   caf::error step(model& m, const float* x, const uint8_t* labels, size_t batch,
                   float* loss);
 
+  /// Host memory for a batch of `floats` inputs that the devices read
+  /// straight from (pinned where they are GPUs), made by open() for its
+  /// batch; null where more is asked, or the team was assembled.
+  float* batch_memory(size_t floats) const {
+    return floats <= batch_floats_ ? batch_memory_.get() : nullptr;
+  }
+
 private:
   device_team() = default;
   /// "cpu (rank 1)"; "cuda:0" for a device alone.
   std::string name_of(size_t rank) const;
   std::vector<device_name> names_;
   std::vector<caf::actor> actors_;
+  std::shared_ptr<float> batch_memory_;
+  size_t batch_floats_ = 0;
   std::chrono::milliseconds wait_{0};
   std::string description_;
 };

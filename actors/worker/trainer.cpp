@@ -175,7 +175,7 @@ public:
     size_t row_blocks = first_bias_;
     if (begun_ != clock + 1 && taken_[block_of_[first_bias_]]) {
       gather_batch(clock);
-      if (net_.forward_begin(xs_.data(), cfg_.batch) != kernel_status::ok)
+      if (net_.forward_begin(batch_x(), cfg_.batch) != kernel_status::ok)
         return;
       begun_ = clock + 1;
     }
@@ -351,13 +351,13 @@ private:
         report(clock);
       gather_batch(clock);
       if (!devices_ &&
-          net_.forward_begin(xs_.data(), cfg_.batch) != kernel_status::ok)
+          net_.forward_begin(batch_x(), cfg_.batch) != kernel_status::ok)
         return caf::make_error(errc::bad_shape, "forward of step", clock);
     }
     float loss = 0;
     if (devices_) { // no blocks there: --worker.overlap is refused
       if (auto err =
-              devices_->step(net_, xs_.data(), ys_.data(), cfg_.batch, &loss))
+              devices_->step(net_, batch_x(), ys_.data(), cfg_.batch, &loss))
         return err;
     } else if (auto st = net_.finish_gradients(ys_.data(), &loss, ready);
                st != kernel_status::ok) {
@@ -405,6 +405,15 @@ private:
     return in_epoch == 0;
   }
 
+  /// Where a step's inputs are gathered: the devices' batch memory (pinned
+  /// on a GPU, which reads it without a staging copy), else our own.
+  float* batch_x() {
+    if (devices_)
+      if (auto* p = devices_->batch_memory(cfg_.batch * net_.input_size()))
+        return p;
+    return xs_.data();
+  }
+
   /// Samples of step `clock` from this worker's partition of its epoch.
   void gather_batch(uint64_t clock) {
     auto epoch = clock / steps_per_epoch_;
@@ -415,11 +424,13 @@ private:
     }
     size_t per = net_.input_size(),
            first = (clock % steps_per_epoch_) * cfg_.batch;
-    xs_.resize(cfg_.batch * per);
+    if (!(devices_ && devices_->batch_memory(cfg_.batch * per)))
+      xs_.resize(cfg_.batch * per);
     ys_.resize(cfg_.batch);
+    float* x = batch_x();
     for (size_t i = 0; i < cfg_.batch; ++i) {
       auto s = idx_[first + i];
-      std::memcpy(xs_.data() + i * per, train_.images.data() + s * per,
+      std::memcpy(x + i * per, train_.images.data() + s * per,
                   per * sizeof(float));
       ys_[i] = train_.labels[s];
     }

@@ -50,6 +50,13 @@ public:
     return net_->download_gradients(gs);
   }
 
+  std::shared_ptr<float> host_floats(size_t n) override {
+    device_status st;
+    if (auto p = dev_->use().ok() ? dev_->shared_pinned(n, st) : nullptr)
+      return p;
+    return device_backend::host_floats(n); // plain: staged, as before
+  }
+
 private:
   std::unique_ptr<device> dev_; // outlives net_, which holds its memory
   std::unique_ptr<cuda_model> net_;

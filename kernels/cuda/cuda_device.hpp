@@ -107,6 +107,10 @@ public:
   cuda_status to_host_async(float* dst, const float* src, size_t n);
   /// Waits for everything queued, on the stream and the copy lane.
   cuda_status sync();
+  /// `n` floats of pinned host memory that every GPU copies from directly
+  /// (cudaHostAllocPortable), freed with the last owner; null with the
+  /// reason in `st`.
+  std::shared_ptr<float> shared_pinned(size_t n, cuda_status& st);
   /// Whether host memory at `p` is pinned (cudaMallocHost, or registered):
   /// a copy from it goes straight to the device.
   bool is_pinned(const void* p) const;

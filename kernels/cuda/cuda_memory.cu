@@ -76,6 +76,19 @@ cuda_status device::alloc_pinned(pinned<uint8_t>& p, size_t n) {
   return alloc_into(p, n, p.p_, p.n_);
 }
 
+std::shared_ptr<float> device::shared_pinned(size_t n, cuda_status& st) {
+  void* raw = nullptr;
+  st =
+      n == 0
+          ? bad_input("an allocation of 0 elements")
+          : check(cudaHostAlloc(&raw, n * sizeof(float), cudaHostAllocPortable),
+                  "cudaHostAlloc");
+  if (!st.ok())
+    return nullptr;
+  return std::shared_ptr<float>(static_cast<float*>(raw),
+                                [](float* p) { cudaFreeHost(p); });
+}
+
 bool device::is_pinned(const void* p) const {
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {

@@ -24,7 +24,7 @@ namespace troupe::cuda {
 
 /// Raised whenever plugin_api, or the device_backend or stage_backend
 /// classes whose objects the plugin makes (their virtual calls' layout),
-/// change (2: make_stage; 3: device_backend::step_alone).
+/// change (2: make_stage; 3: device_backend::step_alone and host_floats).
 constexpr uint32_t plugin_abi = 3;
 
 /// What the plugin offers: kernels/cuda's device_count, make_cuda_backend,

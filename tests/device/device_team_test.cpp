@@ -79,8 +79,14 @@ double check_step(caf::actor_system& sys, const std::vector<device_name>& ds,
   auto team = device_team::open(sys, ds, sum, m, rows, err);
   BOOST_REQUIRE_MESSAGE(team, err);
   BOOST_TEST_MESSAGE(team->describe());
+  // The batch from the team's own host memory (pinned on a GPU), as a
+  // trainer gathers it; made for `rows` rows, no more.
+  float* x = team->batch_memory(b.x.size());
+  BOOST_REQUIRE(x != nullptr);
+  BOOST_CHECK(team->batch_memory(b.x.size() + 1) == nullptr);
+  std::copy(b.x.begin(), b.x.end(), x);
   for (int i = 0; i < 3; ++i) { // the same step again: nothing carried over
-    auto e = team->step(m, b.x.data(), b.y.data(), rows, &got);
+    auto e = team->step(m, x, b.y.data(), rows, &got);
     if (e)
       BOOST_FAIL("step: " << to_string(e));
   }
@@ -201,6 +207,7 @@ BOOST_AUTO_TEST_CASE(a_device_alone_steps_in_one_call) {
     for (int i = 0; i < 2; ++i)
       if (auto e = team->step(m, b.x.data(), b.y.data(), 16, &got))
         BOOST_FAIL("step: " << to_string(e));
+    BOOST_CHECK(team->batch_memory(1) == nullptr); // assembled: none
     team.reset(); // the actor is done with the backend
     BOOST_CHECK_EQUAL(backend->alone_steps, sum ? 0u : 2u);
     BOOST_CHECK_EQUAL(gradient_error(m, reference), 0.0);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/activations.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_device.hpp"
 #include "kernels/cuda/cuda_model.hpp"
 #include "kernels/cuda/cuda_stage.hpp"
@@ -273,6 +274,23 @@ BOOST_AUTO_TEST_CASE(a_gpu_that_is_not_there_is_a_plain_error) {
   BOOST_CHECK(!none);
   BOOST_CHECK_MESSAGE(st.error.find("no GPU cuda:") != std::string::npos,
                       st.error);
+}
+
+BOOST_AUTO_TEST_CASE(a_gpu_backends_batch_memory_is_pinned) {
+  // What a trainer gathers its batches into (device_team::batch_memory):
+  // pinned, so a batch goes up without a staging copy, and still pinned
+  // at an offset (a device's rows of a shared batch).
+  std::string why;
+  auto m = model::from_spec("mlp:784-256-128-10", &why);
+  BOOST_REQUIRE(m);
+  device_status st;
+  auto backend = cuda::make_cuda_backend(0, *m, st);
+  BOOST_REQUIRE_MESSAGE(backend, st.error);
+  auto x = backend->host_floats(64 * 784);
+  BOOST_REQUIRE(x);
+  BOOST_CHECK(dev->is_pinned(x.get()));
+  BOOST_CHECK(dev->is_pinned(x.get() + 32 * 784));
+  BOOST_CHECK(!dev->is_pinned(make_cpu_backend(*m)->host_floats(16).get()));
 }
 
 BOOST_AUTO_TEST_CASE(a_training_step_on_the_gpu_matches_the_cpu) {
