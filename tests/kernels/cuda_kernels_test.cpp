@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -94,6 +95,33 @@ void check_close(const std::vector<float>& cpu, const std::vector<float>& gpu,
   auto r = relative(cpu, gpu);
   BOOST_TEST_MESSAGE(what << ": relative " << r);
   BOOST_CHECK_MESSAGE(r <= tolerance, what << ": relative " << r);
+}
+
+/// check_close over two models' arrays, pairwise (model::gradients() or
+/// parameters() of the same spec), each named `array name, what`.
+void check_arrays(const std::vector<param_ref>& want,
+                  const std::vector<param_ref>& have, const std::string& what) {
+  BOOST_REQUIRE_EQUAL(want.size(), have.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    check_close(std::vector<float>(want[i].data, want[i].data + want[i].size),
+                std::vector<float>(have[i].data, have[i].data + have[i].size),
+                want[i].name + ", " + what);
+}
+
+/// `spec` with weights from `seed` into `m`, and its twin on `dev`.
+std::unique_ptr<cuda::cuda_model> twin(cuda::device& dev,
+                                       const std::string& spec, uint32_t seed,
+                                       std::optional<model>& m) {
+  std::string why;
+  m = model::from_spec(spec, &why);
+  if (!m)
+    BOOST_FAIL(spec << ": " << why);
+  m->init_parameters(seed);
+  cuda_status st;
+  auto g = cuda::cuda_model::load(dev, *m, st);
+  if (!g)
+    BOOST_FAIL("cuda_model::load: " << st.error);
+  return g;
 }
 
 } // namespace
@@ -294,13 +322,8 @@ BOOST_AUTO_TEST_CASE(a_gpu_backends_batch_memory_is_pinned) {
 }
 
 BOOST_AUTO_TEST_CASE(a_training_step_on_the_gpu_matches_the_cpu) {
-  std::string why;
-  auto m = model::from_spec("mlp:784-256-128-10", &why);
-  BOOST_REQUIRE_MESSAGE(m, why);
-  m->init_parameters(7);
-  cuda_status st;
-  auto g = cuda::cuda_model::load(*dev, *m, st);
-  BOOST_REQUIRE_MESSAGE(g, st.error);
+  std::optional<model> m;
+  auto g = twin(*dev, "mlp:784-256-128-10", 7, m);
   for (size_t batch : {64u, 1024u}) {
     auto x = random_floats(batch * 784, uint32_t(71 + batch), 0.0f, 1.0f);
     std::vector<uint8_t> labels(batch);
@@ -332,13 +355,7 @@ BOOST_AUTO_TEST_CASE(a_training_step_on_the_gpu_matches_the_cpu) {
                    : call > 0 ? " (graph)"
                               : " (kernels)");
       check_close({cpu_loss}, {gpu_loss}, "step loss, " + name);
-      auto want = cpu.gradients(), have = got.gradients();
-      BOOST_REQUIRE_EQUAL(want.size(), have.size());
-      for (size_t i = 0; i < want.size(); ++i)
-        check_close(
-            std::vector<float>(want[i].data, want[i].data + want[i].size),
-            std::vector<float>(have[i].data, have[i].data + have[i].size),
-            want[i].name + ", " + name);
+      check_arrays(cpu.gradients(), got.gradients(), name);
     }
   }
   // Graphs off: each kernel launched, as the first step.
@@ -361,13 +378,8 @@ BOOST_AUTO_TEST_CASE(a_whole_step_with_its_copies_matches_the_cpu) {
   // down. The first layer (784 x 2048) is two chunks of the overlapped
   // copies; the parameters are past overlap_floats, so `automatic`
   // overlaps them.
-  std::string why;
-  auto m = model::from_spec("mlp:784-2048-10", &why);
-  BOOST_REQUIRE_MESSAGE(m, why);
-  m->init_parameters(11);
-  cuda_status st;
-  auto g = cuda::cuda_model::load(*dev, *m, st);
-  BOOST_REQUIRE_MESSAGE(g, st.error);
+  std::optional<model> m;
+  auto g = twin(*dev, "mlp:784-2048-10", 11, m);
   BOOST_REQUIRE_GE(g->parameter_floats(), cuda::cuda_model::overlap_floats);
   using mode = cuda::cuda_model::transfers;
   size_t batch = 256;
@@ -398,11 +410,7 @@ BOOST_AUTO_TEST_CASE(a_whole_step_with_its_copies_matches_the_cpu) {
     auto name = "round " + std::to_string(round) +
                 (g->overlapped() ? " (overlapped)" : " (sequential)");
     check_close({cpu_loss}, {gpu_loss}, "whole step loss, " + name);
-    auto want = cpu.gradients(), have = host.gradients();
-    for (size_t i = 0; i < want.size(); ++i)
-      check_close(std::vector<float>(want[i].data, want[i].data + want[i].size),
-                  std::vector<float>(have[i].data, have[i].data + have[i].size),
-                  want[i].name + ", " + name);
+    check_arrays(cpu.gradients(), host.gradients(), name);
   }
   // No weights in and no gradients out: the step on the weights there.
   g->set_transfers(mode::overlapped);
@@ -412,23 +420,25 @@ BOOST_AUTO_TEST_CASE(a_whole_step_with_its_copies_matches_the_cpu) {
   REQUIRE_OK(g->full_step({}, x.data(), labels.data(), batch, &loss, {}));
   auto host = *m;
   REQUIRE_OK(g->download_gradients(host));
-  // Another model's arrays are refused before anything moves.
+  // Another model's arrays are refused before anything moves, either way.
+  std::string why;
   auto other = model::from_spec("mlp:784-256-10", &why);
-  BOOST_REQUIRE(other);
-  auto refused = g->full_step({}, x.data(), labels.data(), batch, &loss,
-                              other->gradients());
-  BOOST_CHECK_EQUAL(refused.error, "cuda_model: another model's gradients");
+  BOOST_REQUIRE_MESSAGE(other, why);
+  for (auto how : {mode::overlapped, mode::sequential}) {
+    g->set_transfers(how);
+    auto refused = g->full_step({}, x.data(), labels.data(), batch, &loss,
+                                other->gradients());
+    BOOST_CHECK_EQUAL(refused.error, "cuda_model: another model's gradients");
+    BOOST_CHECK(!g->overlapped());
+  }
   auto after = *m;
   REQUIRE_OK(g->download_gradients(after));
   auto a = after.gradients(), b = host.gradients();
   for (size_t i = 0; i < a.size(); ++i)
     BOOST_CHECK(std::equal(a[i].data, a[i].data + a[i].size, b[i].data));
   // A small model's whole step stays sequential, with its graph.
-  auto small = model::from_spec("mlp:784-256-128-10", &why);
-  BOOST_REQUIRE(small);
-  small->init_parameters(3);
-  auto s = cuda::cuda_model::load(*dev, *small, st);
-  BOOST_REQUIRE_MESSAGE(s, st.error);
+  std::optional<model> small;
+  auto s = twin(*dev, "mlp:784-256-128-10", 3, small);
   for (int call = 0; call < 3; ++call) {
     REQUIRE_OK(s->full_step(small->parameters(), x.data(), labels.data(), batch,
                             &loss, small->gradients()));
@@ -484,12 +494,8 @@ BOOST_AUTO_TEST_CASE(a_pipeline_stage_on_the_gpu_matches_the_cpu) {
     }
     BOOST_CHECK_EQUAL(gpu->held(), 0u);
     REQUIRE_OK(gpu->download_gradients());
-    auto want = cpu.gradients(), got = gpu->gradients();
-    BOOST_REQUIRE_EQUAL(want.size(), got.size());
-    for (size_t i = 0; i < want.size(); ++i)
-      check_close(std::vector<float>(want[i].data, want[i].data + want[i].size),
-                  std::vector<float>(got[i].data, got[i].data + got[i].size),
-                  "stage W (summed over 2 micro-batches), " + want[i].name);
+    check_arrays(cpu.gradients(), gpu->gradients(),
+                 "stage W (summed over 2 micro-batches)");
     // Weights written on the host go up; an evaluation sees them.
     auto cw = cpu.parameters(), gw = gpu->parameters();
     for (size_t i = 0; i < cw.size(); ++i)
