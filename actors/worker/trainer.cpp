@@ -175,7 +175,7 @@ public:
     size_t row_blocks = first_bias_;
     if (begun_ != clock + 1 && taken_[block_of_[first_bias_]]) {
       gather_batch(clock);
-      if (net_.forward_begin(batch_x(), cfg_.batch) != kernel_status::ok)
+      if (net_.forward_begin(batch_x_, cfg_.batch) != kernel_status::ok)
         return;
       begun_ = clock + 1;
     }
@@ -351,13 +351,13 @@ private:
         report(clock);
       gather_batch(clock);
       if (!devices_ &&
-          net_.forward_begin(batch_x(), cfg_.batch) != kernel_status::ok)
+          net_.forward_begin(batch_x_, cfg_.batch) != kernel_status::ok)
         return caf::make_error(errc::bad_shape, "forward of step", clock);
     }
     float loss = 0;
     if (devices_) { // no blocks there: --worker.overlap is refused
       if (auto err =
-              devices_->step(net_, batch_x(), ys_.data(), cfg_.batch, &loss))
+              devices_->step(net_, batch_x_, ys_.data(), cfg_.batch, &loss))
         return err;
     } else if (auto st = net_.finish_gradients(ys_.data(), &loss, ready);
                st != kernel_status::ok) {
@@ -405,16 +405,10 @@ private:
     return in_epoch == 0;
   }
 
-  /// Where a step's inputs are gathered: the devices' batch memory (pinned
-  /// on a GPU, which reads it without a staging copy), else our own.
-  float* batch_x() {
-    if (devices_)
-      if (auto* p = devices_->batch_memory(cfg_.batch * net_.input_size()))
-        return p;
-    return xs_.data();
-  }
-
-  /// Samples of step `clock` from this worker's partition of its epoch.
+  /// Samples of step `clock` from this worker's partition of its epoch,
+  /// into batch_x_ and ys_: the inputs into the devices' batch memory
+  /// (pinned on a GPU, which reads it without a staging copy), else our
+  /// own.
   void gather_batch(uint64_t clock) {
     auto epoch = clock / steps_per_epoch_;
     if (idx_.empty() || epoch != idx_epoch_) {
@@ -424,13 +418,15 @@ private:
     }
     size_t per = net_.input_size(),
            first = (clock % steps_per_epoch_) * cfg_.batch;
-    if (!(devices_ && devices_->batch_memory(cfg_.batch * per)))
+    batch_x_ = devices_ ? devices_->batch_memory(cfg_.batch * per) : nullptr;
+    if (!batch_x_) {
       xs_.resize(cfg_.batch * per);
+      batch_x_ = xs_.data();
+    }
     ys_.resize(cfg_.batch);
-    float* x = batch_x();
     for (size_t i = 0; i < cfg_.batch; ++i) {
       auto s = idx_[first + i];
-      std::memcpy(x + i * per, train_.images.data() + s * per,
+      std::memcpy(batch_x_ + i * per, train_.images.data() + s * per,
                   per * sizeof(float));
       ys_[i] = train_.labels[s];
     }
@@ -520,6 +516,7 @@ private:
   std::vector<size_t> idx_;
   uint64_t idx_epoch_ = 0;
   std::vector<float> xs_, scratch_;
+  float* batch_x_ = nullptr; // the inputs gather_batch gathered last
   std::vector<uint8_t> ys_;
   double loss_sum_ = 0, train_secs_ = 0;
   // Per part of an epoch, rank 0's split of its steps (step_timer).

@@ -19,7 +19,6 @@ struct device::impl {
   cudaStream_t stream = nullptr;
   cudaStream_t lane = nullptr;      // the copy lane
   std::vector<cudaEvent_t> signals; // made on first use
-
   cublasHandle_t blas = nullptr;
   buffer<double> row_loss;       // softmax_xent's per-row losses
   buffer<uint32_t> flag;         // a kernel's "bad input" flag

@@ -162,15 +162,12 @@ void lt_plans::tune(const lt_gemm& g, plan& p,
       return failed;
     return double(ms) / runs;
   };
-  const float one = 1.0f, zero = 0.0f;
   // The heuristic's first stands unless another is clearly faster; of
   // those, the fastest (the earlier on a tie).
   double first = 0, best = 0;
   for (size_t i = 0; i < algos.size(); ++i) {
     auto t = time([&] {
-      return cublasLtMatmul(handle_, p.desc, &one, g.a, p.a, g.b, p.b, &zero,
-                            g.d, p.d, g.d, p.d, &algos[i], space_, bytes_,
-                            stream) == CUBLAS_STATUS_SUCCESS;
+      return matmul(g, p, algos[i], stream) == CUBLAS_STATUS_SUCCESS;
     });
     if (i == 0) {
       first = best = t;
@@ -185,6 +182,14 @@ void lt_plans::tune(const lt_gemm& g, plan& p,
   cudaGetLastError();            // a timing's failure only chose for it
   cudaEventDestroy(from);
   cudaEventDestroy(to);
+}
+
+cublasStatus_t lt_plans::matmul(const lt_gemm& g, const plan& p,
+                                const cublasLtMatmulAlgo_t& algo,
+                                cudaStream_t stream) const {
+  const float one = 1.0f, zero = 0.0f;
+  return cublasLtMatmul(handle_, p.desc, &one, g.a, p.a, g.b, p.b, &zero, g.d,
+                        p.d, g.d, p.d, &algo, space_, bytes_, stream);
 }
 
 cuda_status lt_plans::run(const lt_gemm& g, cudaStream_t stream, bool& fused,
@@ -221,14 +226,11 @@ cuda_status lt_plans::run(const lt_gemm& g, cudaStream_t stream, bool& fused,
                       "cublasLtMatmulDescSetAttribute (bias)");
       !st.ok())
     return st;
-  const float one = 1.0f, zero = 0.0f;
-  auto st =
-      check(cublasLtMatmul(handle_, p.desc, &one, g.a, p.a, g.b, p.b, &zero,
-                           g.d, p.d, g.d, p.d, &p.algo, space_, bytes_, stream),
-            g.what == lt_gemm::epilogue::bias_add
-                ? "cublasLtMatmul (dense forward, bias fused)"
-                : "cublasLtMatmul (dense weight gradient, bias "
-                  "gradient fused)");
+  auto st = check(matmul(g, p, p.algo, stream),
+                  g.what == lt_gemm::epilogue::bias_add
+                      ? "cublasLtMatmul (dense forward, bias fused)"
+                      : "cublasLtMatmul (dense weight gradient, bias "
+                        "gradient fused)");
   fused = st.ok();
   return st;
 }

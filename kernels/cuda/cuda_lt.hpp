@@ -95,6 +95,11 @@ private:
                  size_t, uint32_t, uint32_t, uint32_t, uint32_t>;
   cuda_status make_plan(const lt_gemm& g, plan& p, cudaStream_t stream,
                         const unfused_path& unfused) const;
+  /// Queues `g` with `p`'s descriptions (its bias pointer set in them
+  /// first) and `algo`.
+  cublasStatus_t matmul(const lt_gemm& g, const plan& p,
+                        const cublasLtMatmulAlgo_t& algo,
+                        cudaStream_t stream) const;
   /// Times `algos` for `g` (and `unfused`) on `stream`; the fastest into
   /// `p` (`usable` false where the unfused path won).
   void tune(const lt_gemm& g, plan& p,

@@ -206,8 +206,7 @@ cuda_status cuda_model::queue_step(size_t batch, step_hooks* hooks) {
   return dev_.to_host_async(loss_stage_.data(), loss_.data(), 1);
 }
 
-// -- a device alone's whole step
-// -----------------------------------------------
+// -- a device alone's whole step ----------------------------------------------
 
 size_t cuda_model::parameter_floats() const {
   size_t n = 0;
