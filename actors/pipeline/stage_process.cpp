@@ -120,7 +120,9 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
           },
           [&](caf::error& err) {
             rc = fail("starting", err);
-            if (err == errc::device_failed) // as a worker's: not restarted
+            // A device, data or batch that cannot be had: as a worker's,
+            // not restarted (the same flags fail again).
+            if (err == errc::device_failed || err == errc::invalid_config)
               rc = exit_bad_config;
           });
   if (rc != 0) {

@@ -19,9 +19,11 @@ namespace troupe {
 
 namespace {
 
-int fail(const std::string& what) {
+/// A model or data that cannot be had: the same flags fail again, so
+/// exit_bad_config (its agent does not restart it).
+int bad_config(const std::string& what) {
   std::cerr << "*** " << what << '\n';
-  return 1;
+  return exit_bad_config;
 }
 
 /// The device actors of --device, or none (`out` null) where the trainer
@@ -58,7 +60,7 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
   std::string err;
   auto net = model::from_spec(cfg.train.model, &err);
   if (!net)
-    return fail("--train.model: " + err);
+    return bad_config("--train.model: " + err);
   set_blas_threads(1); // several processes share the cores
   if (auto w = blas_core_warning(); !w.empty())
     TROUPE_LOG(warning, "trainer", w);
@@ -68,9 +70,9 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
   dataset train, test;
   if (auto e = load_fashion_mnist(cfg.train.data_dir, "train", train);
       !e.empty())
-    return fail(e);
+    return bad_config(e);
   if (auto e = load_fashion_mnist(cfg.train.data_dir, "t10k", test); !e.empty())
-    return fail(e);
+    return bad_config(e);
   // Rank 0's progress to the scheduler's status page, as events, sent
   // without waiting: training never waits for the page.
   auto progress = [scheduler](const std::string& detail) {

@@ -2,8 +2,8 @@
 // one model train it to the end, and a stage killed in the middle of a
 // mini-batch is restarted by its agent while the others drop that
 // mini-batch and start again from the stages' checkpoints: the final
-// weights are those of a run without the kill, bit for bit. Wrong flags
-// and a stage too many are refused in one line.
+// weights are those of a run without the kill, bit for bit. Wrong flags,
+// missing data and a stage too many are refused in one line.
 #define BOOST_TEST_MODULE pipeline_cluster_test
 #include <boost/test/unit_test.hpp>
 
@@ -14,6 +14,7 @@
 
 #include <caf/scoped_actor.hpp>
 
+#include "actors/base/exit_codes.hpp"
 #include "actors/cluster/connect.hpp"
 #include "actors/pipeline/stage_driver_internal.hpp"
 #include "messages/checkpoint.hpp"
@@ -211,4 +212,23 @@ BOOST_AUTO_TEST_CASE(wrong_pipeline_flags_are_refused_in_one_line) {
   refused(with("--train.batch=30"), "must be a multiple of");
   refused(with("--optimizer.name=adam"), "applies plain SGD");
   refused(with("--pipeline.schedule=2f2b"), "--pipeline.schedule");
+}
+
+BOOST_AUTO_TEST_CASE(a_stage_without_its_data_exits_2_with_its_line) {
+  // At 27adb75 a stage whose data was missing exited 1, and its agent
+  // restarted it into the same line until its limit. A model or data that
+  // cannot be had is a bad configuration, as a trainer's.
+  scheduler_process s{0, stages};
+  temp_dir d;
+  auto flags = job_flags(d.path, {"--train.data-dir=/nonexistent"});
+  flags.insert(flags.begin(), {"--role=worker", s.flag()});
+  child_process st{node_args(std::move(flags))};
+  auto rc = st.wait_exit(90s);
+  BOOST_REQUIRE_MESSAGE(rc, st.output());
+  BOOST_CHECK_EQUAL(*rc, exit_bad_config);
+  BOOST_CHECK_MESSAGE(
+      st.output().find("*** stage failed: starting: invalid_config: ") !=
+              std::string::npos &&
+          st.output().find("dataset-fashion-mnist") != std::string::npos,
+      st.output());
 }
