@@ -197,6 +197,20 @@ struct cluster {
     BOOST_FAIL("no worker of rank " << r);
     return *workers.front();
   }
+
+  /// The index in `servers` (and `server_ports`) of the server `v` ranks
+  /// `rank`. Servers join in any order: rank k need not be servers[k]
+  /// (under load, at 27adb75, kv_cuts_test's pushes for rank 0 went to
+  /// rank 1 now and then, which refused them).
+  size_t index_of(const cluster_view& v, uint32_t rank) const {
+    for (auto& n : v.servers)
+      if (n.rank == rank)
+        for (size_t i = 0; i < server_ports.size(); ++i)
+          if (server_ports[i] == n.port)
+            return i;
+    BOOST_FAIL("no server of rank " << rank);
+    return 0;
+  }
 };
 
 } // namespace troupe::test

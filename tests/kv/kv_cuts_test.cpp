@@ -48,8 +48,10 @@ struct raw_worker {
     // middleman instead (remote_actor on a node b is connected to
     // already), a request was now and then never answered, and that
     // connection missed its heartbeats until it timed out (1 run in 5 or
-    // so, at a756b76). Each server first answers an empty pull.
-    servers = c.servers;
+    // so, at a756b76). Each server first answers an empty pull. servers[k]
+    // is the server of rank k.
+    for (uint32_t k = 0; k < c.servers.size(); ++k)
+      servers.push_back(c.servers[c.index_of(joined.view, k)]);
     for (size_t k = 0; k < servers.size(); ++k) {
       bool answered = false;
       (*self)
@@ -153,8 +155,8 @@ std::vector<named_array> read_settled(cluster& c, uint64_t clock) {
 
 /// async and ssp: the raw worker (rank 2) pushes clock 0 to both servers,
 /// then clock 1 to server 0 alone, saying clock 0 was acknowledged (1
-/// everywhere), and dies.
-void dies_with_clock_1_on_server_0(cluster& c, size_t n) {
+/// everywhere), and dies. Returns server 0.
+caf::actor dies_with_clock_1_on_server_0(cluster& c, size_t n) {
   init_all(c, n);
   raw_worker dying{c};
   BOOST_CHECK_EQUAL(dying.joined.rank, 2u);
@@ -162,6 +164,7 @@ void dies_with_clock_1_on_server_0(cluster& c, size_t n) {
   dying.push_to(1, 0, 1.0f);
   dying.push_to(0, 1, 1.0f, 0, 1, 1);
   dying.die();
+  return dying.servers[0];
 }
 
 /// Waits for worker `rank`'s cut and checks that it keeps `keep` clocks.
@@ -237,8 +240,9 @@ BOOST_AUTO_TEST_CASE(a_cut_reaches_the_backup_that_takes_over_the_slices) {
   cluster c{"sync", 2, 2, 16u << 20, add_update, 2, "auto", 2, 3, true};
   auto dying = with_clock_0_everywhere(c, n);
   dying->push_to(0, 1, 1.0f);
+  auto server_0 = dying->servers[0];
   dying->die();
-  caf::anon_send_exit(c.servers[0], caf::exit_reason::kill);
+  caf::anon_send_exit(server_0, caf::exit_reason::kill);
   then_clock_1_is_nowhere(c, n);
 }
 
@@ -288,8 +292,8 @@ BOOST_AUTO_TEST_CASE(ssp_a_cut_reaches_the_backup_that_takes_over_the_slices) {
   // serves its slices from its replica, which holds clock 1 as well.
   constexpr size_t n = 8;
   cluster c{"ssp:1", 2, 2, 16u << 20, add_update, 2, "auto", 2, 3, true};
-  dies_with_clock_1_on_server_0(c, n);
-  caf::anon_send_exit(c.servers[0], caf::exit_reason::kill);
+  auto server_0 = dies_with_clock_1_on_server_0(c, n);
+  caf::anon_send_exit(server_0, caf::exit_reason::kill);
   check_cut(c, 2, 1);
   step(c, 0, n);
   BOOST_CHECK_EQUAL(uniform_value(read_settled(c, 1)), 3.0f);

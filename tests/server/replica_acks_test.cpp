@@ -97,15 +97,7 @@ struct primary_and_backup {
     to_backup = remote(backup);
     backup_node = c.server_systems[index_of(backup)].get();
   }
-  size_t index_of(uint32_t rank) const {
-    for (auto& n : v.second.servers)
-      if (n.rank == rank)
-        for (size_t i = 0; i < c.server_ports.size(); ++i)
-          if (c.server_ports[i] == n.port)
-            return i;
-    BOOST_FAIL("no server of rank " << rank);
-    return 0;
-  }
+  size_t index_of(uint32_t rank) const { return c.index_of(v.second, rank); }
   caf::actor remote(uint32_t rank) {
     auto h = c.b.middleman().remote_actor("127.0.0.1",
                                           c.server_ports[index_of(rank)]);
