@@ -295,6 +295,7 @@ device::~device() {
   if (impl_->lane != nullptr)
     cudaStreamSynchronize(impl_->lane);
   impl_->row_loss = {};
+  impl_->retired_row_loss.clear();
   impl_->flag = {};
   impl_->lt.reset();
   if (impl_->blas != nullptr)
@@ -468,6 +469,8 @@ cuda_status device::softmax_xent_unchecked(const float* logits,
   auto& x = *impl_;
   if (x.row_loss.size() < batch) {
     cudaSetDevice(ordinal_);
+    if (x.row_loss.size() > 0)
+      x.retired_row_loss.push_back(std::move(x.row_loss));
     if (auto st = alloc_into(x.row_loss, batch, x.row_loss.p_, x.row_loss.n_);
         !st.ok())
       return st;

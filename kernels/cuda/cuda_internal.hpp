@@ -20,7 +20,10 @@ struct device::impl {
   cudaStream_t lane = nullptr;      // the copy lane
   std::vector<cudaEvent_t> signals; // made on first use
   cublasHandle_t blas = nullptr;
-  buffer<double> row_loss;       // softmax_xent's per-row losses
+  buffer<double> row_loss; // softmax_xent's per-row losses
+  // Smaller row_loss buffers, kept until the device goes: a graph any
+  // model on this device captured at a smaller batch still reads one.
+  std::vector<buffer<double>> retired_row_loss;
   buffer<uint32_t> flag;         // a kernel's "bad input" flag
   buffer<uint8_t> blas_space;    // cuBLAS's workspace, ours: graph-safe
   std::unique_ptr<lt_plans> lt;  // the dense GEMMs with their bias fused

@@ -1,6 +1,9 @@
 // cuBLASLt's fused dense GEMMs (cuda_lt.hpp).
 #include "kernels/cuda/cuda_lt.hpp"
 
+#include <cstdlib>
+#include <string>
+
 #include "kernels/cuda/cuda_internal.hpp"
 
 namespace troupe::cuda {
@@ -40,6 +43,8 @@ lt_plans::~lt_plans() {
 cuda_status lt_plans::open(void* workspace, size_t bytes) {
   space_ = workspace;
   bytes_ = bytes;
+  auto* tune = std::getenv("TROUPE_LT_TUNE");
+  tune_ = tune == nullptr || std::string{tune} != "0";
   return check(cublasLtCreate(&handle_), "cublasLtCreate");
 }
 
@@ -122,7 +127,8 @@ cuda_status lt_plans::make_plan(const lt_gemm& g, plan& p, cudaStream_t stream,
     cudaGetLastError();
     return {};
   }
-  if (capturing == cudaStreamCaptureStatusNone && (algos.size() > 1 || unfused))
+  if (tune_ && capturing == cudaStreamCaptureStatusNone &&
+      (algos.size() > 1 || unfused))
     tune(g, p, algos, stream, unfused);
   return {};
 }

@@ -72,8 +72,12 @@ public:
   /// Candidates timed per shape, at most.
   static constexpr int candidates_tried = 8;
   /// How much faster than the heuristic's first (or than the best fused
-  /// kernel, for the unfused path) a challenger must time to be chosen: a
-  /// choice that timing noise cannot flip between runs or ranks.
+  /// kernel, for the unfused path) a challenger must time to be chosen, so
+  /// that noise seldom flips the choice. Seldom is not never: a kernel
+  /// near the line may win in one run (or rank) and not another, so runs
+  /// may differ in the last bits (ranks' sums stay equal: all-reduce).
+  /// TROUPE_LT_TUNE=0 keeps the heuristic's first: the same kernels every
+  /// run, and no timing under compute-sanitizer, where it means nothing.
   static constexpr double margin = 0.95;
 
   /// Queues `g` on `stream`, or sets `fused` false and queues nothing
@@ -109,6 +113,7 @@ private:
   cublasLtHandle_t handle_ = nullptr;
   void* space_ = nullptr;
   size_t bytes_ = 0;
+  bool tune_ = true; // TROUPE_LT_TUNE is not "0"
   std::map<key, plan> plans_;
 };
 

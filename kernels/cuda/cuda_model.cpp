@@ -10,6 +10,27 @@
 
 namespace troupe::cuda {
 
+namespace {
+
+/// `queue()`'s status once everything queued is done, whatever failed,
+/// also where it throws (a bad_alloc): nothing queued may still read the
+/// caller's batch (a pinned one goes up from its memory) or the staging
+/// buffers, or write the caller's arrays, when the step returns.
+template <class F> cuda_status then_synced(device& dev, F queue) {
+  cuda_status st;
+  try {
+    st = queue();
+  } catch (...) {
+    dev.sync();
+    throw;
+  }
+  if (auto waited = dev.sync(); st.ok())
+    st = waited;
+  return st;
+}
+
+} // namespace
+
 std::unique_ptr<cuda_model> cuda_model::load(device& dev, model& m,
                                              cuda_status& st) {
   auto ps = m.parameters();
@@ -104,11 +125,7 @@ cuda_status cuda_model::compute_gradients(const float* x, const uint8_t* labels,
   if (!(st = check_batch(x, labels, batch, loss)).ok() ||
       !(st = reserve(batch)).ok())
     return st;
-  st = run_step(x, labels, batch);
-  // Whatever failed, nothing queued may still read the caller's batch
-  // (a pinned one goes up from its memory) or the staging buffers.
-  if (auto waited = dev_.sync(); st.ok())
-    st = waited;
+  st = then_synced(dev_, [&] { return run_step(x, labels, batch); });
   if (!st.ok())
     return st;
   *loss = loss_stage_.data()[0];
@@ -233,8 +250,10 @@ cuda_status cuda_model::full_step(const std::vector<param_ref>& ps,
   // Pinned staging the size of the parameters; where the host has none to
   // give, the copies go one after the other.
   if (overlap && xfer_.size() == 0 &&
-      !dev_.alloc_pinned(xfer_, parameter_floats()).ok())
+      (no_pinned_xfer_ || !dev_.alloc_pinned(xfer_, parameter_floats()).ok())) {
+    no_pinned_xfer_ = true;
     overlap = false;
+  }
   if (!overlap) {
     if (!ps.empty() && !(st = upload_parameters(ps)).ok())
       return st;
@@ -244,15 +263,12 @@ cuda_status cuda_model::full_step(const std::vector<param_ref>& ps,
   }
   if (!(st = reserve(batch)).ok())
     return st;
-  overlapped_ = true;
   replayed_ = false;
-  st = run_overlapped(ps, x, labels, batch, gs);
-  // Whatever failed, nothing queued may still read the caller's batch or
-  // the staging buffers when we return.
-  if (auto waited = dev_.sync(); st.ok())
-    st = waited;
+  st = then_synced(dev_,
+                   [&] { return run_overlapped(ps, x, labels, batch, gs); });
   if (!st.ok())
     return st;
+  overlapped_ = true;
   *loss = loss_stage_.data()[0];
   return {};
 }

@@ -146,6 +146,7 @@ private:
   bool graphs_ = true, replayed_ = false;
   transfers transfers_ = transfers::automatic;
   bool overlapped_ = false;
+  bool no_pinned_xfer_ = false; // the host had none to give: not asked again
 };
 
 } // namespace troupe::cuda
