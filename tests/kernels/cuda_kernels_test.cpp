@@ -322,8 +322,16 @@ BOOST_AUTO_TEST_CASE(a_gpu_backends_batch_memory_is_pinned) {
 }
 
 BOOST_AUTO_TEST_CASE(a_training_step_on_the_gpu_matches_the_cpu) {
-  std::optional<model> m;
+  std::optional<model> m, m2;
   auto g = twin(*dev, "mlp:784-256-128-10", 7, m);
+  // Another model's step, recorded at batch 16 before the steps below grow
+  // the device's row-loss buffer, replays after them (then below).
+  auto g2 = twin(*dev, "mlp:784-32-10", 8, m2);
+  auto x2 = random_floats(16 * 784, 5, 0.0f, 1.0f);
+  std::vector<uint8_t> y2(16, 4);
+  float loss2 = 0, cpu_loss2 = 0;
+  for (int call = 0; call < 2; ++call)
+    REQUIRE_OK(g2->compute_gradients(x2.data(), y2.data(), 16, &loss2));
   for (size_t batch : {64u, 1024u}) {
     auto x = random_floats(batch * 784, uint32_t(71 + batch), 0.0f, 1.0f);
     std::vector<uint8_t> labels(batch);
@@ -358,6 +366,14 @@ BOOST_AUTO_TEST_CASE(a_training_step_on_the_gpu_matches_the_cpu) {
       check_arrays(cpu.gradients(), got.gradients(), name);
     }
   }
+  REQUIRE_OK(g2->compute_gradients(x2.data(), y2.data(), 16, &loss2));
+  BOOST_CHECK(g2->replayed());
+  auto cpu2 = *m2, got2 = *m2;
+  BOOST_REQUIRE(cpu2.compute_gradients(x2.data(), y2.data(), 16, &cpu_loss2) ==
+                kernel_status::ok);
+  REQUIRE_OK(g2->download_gradients(got2));
+  check_close({cpu_loss2}, {loss2}, "another model's graph, after: loss");
+  check_arrays(cpu2.gradients(), got2.gradients(), "another model's, after");
   // Graphs off: each kernel launched, as the first step.
   g->use_graphs(false);
   auto x = random_floats(64 * 784, 3, 0.0f, 1.0f);
