@@ -91,6 +91,20 @@ run)
       --color_output=no --log_level=message >"$out/$t.log" 2>&1 || rc=$?
     table+=("$t: rc $rc")
     grep -h -E 'relative|skipped|error|fail' "$out/$t.log" | tail -n 30 || true
+    # A crash (Boost's 200 for a signal it caught, or a signal) ends the
+    # module: each case alone then, so that one crash hides no other.
+    if [ "$rc" = 200 ] || { [ "$rc" -gt 128 ] && [ "$rc" -lt 200 ] &&
+      [ "$rc" != 137 ]; }; then
+      cases=$("$here/.devbundle/run" "$here/.devbundle/bin/$t" \
+        --list_content 2>&1 | sed -n 's/^ \{4\}\([a-z_0-9]*\)\*$/\1/p')
+      for c in $cases; do
+        crc=0
+        timeout 20 "$here/.devbundle/run" "$here/.devbundle/bin/$t" \
+          --run_test="*/$c" --color_output=no >>"$out/$t.cases.log" 2>&1 ||
+          crc=$?
+        table+=("  $t/$c: rc $crc")
+      done
+    fi
   done
   for p in "${pids[@]}"; do
     rc=0
