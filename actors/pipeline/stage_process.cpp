@@ -19,9 +19,13 @@ namespace troupe {
 
 namespace {
 
+/// One line; exit_bad_config (not restarted: the same flags fail again)
+/// for a flag, model, data or device that cannot be had, else exit_failed.
 int fail(const std::string& what, const caf::error& err) {
   std::cerr << "*** stage failed: " << what << ": " << describe(err) << '\n';
-  return 1;
+  return err == errc::invalid_config || err == errc::device_failed
+             ? exit_bad_config
+             : exit_failed;
 }
 
 /// The checkpoint folder: --pipeline.checkpoint-dir, else one of this job
@@ -118,13 +122,7 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
                         p.micro_batches, to_string(p.schedule));
             std::fflush(stdout);
           },
-          [&](caf::error& err) {
-            rc = fail("starting", err);
-            // A device, data or batch that cannot be had: as a worker's,
-            // not restarted (the same flags fail again).
-            if (err == errc::device_failed || err == errc::invalid_config)
-              rc = exit_bad_config;
-          });
+          [&](caf::error& err) { rc = fail("starting", err); });
   if (rc != 0) {
     kill();
     return rc;

@@ -191,9 +191,10 @@ BOOST_AUTO_TEST_CASE(a_fault_plan_from_flags_kills_and_the_agent_restarts) {
 
 BOOST_AUTO_TEST_CASE(a_restart_policy_that_gives_up_says_why_in_one_line) {
   // The cluster's one server never comes (the agent starts none): each
-  // start of the worker waits 500 ms for the scheduler's answer, which
-  // comes once every server has joined, and fails (exit 1, a lost peer),
-  // which a restart may mend, until the policy gives up.
+  // start of the worker waits 500 ms for the scheduler's answer to its
+  // declare, which comes once every server has joined, and fails ("***
+  // worker failed: timeout: declare ...", exit 1: a restart may mend
+  // that), until the policy gives up.
   scheduler_process s{1, 1};
   event_reader log{s.port};
   auto agent =
