@@ -142,7 +142,14 @@ cuda_status cuda_model::run_step(const float* x, const uint8_t* labels,
     // The shapes are fixed (and every buffer made): record the step.
     if (!(st = dev_.begin_capture()).ok())
       return st;
-    auto queued = queue_step(batch);
+    cuda_status queued;
+    try {
+      queued = queue_step(batch);
+    } catch (...) { // the capture ends first: then_synced's sync can wait
+      graph dropped;
+      dev_.end_capture(dropped);
+      throw;
+    }
     st = dev_.end_capture(step_graph_); // ends the capture in any case
     if (!queued.ok())
       return queued;
