@@ -77,7 +77,7 @@ public:
   /// near the line may win in one run (or rank) and not another, so runs
   /// may differ in the last bits (ranks' sums stay equal: all-reduce).
   /// TROUPE_LT_TUNE=0 keeps the heuristic's first: the same kernels every
-  /// run, and no timing under compute-sanitizer, where it means nothing.
+  /// run, and no timing under racecheck, where it means nothing.
   static constexpr double margin = 0.95;
 
   /// Queues `g` on `stream`, or sets `fused` false and queues nothing
