@@ -19,8 +19,9 @@ namespace troupe {
 
 namespace {
 
-/// A model or data that cannot be had: the same flags fail again, so
-/// exit_bad_config (its agent does not restart it).
+/// A model, data or device that cannot be had: one line, and
+/// exit_bad_config (the same flags fail again: its agent does not restart
+/// it).
 int bad_config(const std::string& what) {
   std::cerr << "*** " << what << '\n';
   return exit_bad_config;
@@ -45,10 +46,8 @@ int open_devices(caf::actor_system& sys, const trainer_settings& cfg,
   std::string err;
   out = device_team::open(sys, devices, w.sum_on_devices, net, cfg.train.batch,
                           err);
-  if (!out) {
-    std::cerr << "*** " << err << '\n';
-    return exit_bad_config;
-  }
+  if (!out)
+    return bad_config(err);
   TROUPE_LOG(info, "trainer", "computing on ", out->describe());
   return 0;
 }

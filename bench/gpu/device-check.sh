@@ -196,8 +196,8 @@ run-e2e)
   b=$here/.devbundle
   san=$(command -v compute-sanitizer ||
         echo /usr/local/cuda/bin/compute-sanitizer)
-  TROUPE_LT_TUNE=0 timeout 100 "$b/run" "$san" --tool memcheck --report-api-errors no \
-    --error-exitcode 9 "$b/bin/cuda_kernels_test" --color_output=no \
+  TROUPE_LT_TUNE=0 timeout 100 "$b/run" "$san" --tool memcheck \
+    --report-api-errors no --error-exitcode 9 "$b/bin/cuda_kernels_test" --color_output=no \
     >"$out/memcheck.log" 2>&1 &
   san_pid=$!
   table=()
