@@ -73,12 +73,13 @@ struct thread_holder {
 
 /// Slice (1, 0) of a cluster of two servers, each the other's backup: its
 /// primary and backup, its backup's node, and pushes to the primary sent
-/// by hand (worker 0's rank, its view's epoch). The servers' own handles:
-/// every node is in this process. Reached through system b's middleman
-/// instead (remote_actor on a node b is connected to already), that
-/// connection now and then missed its heartbeats under load and broke,
-/// and a push's reply was lost with it (2 runs in 15 with a CPU hog, at
-/// 27adb75), as kv_cuts_test's were at a756b76.
+/// by hand (worker 0's rank, its view's epoch). The servers' own handles,
+/// asked from their own nodes (cluster::self_at): every node is in this
+/// process. Reached through system b's middleman instead (remote_actor on
+/// a node b is connected to already), that connection now and then missed
+/// its heartbeats under load and broke, and a push's reply was lost with
+/// it (2 runs in 15 with a CPU hog, at 27adb75), as kv_cuts_test's were at
+/// a756b76.
 struct primary_and_backup {
   cluster& c;
   std::pair<uint32_t, cluster_view> v;
@@ -103,6 +104,8 @@ struct primary_and_backup {
     backup_node = c.server_systems[index_of(backup)].get();
   }
   size_t index_of(uint32_t rank) const { return c.index_of(v.second, rank); }
+  /// Whence pushes to the primary go, and their replies come.
+  caf::scoped_actor& at_primary() { return c.self_at(index_of(primary)); }
   frame push_at(uint64_t clock) const {
     return encode(push_request{v.first,
                                clock,
@@ -112,7 +115,9 @@ struct primary_and_backup {
                                {{{1, 0}, std::vector<float>(1000, 1.0f)}}});
   }
   caf::message_id send_push(uint64_t clock) {
-    return c.self->request(to_primary, 20s, push_atom_v, push_at(clock)).id();
+    return at_primary()
+        ->request(to_primary, 20s, push_atom_v, push_at(clock))
+        .id();
   }
   /// The reply to `id` (a push's) if it comes within `wait`; an error
   /// reply goes to *err if given, else fails the test.
@@ -120,7 +125,7 @@ struct primary_and_backup {
                                          caf::error* err = nullptr) {
     std::optional<push_reply> out;
     caf::blocking_actor::accept_one_cond rc;
-    c.self->varargs_receive(
+    at_primary()->varargs_receive(
         rc, id,
         [&](const frame& f) {
           push_reply r;
@@ -235,7 +240,8 @@ BOOST_AUTO_TEST_CASE(a_push_its_backup_refuses_is_not_acknowledged) {
   // A pull from the backup, which answers only after that view, tells
   // when it has dropped its replica.
   pull_request probe{pb.v.first, clock, gone.epoch, {}};
-  auto seen = c.self->request(pb.to_backup, 20s, pull_atom_v, encode(probe));
+  auto seen = c.self_at(pb.index_of(pb.backup))
+                  ->request(pb.to_backup, 20s, pull_atom_v, encode(probe));
   bool answered = false;
   seen.receive([&answered](const frame&) { answered = true; },
                [&answered](const caf::error&) { answered = true; });

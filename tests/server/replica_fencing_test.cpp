@@ -13,7 +13,6 @@
 #include <vector>
 
 #include <caf/actor_system.hpp>
-#include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
 #include "actors/server/server_checkpoint.hpp"
@@ -54,9 +53,11 @@ struct backup_under_test {
     view = v->second;
     BOOST_REQUIRE_EQUAL(view.servers.size(), 1u);
     rank = view.servers.front().rank;
-    auto h = c.b.middleman().remote_actor("127.0.0.1", c.server_ports[0]);
-    BOOST_REQUIRE(h);
-    server = *h;
+    // The server's own handle (every node is in this process), asked from
+    // its own node (cluster::self_at), not remote_actor through b, whose
+    // worker is connected to the server: such a second connection broke
+    // under load in replica_acks_test.
+    server = c.servers.front();
   }
 
   /// Sends one replica operation as `primary`'s link `link` would: the
@@ -65,7 +66,7 @@ struct backup_under_test {
                                     uint64_t store, replica_op op, frame f = {},
                                     std::vector<uint64_t> xs = {}) {
     caf::expected<uint64_t> out{caf::make_error(errc::timeout, "no answer")};
-    c.self
+    c.self_at(0)
         ->request(server, 10s, replicate_atom_v, primary, link, store, primary,
                   static_cast<uint8_t>(op), std::move(f), std::move(xs))
         .receive([&out](uint64_t v) { out = v; },
@@ -155,7 +156,8 @@ struct backup_under_test {
     // A pull of that epoch is answered once the server has the view.
     pull_request probe{worker, 0, v.epoch, {}};
     bool answered = false;
-    c.self->request(server, 10s, pull_atom_v, encode(probe))
+    c.self_at(0)
+        ->request(server, 10s, pull_atom_v, encode(probe))
         .receive([&answered](const frame&) { answered = true; },
                  [&answered](const caf::error&) { answered = true; });
     BOOST_REQUIRE(answered);

@@ -12,7 +12,6 @@
 #include <mutex>
 
 #include <caf/actor_system.hpp>
-#include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
 #include "actors/road/road.hpp"
@@ -36,9 +35,11 @@ struct served_key {
   cluster_view view;
   served_key() {
     init_all(c, 1000);
-    auto h = c.b.middleman().remote_actor("127.0.0.1", c.server_ports.front());
-    BOOST_REQUIRE(h);
-    server = *h;
+    // The server's own handle (every node is in this process), asked from
+    // its own node (cluster::self_at), not remote_actor through b, whose
+    // worker is connected to the server: such a second connection broke
+    // under load in replica_acks_test.
+    server = c.servers.front();
     auto v = c.worker(0).view();
     BOOST_REQUIRE(v);
     view = v->second;
@@ -46,7 +47,8 @@ struct served_key {
   /// Sends `f` as `atom` from the test: the server's answer.
   template <class Atom> caf::expected<frame> ask(Atom atom, const frame& f) {
     caf::expected<frame> out{caf::make_error(caf::sec::unexpected_response)};
-    c.self->request(server, 10s, atom, f)
+    c.self_at(0)
+        ->request(server, 10s, atom, f)
         .receive([&](frame& r) { out = std::move(r); },
                  [&](caf::error& err) { out = std::move(err); });
     return out;
@@ -169,7 +171,7 @@ BOOST_AUTO_TEST_CASE(a_server_takes_views_from_its_scheduler_alone) {
   forged.epoch += 900000;
   forged.keys.clear();
   forged.placement.clear();
-  t.c.self->send(t.server, view_atom_v, encode(forged));
+  t.c.self_at(0)->send(t.server, view_atom_v, encode(forged));
   // Our next request reaches the server after the view.
   pull_request probe{0, 0, t.view.epoch, {{1, 0}}};
   auto out = t.ask(pull_atom_v, encode(probe));
