@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <caf/config_value.hpp>
 #include <caf/settings.hpp>
@@ -16,7 +17,8 @@ namespace troupe {
 
 namespace {
 
-/// troupe's groups, in the order a user meets them.
+/// troupe's groups, in the order a user meets them. A group not named
+/// here still shows, after them (help_text).
 constexpr std::array<const char*, 13> troupe_groups{
     "global",     "cluster", "server",  "kv",    "road",
     "optimizer",  "train",   "worker",  "agent", "fault",
@@ -120,13 +122,23 @@ std::string node_config::help_text() const {
          "Options come from flags and from an INI file (--config-file;"
          " its sections are the groups below).\n"
          "docs/options.md describes each one.\n";
-  for (auto group : troupe_groups) {
-    out << '\n' << group << ":\n";
+  // The groups above, then any other that troupe's own options (those
+  // registered from first_troupe_option_ on) name, in the order they came.
+  std::vector<std::string> groups{troupe_groups.begin(), troupe_groups.end()};
+  for (auto i = first_troupe_option_; i < custom_options_.size(); ++i) {
+    auto group = str((custom_options_.begin() + i)->category());
+    if (std::find(groups.begin(), groups.end(), group) == groups.end())
+      groups.push_back(group);
+  }
+  for (auto& group : groups) {
+    std::ostringstream options;
     for (auto& x : custom_options_)
-      if (x.category() == group && !is_caf_option_shown(x) &&
+      if (str(x.category()) == group && !is_caf_option_shown(x) &&
           x.long_name() != "help" && x.long_name() != "long-help" &&
           x.long_name() != "dump-config")
-        print_option(out, x, content);
+        print_option(options, x, content);
+    if (!options.str().empty()) // a CAF group we show no option of
+      out << '\n' << group << ":\n" << options.str();
   }
   out << "\nCAF (the actor framework under troupe):\n";
   for (auto& x : custom_options_)

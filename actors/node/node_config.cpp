@@ -87,6 +87,7 @@ node_config::node_config() {
     auto* cfg = dynamic_cast<const node_config*>(&c);
     return cfg ? cfg->scheduler_watch() : std::chrono::microseconds{0};
   });
+  first_troupe_option_ = custom_options_.size();
   add_global_options();
   add_cluster_options();
   add_server_options();

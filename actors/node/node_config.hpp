@@ -119,6 +119,10 @@ private:
   caf::error check_tls();
   // What finish() copies into the settings of several subsystems.
   void share_settings();
+
+  /// Where troupe's options start in custom_options_ (CAF's come before):
+  /// --help shows each of their groups.
+  size_t first_troupe_option_ = 0;
 };
 
 } // namespace troupe

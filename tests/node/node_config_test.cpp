@@ -340,4 +340,46 @@ BOOST_AUTO_TEST_CASE(the_device_flag_names_devices_of_one_kind) {
   BOOST_CHECK(cpu_alone(resolve_devices(dflt.worker.device, 0, true)));
 }
 
+namespace {
+
+/// A node_config with one more group, as a new subsystem would add.
+struct config_with_a_new_group : node_config {
+  uint32_t knob = 7;
+  config_with_a_new_group() {
+    caf::config_option_adder{custom_options_, "newgroup"}.add(
+        knob, "knob", "a new subsystem's option");
+  }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(help_shows_every_group_of_troupe_and_none_of_caf_empty) {
+  // --help lists its groups in a set order; a group left out of that list
+  // still shows, after the others (it once hid --metrics.* until added).
+  config_with_a_new_group cfg;
+  cfg.load<caf::io::middleman>();
+  auto help = cfg.help_text();
+  auto at = help.find("\nnewgroup:\n  --newgroup.knob=<uint32>\n"
+                      "      a new subsystem's option (default: 7)\n");
+  BOOST_CHECK_MESSAGE(at != std::string::npos, help);
+  auto pipeline = help.find("\npipeline:\n");
+  BOOST_CHECK(pipeline != std::string::npos && pipeline < at);
+  // Groups in their order, each once; CAF's own groups only as the
+  // options it shows (no empty "logger:" or "middleman:" heading).
+  for (auto group : {"global", "cluster", "server", "kv", "road", "optimizer",
+                     "train", "worker", "agent", "fault", "checkpoint",
+                     "metrics", "pipeline", "newgroup"}) {
+    auto heading = "\n" + std::string{group} + ":\n";
+    auto first = help.find(heading);
+    BOOST_CHECK_MESSAGE(first != std::string::npos, group);
+    BOOST_CHECK_MESSAGE(help.find(heading, first + 1) == std::string::npos,
+                        group);
+  }
+  for (auto caf_group : {"logger", "middleman", "scheduler", "openssl",
+                         "stream", "work-stealing"})
+    BOOST_CHECK_MESSAGE(help.find("\n" + std::string{caf_group} + ":\n") ==
+                            std::string::npos,
+                        caf_group);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
