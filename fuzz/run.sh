@@ -40,7 +40,11 @@ cmake -S "$root/fuzz" -B "$build" -DCMAKE_CXX_COMPILER=clang++-16 \
   -DCMAKE_C_COMPILER=clang-16 >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log"; exit 1; }
 targets=()
-for h in "${harnesses[@]}"; do targets+=("fuzz_$h"); done
+for h in "${harnesses[@]}"; do
+  [ -d "$root/fuzz/corpus/$h" ] ||
+    { echo "*** no harness $h: no seed corpus fuzz/corpus/$h" >&2; exit 2; }
+  targets+=("fuzz_$h")
+done
 jobs="${TROUPE_FUZZ_JOBS:-$(nproc)}"
 if ! [[ "$jobs" =~ ^[1-9][0-9]*$ ]]; then
   echo "*** TROUPE_FUZZ_JOBS=$jobs: give a whole number of at least 1" >&2
@@ -114,7 +118,9 @@ for ((i = 0; i < ${#harnesses[@]}; i += jobs)); do
   batch=("${harnesses[@]:i:jobs}")
   pids=()
   for h in "${batch[@]}"; do start "$h"; done
-  for k in "${!batch[@]}"; do report "${batch[k]}" "${pids[k]}"; done
-  pids=()
+  for k in "${!batch[@]}"; do
+    report "${batch[k]}" "${pids[k]}"
+    unset 'pids[k]' # reaped: a stop must not signal its pid, maybe reused
+  done
 done
 exit "$failed"

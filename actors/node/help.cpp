@@ -122,22 +122,20 @@ std::string node_config::help_text() const {
          "Options come from flags and from an INI file (--config-file;"
          " its sections are the groups below).\n"
          "docs/options.md describes each one.\n";
-  // The groups above, then any other that troupe's own options (those
-  // registered from first_troupe_option_ on) name, in the order they came.
+  // troupe's own options (CAF registers its own before them) by group: the
+  // groups above, then any other they name, in the order they came.
+  auto own = custom_options_.begin() + first_troupe_option_;
   std::vector<std::string> groups{troupe_groups.begin(), troupe_groups.end()};
-  for (auto i = first_troupe_option_; i < custom_options_.size(); ++i) {
-    auto group = str((custom_options_.begin() + i)->category());
-    if (std::find(groups.begin(), groups.end(), group) == groups.end())
-      groups.push_back(group);
-  }
+  for (auto x = own; x != custom_options_.end(); ++x)
+    if (std::find(groups.begin(), groups.end(), str(x->category())) ==
+        groups.end())
+      groups.push_back(str(x->category()));
   for (auto& group : groups) {
     std::ostringstream options;
-    for (auto& x : custom_options_)
-      if (str(x.category()) == group && !is_caf_option_shown(x) &&
-          x.long_name() != "help" && x.long_name() != "long-help" &&
-          x.long_name() != "dump-config")
-        print_option(options, x, content);
-    if (!options.str().empty()) // a CAF group we show no option of
+    for (auto x = own; x != custom_options_.end(); ++x)
+      if (str(x->category()) == group)
+        print_option(options, *x, content);
+    if (!options.str().empty())
       out << '\n' << group << ":\n" << options.str();
   }
   out << "\nCAF (the actor framework under troupe):\n";
