@@ -70,7 +70,7 @@ struct cluster {
   caf::actor_system b{*cfg_b};
   std::vector<std::unique_ptr<node_config>> server_cfgs;
   std::vector<std::unique_ptr<caf::actor_system>> server_systems;
-  /// A test's own actor on each server's node: see self_at.
+  /// A test's own actor on each server's node: see self_for.
   std::vector<std::unique_ptr<caf::scoped_actor>> server_selves;
   caf::scoped_actor self{b};
   caf::actor sched;
@@ -142,13 +142,20 @@ struct cluster {
     server_selves.push_back(std::make_unique<caf::scoped_actor>(sys));
   }
 
-  /// The actor from which a test sends to servers[i] by its own handle: one
-  /// in that server's system. A message sent straight to an idle actor has
-  /// the sender's system run it, so a server sent to from `self` (system b)
-  /// would now and then end on one of b's threads after its own system was
-  /// gone, and crash there (CAF 0.17's local_actor::cleanup reads its home
-  /// system's clock; replica_fencing_test, 1 run in 10 with a CPU hog).
-  caf::scoped_actor& self_at(size_t i) { return *server_selves.at(i); }
+  /// The actor from which a test sends to `server` (one of `servers`) by
+  /// its own handle: one in that server's system. A message sent straight
+  /// to an idle actor has the sender's system run it, so a server sent to
+  /// from `self` (system b) would now and then end on one of b's threads
+  /// after its own system was gone, and crash there (CAF 0.17's
+  /// local_actor::cleanup reads its home system's clock;
+  /// replica_fencing_test, 1 run in 10 with a CPU hog).
+  caf::scoped_actor& self_for(const caf::actor& server) {
+    for (size_t i = 0; i < servers.size(); ++i)
+      if (servers[i] == server)
+        return *server_selves[i];
+    BOOST_FAIL("not a server of this cluster");
+    return self;
+  }
 
   ~cluster() {
     workers.clear();

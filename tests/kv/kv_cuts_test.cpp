@@ -36,7 +36,6 @@ struct raw_worker {
   std::optional<caf::scoped_actor> self;
   register_reply joined;
   std::vector<caf::actor> servers;
-  std::vector<size_t> at; // servers[k] is c.servers[at[k]]
   explicit raw_worker(cluster& c) : c(c), self(std::in_place, c.b) {
     (*self)
         ->request(c.remote_sched, 10s, register_atom_v,
@@ -45,20 +44,18 @@ struct raw_worker {
         .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, joined)); },
                  [](const caf::error& err) { BOOST_FAIL(describe(err)); });
     // The servers' own handles, asked from their own nodes
-    // (cluster::self_at): every node is in this process, so requests go
+    // (cluster::self_for): every node is in this process, so requests go
     // straight to their mailboxes. Reached through system b's middleman
     // instead (remote_actor on a node b is connected to already), a request
     // was now and then never answered, and that connection missed its
     // heartbeats until it timed out (1 run in 5 or so, at a756b76). Each
     // server first answers an empty pull. servers[k] is the server of rank
     // k.
-    for (uint32_t k = 0; k < c.servers.size(); ++k) {
-      at.push_back(c.index_of(joined.view, k));
-      servers.push_back(c.servers[at.back()]);
-    }
+    for (uint32_t k = 0; k < c.servers.size(); ++k)
+      servers.push_back(c.servers[c.index_of(joined.view, k)]);
     for (size_t k = 0; k < servers.size(); ++k) {
       bool answered = false;
-      c.self_at(at[k])
+      c.self_for(servers[k])
           ->request(servers[k], 10s, pull_atom_v,
                     encode(pull_request{joined.rank, 0, joined.view.epoch, {}}))
           .receive([&](const frame&) { answered = true; },
@@ -82,7 +79,7 @@ struct raw_worker {
             {slice_id{1, p.index}, std::vector<float>(r.second - r.first, x)});
       }
     BOOST_REQUIRE(!req.slices.empty());
-    c.self_at(at.at(server))
+    c.self_for(servers.at(server))
         ->request(servers.at(server), 10s, push_atom_v, encode(req))
         .receive([](const frame&) {},
                  [](const caf::error& err) { BOOST_FAIL(describe(err)); });

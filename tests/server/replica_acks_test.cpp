@@ -74,7 +74,7 @@ struct thread_holder {
 /// Slice (1, 0) of a cluster of two servers, each the other's backup: its
 /// primary and backup, its backup's node, and pushes to the primary sent
 /// by hand (worker 0's rank, its view's epoch). The servers' own handles,
-/// asked from their own nodes (cluster::self_at): every node is in this
+/// asked from their own nodes (cluster::self_for): every node is in this
 /// process. Reached through system b's middleman instead (remote_actor on
 /// a node b is connected to already), that connection now and then missed
 /// its heartbeats under load and broke, and a push's reply was lost with
@@ -105,7 +105,7 @@ struct primary_and_backup {
   }
   size_t index_of(uint32_t rank) const { return c.index_of(v.second, rank); }
   /// Whence pushes to the primary go, and their replies come.
-  caf::scoped_actor& at_primary() { return c.self_at(index_of(primary)); }
+  caf::scoped_actor& at_primary() { return c.self_for(to_primary); }
   frame push_at(uint64_t clock) const {
     return encode(push_request{v.first,
                                clock,
@@ -240,7 +240,7 @@ BOOST_AUTO_TEST_CASE(a_push_its_backup_refuses_is_not_acknowledged) {
   // A pull from the backup, which answers only after that view, tells
   // when it has dropped its replica.
   pull_request probe{pb.v.first, clock, gone.epoch, {}};
-  auto seen = c.self_at(pb.index_of(pb.backup))
+  auto seen = c.self_for(pb.to_backup)
                   ->request(pb.to_backup, 20s, pull_atom_v, encode(probe));
   bool answered = false;
   seen.receive([&answered](const frame&) { answered = true; },

@@ -53,10 +53,8 @@ struct backup_under_test {
     view = v->second;
     BOOST_REQUIRE_EQUAL(view.servers.size(), 1u);
     rank = view.servers.front().rank;
-    // The server's own handle (every node is in this process), asked from
-    // its own node (cluster::self_at), not remote_actor through b, whose
-    // worker is connected to the server: such a second connection broke
-    // under load in replica_acks_test.
+    // Its own handle, asked from its own node (cluster::self_for), as
+    // replica_acks_test says why.
     server = c.servers.front();
   }
 
@@ -66,7 +64,7 @@ struct backup_under_test {
                                     uint64_t store, replica_op op, frame f = {},
                                     std::vector<uint64_t> xs = {}) {
     caf::expected<uint64_t> out{caf::make_error(errc::timeout, "no answer")};
-    c.self_at(0)
+    c.self_for(server)
         ->request(server, 10s, replicate_atom_v, primary, link, store, primary,
                   static_cast<uint8_t>(op), std::move(f), std::move(xs))
         .receive([&out](uint64_t v) { out = v; },
@@ -156,7 +154,7 @@ struct backup_under_test {
     // A pull of that epoch is answered once the server has the view.
     pull_request probe{worker, 0, v.epoch, {}};
     bool answered = false;
-    c.self_at(0)
+    c.self_for(server)
         ->request(server, 10s, pull_atom_v, encode(probe))
         .receive([&answered](const frame&) { answered = true; },
                  [&answered](const caf::error&) { answered = true; });

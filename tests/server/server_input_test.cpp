@@ -35,10 +35,8 @@ struct served_key {
   cluster_view view;
   served_key() {
     init_all(c, 1000);
-    // The server's own handle (every node is in this process), asked from
-    // its own node (cluster::self_at), not remote_actor through b, whose
-    // worker is connected to the server: such a second connection broke
-    // under load in replica_acks_test.
+    // Its own handle, asked from its own node (cluster::self_for), as
+    // replica_acks_test says why.
     server = c.servers.front();
     auto v = c.worker(0).view();
     BOOST_REQUIRE(v);
@@ -47,7 +45,7 @@ struct served_key {
   /// Sends `f` as `atom` from the test: the server's answer.
   template <class Atom> caf::expected<frame> ask(Atom atom, const frame& f) {
     caf::expected<frame> out{caf::make_error(caf::sec::unexpected_response)};
-    c.self_at(0)
+    c.self_for(server)
         ->request(server, 10s, atom, f)
         .receive([&](frame& r) { out = std::move(r); },
                  [&](caf::error& err) { out = std::move(err); });
@@ -171,7 +169,7 @@ BOOST_AUTO_TEST_CASE(a_server_takes_views_from_its_scheduler_alone) {
   forged.epoch += 900000;
   forged.keys.clear();
   forged.placement.clear();
-  t.c.self_at(0)->send(t.server, view_atom_v, encode(forged));
+  t.c.self_for(t.server)->send(t.server, view_atom_v, encode(forged));
   // Our next request reaches the server after the view.
   pull_request probe{0, 0, t.view.epoch, {{1, 0}}};
   auto out = t.ask(pull_atom_v, encode(probe));
