@@ -150,6 +150,12 @@ kernel_status momentum_step(float* w, const float* g, size_t n,
 
 } // namespace
 
+float decayed_lr(float lr, uint32_t every, float decay, uint64_t updates) {
+  if (every == 0)
+    return lr;
+  return lr * std::pow(decay, float(updates / every));
+}
+
 kernel_status sgd_update_cpu(float* w, const float* g, size_t n,
                              const sgd_params& p) {
   if (!valid_slice(w, g, n, p.lr, p.weight_decay, p.grad_divisor))

@@ -55,6 +55,11 @@ struct adam_state {
   uint64_t step = 0;    ///< updates applied so far (for bias correction)
 };
 
+/// The step size of a step schedule after `updates` updates:
+/// lr * decay^floor(updates / every); every 0 = lr throughout. The shard
+/// servers' (per slice) and the pipeline stages' (per mini-batch).
+float decayed_lr(float lr, uint32_t every, float decay, uint64_t updates);
+
 /// w -= lr * (g + weight_decay * w).
 kernel_status sgd_update_cpu(float* w, const float* g, size_t n,
                              const sgd_params& p);

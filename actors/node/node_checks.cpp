@@ -35,7 +35,8 @@ caf::error node_config::check_modes() const {
       optimizer.name != "sum" && optimizer.name != "sgd")
     return caf::make_error(errc::invalid_config,
                            "--worker.task=stage without servers applies"
-                           " plain SGD with --optimizer.lr on each stage;"
+                           " SGD on each stage (--optimizer.lr,"
+                           " --optimizer.weight-decay and the lr schedule);"
                            " --optimizer.name=",
                            optimizer.name, "needs --cluster.servers > 0");
   if (worker.task == "stage" && scheduler.servers > 0 &&

@@ -473,8 +473,8 @@ trainer_settings node_config::trainer() const {
 }
 
 stage_run_settings node_config::stage() const {
-  return {pipeline,          train, optimizer.lr, kv,
-          scheduler.servers, host,  port,         worker.device};
+  return {pipeline,          train, optimizer, kv,
+          scheduler.servers, host,  port,      worker.device};
 }
 
 caf::error

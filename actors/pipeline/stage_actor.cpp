@@ -212,9 +212,11 @@ caf::error apply_update(stage_ptr self) {
   auto down = st.model->download_gradients();
   auto params = st.model->parameters();
   auto grads = st.model->gradients();
+  sgd_params sgd{
+      decayed_lr(st.cfg.lr, st.cfg.lr_decay_steps, st.cfg.lr_decay, st.step),
+      st.cfg.weight_decay, 1.0f};
   for (size_t i = 0; down.ok() && i < params.size(); ++i)
-    sgd_update_cpu(params[i].data, grads[i].data, params[i].size,
-                   sgd_params{st.cfg.lr, 0.0f, 1.0f});
+    sgd_update_cpu(params[i].data, grads[i].data, params[i].size, sgd);
   if (auto up = down.ok() ? st.model->upload_parameters() : down; !up.ok()) {
     // The device broke: the stage ends, and its driver's supervision
     // restarts the pipeline from the last commit.

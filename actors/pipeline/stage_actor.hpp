@@ -116,6 +116,13 @@ struct stage_settings {
   /// be opened before it starts); else the stage actor opens them.
   device_name device{};
   std::shared_ptr<stage_backend> backend{};
+  /// The rest of the stage's SGD (--optimizer.*): L2 weight decay, and lr
+  /// times lr_decay every lr_decay_steps mini-batches (0 = constant),
+  /// counted from mini-batch 0, so a pipeline restarted from a checkpoint
+  /// goes on with the same step sizes.
+  float weight_decay = 0.0f;
+  uint32_t lr_decay_steps = 0;
+  float lr_decay = 1.0f;
 };
 
 struct stage_state {

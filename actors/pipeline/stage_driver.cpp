@@ -459,8 +459,12 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
                              ? st.cfg.pipeline.steps
                              : st.steps_per_epoch * st.cfg.train.epochs;
         auto& p = st.cfg.pipeline;
-        stage_settings s{st.cfg.train.model, st.cfg.train.seed, st.cut,   rank,
-                         p.micro_batches,    p.schedule,        st.cfg.lr};
+        auto& opt = st.cfg.optimizer;
+        stage_settings s{st.cfg.train.model, st.cfg.train.seed, st.cut, rank,
+                         p.micro_batches,    p.schedule,        opt.lr};
+        s.weight_decay = opt.weight_decay;
+        s.lr_decay_steps = opt.lr_decay_steps;
+        s.lr_decay = opt.lr_decay;
         s.commit_apart = true;
         s.member = member;
         // The stage's layers on its device, opened here so that a device

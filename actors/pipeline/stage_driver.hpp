@@ -59,6 +59,7 @@
 #include "actors/device/device_settings.hpp"
 #include "actors/kv/kv_settings.hpp"
 #include "actors/pipeline/pipeline_settings.hpp"
+#include "actors/server/optimizer_settings.hpp"
 #include "actors/worker/worker_settings.hpp"
 
 namespace troupe {
@@ -67,8 +68,10 @@ namespace troupe {
 struct stage_run_settings {
   pipeline_settings pipeline;
   train_settings train; ///< model, epochs, batch, seed, data
-  float lr = 0.05f;     ///< plain SGD on each stage (--optimizer.lr)
-  kv_settings kv;       ///< joining the cluster
+  /// Stages without servers: SGD on each stage with its lr, weight decay
+  /// and lr schedule (--optimizer.*).
+  optimizer_settings optimizer;
+  kv_settings kv; ///< joining the cluster
   /// --cluster.servers: above 0, the stages keep their weights on the
   /// shard servers (hybrid with data parallelism), else each its own.
   uint32_t servers = 0;

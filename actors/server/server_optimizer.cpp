@@ -14,9 +14,7 @@ namespace troupe {
 namespace {
 
 float scheduled_lr(const optimizer_settings& x, uint64_t updates) {
-  if (x.lr_decay_steps == 0)
-    return x.lr;
-  return x.lr * std::pow(x.lr_decay, float(updates / x.lr_decay_steps));
+  return decayed_lr(x.lr, x.lr_decay_steps, x.lr_decay, updates);
 }
 
 } // namespace

@@ -46,10 +46,18 @@ if [ "$replicas" -gt 1 ]; then
   # stage dies in its push (docs/pipelines.md).
   atomic=(--server.atomic-pushes=on)
 fi
+# SGD at lr 0.1, halved every 3 epochs: a replica's mini-batches of 64
+# (each stage's updates, or the servers' with replicas). A --pipeline.replicas
+# that is not a count is troupe-node's to refuse.
+case $replicas in
+  '' | *[!0-9]* | 0) decay_steps=2811 ;;
+  *) decay_steps=$((3 * (60000 / 64 / replicas))) ;;
+esac
 common=(--config-file="$here/deploy/local.ini"
         "--cluster.servers=$servers" "--cluster.workers=$((stages * replicas))"
         "--pipeline.stages=$stages" "--optimizer.name=sgd" "--optimizer.lr=0.1"
-        "--optimizer.lr-decay-steps=0" "${atomic[@]}" "${tls[@]}")
+        "--optimizer.lr-decay-steps=$decay_steps" "--optimizer.lr-decay=0.5"
+        "${atomic[@]}" "${tls[@]}")
 # shellcheck source=deploy/scheduler.sh
 . "$here/deploy/scheduler.sh" # start_scheduler, stop_scheduler
 sched_pid=

@@ -52,23 +52,35 @@ inline std::vector<size_t> cut_of(model& m, uint32_t stages) {
 }
 
 inline void sgd_step(std::vector<param_ref> params,
-                     std::vector<param_ref> grads) {
+                     std::vector<param_ref> grads,
+                     sgd_params p = {lr, 0.0f, 1.0f}) {
   BOOST_REQUIRE_EQUAL(params.size(), grads.size());
   for (size_t i = 0; i < params.size(); ++i)
     BOOST_REQUIRE(sgd_update_cpu(params[i].data, grads[i].data, params[i].size,
-                                 sgd_params{lr, 0.0f, 1.0f}) ==
-                  kernel_status::ok);
+                                 p) == kernel_status::ok);
 }
 
-/// Weights by name after `steps` ordinary steps.
-inline weights ordinary(uint32_t steps) {
+/// The rest of a stage's SGD beside `lr` (stage_settings): L2 weight decay,
+/// and lr times `decay` every `every` mini-batches (0 = never).
+struct sgd_plan {
+  float weight_decay = 0.0f;
+  uint32_t every = 0;
+  float decay = 1.0f;
+};
+
+/// Weights by name after `steps` ordinary steps of SGD under `plan`.
+inline weights ordinary(uint32_t steps, const sgd_plan& plan = {}) {
   auto m = fresh_model();
+  float step_lr = lr;
   for (uint32_t k = 0; k < steps; ++k) {
+    if (plan.every != 0 && k > 0 && k % plan.every == 0)
+      step_lr *= plan.decay;
     mini_batch b{k};
     float loss = 0;
     BOOST_REQUIRE(m.compute_gradients(b.x.data(), b.labels.data(), batch,
                                       &loss) == kernel_status::ok);
-    sgd_step(m.parameters(), m.gradients());
+    sgd_step(m.parameters(), m.gradients(),
+             sgd_params{step_lr, plan.weight_decay, 1.0f});
   }
   weights out;
   for (auto& p : m.parameters())

@@ -76,6 +76,29 @@ BOOST_AUTO_TEST_CASE(stages_in_systems_of_their_own_talk_over_the_network) {
     check_pipeline(four.systems, s, 4, 4);
 }
 
+BOOST_AUTO_TEST_CASE(stages_follow_the_lr_schedule_and_the_weight_decay) {
+  // A stage keeping its own weights applies --optimizer.weight-decay and
+  // the lr schedule, counted in mini-batches (at f9f4d5e it applied plain
+  // SGD at --optimizer.lr and ignored both): lr halved every 2, L2 0.01.
+  actor_systems one{1};
+  constexpr uint32_t steps = 5;
+  sgd_plan plan{0.01f, 2, 0.5f};
+  auto& driver = *one.systems[0];
+  pipeline pipe{driver, one.systems, pipeline_schedule::one_f_one_b,
+                3,      4,           road_kind::middleman,
+                plan};
+  for (uint64_t k = 0; k < steps; ++k)
+    BOOST_CHECK_GT(pipe.step(driver, k), 0.0);
+  auto want = ordinary(steps, plan);
+  auto rel = worst_relative(want, pipe.weights_of(driver));
+  BOOST_CHECK_MESSAGE(rel <= 1e-5, rel);
+  // The plan shows in the weights: plain SGD ends elsewhere.
+  auto apart = worst_relative(want, ordinary(steps));
+  BOOST_CHECK_MESSAGE(apart > 1e-3, apart);
+  BOOST_TEST_MESSAGE("with the plan: " << rel << " from ordinary training, "
+                                       << apart << " from plain SGD");
+}
+
 /// One actor system, and the model cut into two stages, for a stage
 /// actor tried alone.
 struct lone_stage {

@@ -52,16 +52,20 @@ struct pipeline {
 
   /// `road`: middleman = no roads (CAF carries the tensors), else each
   /// stage listens on a road of that kind and dials its neighbours'.
+  /// `plan`: each stage's SGD beside lr.
   pipeline(caf::actor_system& driver,
            std::vector<std::unique_ptr<caf::actor_system>>& systems,
            pipeline_schedule s, uint32_t p, uint32_t m,
-           road_kind road = road_kind::middleman) {
+           road_kind road = road_kind::middleman, const sgd_plan& plan = {}) {
     using namespace std::chrono_literals;
     auto whole = fresh_model();
     auto cut = cut_of(whole, p);
     for (uint32_t i = 0; i < p; ++i) {
       stage_settings cfg{spec, 7, cut, i, m, s, lr};
       cfg.member = i;
+      cfg.weight_decay = plan.weight_decay;
+      cfg.lr_decay_steps = plan.every;
+      cfg.lr_decay = plan.decay;
       if (road != road_kind::middleman) {
         kv_settings kv;
         kv.road = road;

@@ -33,7 +33,9 @@ constexpr uint32_t stages = 3;
 constexpr uint64_t job_steps = 90;
 
 /// The flags of a small 3-stage job: 90 mini-batches of 32 in 4
-/// micro-batches, checkpoints every 20, evaluation on 1000 test images.
+/// micro-batches, checkpoints every 20, evaluation on 1000 test images;
+/// SGD with L2 and lr halved every 30 mini-batches (a stage restarted from
+/// its checkpoint goes on with the same step sizes).
 std::vector<std::string> job_flags(const std::string& dir,
                                    std::vector<std::string> extra = {},
                                    uint64_t steps = job_steps) {
@@ -49,7 +51,10 @@ std::vector<std::string> job_flags(const std::string& dir,
                                  "--train.batch=32",
                                  "--train.eval-samples=1000",
                                  "--optimizer.name=sgd",
-                                 "--optimizer.lr=0.1"};
+                                 "--optimizer.lr=0.1",
+                                 "--optimizer.lr-decay-steps=30",
+                                 "--optimizer.lr-decay=0.5",
+                                 "--optimizer.weight-decay=0.0001"};
   flags.insert(flags.end(), extra.begin(), extra.end());
   return flags;
 }
@@ -211,7 +216,7 @@ BOOST_AUTO_TEST_CASE(wrong_pipeline_flags_are_refused_in_one_line) {
   refused(with("--pipeline.cut=3,2"), "--pipeline.cut must be increasing");
   refused(with("--pipeline.cut=3,4"), "leaves a stage without layers");
   refused(with("--train.batch=30"), "must be a multiple of");
-  refused(with("--optimizer.name=adam"), "applies plain SGD");
+  refused(with("--optimizer.name=adam"), "applies SGD on each stage");
   refused(with("--pipeline.schedule=2f2b"), "--pipeline.schedule");
 }
 
