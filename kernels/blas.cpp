@@ -38,7 +38,9 @@ std::string blas_description() {
   auto space = out.find(' ', out.find(' ') + 1); // "OpenBLAS 0.3.21"
   if (space != std::string::npos)
     out.resize(space);
-  return out + ", " + blas_core() + " kernels";
+  auto threads = openblas_get_num_threads();
+  return out + ", " + blas_core() + " kernels, " + std::to_string(threads) +
+         (threads == 1 ? " thread" : " threads");
 }
 
 std::string blas_core_warning(const std::string& core, bool cpu_has_avx2) {

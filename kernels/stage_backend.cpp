@@ -2,6 +2,7 @@
 // in words.
 #include "kernels/stage_backend.hpp"
 
+#include "kernels/blas.hpp"
 #include "kernels/stage.hpp"
 
 namespace troupe {
@@ -19,7 +20,9 @@ class cpu_stage final : public stage_backend {
 public:
   cpu_stage(model& m, size_t first, size_t last) : s_(m, first, last) {}
 
-  std::string describe() const override { return "cpu"; }
+  std::string describe() const override {
+    return "cpu (" + blas_description() + ")";
+  }
   size_t input_size() const override { return s_.input_size(); }
   size_t output_size() const override { return s_.output_size(); }
   bool is_last() const override { return s_.is_last(); }

@@ -295,7 +295,10 @@ void node_config::add_worker_options() {
            " step goes on (sync, async; 2+ scheduler threads)")
       .add(worker.watch_us, "watch-us",
            "the scheduler thread watches for work this long (us) before it"
-           " sleeps, 0 = at once; not with --worker.pipeline");
+           " sleeps, 0 = at once; not with --worker.pipeline")
+      .add(worker.blas_threads, "blas-threads",
+           "threads OpenBLAS computes with (1: the machine's workers share"
+           " its cores)");
 }
 
 void node_config::add_pipeline_options() {

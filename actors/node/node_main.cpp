@@ -31,6 +31,7 @@
 #include "actors/supervision/agent.hpp"
 #include "actors/worker/trainer.hpp"
 #include "actors/worker/workload.hpp"
+#include "kernels/blas.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -129,6 +130,7 @@ int run_worker(caf::actor_system& sys, const node_config& cfg) {
                                  cfg.kv.request_timeout_ms);
   if (!sched)
     return fail("connecting to the scheduler", sched.error());
+  set_blas_threads(static_cast<int>(cfg.worker.blas_threads));
   if (cfg.worker.task == "stage")
     return run_stage(sys, *sched, cfg.stage());
   if (cfg.worker.task == "counter")

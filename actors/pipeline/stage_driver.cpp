@@ -484,11 +484,10 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
                                  "--device=" + st.cfg.device.text + ": " +
                                      to_string(s.device) + ": " + why);
         TROUPE_LOG(info, who(self), "stage ", rank, " computes on ",
-                   to_string(s.device),
+                   s.backend->describe(),
                    st.cfg.device.named
                        ? ""
-                       : " (--device=auto" +
-                             (why.empty() ? ")" : ": " + why + ")"));
+                       : "; --device=auto" + (why.empty() ? "" : ": " + why));
         if (auto roads = stage_roads::listen(st.cfg.host, st.cfg.kv))
           s.roads = std::move(*roads);
         else

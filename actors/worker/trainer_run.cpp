@@ -38,9 +38,10 @@ int open_devices(caf::actor_system& sys, const trainer_settings& cfg,
   int gpus = w.device.named || w.overlap ? 0 : gpus_found(why);
   auto devices = resolve_devices(w.device, gpus, w.sum_on_devices);
   if (cpu_alone(devices) && !w.sum_on_devices) {
-    if (!w.device.named)
-      TROUPE_LOG(info, "trainer", "--device=auto: the CPU (",
-                 w.overlap ? "--worker.overlap" : why, ")");
+    TROUPE_LOG(info, "trainer", "computing on cpu (", blas_description(), ")",
+               w.device.named ? ""
+                              : std::string{"; --device=auto: "} +
+                                    (w.overlap ? "--worker.overlap" : why));
     return 0;
   }
   std::string err;
@@ -60,7 +61,6 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
   auto net = model::from_spec(cfg.train.model, &err);
   if (!net)
     return bad_config("--train.model: " + err);
-  set_blas_threads(1); // several processes share the cores
   if (auto w = blas_core_warning(); !w.empty())
     TROUPE_LOG(warning, "trainer", w);
   std::shared_ptr<device_team> devices; // before the data: fail fast

@@ -33,6 +33,10 @@ caf::error validate(const worker_settings& x) {
     return caf::make_error(errc::invalid_config,
                            "--worker.watch-us must be 0..100000, got",
                            x.watch_us);
+  if (x.blas_threads == 0 || x.blas_threads > 256)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.blas-threads must be 1..256, got",
+                           x.blas_threads);
   if (x.task != "train" && x.task != "counter" && x.task != "stage")
     return caf::make_error(errc::invalid_config,
                            "--worker.task must be train, counter or stage,"

@@ -63,6 +63,13 @@ struct worker_settings {
   /// the weights that end a step's wait then need no thread wake-up. It
   /// yields the core meanwhile. Default 2000; 0 = sleep at once.
   uint32_t watch_us = 2000;
+  /// Threads OpenBLAS uses in a worker process (train and stage), set
+  /// before it computes. Default 1: the workers of a machine share its
+  /// cores, and OpenBLAS's idle threads spin. A pipeline's 3 stages on 2
+  /// cores beside one busy process took 52 s an epoch with OpenBLAS's own
+  /// choice (2 threads each) and 5.5 s with 1. Raise it for a worker that
+  /// has a machine's cores to itself.
+  uint32_t blas_threads = 1;
   /// --device (a flag of its own): where the trainer computes
   /// (actors/device/). Default auto.
   device_settings device;

@@ -44,4 +44,20 @@ BOOST_AUTO_TEST_CASE(this_process_names_its_blas_and_kernels) {
   BOOST_TEST_MESSAGE("this machine: " << d);
 }
 
+BOOST_AUTO_TEST_CASE(the_description_names_the_threads_set) {
+  // Read back from OpenBLAS, not from what was asked: a worker's line says
+  // what its math runs on. 2 works on any machine (OpenBLAS starts the
+  // threads it lacks).
+  set_blas_threads(2);
+  auto two = blas_description();
+  set_blas_threads(1);
+  auto one = blas_description();
+  auto ends_with = [](const std::string& s, const std::string& end) {
+    return s.size() >= end.size() &&
+           s.compare(s.size() - end.size(), end.size(), end) == 0;
+  };
+  BOOST_CHECK_MESSAGE(ends_with(two, " kernels, 2 threads"), two);
+  BOOST_CHECK_MESSAGE(ends_with(one, " kernels, 1 thread"), one);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

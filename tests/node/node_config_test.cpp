@@ -175,6 +175,8 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--road.frame-spin-us=10001"}, "--road.frame-spin-us");
   rejected({"--worker.pipeline"}, "--worker.pipeline"); // sync by default
   rejected({"--worker.watch-us=100001"}, "--worker.watch-us");
+  rejected({"--worker.blas-threads=0"}, "--worker.blas-threads");
+  rejected({"--worker.blas-threads=257"}, "--worker.blas-threads");
   {
     node_config ok; // pipelined steps where the mode allows stale weights
     BOOST_CHECK(!parse(ok, {"--worker.pipeline", "--server.mode=async"}));

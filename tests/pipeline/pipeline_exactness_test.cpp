@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actors/pipeline/schedule.hpp"
+#include "kernels/blas.hpp"
 #include "kernels/loss.hpp"
 #include "kernels/optimizer.hpp"
 #include "kernels/stage.hpp"
@@ -134,7 +135,7 @@ BOOST_AUTO_TEST_CASE(the_cpu_stage_backend_is_the_stage_model_in_words) {
   auto m = fresh_model();
   stage_model want{m, 0, 2};
   auto got = make_cpu_stage(m, 0, 2);
-  BOOST_CHECK_EQUAL(got->describe(), "cpu");
+  BOOST_CHECK_EQUAL(got->describe(), "cpu (" + blas_description() + ")");
   BOOST_CHECK_EQUAL(got->input_size(), want.input_size());
   BOOST_CHECK_EQUAL(got->output_size(), want.output_size());
   BOOST_CHECK_EQUAL(got->is_last(), want.is_last());

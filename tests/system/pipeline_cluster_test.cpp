@@ -115,6 +115,15 @@ BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
           std::string::npos,
       "the pipeline did not start again from mini-batch 40");
   check_same_weights(plain.path, killed.path, "the kill");
+  // Each stage computes with one BLAS thread: the stages share the cores.
+  for (uint32_t s = 0; s < stages; ++s) {
+    auto at =
+        a.find("stage " + std::to_string(s) + " computes on cpu (OpenBLAS ");
+    BOOST_CHECK_MESSAGE(at != std::string::npos &&
+                            a.find(" kernels, 1 thread)", at) ==
+                                a.find(" kernels, ", at),
+                        "stage " << s << ": " << a);
+  }
   auto acc = accuracy_in(a);
   BOOST_CHECK_EQUAL(acc, accuracy_in(b));
   BOOST_CHECK_MESSAGE(acc > 0.5,

@@ -368,6 +368,31 @@ BOOST_AUTO_TEST_CASE(missing_data_or_a_bad_model_gets_one_clear_line) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_worker_computes_with_the_blas_threads_it_is_given) {
+  // OpenBLAS's own choice (a thread per core) had a pipeline's stages spin
+  // on 2 cores: 1 is the default, --worker.blas-threads raises it. The
+  // line (logged at info) is read back from OpenBLAS before the data is
+  // read; a missing data folder ends the worker right after it.
+  scheduler_process s{1, 1};
+  auto srv = start_server(s, "sync");
+  for (auto [threads, says] : std::vector<std::pair<std::string, std::string>>{
+           {"", " kernels, 1 thread)"}, // the default
+           {"2", " kernels, 2 threads)"}}) {
+    std::vector<std::string> flags{"--device=cpu", "--log-level=info",
+                                   "--train.data-dir=/nonexistent"};
+    if (!threads.empty())
+      flags.push_back("--worker.blas-threads=" + threads);
+    auto w = start_trainer(s, flags);
+    auto rc = w->wait_exit(60s);
+    BOOST_REQUIRE_MESSAGE(rc, w->output());
+    BOOST_CHECK_EQUAL(*rc, exit_bad_config);
+    auto at = w->output().find("computing on cpu (OpenBLAS ");
+    BOOST_CHECK_MESSAGE(at != std::string::npos &&
+                            w->output().find(says, at) != std::string::npos,
+                        "threads '" << threads << "': " << w->output());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_diverging_job_stops_with_one_line_and_a_nonzero_exit) {
   // At bc0f027 --optimizer.lr=1000 trained on NaN to the end and wrote
   // "train_loss":-nan. Now the first non-finite loss, or the push of a
