@@ -73,6 +73,10 @@ struct cluster {
   /// A test's own actor on each server's node: see self_for.
   std::vector<std::unique_ptr<caf::scoped_actor>> server_selves;
   caf::scoped_actor self{b};
+  /// The test's actor on the scheduler's node (system a), from which
+  /// events() asks the scheduler: from `self` the scheduler could run on
+  /// b's threads for a moment (see self_for).
+  caf::scoped_actor sched_self{a};
   caf::actor sched;
   caf::actor remote_sched; // the scheduler as system b reaches it
   std::vector<caf::actor> servers;
@@ -168,7 +172,7 @@ struct cluster {
   /// does not answer within `wait`).
   std::vector<event_record> events(std::chrono::milliseconds wait) {
     std::vector<event_record> got;
-    self->request(sched, wait, events_atom_v)
+    sched_self->request(sched, wait, events_atom_v)
         .receive([&got](const frame& f) { BOOST_REQUIRE(!decode(f, got)); },
                  [](const caf::error& err) {
                    BOOST_FAIL("no event log: " << describe(err));
@@ -192,7 +196,8 @@ struct cluster {
         return out;
       std::vector<event_record> got;
       bool late = false;
-      self->request(sched, std::max(left, std::chrono::milliseconds{1}),
+      sched_self
+          ->request(sched, std::max(left, std::chrono::milliseconds{1}),
                     events_atom_v, seen)
           .receive([&got](const frame& f) { BOOST_REQUIRE(!decode(f, got)); },
                    [&late](const caf::error&) { late = true; });
