@@ -39,6 +39,11 @@ caf::error node_config::check_modes() const {
                            " --optimizer.weight-decay and the lr schedule);"
                            " --optimizer.name=",
                            optimizer.name, "needs --cluster.servers > 0");
+  if (worker.task == "stage" && train.evals_per_epoch != 1)
+    return caf::make_error(errc::invalid_config,
+                           "--train.evals-per-epoch: a pipeline evaluates"
+                           " once per epoch (its last stage), got",
+                           train.evals_per_epoch);
   if (worker.task == "stage" && scheduler.servers > 0 &&
       optimizer.name == "sum")
     return caf::make_error(errc::invalid_config,

@@ -31,7 +31,7 @@ bool hybrid(driver_ptr self) {
   return self->state.cfg.servers > 0;
 }
 
-/// Replica 0 evaluates and reports; the others train alike, quietly.
+// Replica 0 evaluates and reports; the others train alike, quietly.
 bool reports(driver_ptr self) {
   return self->state.replica == 0;
 }
@@ -175,15 +175,7 @@ void count_eval(driver_ptr self, const frame& f) {
   for (auto i = st.losses.lower_bound((epoch - 1) * st.steps_per_epoch);
        i != st.losses.end() && i->first < y.step; ++i, ++n)
     loss += i->second;
-  auto secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - st.began)
-          .count();
-  auto epochs = (st.total_steps + st.steps_per_epoch - 1) / st.steps_per_epoch;
-  std::printf("epoch %llu/%llu: train loss %.4f, test accuracy %.4f"
-              " (mini-batch %llu, %.1f s)\n",
-              static_cast<unsigned long long>(epoch),
-              static_cast<unsigned long long>(epochs), n ? loss / n : 0.0, acc,
-              static_cast<unsigned long long>(y.step), secs);
+  report_epoch(self, epoch, n ? loss / n : 0.0, acc, y.step);
   st.evals.erase(y.step);
   if (y.step == st.total_steps) {
     std::printf("final test accuracy: %.4f\n", acc);
@@ -323,6 +315,10 @@ void on_start(driver_ptr self, caf::actor lead, uint64_t gen, uint64_t step,
   st.lead = std::move(lead);
   st.running = false;
   st.step = step;
+  st.rate_step = step;
+  st.rate_secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - st.began)
+          .count();
   st.prev = std::move(prev);
   st.next = std::move(next);
   st.evals.clear();   // of a generation that is over
@@ -446,6 +442,8 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         st.dir = std::move(dir);
         if (auto why = load_stage_data(st.cfg.train, rank, st.stages, st.data);
             !why.empty())
+          return caf::make_error(errc::invalid_config, why);
+        if (auto why = open_metrics(self); !why.empty())
           return caf::make_error(errc::invalid_config, why);
         // Every replica runs the same number of steps, or sync rounds
         // stall (as the built-in trainer's workers).

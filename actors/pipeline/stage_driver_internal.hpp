@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -93,6 +94,12 @@ struct driver_state {
   };
   std::map<uint64_t, count> evals;
   std::chrono::steady_clock::time_point began;
+  /// The reporting last stage with --train.metrics-file: a JSON line per
+  /// epoch; and where the generation under way began (its mini-batch, its
+  /// seconds since `began`), whence the epoch line's rate.
+  std::ofstream metrics;
+  uint64_t rate_step = 0;
+  double rate_secs = 0;
   /// Syncs that came before the stage was built (and, hybrid, declared),
   /// answered once it is ready.
   bool ready = false;
@@ -148,8 +155,19 @@ bool hybrid(driver_ptr self);
 /// True for the lead of a replica: its stage 0.
 bool is_lead(driver_ptr self);
 bool is_last(driver_ptr self);
+/// True for replica 0, which evaluates and reports.
+bool reports(driver_ptr self);
 /// kv.request-timeout-ms.
 caf::timespan timeout(driver_ptr self);
+
+/// The reporting last stage (replica 0's): opens --train.metrics-file for
+/// appending, if set; "" or one line.
+std::string open_metrics(driver_ptr self);
+/// The reporting last stage: the line of `epoch`, whose evaluation after
+/// mini-batch `step` found `acc`, with the mean loss of its mini-batches;
+/// printed, and as JSON to the metrics file if open.
+void report_epoch(driver_ptr self, uint64_t epoch, double loss, double acc,
+                  uint64_t step);
 
 /// A view from the scheduler: a stage gone (6), or, the lead, all there
 /// with one new (1).

@@ -1,8 +1,11 @@
-// A stage driver's data and checkpoint files (stage_driver.hpp).
+// A stage driver's data, checkpoint and metrics files (stage_driver.hpp).
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
+#include "actors/base/log.hpp"
 #include "actors/pipeline/stage_driver_internal.hpp"
 #include "messages/checkpoint.hpp"
 #include "messages/errors.hpp"
@@ -100,6 +103,46 @@ read_stage_checkpoint(const std::string& dir, const stage_checkpoint& want) {
                             x.spec + ", layers " + std::to_string(x.first) +
                             ".." + std::to_string(x.last) + ")");
   return std::move(x.arrays);
+}
+
+std::string open_metrics(driver_ptr self) {
+  auto& st = self->state;
+  auto& path = st.cfg.train.metrics_file;
+  if (path.empty() || !is_last(self) || !reports(self))
+    return {};
+  st.metrics.open(path, std::ios::app);
+  if (!st.metrics)
+    return "--train.metrics-file: cannot open " + path + ": " +
+           std::strerror(errno);
+  return {};
+}
+
+void report_epoch(driver_ptr self, uint64_t epoch, double loss, double acc,
+                  uint64_t step) {
+  auto& st = self->state;
+  auto secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - st.began)
+          .count();
+  auto epochs = (st.total_steps + st.steps_per_epoch - 1) / st.steps_per_epoch;
+  std::printf("epoch %llu/%llu: train loss %.4f, test accuracy %.4f"
+              " (mini-batch %llu, %.1f s)\n",
+              static_cast<unsigned long long>(epoch),
+              static_cast<unsigned long long>(epochs), loss, acc,
+              static_cast<unsigned long long>(step), secs);
+  if (!st.metrics)
+    return;
+  // Every replica's samples since the generation began, or the last line.
+  double samples =
+      double(step - st.rate_step) * st.cfg.train.batch * double(st.replicas);
+  double rate = secs > st.rate_secs ? samples / (secs - st.rate_secs) : 0;
+  st.metrics << "{\"epoch\":" << epoch
+             << ",\"train_loss\":" << json_number(loss)
+             << ",\"test_accuracy\":" << json_number(acc)
+             << ",\"samples_per_s\":" << json_number(rate)
+             << ",\"mini_batch\":" << step << ",\"elapsed_s\":" << secs << "}\n"
+             << std::flush;
+  st.rate_step = step;
+  st.rate_secs = secs;
 }
 
 } // namespace troupe::pipe

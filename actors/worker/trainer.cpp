@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -201,8 +202,13 @@ public:
     // Every worker runs the same number of steps, or sync rounds stall.
     steps_per_epoch_ = (train_.labels.size() / workers_) / cfg_.batch;
     if (rank_ == 0) {
-      if (!cfg_.metrics_file.empty())
+      if (!cfg_.metrics_file.empty()) {
         metrics_.open(cfg_.metrics_file, std::ios::app);
+        if (!metrics_) // training goes on: the lines still print
+          TROUPE_LOG(error, "trainer", "--train.metrics-file: cannot open ",
+                     cfg_.metrics_file, ": ", std::strerror(errno),
+                     "; no metrics written");
+      }
       auto math = devices_ ? devices_->describe() : blas_description();
       std::printf("training %s on Fashion-MNIST: %u workers, batch %u each, "
                   "%u epochs (math: %s)\n",

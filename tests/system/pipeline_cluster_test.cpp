@@ -2,17 +2,20 @@
 // one model train it to the end, and a stage killed in the middle of a
 // mini-batch is restarted by its agent while the others drop that
 // mini-batch and start again from the stages' checkpoints: the final
-// weights are those of a run without the kill, bit for bit. Wrong flags
-// and missing data are refused in one line, with exit 2 (not restarted).
+// weights are those of a run without the kill, bit for bit. Wrong flags,
+// missing data and a metrics file that cannot be opened are refused in one
+// line, with exit 2 (not restarted).
 #define BOOST_TEST_MODULE pipeline_cluster_test
 #include <boost/test/unit_test.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <caf/scoped_actor.hpp>
+#include <nlohmann/json.hpp>
 
 #include "actors/base/exit_codes.hpp"
 #include "actors/cluster/connect.hpp"
@@ -59,6 +62,15 @@ std::vector<std::string> job_flags(const std::string& dir,
   return flags;
 }
 
+/// The lines of file `path`.
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in{path};
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);)
+    out.push_back(line);
+  return out;
+}
+
 /// Runs the job under one agent; its output once the agent exited 0.
 std::string run_job(const std::string& dir, std::vector<std::string> extra = {},
                     uint64_t steps = job_steps) {
@@ -101,7 +113,8 @@ double accuracy_in(const std::string& out) {
 
 BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
   temp_dir plain, killed;
-  auto a = run_job(plain.path);
+  auto metrics = plain.path + "/metrics.jsonl";
+  auto a = run_job(plain.path, {"--train.metrics-file=" + metrics});
   // Stage 1 kills its process after its forward of micro-batch 1 of
   // mini-batch 47: past the checkpoint of 40, with 2 micro-batches of
   // activations on their way.
@@ -128,6 +141,51 @@ BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
   BOOST_CHECK_EQUAL(acc, accuracy_in(b));
   BOOST_CHECK_MESSAGE(acc > 0.5,
                       "accuracy " << acc << " after 90 mini-batches");
+  // The epoch line (the job's end, in its first epoch) as JSON too.
+  auto lines = read_lines(metrics);
+  BOOST_REQUIRE_EQUAL(lines.size(), 1u);
+  auto j = nlohmann::json::parse(lines[0], nullptr, false);
+  BOOST_REQUIRE_MESSAGE(j.is_object(), lines[0]);
+  BOOST_CHECK_EQUAL(j.value("epoch", 0), 1);
+  BOOST_CHECK_EQUAL(j.value("mini_batch", 0), 90);
+  BOOST_CHECK_CLOSE(j.value("test_accuracy", 0.0), acc, 0.01);
+  BOOST_CHECK_GT(j.value("samples_per_s", 0.0), 0.0);
+  BOOST_CHECK_GT(j.value("train_loss", 0.0), 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(
+    a_metrics_file_that_cannot_be_opened_stops_the_last_stage) {
+  // The last stage (the one that reports) opens --train.metrics-file before
+  // the job starts: one line and exit 2, a bad configuration its agent
+  // does not restart, rather than a job whose metrics go nowhere. The
+  // stages join in any order: whichever is the last exits. (The others
+  // then wait for it to come back: killed here, by pid.)
+  scheduler_process s{0, stages};
+  temp_dir d;
+  auto flags = job_flags(d.path, {"--train.metrics-file=/nonexistent/m.jsonl"});
+  flags.insert(flags.begin(), {"--role=worker", s.flag()});
+  std::vector<std::unique_ptr<child_process>> ps;
+  for (uint32_t i = 0; i < stages; ++i)
+    ps.push_back(std::make_unique<child_process>(node_args(flags)));
+  child_process* last = nullptr;
+  std::optional<int> rc;
+  auto until = std::chrono::steady_clock::now() + 90s;
+  while (!last && std::chrono::steady_clock::now() < until)
+    for (auto& p : ps)
+      if ((rc = p->wait_exit(200ms))) {
+        last = p.get();
+        break;
+      }
+  BOOST_REQUIRE_MESSAGE(last, "no stage exited: " << ps[0]->output()
+                                                  << ps[1]->output()
+                                                  << ps[2]->output());
+  BOOST_CHECK_EQUAL(*rc, exit_bad_config);
+  BOOST_CHECK_MESSAGE(
+      last->output().find("*** stage failed: starting: invalid_config: "
+                          "--train.metrics-file: cannot open "
+                          "/nonexistent/m.jsonl: No such file or directory") !=
+          std::string::npos,
+      last->output());
 }
 
 namespace {
@@ -226,6 +284,7 @@ BOOST_AUTO_TEST_CASE(wrong_pipeline_flags_are_refused_in_one_line) {
   refused(with("--pipeline.cut=3,4"), "leaves a stage without layers");
   refused(with("--train.batch=30"), "must be a multiple of");
   refused(with("--optimizer.name=adam"), "applies SGD on each stage");
+  refused(with("--train.evals-per-epoch=2"), "--train.evals-per-epoch");
   refused(with("--pipeline.schedule=2f2b"), "--pipeline.schedule");
 }
 

@@ -249,6 +249,29 @@ BOOST_AUTO_TEST_CASE(rank_0_back_in_the_last_step_reports_it_before_the_end) {
   BOOST_CHECK_MESSAGE(lines[1].rfind("{\"epoch\":2,", 0) == 0, lines[1]);
 }
 
+BOOST_AUTO_TEST_CASE(a_metrics_file_that_cannot_be_opened_is_said_at_start) {
+  // At f9f4d5e rank 0 went on without a word, and its metrics went
+  // nowhere; training still goes on (its lines print), and the log says
+  // why the file stays empty.
+  set_log_level("warning");
+  auto lines = std::make_shared<std::vector<std::string>>();
+  set_log_observer(
+      [lines](log_level lvl, const std::string&, const std::string& what) {
+        if (lvl == log_level::error)
+          lines->push_back(what);
+      });
+  auto cfg = tiny_config("server");
+  cfg.train.metrics_file = "/nonexistent/metrics.jsonl";
+  auto t = tiny_trainer(cfg);
+  t->start(0, 2);
+  set_log_observer({});
+  BOOST_REQUIRE_EQUAL(lines->size(), 1u);
+  BOOST_CHECK_EQUAL(lines->front(),
+                    "--train.metrics-file: cannot open "
+                    "/nonexistent/metrics.jsonl: No such file or directory;"
+                    " no metrics written");
+}
+
 BOOST_AUTO_TEST_CASE(arrays_of_the_wrong_shape_are_an_error_not_a_crash) {
   auto cfg = tiny_config("server");
   auto t = tiny_trainer(cfg);
