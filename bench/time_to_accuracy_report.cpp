@@ -165,7 +165,7 @@ void print_setup(const options& opt, const floor_result& fl,
       double{mu_pipelined}, opt.epochs, fl.samples_per_s, before.samples_per_s,
       after.samples_per_s, (unsigned long long)fl.steps, fl.first_loss,
       fl.last_loss, bench::percent(fl.cpu.steal).c_str());
-  std::printf("math: %s per process\n", blas.c_str());
+  std::printf("math: %s (this process)\n", blas.c_str());
   if (auto w = blas_core_warning(); !w.empty())
     std::printf("*** %s\n", w.c_str());
 }

@@ -28,7 +28,7 @@ class stage_backend {
 public:
   virtual ~stage_backend() = default;
 
-  /// "cpu" or "NVIDIA H200 (cuda:0, 139 GiB)".
+  /// "cpu (OpenBLAS ...)" or "NVIDIA H200 (cuda:0, 139 GiB)".
   virtual std::string describe() const = 0;
   virtual size_t input_size() const = 0;
   virtual size_t output_size() const = 0;

@@ -37,8 +37,8 @@ caf::error node_config::check_modes() const {
                            "--worker.task=stage without servers applies"
                            " SGD on each stage (--optimizer.lr,"
                            " --optimizer.weight-decay and the lr schedule);"
-                           " --optimizer.name=",
-                           optimizer.name, "needs --cluster.servers > 0");
+                           " --optimizer.name=" +
+                               optimizer.name + " needs --cluster.servers > 0");
   if (worker.task == "stage" && train.evals_per_epoch != 1)
     return caf::make_error(errc::invalid_config,
                            "--train.evals-per-epoch: a pipeline evaluates"

@@ -175,7 +175,7 @@ void count_eval(driver_ptr self, const frame& f) {
   for (auto i = st.losses.lower_bound((epoch - 1) * st.steps_per_epoch);
        i != st.losses.end() && i->first < y.step; ++i, ++n)
     loss += i->second;
-  report_epoch(self, epoch, n ? loss / n : 0.0, acc, y.step);
+  report_epoch(self, epoch, n ? loss / n : std::nan(""), acc, y.step);
   st.evals.erase(y.step);
   if (y.step == st.total_steps) {
     std::printf("final test accuracy: %.4f\n", acc);

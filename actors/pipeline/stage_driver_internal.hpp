@@ -100,6 +100,8 @@ struct driver_state {
   std::ofstream metrics;
   uint64_t rate_step = 0;
   double rate_secs = 0;
+  uint64_t reported = 0; ///< the mini-batch of the last epoch line
+  bool any_reported = false;
   /// Syncs that came before the stage was built (and, hybrid, declared),
   /// answered once it is ready.
   bool ready = false;
@@ -160,12 +162,18 @@ bool reports(driver_ptr self);
 /// kv.request-timeout-ms.
 caf::timespan timeout(driver_ptr self);
 
+/// Why `path` (a file to append to) could not be written: it is a folder,
+/// it exists and is not writable, or its folder does not exist or is not
+/// writable; "" where it could, or for an empty path.
+std::string unwritable(const std::string& path);
 /// The reporting last stage (replica 0's): opens --train.metrics-file for
 /// appending, if set; "" or one line.
 std::string open_metrics(driver_ptr self);
 /// The reporting last stage: the line of `epoch`, whose evaluation after
-/// mini-batch `step` found `acc`, with the mean loss of its mini-batches;
-/// printed, and as JSON to the metrics file if open.
+/// mini-batch `step` found `acc`, with the mean loss of its mini-batches
+/// (NaN: none since the last line); printed, and as JSON to the metrics
+/// file if open. Once per mini-batch: a replay of `step` after a stage
+/// came back reports nothing again.
 void report_epoch(driver_ptr self, uint64_t epoch, double loss, double acc,
                   uint64_t step);
 

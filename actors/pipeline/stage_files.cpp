@@ -1,6 +1,9 @@
 // A stage driver's data, checkpoint and metrics files (stage_driver.hpp).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -105,6 +108,21 @@ read_stage_checkpoint(const std::string& dir, const stage_checkpoint& want) {
   return std::move(x.arrays);
 }
 
+std::string unwritable(const std::string& path) {
+  if (path.empty())
+    return {};
+  fs::path p{path};
+  std::error_code ec;
+  if (fs::is_directory(p, ec))
+    return "cannot write " + path + ": a folder";
+  auto target = fs::exists(p, ec)     ? p
+                : p.has_parent_path() ? p.parent_path()
+                                      : fs::path{"."};
+  if (::access(target.c_str(), W_OK) != 0)
+    return "cannot write " + path + ": " + std::strerror(errno);
+  return {};
+}
+
 std::string open_metrics(driver_ptr self) {
   auto& st = self->state;
   auto& path = st.cfg.train.metrics_file;
@@ -120,21 +138,31 @@ std::string open_metrics(driver_ptr self) {
 void report_epoch(driver_ptr self, uint64_t epoch, double loss, double acc,
                   uint64_t step) {
   auto& st = self->state;
+  if (st.any_reported && step <= st.reported)
+    return; // a replay after a stage came back: said already
+  st.any_reported = true;
+  st.reported = step;
   auto secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - st.began)
           .count();
   auto epochs = (st.total_steps + st.steps_per_epoch - 1) / st.steps_per_epoch;
-  std::printf("epoch %llu/%llu: train loss %.4f, test accuracy %.4f"
+  char said[32] = "-"; // no mini-batch since the last line
+  if (std::isfinite(loss))
+    std::snprintf(said, sizeof(said), "%.4f", loss);
+  std::printf("epoch %llu/%llu: train loss %s, test accuracy %.4f"
               " (mini-batch %llu, %.1f s)\n",
               static_cast<unsigned long long>(epoch),
-              static_cast<unsigned long long>(epochs), loss, acc,
+              static_cast<unsigned long long>(epochs), said, acc,
               static_cast<unsigned long long>(step), secs);
-  if (!st.metrics)
+  if (!st.metrics.is_open())
     return;
-  // Every replica's samples since the generation began, or the last line.
+  // Every replica's samples since the generation began, or the last line;
+  // null (as the trainer's) where none ran.
   double samples =
       double(step - st.rate_step) * st.cfg.train.batch * double(st.replicas);
-  double rate = secs > st.rate_secs ? samples / (secs - st.rate_secs) : 0;
+  double rate = step > st.rate_step && secs > st.rate_secs
+                    ? samples / (secs - st.rate_secs)
+                    : std::nan("");
   st.metrics << "{\"epoch\":" << epoch
              << ",\"train_loss\":" << json_number(loss)
              << ",\"test_accuracy\":" << json_number(acc)

@@ -60,6 +60,11 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
         caf::make_error(errc::invalid_config, "--train.batch", cfg.train.batch,
                         "must be a multiple of --pipeline.micro-batches",
                         p.micro_batches));
+  // Checked by every stage before it joins, though the last writes it: a
+  // stage that exits alone leaves the others waiting for it.
+  if (auto bad = pipe::unwritable(cfg.train.metrics_file); !bad.empty())
+    return fail("--train.metrics-file",
+                caf::make_error(errc::invalid_config, bad));
   auto drv = sys.spawn(pipe::stage_driver, cfg, scheduler);
   auto kill = [&drv] { caf::anon_send_exit(drv, caf::exit_reason::kill); };
   auto port = publish_actor(sys, drv, cfg.port, cfg.host, true);

@@ -9,7 +9,9 @@
 
 namespace troupe {
 
-/// Optimizer of the shard servers (INI group "optimizer").
+/// Optimizer of the shard servers (INI group "optimizer"), or of the
+/// workers (`on`). A pipeline stage without servers applies sgd itself,
+/// with lr, weight_decay and the schedule, counted in its mini-batches.
 struct optimizer_settings {
   /// sum (no optimizer: values += pushed sums), sgd, momentum, nesterov or
   /// adam.
@@ -26,7 +28,8 @@ struct optimizer_settings {
   float weight_decay = 0.0f;
   /// Adam's moment decays and epsilon.
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
-  /// Every lr_decay_steps updates of a slice, lr *= lr_decay; 0 = constant.
+  /// Every lr_decay_steps updates of a slice (a stage's: mini-batches),
+  /// lr *= lr_decay; 0 = constant.
   uint32_t lr_decay_steps = 0;
   /// Factor of the schedule, in (0, 1]. Default 1.
   float lr_decay = 1.0f;

@@ -39,9 +39,10 @@ int open_devices(caf::actor_system& sys, const trainer_settings& cfg,
   auto devices = resolve_devices(w.device, gpus, w.sum_on_devices);
   if (cpu_alone(devices) && !w.sum_on_devices) {
     TROUPE_LOG(info, "trainer", "computing on cpu (", blas_description(), ")",
-               w.device.named ? ""
-                              : std::string{"; --device=auto: "} +
-                                    (w.overlap ? "--worker.overlap" : why));
+               w.device.named ? std::string{}
+               : w.overlap    ? std::string{"; --device=auto: --worker.overlap"}
+               : why.empty()  ? std::string{"; --device=auto"}
+                              : "; --device=auto: " + why);
     return 0;
   }
   std::string err;

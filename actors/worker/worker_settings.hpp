@@ -67,8 +67,8 @@ struct worker_settings {
   /// before it computes. Default 1: the workers of a machine share its
   /// cores, and OpenBLAS's idle threads spin. A pipeline's 3 stages on 2
   /// cores beside one busy process took 52 s an epoch with OpenBLAS's own
-  /// choice (2 threads each) and 5.5 s with 1. Raise it for a worker that
-  /// has a machine's cores to itself.
+  /// choice (2 threads each) and 5.8 s with 1. Raise it for a worker that
+  /// has a machine's cores to itself. It overrides OPENBLAS_NUM_THREADS.
   uint32_t blas_threads = 1;
   /// --device (a flag of its own): where the trainer computes
   /// (actors/device/). Default auto.

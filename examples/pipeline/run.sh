@@ -48,7 +48,8 @@ if [ "$replicas" -gt 1 ]; then
 fi
 # SGD at lr 0.1, halved every 3 epochs: a replica's mini-batches of 64
 # (each stage's updates, or the servers' with replicas). A --pipeline.replicas
-# that is not a count is troupe-node's to refuse.
+# that is not a count is troupe-node's to refuse. With another --train.batch,
+# give --optimizer.lr-decay-steps too (3 epochs in mini-batches).
 case $replicas in
   '' | *[!0-9]* | 0) decay_steps=2811 ;;
   *) decay_steps=$((3 * (60000 / 64 / replicas))) ;;

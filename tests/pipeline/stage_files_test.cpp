@@ -1,6 +1,7 @@
 // A pipeline stage's settings and checkpoint files: flags that are wrong
 // are refused with the flag's name; checkpoints round-trip, the two newest
-// are kept, and a file of another stage, model or a corrupt one is refused.
+// are kept, and a file of another stage, model or a corrupt one is refused;
+// a metrics path that cannot be written is said.
 #define BOOST_TEST_MODULE stage_files_test
 #include <boost/test/unit_test.hpp>
 
@@ -142,4 +143,18 @@ BOOST_AUTO_TEST_CASE(
   f.close();
   BOOST_CHECK(read_stage_checkpoint(dir, sample(1, 40)).error() ==
               errc::bad_file);
+}
+
+BOOST_AUTO_TEST_CASE(a_metrics_path_that_cannot_be_written_is_said) {
+  // What every stage checks before it joins (--train.metrics-file).
+  temp_dir d;
+  BOOST_CHECK_EQUAL(unwritable(""), "");
+  BOOST_CHECK_EQUAL(unwritable(d.path + "/m.jsonl"), ""); // made on open
+  { std::ofstream{d.path + "/old.jsonl"} << "{}\n"; }
+  BOOST_CHECK_EQUAL(unwritable(d.path + "/old.jsonl"), ""); // appended to
+  BOOST_CHECK_EQUAL(unwritable("/nonexistent/m.jsonl"),
+                    "cannot write /nonexistent/m.jsonl: No such file or"
+                    " directory");
+  BOOST_CHECK_EQUAL(unwritable(d.path),
+                    "cannot write " + d.path + ": a folder");
 }
