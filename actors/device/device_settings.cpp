@@ -85,4 +85,10 @@ bool cpu_alone(const std::vector<device_name>& ds) {
   return ds.size() == 1 && ds[0].kind == device_name::kind_t::cpu;
 }
 
+std::string auto_note(const device_settings& x, const std::string& why) {
+  if (x.named)
+    return {};
+  return "; --device=auto" + (why.empty() ? "" : ": " + why);
+}
+
 } // namespace troupe

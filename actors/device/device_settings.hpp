@@ -47,4 +47,9 @@ std::vector<device_name> resolve_devices(const device_settings& x, int gpus,
 /// without a device actor, unless the mode sums on devices.
 bool cpu_alone(const std::vector<device_name>& ds);
 
+/// What a "computes on" log line adds after the device: "" where --device
+/// named it, else "; --device=auto" and, if given, ": " and why it chose
+/// so (no GPU found, --worker.overlap).
+std::string auto_note(const device_settings& x, const std::string& why);
+
 } // namespace troupe

@@ -316,9 +316,7 @@ void on_start(driver_ptr self, caf::actor lead, uint64_t gen, uint64_t step,
   st.running = false;
   st.step = step;
   st.rate_step = step;
-  st.rate_secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - st.began)
-          .count();
+  st.rate_secs = seconds_running(st);
   st.prev = std::move(prev);
   st.next = std::move(next);
   st.evals.clear();   // of a generation that is over
@@ -482,10 +480,7 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
                                  "--device=" + st.cfg.device.text + ": " +
                                      to_string(s.device) + ": " + why);
         TROUPE_LOG(info, who(self), "stage ", rank, " computes on ",
-                   s.backend->describe(),
-                   st.cfg.device.named
-                       ? ""
-                       : "; --device=auto" + (why.empty() ? "" : ": " + why));
+                   s.backend->describe(), auto_note(st.cfg.device, why));
         if (auto roads = stage_roads::listen(st.cfg.host, st.cfg.kv))
           s.roads = std::move(*roads);
         else

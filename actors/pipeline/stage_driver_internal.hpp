@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -100,8 +101,7 @@ struct driver_state {
   std::ofstream metrics;
   uint64_t rate_step = 0;
   double rate_secs = 0;
-  uint64_t reported = 0; ///< the mini-batch of the last epoch line
-  bool any_reported = false;
+  std::optional<uint64_t> reported; ///< the mini-batch of the last line
   /// Syncs that came before the stage was built (and, hybrid, declared),
   /// answered once it is ready.
   bool ready = false;
@@ -166,6 +166,13 @@ caf::timespan timeout(driver_ptr self);
 /// it exists and is not writable, or its folder does not exist or is not
 /// writable; "" where it could, or for an empty path.
 std::string unwritable(const std::string& path);
+/// Seconds since the driver began.
+inline double seconds_running(const driver_state& st) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                       st.began)
+      .count();
+}
+
 /// The reporting last stage (replica 0's): opens --train.metrics-file for
 /// appending, if set; "" or one line.
 std::string open_metrics(driver_ptr self);

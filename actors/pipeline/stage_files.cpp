@@ -138,13 +138,10 @@ std::string open_metrics(driver_ptr self) {
 void report_epoch(driver_ptr self, uint64_t epoch, double loss, double acc,
                   uint64_t step) {
   auto& st = self->state;
-  if (st.any_reported && step <= st.reported)
+  if (st.reported && step <= *st.reported)
     return; // a replay after a stage came back: said already
-  st.any_reported = true;
   st.reported = step;
-  auto secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - st.began)
-          .count();
+  auto secs = seconds_running(st);
   auto epochs = (st.total_steps + st.steps_per_epoch - 1) / st.steps_per_epoch;
   char said[32] = "-"; // no mini-batch since the last line
   if (std::isfinite(loss))

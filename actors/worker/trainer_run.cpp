@@ -39,10 +39,7 @@ int open_devices(caf::actor_system& sys, const trainer_settings& cfg,
   auto devices = resolve_devices(w.device, gpus, w.sum_on_devices);
   if (cpu_alone(devices) && !w.sum_on_devices) {
     TROUPE_LOG(info, "trainer", "computing on cpu (", blas_description(), ")",
-               w.device.named ? std::string{}
-               : w.overlap    ? std::string{"; --device=auto: --worker.overlap"}
-               : why.empty()  ? std::string{"; --device=auto"}
-                              : "; --device=auto: " + why);
+               auto_note(w.device, w.overlap ? "--worker.overlap" : why));
     return 0;
   }
   std::string err;

@@ -8,8 +8,8 @@
 #define BOOST_TEST_MODULE pipeline_cluster_test
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -60,15 +60,6 @@ std::vector<std::string> job_flags(const std::string& dir,
                                  "--optimizer.weight-decay=0.0001"};
   flags.insert(flags.end(), extra.begin(), extra.end());
   return flags;
-}
-
-/// The lines of file `path`.
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in{path};
-  std::vector<std::string> out;
-  for (std::string line; std::getline(in, line);)
-    out.push_back(line);
-  return out;
 }
 
 /// Runs the job under one agent; its output once the agent exited 0.
@@ -142,10 +133,10 @@ BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
   BOOST_CHECK_MESSAGE(acc > 0.5,
                       "accuracy " << acc << " after 90 mini-batches");
   // The epoch line (the job's end, in its first epoch) as JSON too.
-  auto lines = read_lines(metrics);
-  BOOST_REQUIRE_EQUAL(lines.size(), 1u);
-  auto j = nlohmann::json::parse(lines[0], nullptr, false);
-  BOOST_REQUIRE_MESSAGE(j.is_object(), lines[0]);
+  auto text = read_file(metrics);
+  BOOST_REQUIRE_EQUAL(std::count(text.begin(), text.end(), '\n'), 1);
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  BOOST_REQUIRE_MESSAGE(j.is_object(), text);
   BOOST_CHECK_EQUAL(j.value("epoch", 0), 1);
   BOOST_CHECK_EQUAL(j.value("mini_batch", 0), 90);
   BOOST_CHECK_CLOSE(j.value("test_accuracy", 0.0), acc, 0.01);
