@@ -70,6 +70,13 @@ void log_line(log_level lvl, const std::string& who, const std::string& what) {
     (*fn)(lvl, who, what);
 }
 
+stderr_line::~stderr_line() {
+  auto text = out_.str();
+  std::lock_guard<std::mutex> guard{out_mtx};
+  // stderr is unbuffered: one fwrite is one write(2) of the whole text.
+  std::fwrite(text.data(), 1, text.size(), stderr);
+}
+
 void set_log_observer(log_observer fn) {
   auto next = fn ? std::make_shared<const log_observer>(std::move(fn))
                  : std::shared_ptr<const log_observer>{};

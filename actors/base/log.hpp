@@ -24,6 +24,26 @@ bool log_enabled(log_level lvl);
 /// Writes one line "HH:MM:SS.mmm LEVEL who: what" to stderr, atomically.
 void log_line(log_level lvl, const std::string& who, const std::string& what);
 
+/// Text for stderr gathered until the statement ends, then written in one
+/// write (under the log's lock): `stderr_line() << "*** " << what << '\n';`.
+/// The lines of an agent's children, which share its output, then never
+/// interleave; std::cerr writes each << apart (two stages failing at once
+/// wrote "...directory*** stage failed: " and the rest of the line below).
+class stderr_line {
+public:
+  stderr_line() = default;
+  stderr_line(const stderr_line&) = delete;
+  stderr_line& operator=(const stderr_line&) = delete;
+  ~stderr_line();
+  template <class T> stderr_line& operator<<(const T& x) {
+    out_ << x;
+    return *this;
+  }
+
+private:
+  std::ostringstream out_;
+};
+
 /// Called with each line written, after it is written, on the thread that
 /// writes it (a test waiting for an event that only the log shows).
 using log_observer = std::function<void(log_level lvl, const std::string& who,

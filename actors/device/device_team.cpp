@@ -3,12 +3,12 @@
 
 #include <cstdlib>
 #include <future>
-#include <iostream>
 #include <utility>
 
 #include <caf/send.hpp>
 
 #include "actors/base/exit_codes.hpp"
+#include "actors/base/log.hpp"
 #include "actors/device/device_actor.hpp"
 #include "actors/device/gpu_plugin.hpp"
 #include "kernels/comm/communicator.hpp"
@@ -179,10 +179,10 @@ caf::error device_team::step(model& m, const float* x, const uint8_t* labels,
   auto deadline = std::chrono::steady_clock::now() + 2 * wait_;
   for (size_t r = 0; r < n; ++r)
     if (done[r].wait_until(deadline) != std::future_status::ready) {
-      std::cerr << "*** " << name_of(r) << " did not finish a step within "
-                << 2 * wait_.count()
-                << " ms: it is hung, and this worker ends so that its agent"
-                   " restarts it\n";
+      stderr_line() << "*** " << name_of(r) << " did not finish a step within "
+                    << 2 * wait_.count()
+                    << " ms: it is hung, and this worker ends so that its agent"
+                       " restarts it\n";
       std::_Exit(exit_failed);
     }
   // The first device whose own work failed, else the first collective's

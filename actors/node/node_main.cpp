@@ -19,6 +19,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include "actors/base/log.hpp"
 #include "actors/base/metrics.hpp"
 #include "actors/cluster/connect.hpp"
 #include "actors/kv/kv.hpp"
@@ -40,7 +41,7 @@ using namespace troupe;
 namespace {
 
 int fail(const char* what, const caf::error& err) {
-  std::cerr << "*** " << what << " failed: " << describe(err) << '\n';
+  stderr_line() << "*** " << what << " failed: " << describe(err) << '\n';
   return 1;
 }
 
@@ -194,7 +195,8 @@ int main(int argc, char** argv) {
   if (cfg.metrics_port != 0)
     if (auto why = metrics::serve(cfg.host, cfg.metrics_port, cfg.role_name);
         !why.empty())
-      std::cerr << "*** troupe-node: " << why << "; going on without them\n";
+      stderr_line() << "*** troupe-node: " << why
+                    << "; going on without them\n";
   if (cfg.role_name == "agent") {
     stop_on_signals();
     caf::actor_system sys{cfg};

@@ -3,12 +3,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
-#include <iostream>
 
 #include <caf/scoped_actor.hpp>
 #include <caf/system_messages.hpp>
 
 #include "actors/base/exit_codes.hpp"
+#include "actors/base/log.hpp"
 #include "actors/kv/kv.hpp"
 #include "actors/pipeline/stage_driver_internal.hpp"
 #include "kernels/stage.hpp"
@@ -22,7 +22,8 @@ namespace {
 /// One line; exit_bad_config (not restarted: the same flags fail again)
 /// for a flag, model, data or device that cannot be had, else exit_failed.
 int fail(const std::string& what, const caf::error& err) {
-  std::cerr << "*** stage failed: " << what << ": " << describe(err) << '\n';
+  stderr_line() << "*** stage failed: " << what << ": " << describe(err)
+                << '\n';
   return err == errc::invalid_config || err == errc::device_failed
              ? exit_bad_config
              : exit_failed;
@@ -147,7 +148,8 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
   });
   if (rc == 0)
     if (auto err = client.leave())
-      std::cerr << "*** stage: leaving the cluster: " << describe(err) << '\n';
+      stderr_line() << "*** stage: leaving the cluster: " << describe(err)
+                    << '\n';
   return rc;
 }
 

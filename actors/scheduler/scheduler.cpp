@@ -3,11 +3,10 @@
 // checkpoints); see the header for the messages and the failure transitions.
 #include "actors/scheduler/scheduler.hpp"
 
-#include <iostream>
-
 #include <caf/event_based_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include "actors/base/log.hpp"
 #include "actors/base/stray_errors.hpp"
 #include "actors/scheduler/scheduler_internal.hpp"
 #include "messages/errors.hpp"
@@ -46,7 +45,7 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
       TROUPE_LOG(info, "scheduler", "status page on http://", cfg.status_host,
                  ":", cfg.status_port, "/");
     else
-      std::cerr << "*** scheduler: " << why << "; going on without it\n";
+      stderr_line() << "*** scheduler: " << why << "; going on without it\n";
   }
   return {
       [self](register_atom, const frame& f) { return on_register(self, f); },

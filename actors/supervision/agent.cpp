@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <iostream>
 #include <map>
 #include <memory>
 #include <random>
@@ -96,13 +95,13 @@ public:
       names.push_back("worker-" + std::to_string(i));
     for (auto& c : cut)
       if (std::find(names.begin(), names.end(), c) == names.end()) {
-        std::cerr << "*** agent: --fault.plan cuts " << c
-                  << ", which this agent does not run\n";
+        stderr_line() << "*** agent: --fault.plan cuts " << c
+                      << ", which this agent does not run\n";
         return false;
       }
     if (!cut.empty()) {
       if (auto err = netns_unavailable()) {
-        std::cerr << "*** agent: " << describe(err) << '\n';
+        stderr_line() << "*** agent: " << describe(err) << '\n';
         return false;
       }
       if (auto n = remove_stale_netns())
@@ -156,13 +155,14 @@ public:
       await_final_checkpoint();
     sup_.stop_all(milliseconds{3000}); // 4, 5
     if (scheduler_down) {
-      std::cerr << "*** agent: the scheduler is down; stopped every child\n";
+      stderr_line()
+          << "*** agent: the scheduler is down; stopped every child\n";
       return 1;
     }
     for (auto& line : given_up_)
-      std::cerr << "*** agent: " << line << '\n';
+      stderr_line() << "*** agent: " << line << '\n';
     for (auto& line : job_failed_)
-      std::cerr << "*** agent: " << line << '\n';
+      stderr_line() << "*** agent: " << line << '\n';
     return given_up_.empty() && job_failed_.empty() ? 0 : 1;
   }
 
@@ -222,7 +222,7 @@ private:
     if (own_netns) {
       auto ns = child_netns::make(name);
       if (!ns) {
-        std::cerr << "*** agent: " << describe(ns.error()) << '\n';
+        stderr_line() << "*** agent: " << describe(ns.error()) << '\n';
         return false;
       }
       spec.argv.push_back("--host=" + (*ns)->address());
@@ -235,7 +235,8 @@ private:
     if (!cfg_.agent.logs.empty())
       spec.log_file = cfg_.agent.logs + "/" + name + ".log";
     if (auto err = sup_.add(std::move(spec)); !err.empty()) {
-      std::cerr << "*** agent: cannot start " << name << ": " << err << '\n';
+      stderr_line() << "*** agent: cannot start " << name << ": " << err
+                    << '\n';
       return false;
     }
     return true;
@@ -387,14 +388,14 @@ int run_agent(caf::actor_system& sys, const agent_run_settings& cfg,
               const std::atomic<bool>& stop) {
   auto planned = parse_fault_plan(cfg.fault.plan);
   if (!planned) { // checked by finish() already
-    std::cerr << "*** agent: " << describe(planned.error()) << '\n';
+    stderr_line() << "*** agent: " << describe(planned.error()) << '\n';
     return 2;
   }
   auto sched = connect_scheduler(sys, cfg.scheduler_host, cfg.scheduler_port,
                                  cfg.connect_wait_ms);
   if (!sched) {
-    std::cerr << "*** agent: connecting to the scheduler failed: "
-              << describe(sched.error()) << '\n';
+    stderr_line() << "*** agent: connecting to the scheduler failed: "
+                  << describe(sched.error()) << '\n';
     return 1;
   }
   auto scheduler_down = std::make_shared<std::atomic<bool>>(false);

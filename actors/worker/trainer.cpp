@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <iostream>
 #include <memory>
 #include <utility>
 
@@ -261,7 +260,8 @@ public:
   void finish(const arrays& weights) override {
     auto clock = uint64_t{cfg_.epochs} * steps_per_epoch_;
     if (!fits(weights)) {
-      std::cerr << "*** the final weights do not match " << cfg_.model << '\n';
+      stderr_line() << "*** the final weights do not match " << cfg_.model
+                    << '\n';
       return;
     }
     take_pulled(clock, weights);

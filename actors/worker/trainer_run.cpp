@@ -4,8 +4,6 @@
 
 #include <unistd.h>
 
-#include <iostream>
-
 #include <caf/send.hpp>
 
 #include "actors/base/exit_codes.hpp"
@@ -23,7 +21,7 @@ namespace {
 /// exit_bad_config (the same flags fail again: its agent does not restart
 /// it).
 int bad_config(const std::string& what) {
-  std::cerr << "*** " << what << '\n';
+  stderr_line() << "*** " << what << '\n';
   return exit_bad_config;
 }
 

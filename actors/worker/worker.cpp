@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <iostream>
 #include <map>
 #include <optional>
 
@@ -440,9 +439,9 @@ int check_nothing_lost(caf::actor_system& sys, const caf::actor& scheduler,
       .receive([&](const frame& f) { failed = decode(f, log); },
                [&](caf::error& err) { failed = std::move(err); });
   if (failed) { // a failure of the moment: a restart may tell
-    std::cerr << "*** cannot tell whether the job lost values (the"
-                 " scheduler's event log: "
-              << describe(failed) << ")\n";
+    stderr_line() << "*** cannot tell whether the job lost values (the"
+                     " scheduler's event log: "
+                  << describe(failed) << ")\n";
     return exit_failed;
   }
   auto is_lost = [](const event_record& e) { return e.kind == "lost"; };
@@ -450,11 +449,11 @@ int check_nothing_lost(caf::actor_system& sys, const caf::actor& scheduler,
   if (first == log.end())
     return 0;
   auto lost = std::count_if(first, log.end(), is_lost);
-  std::cerr << "*** the job lost values (" << lost << " lost event"
-            << (lost == 1 ? "" : "s") << "; the first, from " << first->source
-            << ": " << first->detail
-            << "): its result is not what it trained; --cluster.allow-loss"
-               " accepts that\n";
+  stderr_line() << "*** the job lost values (" << lost << " lost event"
+                << (lost == 1 ? "" : "s") << "; the first, from "
+                << first->source << ": " << first->detail
+                << "): its result is not what it trained; --cluster.allow-loss"
+                   " accepts that\n";
   return exit_job_failed;
 }
 
@@ -477,7 +476,7 @@ int run_worker(caf::actor_system& sys, caf::actor scheduler,
   int rc = 0;
   self->receive([&rc](const caf::down_msg& dm) {
     if (dm.reason && dm.reason != caf::exit_reason::normal) {
-      std::cerr << "*** worker failed: " << describe(dm.reason) << '\n';
+      stderr_line() << "*** worker failed: " << describe(dm.reason) << '\n';
       rc = 1;
     }
   });

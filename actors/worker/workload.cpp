@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <iostream>
 #include <string>
 
 #include <unistd.h>
@@ -51,7 +50,7 @@ std::string first_difference(const std::vector<named_array>& xs, float expected,
 }
 
 int fail(const char* what, const caf::error& err) {
-  std::cerr << "*** " << what << " failed: " << describe(err) << '\n';
+  stderr_line() << "*** " << what << " failed: " << describe(err) << '\n';
   return 1;
 }
 
@@ -150,8 +149,8 @@ int run_counter_workload(caf::actor_system& sys, caf::actor scheduler,
     // Servers apply pushes independently (async, ssp), so arrays need not
     // be uniform mid-run; every element must hold our own acked pushes.
     if (min_value(*got) < float(t)) {
-      std::cerr << "*** worker " << rank << ": clock " << t
-                << " does not see its own acked pushes\n";
+      stderr_line() << "*** worker " << rank << ": clock " << t
+                    << " does not see its own acked pushes\n";
       return 1;
     }
     if (auto pushed = store.push(t, ones); !pushed)
@@ -197,14 +196,14 @@ int run_counter_workload(caf::actor_system& sys, caf::actor scheduler,
               exact ? "sums exact" : "MISMATCH");
   std::fflush(stdout);
   if (!exact) // the end reached: a restart would find the same
-    std::cerr << "*** worker " << rank << ": the sums differ: " << differs
-              << '\n';
+    stderr_line() << "*** worker " << rank << ": the sums differ: " << differs
+                  << '\n';
   // The exact sums are this workload's check: a lost value shows there.
   // (It does not read the "lost" event, which a server also raises for a
   // dead server's slices that held nothing acknowledged yet.)
   int rc = exact ? exit_done : exit_job_failed;
   if (auto err = store.leave()) // done: our exit is a departure
-    std::cerr << "leaving the cluster failed: " << describe(err) << '\n';
+    stderr_line() << "leaving the cluster failed: " << describe(err) << '\n';
   return rc;
 }
 
