@@ -50,6 +50,8 @@ std::string to_string(errc x) {
     return "message_too_large";
   case errc::device_failed:
     return "device_failed";
+  case errc::member_missing:
+    return "member_missing";
   }
   return "errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

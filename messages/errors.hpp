@@ -60,10 +60,15 @@ enum class errc : uint8_t {
   /// with the device's own words and its agent restarts it; a device that
   /// cannot be opened is a configuration error instead.
   device_failed,
+  /// A member the job cannot do without (a stage of a pipeline) has been
+  /// out of the cluster longer than its bound (--pipeline.stage-wait-ms).
+  /// The job ends (exit_job_stuck): bring the member back, and start the
+  /// job again, which resumes from its checkpoints.
+  member_missing,
 };
 
 /// The last code of errc (decoders refuse codes past it).
-constexpr errc last_errc = errc::device_failed;
+constexpr errc last_errc = errc::member_missing;
 
 /// What a member gets when the scheduler dies: the job is over, and says
 /// how to continue it.

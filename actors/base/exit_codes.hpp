@@ -14,5 +14,10 @@ constexpr int exit_bad_config = 2;
 /// sums, lost values): not restarted, since running the end again cannot
 /// change the result; the agent ends non-zero, naming it.
 constexpr int exit_job_failed = 4;
+/// The job cannot go on: a member it cannot do without (a stage of a
+/// pipeline) has been out of the cluster longer than its bound; one line
+/// said which. Not restarted, since a restart would wait for it again; the
+/// agent ends non-zero, naming it.
+constexpr int exit_job_stuck = 5;
 
 } // namespace troupe

@@ -542,6 +542,7 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
       [self](sync_atom, uint64_t epoch, uint32_t rank) {
         retry(self, epoch, rank);
       },
+      [self](tick_atom, uint64_t n) { on_wait_over(self, n); },
       [self](start_atom, uint64_t gen, uint64_t step, caf::actor prev,
              caf::actor next) {
         auto& st = self->state;

@@ -141,6 +141,13 @@ struct driver_state {
   uint64_t lead_step = 0;
   std::set<uint32_t> done;
   std::chrono::steady_clock::time_point missing_since{};
+  // Every driver: since when a stage of its replica is out of the view
+  // (before the first generation too; {} = none), the stages out of every
+  // view since, and how many such absences began, which names the check
+  // at the end of each one's wait.
+  std::chrono::steady_clock::time_point absent_since{};
+  std::set<uint32_t> absent;
+  uint64_t absences = 0;
 };
 
 using driver_ptr = caf::stateful_actor<driver_state>*;
@@ -187,6 +194,10 @@ void report_epoch(driver_ptr self, uint64_t epoch, double loss, double acc,
 /// A view from the scheduler: a stage gone (6), or, the lead, all there
 /// with one new (1).
 void on_view(driver_ptr self, const frame& f);
+/// The end of absence `n`'s wait (--pipeline.stage-wait-ms): if a stage of
+/// the replica is out of the view still, the driver ends with
+/// member_missing, naming it (the process exits exit_job_stuck).
+void on_wait_over(driver_ptr self, uint64_t n);
 /// Takes the lead the last view names (stage 0 of the replica), and then
 /// answers what waited for it (flush_early).
 void find_lead(driver_ptr self);

@@ -26,6 +26,45 @@ bool all_stages(driver_ptr self, const cluster_view& v,
   return out.size() == st.stages;
 }
 
+/// The ranks of the replica's stages not in `members`.
+std::set<uint32_t> lacking(driver_ptr self,
+                           const std::map<uint32_t, node_info>& members) {
+  std::set<uint32_t> out;
+  for (uint32_t r = 0; r < self->state.stages; ++r)
+    if (members.count(r) == 0)
+      out.insert(r);
+  return out;
+}
+
+/// Every driver: the clock of --pipeline.stage-wait-ms. A view without a
+/// stage of the replica starts it (if it is not running), each later one
+/// keeps in `absent` only the stages it lacks too, and a view with every
+/// stage stops it.
+void watch_absence(driver_ptr self,
+                   const std::map<uint32_t, node_info>& members) {
+  auto& st = self->state;
+  auto lacks = lacking(self, members);
+  if (lacks.empty()) {
+    st.absent_since = {};
+    st.absent.clear();
+    return;
+  }
+  if (st.absent_since != std::chrono::steady_clock::time_point{}) {
+    std::set<uint32_t> still;
+    std::set_intersection(st.absent.begin(), st.absent.end(), lacks.begin(),
+                          lacks.end(), std::inserter(still, still.end()));
+    st.absent = std::move(still);
+    return;
+  }
+  auto wait = st.cfg.pipeline.stage_wait_ms;
+  if (wait == 0 || st.finished)
+    return;
+  st.absent_since = std::chrono::steady_clock::now();
+  st.absent = std::move(lacks);
+  self->delayed_send(self, std::chrono::milliseconds{wait}, tick_atom_v,
+                     ++st.absences);
+}
+
 void lead_sync(driver_ptr self, uint64_t epoch);
 void reach(driver_ptr self, uint64_t epoch, uint32_t rank);
 
@@ -159,18 +198,53 @@ void on_view(driver_ptr self, const frame& f) {
   st.view = std::move(v);
   std::map<uint32_t, node_info> members;
   bool all = all_stages(self, st.view, members);
+  watch_absence(self, members);
+  auto wait = st.cfg.pipeline.stage_wait_ms;
   if (!all) { // 6 (at the end: the others are leaving, done)
     if (st.missing_since == std::chrono::steady_clock::time_point{} &&
         st.gen > 0 && st.step < st.total_steps) {
       st.missing_since = std::chrono::steady_clock::now();
       TROUPE_LOG(info, who(self), "a stage left: mini-batch ", st.step,
-                 " will be dropped; waiting for it to come back");
+                 " will be dropped; waiting for it to come back",
+                 wait > 0 ? " (at most " + std::to_string(wait) +
+                                " ms, --pipeline.stage-wait-ms)"
+                          : std::string{});
     }
     return;
   }
   find_lead(self);
   if (is_lead(self) && members != st.members)
     lead_sync(self, st.view.epoch);
+}
+
+void on_wait_over(driver_ptr self, uint64_t n) {
+  auto& st = self->state;
+  auto since = st.absent_since;
+  auto wait = std::chrono::milliseconds{st.cfg.pipeline.stage_wait_ms};
+  if (n != st.absences || since == std::chrono::steady_clock::time_point{} ||
+      st.finished || std::chrono::steady_clock::now() - since < wait)
+    return; // back in time, or not this absence's check
+  // The stages out all along; else (each came for a while, never all at
+  // once) those out now.
+  auto out = st.absent;
+  if (out.empty()) {
+    std::map<uint32_t, node_info> members;
+    all_stages(self, st.view, members);
+    out = lacking(self, members);
+  }
+  std::string gone;
+  for (auto r : out)
+    gone += (gone.empty() ? "" : ", ") + std::to_string(r);
+  self->quit(caf::make_error(
+      errc::member_missing,
+      who(self) + (out.size() == 1 ? ": stage " : ": stages ") + gone +
+          " of replica " + std::to_string(st.replica) +
+          " not in the cluster for " + std::to_string(wait.count()) +
+          " ms (--pipeline.stage-wait-ms): the pipeline cannot go on"
+          " without it, so this stage ends too (not restarted); bring it"
+          " back and start the job again with the same"
+          " --pipeline.checkpoint-dir to resume from the stages'"
+          " checkpoints"));
 }
 
 void find_lead(driver_ptr self) {

@@ -20,10 +20,13 @@ namespace troupe {
 namespace {
 
 /// One line; exit_bad_config (not restarted: the same flags fail again)
-/// for a flag, model, data or device that cannot be had, else exit_failed.
+/// for a flag, model, data or device that cannot be had, exit_job_stuck
+/// (not restarted either) for a stage missing too long, else exit_failed.
 int fail(const std::string& what, const caf::error& err) {
   stderr_line() << "*** stage failed: " << what << ": " << describe(err)
                 << '\n';
+  if (err == errc::member_missing)
+    return exit_job_stuck;
   return err == errc::invalid_config || err == errc::device_failed
              ? exit_bad_config
              : exit_failed;

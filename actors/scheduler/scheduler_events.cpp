@@ -36,7 +36,7 @@ void record(self_ptr self, event_record e) {
   auto& evs = self->state.events;
   bool bad = e.kind == "crashed" || e.kind == "gave-up" ||
              e.kind == "agent-down" || e.kind == "exited" || e.kind == "lost" ||
-             e.kind == "unreplicated";
+             e.kind == "unreplicated" || e.kind == "stuck";
   if (bad)
     TROUPE_LOG(warning, "scheduler", "event ", to_json(e));
   else

@@ -282,6 +282,25 @@ private:
     }
   }
 
+  /// Exits that end the job without a restart: the code, the agent's
+  /// closing line after the child's name, its log line, the event.
+  struct job_end {
+    int code;
+    const char* summary;
+    const char* log;
+    const char* kind;
+  };
+  static constexpr job_end job_ends[] = {
+      {exit_job_failed,
+       " reached the end, and its check failed (its output says what"
+       " differed)",
+       " finished, and its check failed", "check-failed"},
+      {exit_job_stuck,
+       " could not go on: a member the job needs was missing longer than"
+       " its bound (its output says which)",
+       " ended: a member the job needs is missing", "stuck"},
+  };
+
   void on_child_event(const child_event& e) {
     switch (e.kind) {
     case child_event::started: {
@@ -299,15 +318,14 @@ private:
         report("finished", e.child, e.pid, e.detail, e.at);
         return;
       }
-      if (e.detail == describe_exit(exit_job_failed << 8)) { // 1 as well
-        job_failed_.push_back(e.child + " reached the end, and its check"
-                                        " failed (its output says what"
-                                        " differed): not restarted");
-        TROUPE_LOG(error, "agent", e.child, " (pid ", e.pid,
-                   ") finished, and its check failed");
-        report("check-failed", e.child, e.pid, e.detail, e.at);
-        return;
-      }
+      // 1 as well: the job's end, not a fault; the agent ends non-zero.
+      for (auto& end : job_ends)
+        if (e.detail == describe_exit(end.code << 8)) {
+          job_failed_.push_back(e.child + end.summary + ": not restarted");
+          TROUPE_LOG(error, "agent", e.child, " (pid ", e.pid, ")", end.log);
+          report(end.kind, e.child, e.pid, e.detail, e.at);
+          return;
+        }
       TROUPE_LOG(warning, "agent", e.child, " (pid ", e.pid,
                  ") exited: ", e.detail);
       report("exited", e.child, e.pid, e.detail, e.at);
@@ -355,7 +373,8 @@ private:
   std::map<std::string, int> started_; // child -> latest pid
   std::set<std::string> restarting_;   // waiting for a restart
   std::vector<std::string> given_up_;
-  /// Children that reached the job's end and failed its check.
+  /// Children that reached the job's end and failed its check, or could
+  /// not go on without a member.
   std::vector<std::string> job_failed_;
   std::vector<fault_action> faults_;
   size_t next_fault_ = 0;

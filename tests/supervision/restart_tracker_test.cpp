@@ -76,6 +76,15 @@ BOOST_AUTO_TEST_CASE(a_job_whose_check_failed_is_done_not_restarted) {
              restart_tracker::decision::done);
 }
 
+BOOST_AUTO_TEST_CASE(a_stage_that_cannot_go_on_is_done_not_restarted) {
+  // A pipeline stage whose neighbour stayed away past --pipeline.stage-wait-ms
+  // exits exit_job_stuck: restarted, it would wait for the same neighbour
+  // again, and an agent restarting it so, minutes apart, never gave it up.
+  restart_tracker t{restart_policy{}};
+  BOOST_TEST(t.on_exit(t0, exited_with(exit_job_stuck)).kind ==
+             restart_tracker::decision::done);
+}
+
 BOOST_AUTO_TEST_CASE(a_bad_configuration_is_given_up_at_once) {
   // At 461a80d a trainer asking for --device=cuda:99 on a machine without
   // it exited 2 with its line, and was restarted into the same line four

@@ -4,7 +4,8 @@
 // mini-batch and start again from the stages' checkpoints: the final
 // weights are those of a run without the kill, bit for bit. Wrong flags,
 // missing data and a metrics file that cannot be written are refused in
-// one line, with exit 2 (not restarted).
+// one line, with exit 2 (not restarted); a stage that never comes, or is
+// given up, ends the others after --pipeline.stage-wait-ms (exit 5).
 #define BOOST_TEST_MODULE pipeline_cluster_test
 #include <boost/test/unit_test.hpp>
 
@@ -166,6 +167,73 @@ BOOST_AUTO_TEST_CASE(a_metrics_file_that_cannot_be_written_ends_the_job) {
     ++said;
   BOOST_CHECK_MESSAGE(said == stages, said << " of " << stages << " stages"
                                            << " said it: " << agent->output());
+}
+
+namespace {
+
+/// Runs `agent` to its end: each of `waiting` stages ends in the line of a
+/// stage missing (`gone`) and exit 5, which the agent names and does not
+/// restart, and the agent exits non-zero.
+void check_stuck(child_process& agent, size_t waiting,
+                 const std::string& gone) {
+  auto rc = agent.wait_exit(90s);
+  BOOST_REQUIRE_MESSAGE(rc, "the agent did not end: " << agent.output());
+  BOOST_TEST_MESSAGE("the agent's output:\n" << agent.output());
+  BOOST_CHECK_NE(*rc, 0);
+  auto count = [&agent](const std::string& line) {
+    size_t n = 0;
+    for (auto at = agent.output().find(line); at != std::string::npos;
+         at = agent.output().find(line, at + 1))
+      ++n;
+    return n;
+  };
+  auto said = count("*** stage failed: stage: member_missing: ");
+  auto named = count(gone + " not in the cluster for 2000 ms"
+                            " (--pipeline.stage-wait-ms)");
+  auto ended = count(" could not go on: a member the job needs was missing");
+  BOOST_CHECK_MESSAGE(said == waiting && named == waiting && ended == waiting,
+                      said << ", " << named << " and " << ended << " of "
+                           << waiting << " stages: " << agent.output());
+  BOOST_CHECK_MESSAGE(count(" restarted (pid ") == 0, agent.output());
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_stage_given_up_ends_the_job_after_the_stage_wait) {
+  // Stage 1 kills its process in mini-batch 27 and its agent gives it up
+  // (no restart allowed). Before, the two other stages waited for it for
+  // ever, and the agent with them; now each ends after
+  // --pipeline.stage-wait-ms with its line and exit 5 (not restarted).
+  // Nothing is lost: the job started again resumes from the checkpoint of
+  // 20 (each stage writes it while it goes on: 7 mini-batches' time, as
+  // the kill test's 47 and 40).
+  scheduler_process s{0, stages};
+  temp_dir d;
+  auto agent = start_agent(
+      s, 0, stages,
+      job_flags(d.path, {"--pipeline.fault-kill=1@27", "--agent.max-restarts=0",
+                         "--pipeline.stage-wait-ms=2000"}));
+  check_stuck(*agent, stages - 1, "stage 1 of replica 0");
+  BOOST_CHECK_MESSAGE(agent->output().find(" gave up: exited 1 time") !=
+                          std::string::npos,
+                      agent->output());
+  s.proc->signal(SIGTERM);
+  s.proc->wait_exit(10s);
+  auto again = run_job(d.path);
+  BOOST_CHECK_MESSAGE(again.find(": at mini-batch 20") != std::string::npos,
+                      again);
+  BOOST_CHECK_GT(accuracy_in(again), 0.5);
+}
+
+BOOST_AUTO_TEST_CASE(a_stage_that_never_comes_ends_the_job_after_the_wait) {
+  // Two of the three stages: the pipeline never starts, and they end.
+  scheduler_process s{0, stages};
+  temp_dir d;
+  auto agent =
+      start_agent(s, 0, stages - 1,
+                  job_flags(d.path, {"--cluster.workers=3",
+                                     "--pipeline.stage-wait-ms=2000"}));
+  check_stuck(*agent, stages - 1, "stage 2 of replica 0");
 }
 
 namespace {
