@@ -72,6 +72,7 @@ void log_line(log_level lvl, const std::string& who, const std::string& what) {
 
 stderr_line::~stderr_line() {
   auto text = out_.str();
+  std::fflush(stdout); // as std::cerr, tied to std::cout, did
   std::lock_guard<std::mutex> guard{out_mtx};
   // stderr is unbuffered: one fwrite is one write(2) of the whole text.
   std::fwrite(text.data(), 1, text.size(), stderr);

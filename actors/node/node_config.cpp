@@ -321,8 +321,8 @@ void node_config::add_pipeline_options() {
       .add(pipeline.steps, "steps",
            "stop after this many mini-batches; 0 = --train.epochs")
       .add(pipeline.stage_wait_ms, "stage-wait-ms",
-           "a stage missing from the cluster this long ends the job (each"
-           " other stage exits 5); 0 = wait for ever")
+           "a stage missing from the cluster this long ends the other"
+           " stages of its replica (exit 5); 0 = wait for ever")
       .add(pipeline.fault_kill, "fault-kill",
            "fault injection: S@K, stage S kills its process in mini-batch K"
            " (once); S@K:push, in its push of K to the servers");

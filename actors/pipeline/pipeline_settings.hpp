@@ -47,8 +47,9 @@ struct pipeline_settings {
   /// How long a stage waits for a stage of its replica that is not in the
   /// cluster (never came, or left and was not brought back) before it ends
   /// with one line and exit_job_stuck (its agent does not restart it: the
-  /// restart would wait again), in ms; 0 = for ever. Default 300000 (5
-  /// min: an agent restarts a stage in seconds, or gives it up).
+  /// restart would wait again), in ms; 0 = for ever. Other replicas train
+  /// on. Default 300000 (5 min: an agent restarts a stage in seconds, or
+  /// gives it up).
   uint32_t stage_wait_ms = 300000;
   /// Fault injection, "S@K": stage S kills its own process (SIGKILL) in
   /// the middle of mini-batch K, once per checkpoint folder (its agent

@@ -235,16 +235,21 @@ void on_wait_over(driver_ptr self, uint64_t n) {
   std::string gone;
   for (auto r : out)
     gone += (gone.empty() ? "" : ", ") + std::to_string(r);
+  // Where the weights to resume from are: the stages' own checkpoints, or
+  // (hybrid) the servers'.
+  auto resume = hybrid(self) ? " with --resume to go on from the servers'"
+                               " last checkpoint (--checkpoint.dir)"
+                             : " with the same --pipeline.checkpoint-dir to"
+                               " resume from the stages' checkpoints";
   self->quit(caf::make_error(
       errc::member_missing,
       who(self) + (out.size() == 1 ? ": stage " : ": stages ") + gone +
           " of replica " + std::to_string(st.replica) +
           " not in the cluster for " + std::to_string(wait.count()) +
-          " ms (--pipeline.stage-wait-ms): the pipeline cannot go on"
+          " ms (--pipeline.stage-wait-ms): the replica cannot go on"
           " without it, so this stage ends too (not restarted); bring it"
-          " back and start the job again with the same"
-          " --pipeline.checkpoint-dir to resume from the stages'"
-          " checkpoints"));
+          " back and start the job again" +
+          resume));
 }
 
 void find_lead(driver_ptr self) {

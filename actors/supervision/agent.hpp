@@ -14,8 +14,10 @@
 //   running -3-> running      3: the policy gave up on a child: event
 //                                "gave-up"; its siblings go on
 //   running -4-> finished     4: every worker exited normally (or was
-//                                given up on): servers get SIGTERM; exit 0,
-//                                or 1 with one line per child given up on
+//                                given up on, or ended the job: exit 4, its
+//                                check failed; 5, a member it needs stayed
+//                                away): servers get SIGTERM; exit 0, or 1
+//                                with one line per such child
 //   any -5-> finished         5: scheduler down, or SIGINT/SIGTERM to the
 //                                agent: every child is stopped; exit 1
 //                                (scheduler down) or 0

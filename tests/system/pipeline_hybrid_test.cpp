@@ -2,7 +2,8 @@
 // one agent) keep each stage's weights in sync through 2 shard servers. In
 // sync mode that is 2-worker data-parallel training on the same global
 // batches: the servers' final checkpoints of both jobs agree within 1e-5
-// relative. async and ssp runs train to the end too.
+// relative. async and ssp runs train to the end too, and so does one
+// replica when the other lacks a stage (whose two others end).
 #define BOOST_TEST_MODULE pipeline_hybrid_test
 #include <boost/test/unit_test.hpp>
 
@@ -236,4 +237,42 @@ BOOST_AUTO_TEST_CASE(async_and_ssp_hybrids_train_to_the_end) {
       for (auto x : v)
         BOOST_REQUIRE_MESSAGE(std::isfinite(x), mode << ": a weight is " << x);
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_replica_short_of_a_stage_ends_and_the_other_trains_on) {
+  // Five of the six stage processes: replica 1 lacks its stage 2. Its two
+  // stages end after --pipeline.stage-wait-ms, each in one line that
+  // points at the servers' checkpoint (hybrid stages keep none), with exit
+  // 5; replica 0 trains to the end, and the agent ends non-zero.
+  temp_dir data;
+  write_split(data.path, "train", 1280);
+  write_split(data.path, "t10k", 200);
+  temp_dir ck;
+  auto flags = shared_flags("sync", data.path, ck.path) + stage_flags("1f1b") +
+               std::vector<std::string>{"--pipeline.stage-wait-ms=2000"};
+  scheduler_process s{2, 6, flags};
+  auto agent = start_agent(
+      s, 2, 5, flags + std::vector<std::string>{"--cluster.workers=6"});
+  auto rc = agent->wait_exit(std::chrono::seconds{200});
+  BOOST_REQUIRE_MESSAGE(rc, "the agent did not end: " << agent->output());
+  BOOST_TEST_MESSAGE("the agent's output:\n" << agent->output());
+  BOOST_CHECK_NE(*rc, 0);
+  auto& out = agent->output();
+  auto count = [&out](const std::string& line) {
+    size_t n = 0;
+    for (auto at = out.find(line); at != std::string::npos;
+         at = out.find(line, at + 1))
+      ++n;
+    return n;
+  };
+  BOOST_CHECK_MESSAGE(count("stage 2 of replica 1 not in the cluster for 2000"
+                            " ms") == 2 &&
+                          count("start the job again with --resume to go on"
+                                " from the servers' last checkpoint") == 2 &&
+                          count(" could not go on: ") == 2,
+                      out);
+  BOOST_CHECK_MESSAGE(out.find("final test accuracy: ") != std::string::npos,
+                      "replica 0 did not train to the end: " << out);
+  s.proc->signal(SIGTERM);
+  s.proc->wait_exit(std::chrono::seconds{10});
 }
