@@ -26,7 +26,6 @@ template <class T> std::string why(const caf::expected<T>& x) {
   return x ? std::string{} : describe(x.error());
 }
 
-/// A fresh folder under /tmp, removed with everything in it at the end.
 /// The whole text of the file at `path`; "" if it cannot be read.
 inline std::string read_file(const std::string& path) {
   std::ifstream in{path};
@@ -35,6 +34,17 @@ inline std::string read_file(const std::string& path) {
   return out.str();
 }
 
+/// How many times `what` occurs in `text` (a line each of several
+/// processes, say).
+inline size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
+/// A fresh folder under /tmp, removed with everything in it at the end.
 struct temp_dir {
   std::string path;
   temp_dir() {

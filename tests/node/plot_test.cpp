@@ -5,7 +5,6 @@
 #include <boost/test/unit_test.hpp>
 
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "tests/system/child_process.hpp"
@@ -13,25 +12,6 @@
 
 using namespace troupe::test;
 using namespace std::chrono_literals;
-
-namespace {
-
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos;
-       at = text.find(what, at + 1))
-    ++n;
-  return n;
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in{path};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-} // namespace
 
 BOOST_AUTO_TEST_SUITE(plot_tests)
 
@@ -52,12 +32,12 @@ BOOST_AUTO_TEST_CASE(the_curves_of_a_job_are_drawn_with_gaps_for_nulls) {
   BOOST_CHECK_EQUAL(*rc, 0);
   BOOST_CHECK_MESSAGE(plot.output().find("4 points") != std::string::npos,
                       plot.output());
-  auto html = read_all(dir / "curves.html"); // beside the metrics
-  BOOST_CHECK_EQUAL(count(html, "<svg"), 3u);
+  auto html = read_file(dir / "curves.html"); // beside the metrics
+  BOOST_CHECK_EQUAL(occurrences(html, "<svg"), 3u);
   // Accuracy: one line through 4 points; loss and rate: broken at epoch
   // 2, a point alone and a line of two.
-  BOOST_CHECK_EQUAL(count(html, "<polyline"), 1u + 2u + 2u);
-  BOOST_CHECK_EQUAL(count(html, "<circle"), 4u + 3u + 3u);
+  BOOST_CHECK_EQUAL(occurrences(html, "<polyline"), 1u + 2u + 2u);
+  BOOST_CHECK_EQUAL(occurrences(html, "<circle"), 4u + 3u + 3u);
   BOOST_CHECK(html.find("test accuracy") != std::string::npos);
   BOOST_CHECK(html.find("0.8700") != std::string::npos); // the top label
 }

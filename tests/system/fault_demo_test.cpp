@@ -15,6 +15,7 @@
 
 #include "messages/membership.hpp"
 #include "tests/system/child_process.hpp"
+#include "tests/test_support.hpp"
 
 using namespace troupe::test;
 using namespace std::chrono_literals;
@@ -49,11 +50,7 @@ BOOST_AUTO_TEST_CASE(the_demo_survives_two_worker_kills_and_a_server_kill) {
   BOOST_REQUIRE_MESSAGE(json_at != std::string::npos, out);
   auto json = out.substr(json_at, out.find('\n', json_at) - json_at);
   BOOST_TEST_MESSAGE(json);
-  size_t faults = 0;
-  for (auto at = json.find("\"fault\""); at != std::string::npos;
-       at = json.find("\"fault\"", at + 1))
-    ++faults;
-  BOOST_CHECK_EQUAL(faults, 3u);
+  BOOST_CHECK_EQUAL(occurrences(json, "\"fault\""), 3u);
   BOOST_CHECK_MESSAGE(json.find("\"noticed_ms\":null") == std::string::npos &&
                           json.find("\"rejoined_ms\":null") ==
                               std::string::npos &&

@@ -161,10 +161,7 @@ BOOST_AUTO_TEST_CASE(a_metrics_file_that_cannot_be_written_ends_the_job) {
   const std::string line = "*** stage failed: --train.metrics-file: "
                            "invalid_config: cannot write /nonexistent/m.jsonl:"
                            " No such file or directory";
-  size_t said = 0;
-  for (auto at = agent->output().find(line); at != std::string::npos;
-       at = agent->output().find(line, at + 1))
-    ++said;
+  auto said = occurrences(agent->output(), line);
   BOOST_CHECK_MESSAGE(said == stages, said << " of " << stages << " stages"
                                            << " said it: " << agent->output());
 }
@@ -181,11 +178,7 @@ void check_stuck(child_process& agent, size_t waiting,
   BOOST_TEST_MESSAGE("the agent's output:\n" << agent.output());
   BOOST_CHECK_NE(*rc, 0);
   auto count = [&agent](const std::string& line) {
-    size_t n = 0;
-    for (auto at = agent.output().find(line); at != std::string::npos;
-         at = agent.output().find(line, at + 1))
-      ++n;
-    return n;
+    return occurrences(agent.output(), line);
   };
   auto said = count("*** stage failed: stage: member_missing: ");
   auto named = count(gone + " not in the cluster for 2000 ms"

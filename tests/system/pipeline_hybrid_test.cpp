@@ -259,11 +259,7 @@ BOOST_AUTO_TEST_CASE(a_replica_short_of_a_stage_ends_and_the_other_trains_on) {
   BOOST_CHECK_NE(*rc, 0);
   auto& out = agent->output();
   auto count = [&out](const std::string& line) {
-    size_t n = 0;
-    for (auto at = out.find(line); at != std::string::npos;
-         at = out.find(line, at + 1))
-      ++n;
-    return n;
+    return occurrences(out, line);
   };
   BOOST_CHECK_MESSAGE(count("stage 2 of replica 1 not in the cluster for 2000"
                             " ms") == 2 &&
