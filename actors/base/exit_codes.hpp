@@ -20,4 +20,36 @@ constexpr int exit_job_failed = 4;
 /// agent ends non-zero, naming it.
 constexpr int exit_job_stuck = 5;
 
+/// An exit that ends the job without a restart although it is not done: the
+/// code, the agent's closing words after the child's name, its log line
+/// after the child's name and pid, and the event's kind. The supervisor's
+/// restart decision and the agent's report both read this one list.
+struct job_end {
+  int code;
+  const char* summary;
+  const char* log;
+  const char* kind;
+};
+
+inline constexpr job_end job_ends[] = {
+    {exit_job_failed,
+     " reached the end, and its check failed (its output says what"
+     " differed)",
+     " finished, and its check failed", "check-failed"},
+    {exit_job_stuck,
+     " could not go on: a member the job needs was missing longer than"
+     " its bound (its output says which)",
+     " ended: a member the job needs is missing", "stuck"},
+};
+
+/// Whether exit code `code` ends the job (done, or one of job_ends).
+constexpr bool ends_the_job(int code) {
+  if (code == exit_done)
+    return true;
+  for (auto& end : job_ends)
+    if (end.code == code)
+      return true;
+  return false;
+}
+
 } // namespace troupe

@@ -282,25 +282,6 @@ private:
     }
   }
 
-  /// Exits that end the job without a restart: the code, the agent's
-  /// closing line after the child's name, its log line, the event.
-  struct job_end {
-    int code;
-    const char* summary;
-    const char* log;
-    const char* kind;
-  };
-  static constexpr job_end job_ends[] = {
-      {exit_job_failed,
-       " reached the end, and its check failed (its output says what"
-       " differed)",
-       " finished, and its check failed", "check-failed"},
-      {exit_job_stuck,
-       " could not go on: a member the job needs was missing longer than"
-       " its bound (its output says which)",
-       " ended: a member the job needs is missing", "stuck"},
-  };
-
   void on_child_event(const child_event& e) {
     switch (e.kind) {
     case child_event::started: {

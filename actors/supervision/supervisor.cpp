@@ -269,9 +269,7 @@ restart_tracker::restart_tracker(restart_policy p) : policy_(p) {
 restart_tracker::decision
 restart_tracker::on_exit(std::chrono::steady_clock::time_point now,
                          int wait_status, const std::string& what) {
-  if (WIFEXITED(wait_status) && (WEXITSTATUS(wait_status) == exit_done ||
-                                 WEXITSTATUS(wait_status) == exit_job_failed ||
-                                 WEXITSTATUS(wait_status) == exit_job_stuck))
+  if (WIFEXITED(wait_status) && ends_the_job(WEXITSTATUS(wait_status)))
     return {decision::done, milliseconds{0}, {}};
   if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == exit_bad_config)
     return {decision::give_up, milliseconds{0},

@@ -4,11 +4,10 @@
 //
 // Each child is a small state machine; the code cites the numbers:
 //
-//   running -1-> done       1: exited with code 0 (transient: not restarted),
-//                              exit_job_failed (the job ended, its check
-//                              failed: running its end again changes nothing)
-//                              or exit_job_stuck (a member the job needs is
-//                              gone: a restart would wait for it again)
+//   running -1-> done       1: exited with code 0 (transient: not restarted)
+//                              or one of job_ends (exit_codes.hpp: the job's
+//                              check failed, or a member it needs is gone;
+//                              a restart changes neither)
 //   running -2-> waiting    2: any other exit; the tracker says restart after
 //                              a back-off delay
 //   waiting -3-> running    3: delay over, started again (if the start fails
@@ -68,8 +67,7 @@ public:
 
   /// Judges an exit with waitpid status `wait_status` observed at `now`.
   /// Code 0 is done (transient children: a normal exit is not restarted),
-  /// and so are exit_job_failed and exit_job_stuck
-  /// (actors/base/exit_codes.hpp);
+  /// and so are the codes of job_ends (actors/base/exit_codes.hpp);
   /// exit_bad_config gives up at once (the same flags fail again);
   /// any other exit (non-zero code or a signal) is restarted unless
   /// max_restarts restarts already happened within the window ending at
