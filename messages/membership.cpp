@@ -280,6 +280,35 @@ caf::expected<event_record> event_from_json(const std::string& line) {
   return e;
 }
 
+void agent_ranks::learn(uint32_t pid, role about, uint32_t rank) {
+  if (pid == 0)
+    return;
+  if (rank_of_pid_.count(pid) == 0) {
+    order_.push_back(pid);
+    if (order_.size() > max_pids) {
+      rank_of_pid_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  rank_of_pid_[pid] = {about, rank};
+}
+
+void agent_ranks::apply(event_record& e) {
+  if (e.source.rfind("agent", 0) != 0)
+    return;
+  auto slot = e.source + '|' + e.detail.substr(0, e.detail.find(':'));
+  auto i = rank_of_pid_.find(e.pid);
+  if (i == rank_of_pid_.end())
+    if (auto last = pid_of_slot_.find(slot); last != pid_of_slot_.end())
+      i = rank_of_pid_.find(last->second);
+  if (e.pid != 0)
+    pid_of_slot_[slot] = e.pid;
+  if (i != rank_of_pid_.end()) {
+    e.about = i->second.first;
+    e.rank = i->second.second;
+  }
+}
+
 const char* to_string(role x) {
   switch (x) {
   case role::scheduler:

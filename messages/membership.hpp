@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -142,6 +144,33 @@ std::string to_json(const event_record& x);
 /// The event of one line that to_json wrote (an events.jsonl line), or
 /// malformed_message naming what is wrong with it.
 caf::expected<event_record> event_from_json(const std::string& line);
+
+/// An agent names its children by its own slots ("worker-1" is its second
+/// worker), the scheduler by the ranks it gave them in order of joining:
+/// one process can be "worker-1" to its agent and worker 0 to the
+/// scheduler. This puts the scheduler's role and rank on an agent's event:
+/// that of the event's process, found by pid among the processes the
+/// scheduler admitted (learn); an event whose process has not joined (a
+/// restart, before the new process registers) takes that of the process its
+/// slot ran last. Otherwise the event keeps the slot's number. The slot
+/// stays at the front of the detail ("worker-1: ..."). Pids are matched
+/// alone: one pid on two hosts of one cluster may be taken for the other.
+class agent_ranks {
+public:
+  /// Process `pid` holds rank `rank` of `about` (a join; 0 is ignored).
+  void learn(uint32_t pid, role about, uint32_t rank);
+  /// Gives agent event `e` the scheduler's role and rank where known (an
+  /// event from another source is left alone).
+  void apply(event_record& e);
+
+private:
+  /// Most pids remembered; the oldest are forgotten.
+  static constexpr size_t max_pids = 65536;
+  std::map<uint32_t, std::pair<role, uint32_t>> rank_of_pid_;
+  std::deque<uint32_t> order_; // pids, oldest first
+  /// "agent 123|worker-1" -> the slot's last pid.
+  std::map<std::string, uint32_t> pid_of_slot_;
+};
 
 // -- limits checked by decode -----------------------------------------------
 

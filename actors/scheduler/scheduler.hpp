@@ -160,6 +160,9 @@ struct scheduler_state {
   uint64_t events_dropped = 0; // oldest ones no longer kept
   std::vector<std::pair<uint64_t, caf::response_promise>> event_polls;
   std::map<caf::actor_addr, std::string> reporters; // non-members reporting
+  /// The rank of every process admitted, by pid, for the agents' events
+  /// (which name their children by the agent's slots).
+  agent_ranks ranks_of_agents;
   /// Ranks of workers that finished their share and left: a worker that
   /// registers later takes a dead worker's rank (its data partition and its
   /// clock) before one of these.

@@ -88,6 +88,7 @@ void on_event(self_ptr self, const frame& f) {
     if (self->state.reporters.emplace(addr, e.source).second)
       self->monitor(addr);
   }
+  self->state.ranks_of_agents.apply(e); // an agent's slot -> our rank
   record(self, std::move(e));
 }
 

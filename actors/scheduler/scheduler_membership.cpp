@@ -243,6 +243,7 @@ frame admit(self_ptr self, const register_request& req, caf::actor handle) {
                  req.pid,  req.road};
   self->monitor(handle);
   self->state.members.push_back({info, handle, req.stage_group});
+  self->state.ranks_of_agents.learn(req.pid, req.kind, info.rank);
   ++self->state.joined[req.kind];
   TROUPE_LOG(info, "scheduler", to_string(req.kind), " ", info.rank,
              " joined (pid ", req.pid, ", ", req.host, ":", req.port, ")");

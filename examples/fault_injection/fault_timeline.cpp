@@ -106,29 +106,16 @@ void print_target(const char* what, int judged, int met) {
                 met == judged ? "MET" : "MISSED", met, judged);
 }
 
-/// An agent names its children by its own slots (worker-0 is its first
-/// worker), not by the ranks the scheduler gave them: its events about a
-/// child take the scheduler's rank of that child's process, found by pid
-/// (an event without a pid, "restarting", by its slot's last pid). The slot
-/// stays in the detail.
+/// Agents' events take the scheduler's rank of their process (agent_ranks):
+/// the scheduler did that for those whose process had joined when they came;
+/// the whole log knows every process that joined, later ones too.
 void use_scheduler_ranks(std::vector<event_record>& log) {
-  std::map<uint32_t, std::pair<role, uint32_t>> rank_of_pid;
+  agent_ranks ranks;
   for (auto& e : log)
-    if (e.source == "scheduler" && e.pid != 0)
-      rank_of_pid[e.pid] = {e.about, e.rank};
-  std::map<std::string, uint32_t> pid_of_slot; // "worker-0:" -> pid
-  for (auto& e : log) {
-    if (e.source.rfind("agent", 0) != 0)
-      continue;
-    auto slot = e.detail.substr(0, e.detail.find(':'));
-    auto pid = e.pid != 0 ? e.pid : pid_of_slot[slot];
-    if (e.pid != 0)
-      pid_of_slot[slot] = e.pid;
-    if (auto i = rank_of_pid.find(pid); i != rank_of_pid.end()) {
-      e.about = i->second.first;
-      e.rank = i->second.second;
-    }
-  }
+    if (e.source == "scheduler")
+      ranks.learn(e.pid, e.about, e.rank);
+  for (auto& e : log)
+    ranks.apply(e);
 }
 
 /// `heartbeat_timeout_ms`: the cluster's --middleman.connection-timeout,

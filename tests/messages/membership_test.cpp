@@ -225,6 +225,50 @@ BOOST_AUTO_TEST_CASE(an_events_jsonl_line_reads_back_and_bad_lines_say_why) {
   says(swap("\"kind\":\"cut\"", "\"kind\":7"), "type");
 }
 
+BOOST_AUTO_TEST_CASE(an_agents_event_takes_the_rank_the_scheduler_gave) {
+  agent_ranks ranks;
+  auto agent_event = [](const char* kind, uint32_t pid, std::string slot) {
+    return event_record{1,   kind,         role::worker, 1,
+                        pid, slot + ": x", "agent 77"};
+  };
+  // Not joined yet: the slot's number stays.
+  auto started = agent_event("started", 500, "worker-1");
+  ranks.apply(started);
+  BOOST_CHECK_EQUAL(started.rank, 1u);
+  // pid 500 joined as worker 0: its events say worker 0.
+  ranks.learn(500, role::worker, 0);
+  auto exited = agent_event("exited", 500, "worker-1");
+  ranks.apply(exited);
+  BOOST_CHECK_EQUAL(exited.rank, 0u);
+  BOOST_CHECK_EQUAL(exited.detail, "worker-1: x");
+  // The slot's next process, not joined yet: the rank its last one held.
+  auto restarting = agent_event("restarting", 0, "worker-1");
+  ranks.apply(restarting);
+  BOOST_CHECK_EQUAL(restarting.rank, 0u);
+  auto restarted = agent_event("restarted", 501, "worker-1");
+  ranks.apply(restarted);
+  BOOST_CHECK_EQUAL(restarted.rank, 0u);
+  // It joins as worker 3 after all: its own rank wins.
+  ranks.learn(501, role::worker, 3);
+  auto injected = agent_event("injected", 501, "worker-1");
+  ranks.apply(injected);
+  BOOST_CHECK_EQUAL(injected.rank, 3u);
+  // A server's pid gives the server's role; another agent's slot of the
+  // same name is another slot; the scheduler's own events are left alone.
+  ranks.learn(600, role::server, 2);
+  auto server = agent_event("exited", 600, "server-0");
+  ranks.apply(server);
+  BOOST_CHECK(server.about == role::server);
+  BOOST_CHECK_EQUAL(server.rank, 2u);
+  auto other = agent_event("restarting", 0, "worker-1");
+  other.source = "agent 78";
+  ranks.apply(other);
+  BOOST_CHECK_EQUAL(other.rank, 1u);
+  event_record own{1, "crashed", role::worker, 5, 500, "worker 5", "scheduler"};
+  ranks.apply(own);
+  BOOST_CHECK_EQUAL(own.rank, 5u);
+}
+
 BOOST_AUTO_TEST_CASE(a_frame_with_unaligned_bytes_still_decodes) {
   auto f = encode(barrier_request{"x", role::server, 1});
   // Copy into a buffer whose data starts one byte off an 8-byte boundary.

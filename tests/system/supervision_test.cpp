@@ -311,6 +311,49 @@ BOOST_AUTO_TEST_CASE(a_finished_job_whose_check_failed_ends_once_nonzero) {
                       dump(evs));
 }
 
+BOOST_AUTO_TEST_CASE(an_agents_events_name_the_schedulers_rank) {
+  // The test's own counter joins first, as worker 0; the agent's worker-0
+  // is then worker 1 to the scheduler. Killed, its agent's events about it
+  // (exited, restarting, restarted) say worker 1, as the scheduler's do.
+  scheduler_process s{1, 2};
+  event_reader log{s.port};
+  auto counter = std::vector<std::string>{
+      "--optimizer.name=sum", "--server.mode=async", "--worker.keys=3",
+      "--worker.key-floats=40000"}; // as start_counter
+  auto other = start_counter(s, 1000000, counter);
+  BOOST_REQUIRE_MESSAGE(log.wait_for_event([&other](const event_record& e) {
+    return is(e, "joined", role::worker) && e.pid == uint32_t(other->pid());
+  }),
+                        dump(log.events()) << other->output());
+  counter.insert(counter.begin(),
+                 {"--worker.task=counter", "--worker.steps=1000000",
+                  "--cluster.workers=2"});
+  auto agent = start_agent(s, 1, 1, counter);
+  auto victim = child_pid(*agent, "worker-0");
+  auto joined = log.wait_for_event([victim](const event_record& e) {
+    return is(e, "joined", role::worker) && e.pid == uint32_t(victim);
+  });
+  BOOST_REQUIRE_MESSAGE(joined, dump(log.events()) << agent->output());
+  BOOST_REQUIRE_EQUAL(joined->rank, 1u);
+  ::kill(victim, SIGKILL);
+  auto restarted = log.wait_for_event(
+      [](const event_record& e) { return is(e, "restarted", role::worker); });
+  BOOST_REQUIRE_MESSAGE(restarted, dump(log.events()) << agent->output());
+  auto evs = log.events();
+  for (const char* kind : {"exited", "restarting", "restarted", "crashed"}) {
+    auto e =
+        std::find_if(evs.begin(), evs.end(), [kind](const event_record& e) {
+          return is(e, kind, role::worker);
+        });
+    BOOST_REQUIRE_MESSAGE(e != evs.end(), kind << " missing: " << dump(evs));
+    BOOST_CHECK_MESSAGE(e->rank == 1u, kind << ": " << dump(evs));
+  }
+  // The agent's own name of it stays in the detail.
+  BOOST_CHECK_EQUAL(restarted->detail.rfind("worker-0", 0), 0u);
+  agent->signal(SIGTERM);
+  BOOST_REQUIRE_MESSAGE(agent->wait_exit(20s), agent->output());
+}
+
 BOOST_AUTO_TEST_CASE(an_agent_stops_its_children_when_the_scheduler_dies) {
   auto s = std::make_unique<scheduler_process>(1, 0);
   auto agent = start_agent(*s, 1, 0, {});
