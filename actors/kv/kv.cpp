@@ -190,6 +190,12 @@ caf::error kv::leave() {
   return r ? caf::error{} : std::move(r.error());
 }
 
+caf::error kv::leave(const std::string& why) {
+  auto r =
+      impl_->call<uint64_t>(true, client_, impl_->timeout, leave_atom_v, why);
+  return r ? caf::error{} : std::move(r.error());
+}
+
 caf::expected<uint64_t> kv::resume_clock() {
   return impl_->call<uint64_t>(true, client_, impl_->timeout, clock_atom_v);
 }

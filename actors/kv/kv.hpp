@@ -63,6 +63,11 @@ public:
   /// work is over, before the process exits).
   caf::error leave();
 
+  /// This member cannot go on (`why`, for the event log): it leaves the view
+  /// now, not done (its rank is free for another process), so that its exit
+  /// reads as a departure, not a crash.
+  caf::error leave(const std::string& why);
+
   /// This worker's rank and current view (waits until joined).
   caf::expected<std::pair<uint32_t, cluster_view>> view();
 

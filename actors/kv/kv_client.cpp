@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -111,14 +112,20 @@ caf::response_promise on_barrier(self_ptr self, const std::string& name,
   return rp;
 }
 
-/// (leave_atom): leaves the view now (a departure, not a crash).
-caf::response_promise on_leave(self_ptr self) {
+/// (leave_atom[, why]): leaves the view now (a departure, not a crash):
+/// done, or (`why`) ending before the work is done.
+caf::response_promise on_leave(self_ptr self,
+                               std::optional<std::string> why = {}) {
   auto rp = self->make_response_promise();
-  self->request(self->state.scheduler, timeout_of(self), leave_atom_v)
-      .then([rp](uint64_t epoch) mutable { rp.deliver(epoch); },
-            [rp, limit = timeout_of(self)](caf::error& err) mutable {
-              rp.deliver(scheduler_timeout(std::move(err), "leave", limit));
-            });
+  auto asked = why ? self->request(self->state.scheduler, timeout_of(self),
+                                   leave_atom_v, std::move(*why))
+                   : self->request(self->state.scheduler, timeout_of(self),
+                                   leave_atom_v);
+  std::move(asked).then(
+      [rp](uint64_t epoch) mutable { rp.deliver(epoch); },
+      [rp, limit = timeout_of(self)](caf::error& err) mutable {
+        rp.deliver(scheduler_timeout(std::move(err), "leave", limit));
+      });
   return rp;
 }
 
@@ -201,6 +208,9 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
         return on_barrier(self, name, timeout_ms);
       },
       [self](leave_atom) { return on_leave(self); },
+      [self](leave_atom, std::string& why) {
+        return on_leave(self, std::move(why));
+      },
       [self](fault_atom, uint64_t clock) { // from this process alone
         auto from = self->current_sender();
         if (from != nullptr && from->node() == self->node())

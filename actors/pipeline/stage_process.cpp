@@ -138,6 +138,7 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
   }
   // The driver's end, or the client's: told to leave with the replica (a
   // stage of it crashed), it ends the process, which its agent restarts.
+  caf::error ended;
   self->receive([&](const caf::down_msg& dm) {
     if (dm.source == client.handle().address()) {
       rc = fail("the cluster",
@@ -146,13 +147,19 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
                                                              " ended"));
       kill();
     } else if (dm.reason && dm.reason != caf::exit_reason::normal) {
+      ended = dm.reason;
       rc = fail("stage", dm.reason);
     }
   });
+  // Done, or stuck (its replica lacks a stage): a departure, not a crash.
+  caf::error err;
   if (rc == 0)
-    if (auto err = client.leave())
-      stderr_line() << "*** stage: leaving the cluster: " << describe(err)
-                    << '\n';
+    err = client.leave();
+  else if (rc == exit_job_stuck)
+    err = client.leave("stuck: " + describe(ended));
+  if (err)
+    stderr_line() << "*** stage: leaving the cluster: " << describe(err)
+                  << '\n';
   return rc;
 }
 

@@ -58,6 +58,11 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_settings cfg) {
       },
       [self](events_atom) { return encode(self->state.events); },
       [self](leave_atom) { return on_leave(self); },
+      [self](leave_atom, std::string& why) {
+        if (why.size() > max_event_text)
+          why.resize(max_event_text);
+        return on_leave(self, std::move(why));
+      },
       [self](checkpoint_atom) {
         auto rp = self->make_response_promise();
         start_checkpoint(self, rp);

@@ -53,7 +53,10 @@ frame admit(self_ptr self, const register_request& req, caf::actor handle);
 
 caf::result<uint64_t> on_stale(self_ptr self, uint32_t backup, uint64_t link);
 
-uint64_t on_leave(self_ptr self);
+/// A member leaves the view (a departure, not a crash): done (no `why`: a
+/// worker's rank is not given to another, and the last one's leave takes
+/// the job's final checkpoint), or gone for reason `why` (its rank is free).
+uint64_t on_leave(self_ptr self, std::optional<std::string> why = {});
 
 /// The one down handler (transitions 1 and 3).
 void on_down(self_ptr self, const caf::down_msg& dm);

@@ -366,7 +366,7 @@ void on_other_down(self_ptr self, const caf::down_msg& dm) {
 
 } // namespace
 
-uint64_t on_leave(self_ptr self) {
+uint64_t on_leave(self_ptr self, std::optional<std::string> why) {
   auto& ms = self->state.members;
   auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
   auto i = std::find_if(ms.begin(), ms.end(), [&from](const auto& m) {
@@ -374,10 +374,16 @@ uint64_t on_leave(self_ptr self) {
   });
   if (i == ms.end())
     return self->state.epoch; // left already
-  TROUPE_LOG(info, "scheduler", to_string(i->info.kind), " ", i->info.rank,
-             " (pid ", i->info.pid, ") is done and leaves the cluster");
   self->demonitor(i->handle);
   bool worker = i->info.kind == role::worker;
+  if (why) {
+    TROUPE_LOG(info, "scheduler", to_string(i->info.kind), " ", i->info.rank,
+               " (pid ", i->info.pid, ") leaves the cluster: ", *why);
+    remove_member(self, i, "left", *why);
+    return self->state.epoch;
+  }
+  TROUPE_LOG(info, "scheduler", to_string(i->info.kind), " ", i->info.rank,
+             " (pid ", i->info.pid, ") is done and leaves the cluster");
   if (worker)
     self->state.finished_workers.insert(i->info.rank);
   remove_member(self, i, "left", "done");

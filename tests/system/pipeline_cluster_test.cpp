@@ -171,8 +171,8 @@ namespace {
 /// Runs `agent` to its end: each of `waiting` stages ends in the line of a
 /// stage missing (`gone`) and exit 5, which the agent names and does not
 /// restart, and the agent exits non-zero.
-void check_stuck(child_process& agent, size_t waiting,
-                 const std::string& gone) {
+void check_stuck(const scheduler_process& s, child_process& agent,
+                 size_t waiting, const std::string& gone) {
   auto rc = agent.wait_exit(90s);
   BOOST_REQUIRE_MESSAGE(rc, "the agent did not end: " << agent.output());
   BOOST_TEST_MESSAGE("the agent's output:\n" << agent.output());
@@ -188,6 +188,20 @@ void check_stuck(child_process& agent, size_t waiting,
                       said << ", " << named << " and " << ended << " of "
                            << waiting << " stages: " << agent.output());
   BOOST_CHECK_MESSAGE(count(" restarted (pid ") == 0, agent.output());
+  // To the scheduler, each left the view saying why, and none crashed.
+  auto evs = scheduler_client{s.port}.events();
+  std::set<uint32_t> stuck;
+  for (auto& e : evs)
+    if (e.kind == "left" &&
+        e.detail.rfind("stuck: member_missing: stage ", 0) == 0)
+      stuck.insert(e.pid);
+  BOOST_CHECK_MESSAGE(stuck.size() == waiting, dump(evs));
+  BOOST_CHECK_MESSAGE(std::none_of(evs.begin(), evs.end(),
+                                   [&stuck](const event_record& e) {
+                                     return e.kind == "crashed" &&
+                                            stuck.count(e.pid) != 0;
+                                   }),
+                      dump(evs));
 }
 
 } // namespace
@@ -206,7 +220,7 @@ BOOST_AUTO_TEST_CASE(a_stage_given_up_ends_the_job_after_the_stage_wait) {
       s, 0, stages,
       job_flags(d.path, {"--pipeline.fault-kill=1@27", "--agent.max-restarts=0",
                          "--pipeline.stage-wait-ms=2000"}));
-  check_stuck(*agent, stages - 1, "stage 1 of replica 0");
+  check_stuck(s, *agent, stages - 1, "stage 1 of replica 0");
   BOOST_CHECK_MESSAGE(agent->output().find(" gave up: exited 1 time") !=
                           std::string::npos,
                       agent->output());
@@ -226,7 +240,7 @@ BOOST_AUTO_TEST_CASE(a_stage_that_never_comes_ends_the_job_after_the_wait) {
       start_agent(s, 0, stages - 1,
                   job_flags(d.path, {"--cluster.workers=3",
                                      "--pipeline.stage-wait-ms=2000"}));
-  check_stuck(*agent, stages - 1, "stage 2 of replica 0");
+  check_stuck(s, *agent, stages - 1, "stage 2 of replica 0");
 }
 
 namespace {
