@@ -227,43 +227,36 @@ BOOST_AUTO_TEST_CASE(an_events_jsonl_line_reads_back_and_bad_lines_say_why) {
 
 BOOST_AUTO_TEST_CASE(an_agents_event_takes_the_rank_the_scheduler_gave) {
   agent_ranks ranks;
-  auto agent_event = [](const char* kind, uint32_t pid, std::string slot) {
-    return event_record{1,   kind,         role::worker, 1,
-                        pid, slot + ": x", "agent 77"};
+  // Agent `source`'s event about its child `slot` (process `pid`), which
+  // the agent numbers 1, as the scheduler names it.
+  auto seen = [&ranks](uint32_t pid, std::string slot,
+                       std::string source = "agent 77") {
+    event_record e{1, "exited", role::worker, 1, pid, slot + ": x", source};
+    ranks.apply(e);
+    BOOST_CHECK_EQUAL(e.detail, slot + ": x");
+    return std::make_pair(e.about, e.rank);
+  };
+  auto worker = [](uint32_t rank) {
+    return std::make_pair(role::worker, rank);
   };
   // Not joined yet: the slot's number stays.
-  auto started = agent_event("started", 500, "worker-1");
-  ranks.apply(started);
-  BOOST_CHECK_EQUAL(started.rank, 1u);
+  BOOST_CHECK(seen(500, "worker-1") == worker(1));
   // pid 500 joined as worker 0: its events say worker 0.
   ranks.learn(500, role::worker, 0);
-  auto exited = agent_event("exited", 500, "worker-1");
-  ranks.apply(exited);
-  BOOST_CHECK_EQUAL(exited.rank, 0u);
-  BOOST_CHECK_EQUAL(exited.detail, "worker-1: x");
-  // The slot's next process, not joined yet: the rank its last one held.
-  auto restarting = agent_event("restarting", 0, "worker-1");
-  ranks.apply(restarting);
-  BOOST_CHECK_EQUAL(restarting.rank, 0u);
-  auto restarted = agent_event("restarted", 501, "worker-1");
-  ranks.apply(restarted);
-  BOOST_CHECK_EQUAL(restarted.rank, 0u);
+  BOOST_CHECK(seen(500, "worker-1") == worker(0));
+  // The slot's next process (restarting: no pid; restarted: one that has
+  // not joined): the rank its last one held.
+  BOOST_CHECK(seen(0, "worker-1") == worker(0));
+  BOOST_CHECK(seen(501, "worker-1") == worker(0));
   // It joins as worker 3 after all: its own rank wins.
   ranks.learn(501, role::worker, 3);
-  auto injected = agent_event("injected", 501, "worker-1");
-  ranks.apply(injected);
-  BOOST_CHECK_EQUAL(injected.rank, 3u);
+  BOOST_CHECK(seen(501, "worker-1") == worker(3));
   // A server's pid gives the server's role; another agent's slot of the
-  // same name is another slot; the scheduler's own events are left alone.
+  // same name is another slot.
   ranks.learn(600, role::server, 2);
-  auto server = agent_event("exited", 600, "server-0");
-  ranks.apply(server);
-  BOOST_CHECK(server.about == role::server);
-  BOOST_CHECK_EQUAL(server.rank, 2u);
-  auto other = agent_event("restarting", 0, "worker-1");
-  other.source = "agent 78";
-  ranks.apply(other);
-  BOOST_CHECK_EQUAL(other.rank, 1u);
+  BOOST_CHECK(seen(600, "server-0") == std::make_pair(role::server, 2u));
+  BOOST_CHECK(seen(0, "worker-1", "agent 78") == worker(1));
+  // The scheduler's own events are left alone.
   event_record own{1, "crashed", role::worker, 5, 500, "worker 5", "scheduler"};
   ranks.apply(own);
   BOOST_CHECK_EQUAL(own.rank, 5u);
