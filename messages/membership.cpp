@@ -280,33 +280,38 @@ caf::expected<event_record> event_from_json(const std::string& line) {
   return e;
 }
 
-void agent_ranks::learn(uint32_t pid, role about, uint32_t rank) {
+void agent_ranks::learn(const std::string& host, uint32_t pid, role about,
+                        uint32_t rank) {
   if (pid == 0)
     return;
-  if (rank_of_pid_.count(pid) == 0) {
-    order_.push_back(pid);
-    if (order_.size() > max_pids) {
-      rank_of_pid_.erase(order_.front());
+  auto key = std::make_pair(host, pid);
+  if (by_process_.count(key) == 0) {
+    order_.push_back(key);
+    if (order_.size() > max_known) {
+      by_process_.erase(order_.front());
       order_.pop_front();
     }
   }
-  rank_of_pid_[pid] = {about, rank};
+  by_process_[key] = {about, rank};
 }
 
-void agent_ranks::apply(event_record& e) {
+void agent_ranks::apply(event_record& e, const std::string& host) {
   if (e.source.rfind("agent", 0) != 0)
     return;
-  auto slot = e.source + '|' + e.detail.substr(0, e.detail.find(':'));
-  auto i = rank_of_pid_.find(e.pid);
-  if (i == rank_of_pid_.end())
-    if (auto last = pid_of_slot_.find(slot); last != pid_of_slot_.end())
-      i = rank_of_pid_.find(last->second);
-  if (e.pid != 0)
-    pid_of_slot_[slot] = e.pid;
-  if (i != rank_of_pid_.end()) {
-    e.about = i->second.first;
-    e.rank = i->second.second;
-  }
+  auto slot =
+      host + '|' + e.source + '|' + e.detail.substr(0, e.detail.find(':'));
+  std::optional<rank_of> found;
+  if (auto p = by_process_.find({host, e.pid}); p != by_process_.end())
+    found = p->second;
+  else if (auto s = by_slot_.find(slot); s != by_slot_.end())
+    found = s->second;
+  if (!found)
+    return;
+  if (by_slot_.size() >= max_known && by_slot_.count(slot) == 0)
+    by_slot_.clear();
+  by_slot_[slot] = *found;
+  e.about = found->first;
+  e.rank = found->second;
 }
 
 const char* to_string(role x) {

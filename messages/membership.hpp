@@ -149,27 +149,31 @@ caf::expected<event_record> event_from_json(const std::string& line);
 /// worker), the scheduler by the ranks it gave them in order of joining:
 /// one process can be "worker-1" to its agent and worker 0 to the
 /// scheduler. This puts the scheduler's role and rank on an agent's event:
-/// that of the event's process, found by pid among the processes the
-/// scheduler admitted (learn); an event whose process has not joined (a
-/// restart, before the new process registers) takes that of the process its
-/// slot ran last. Otherwise the event keeps the slot's number. The slot
-/// stays at the front of the detail ("worker-1: ..."). Pids are matched
-/// alone: one pid on two hosts of one cluster may be taken for the other.
+/// that of the event's process, found by host and pid among the processes
+/// the scheduler admitted (learn); else (a restart before its process
+/// joins, a process that never joins) the last one found for the event's
+/// slot. Otherwise the event keeps the slot's number. The slot stays at the
+/// front of the detail ("worker-1: ..."). A host is what tells machines (or
+/// containers, each with pids of its own) apart: the host part of a CAF
+/// node id online; "" in a log read back, which has no hosts.
 class agent_ranks {
 public:
-  /// Process `pid` holds rank `rank` of `about` (a join; 0 is ignored).
-  void learn(uint32_t pid, role about, uint32_t rank);
-  /// Gives agent event `e` the scheduler's role and rank where known (an
-  /// event from another source is left alone).
-  void apply(event_record& e);
+  /// Process `pid` on `host` holds rank `rank` of `about` (a join; pid 0
+  /// is ignored).
+  void learn(const std::string& host, uint32_t pid, role about, uint32_t rank);
+  /// Gives event `e` of an agent on `host` the scheduler's role and rank
+  /// where known (an event from another source is left alone).
+  void apply(event_record& e, const std::string& host);
 
 private:
-  /// Most pids remembered; the oldest are forgotten.
-  static constexpr size_t max_pids = 65536;
-  std::map<uint32_t, std::pair<role, uint32_t>> rank_of_pid_;
-  std::deque<uint32_t> order_; // pids, oldest first
-  /// "agent 123|worker-1" -> the slot's last pid.
-  std::map<std::string, uint32_t> pid_of_slot_;
+  /// Most processes and slots remembered (then the oldest processes are
+  /// forgotten, and every slot).
+  static constexpr size_t max_known = 65536;
+  using rank_of = std::pair<role, uint32_t>;
+  std::map<std::pair<std::string, uint32_t>, rank_of> by_process_;
+  std::deque<std::pair<std::string, uint32_t>> order_; // oldest first
+  /// (host, agent, slot) -> what the slot's process was last found to be.
+  std::map<std::string, rank_of> by_slot_;
 };
 
 // -- limits checked by decode -----------------------------------------------

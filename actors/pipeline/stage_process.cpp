@@ -138,7 +138,7 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
   }
   // The driver's end, or the client's: told to leave with the replica (a
   // stage of it crashed), it ends the process, which its agent restarts.
-  caf::error ended;
+  caf::error ended; // the driver's reason, if it failed
   self->receive([&](const caf::down_msg& dm) {
     if (dm.source == client.handle().address()) {
       rc = fail("the cluster",
@@ -148,14 +148,14 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
       kill();
     } else if (dm.reason && dm.reason != caf::exit_reason::normal) {
       ended = dm.reason;
-      rc = fail("stage", dm.reason);
+      rc = fail("stage", ended);
     }
   });
   // Done, or stuck (its replica lacks a stage): a departure, not a crash.
   caf::error err;
   if (rc == 0)
     err = client.leave();
-  else if (rc == exit_job_stuck)
+  else if (rc == exit_job_stuck && ended) // its client still lives
     err = client.leave("stuck: " + describe(ended));
   if (err)
     stderr_line() << "*** stage: leaving the cluster: " << describe(err)

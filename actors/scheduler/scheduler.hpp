@@ -19,7 +19,8 @@
 //                                       may exit without looking crashed]
 //   (leave_atom, string why)         -> uint64_t epoch  [a member that is
 //                                       not done but must end (a stage
-//                                       without its replica) leaves so]
+//                                       without its replica) leaves so: an
+//                                       "ended" event, cut as a crash]
 //   (event_atom, frame Event)        an agent or server reports an event
 //   (stale_atom, uint32_t backup, uint64_t link) -> uint64_t epoch
 //                                    a server dropped its replica link

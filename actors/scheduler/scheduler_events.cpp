@@ -27,6 +27,13 @@ frame events_after(self_ptr self, uint64_t n) {
 
 } // namespace
 
+std::string host_of(const caf::node_id& n) {
+  if (!n)
+    return {};
+  auto s = to_string(n); // HOST#PID
+  return s.substr(0, s.find('#'));
+}
+
 void record(self_ptr self, event_record e) {
   metrics::counter("troupe_events_total", "cluster events, by kind",
                    {{"kind", e.kind}})
@@ -36,7 +43,7 @@ void record(self_ptr self, event_record e) {
   auto& evs = self->state.events;
   bool bad = e.kind == "crashed" || e.kind == "gave-up" ||
              e.kind == "agent-down" || e.kind == "exited" || e.kind == "lost" ||
-             e.kind == "unreplicated" || e.kind == "stuck";
+             e.kind == "unreplicated" || e.kind == "stuck" || e.kind == "ended";
   if (bad)
     TROUPE_LOG(warning, "scheduler", "event ", to_json(e));
   else
@@ -88,7 +95,8 @@ void on_event(self_ptr self, const frame& f) {
     if (self->state.reporters.emplace(addr, e.source).second)
       self->monitor(addr);
   }
-  self->state.ranks_of_agents.apply(e); // an agent's slot -> our rank
+  // An agent's slot -> our rank.
+  self->state.ranks_of_agents.apply(e, from ? host_of(from->node()) : "");
   record(self, std::move(e));
 }
 

@@ -53,9 +53,11 @@ frame admit(self_ptr self, const register_request& req, caf::actor handle);
 
 caf::result<uint64_t> on_stale(self_ptr self, uint32_t backup, uint64_t link);
 
-/// A member leaves the view (a departure, not a crash): done (no `why`: a
-/// worker's rank is not given to another, and the last one's leave takes
-/// the job's final checkpoint), or gone for reason `why` (its rank is free).
+/// A member leaves the view: done (no `why`: a "left" event; a worker's
+/// rank is not given to another, and the last one's leave takes the job's
+/// final checkpoint), or ending before its work is done for reason `why`
+/// (an "ended" event, not "crashed"; otherwise as a crash: its rank is
+/// free, and a stage's replica is cut with it).
 uint64_t on_leave(self_ptr self, std::optional<std::string> why = {});
 
 /// The one down handler (transitions 1 and 3).
@@ -134,6 +136,10 @@ void arm_waiting_report(self_ptr self);
 caf::result<uint64_t> on_barrier(self_ptr self, const frame& f);
 
 // -- events (scheduler_events.cpp) --------------------------------------------
+
+/// The host part of CAF node id `n` (its hash of the machine; "" for none):
+/// what tells the processes of one machine or container from another's.
+std::string host_of(const caf::node_id& n);
 
 /// Keeps `e` and logs it as one JSON line.
 void record(self_ptr self, event_record e);

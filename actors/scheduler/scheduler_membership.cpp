@@ -243,7 +243,8 @@ frame admit(self_ptr self, const register_request& req, caf::actor handle) {
                  req.pid,  req.road};
   self->monitor(handle);
   self->state.members.push_back({info, handle, req.stage_group});
-  self->state.ranks_of_agents.learn(req.pid, req.kind, info.rank);
+  self->state.ranks_of_agents.learn(host_of(handle.node()), req.pid, req.kind,
+                                    info.rank);
   ++self->state.joined[req.kind];
   TROUPE_LOG(info, "scheduler", to_string(req.kind), " ", info.rank,
              " joined (pid ", req.pid, ", ", req.host, ":", req.port, ")");
@@ -331,9 +332,10 @@ void remove_member(self_ptr self,
   if (info.kind == role::server)
     replace_placement(self);
   publish(self);
+  // A worker that did not finish (crashed, or ended saying why) is cut as
+  // a crash: a stage's replica is cut with it (scheduler_cuts.cpp).
   if (info.kind == role::worker)
-    start_cut(self, info.rank, stage_group,
-              std::string_view{kind} == "crashed");
+    start_cut(self, info.rank, stage_group, std::string_view{kind} != "left");
   else if (info.kind == role::server)
     servers_changed(self);
   abort_checkpoint_for(self, info);
@@ -376,10 +378,10 @@ uint64_t on_leave(self_ptr self, std::optional<std::string> why) {
     return self->state.epoch; // left already
   self->demonitor(i->handle);
   bool worker = i->info.kind == role::worker;
-  if (why) {
-    TROUPE_LOG(info, "scheduler", to_string(i->info.kind), " ", i->info.rank,
-               " (pid ", i->info.pid, ") leaves the cluster: ", *why);
-    remove_member(self, i, "left", *why);
+  if (why) { // not done: its rank is free, no final state to keep
+    TROUPE_LOG(warning, "scheduler", to_string(i->info.kind), " ", i->info.rank,
+               " (pid ", i->info.pid, ") ends before its work is done: ", *why);
+    remove_member(self, i, "ended", *why);
     return self->state.epoch;
   }
   TROUPE_LOG(info, "scheduler", to_string(i->info.kind), " ", i->info.rank,

@@ -27,7 +27,7 @@ tr.live td.health { color: #080; } svg { background: #fafafa; border: 1px solid 
 <svg id="curve-loss" width="480" height="200" data-points="0"></svg>
 <h2>Events</h2><ol id="events"></ol>
 <script>
-const bad = new Set(["crashed", "gave-up", "agent-down", "exited", "lost", "unreplicated", "stuck"]);
+const bad = new Set(["crashed", "gave-up", "agent-down", "exited", "lost", "unreplicated", "stuck", "ended"]);
 function text(s) { return String(s).replace(/[&<>]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;"})[c]); }
 function curve(id, points, key, label) {
   const svg = document.getElementById(id);

@@ -38,7 +38,7 @@ push_accounting account_pushes(const std::vector<event_record>& log,
     auto& r = ranks[e.rank];
     if (e.kind == "started" && e.clock) {
       r.runs.push_back(incarnation{*e.clock, *e.clock, true});
-    } else if (e.kind == "crashed" || e.kind == "left") {
+    } else if (e.kind == "crashed" || e.kind == "left" || e.kind == "ended") {
       ++r.departures;
     } else if (e.kind == "cut") {
       ++r.cuts;

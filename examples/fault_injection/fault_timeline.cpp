@@ -17,6 +17,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -108,14 +109,21 @@ void print_target(const char* what, int judged, int met) {
 
 /// Agents' events take the scheduler's rank of their process (agent_ranks):
 /// the scheduler did that for those whose process had joined when they came;
-/// the whole log knows every process that joined, later ones too.
+/// the whole log knows every process that joined, later ones too. The log
+/// has no hosts: a pid that held two ranks (two machines or containers) is
+/// left as the scheduler wrote it.
 void use_scheduler_ranks(std::vector<event_record>& log) {
+  std::map<uint32_t, std::set<std::pair<role, uint32_t>>> held;
+  for (auto& e : log)
+    if (e.source == "scheduler" && e.pid != 0)
+      held[e.pid].insert({e.about, e.rank});
   agent_ranks ranks;
+  for (auto& [pid, what] : held)
+    if (what.size() == 1)
+      ranks.learn("", pid, what.begin()->first, what.begin()->second);
   for (auto& e : log)
-    if (e.source == "scheduler")
-      ranks.learn(e.pid, e.about, e.rank);
-  for (auto& e : log)
-    ranks.apply(e);
+    if (e.pid == 0 || held[e.pid].size() <= 1)
+      ranks.apply(e, "");
 }
 
 /// `heartbeat_timeout_ms`: the cluster's --middleman.connection-timeout,

@@ -227,12 +227,13 @@ BOOST_AUTO_TEST_CASE(an_events_jsonl_line_reads_back_and_bad_lines_say_why) {
 
 BOOST_AUTO_TEST_CASE(an_agents_event_takes_the_rank_the_scheduler_gave) {
   agent_ranks ranks;
-  // Agent `source`'s event about its child `slot` (process `pid`), which
-  // the agent numbers 1, as the scheduler names it.
+  // Agent `source`'s (on host `host`) event about its child `slot`
+  // (process `pid`), which the agent numbers 1, as the scheduler names it.
   auto seen = [&ranks](uint32_t pid, std::string slot,
-                       std::string source = "agent 77") {
+                       std::string source = "agent 77",
+                       std::string host = "h1") {
     event_record e{1, "exited", role::worker, 1, pid, slot + ": x", source};
-    ranks.apply(e);
+    ranks.apply(e, host);
     BOOST_CHECK_EQUAL(e.detail, slot + ": x");
     return std::make_pair(e.about, e.rank);
   };
@@ -242,23 +243,33 @@ BOOST_AUTO_TEST_CASE(an_agents_event_takes_the_rank_the_scheduler_gave) {
   // Not joined yet: the slot's number stays.
   BOOST_CHECK(seen(500, "worker-1") == worker(1));
   // pid 500 joined as worker 0: its events say worker 0.
-  ranks.learn(500, role::worker, 0);
+  ranks.learn("h1", 500, role::worker, 0);
   BOOST_CHECK(seen(500, "worker-1") == worker(0));
-  // The slot's next process (restarting: no pid; restarted: one that has
-  // not joined): the rank its last one held.
+  // The slot's next processes (restarting: no pid; restarted, exited: ones
+  // that have not joined, crashing in a loop): the rank last found.
   BOOST_CHECK(seen(0, "worker-1") == worker(0));
   BOOST_CHECK(seen(501, "worker-1") == worker(0));
-  // It joins as worker 3 after all: its own rank wins.
-  ranks.learn(501, role::worker, 3);
-  BOOST_CHECK(seen(501, "worker-1") == worker(3));
+  BOOST_CHECK(seen(501, "worker-1") == worker(0));
+  BOOST_CHECK(seen(0, "worker-1") == worker(0));
+  BOOST_CHECK(seen(502, "worker-1") == worker(0));
+  // One joins as worker 3 after all: its own rank wins, and is the slot's.
+  ranks.learn("h1", 502, role::worker, 3);
+  BOOST_CHECK(seen(502, "worker-1") == worker(3));
+  BOOST_CHECK(seen(0, "worker-1") == worker(3));
   // A server's pid gives the server's role; another agent's slot of the
   // same name is another slot.
-  ranks.learn(600, role::server, 2);
+  ranks.learn("h1", 600, role::server, 2);
   BOOST_CHECK(seen(600, "server-0") == std::make_pair(role::server, 2u));
   BOOST_CHECK(seen(0, "worker-1", "agent 78") == worker(1));
+  // The same pid on another host (a container of its own) is another
+  // process.
+  ranks.learn("h2", 500, role::worker, 4);
+  BOOST_CHECK(seen(500, "worker-0", "agent 77", "h2") == worker(4));
+  BOOST_CHECK(seen(500, "worker-1") == worker(0));
+  BOOST_CHECK(seen(500, "worker-0", "agent 77", "h3") == worker(1));
   // The scheduler's own events are left alone.
   event_record own{1, "crashed", role::worker, 5, 500, "worker 5", "scheduler"};
-  ranks.apply(own);
+  ranks.apply(own, "h1");
   BOOST_CHECK_EQUAL(own.rank, 5u);
 }
 

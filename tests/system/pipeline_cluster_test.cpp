@@ -188,11 +188,11 @@ void check_stuck(const scheduler_process& s, child_process& agent,
                       said << ", " << named << " and " << ended << " of "
                            << waiting << " stages: " << agent.output());
   BOOST_CHECK_MESSAGE(count(" restarted (pid ") == 0, agent.output());
-  // To the scheduler, each left the view saying why, and none crashed.
+  // To the scheduler, each ended saying why, and none crashed.
   auto evs = scheduler_client{s.port}.events();
   std::set<uint32_t> stuck;
   for (auto& e : evs)
-    if (e.kind == "left" &&
+    if (e.kind == "ended" &&
         e.detail.rfind("stuck: member_missing: stage ", 0) == 0)
       stuck.insert(e.pid);
   BOOST_CHECK_MESSAGE(stuck.size() == waiting, dump(evs));

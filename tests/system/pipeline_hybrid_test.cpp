@@ -7,6 +7,7 @@
 #define BOOST_TEST_MODULE pipeline_hybrid_test
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "messages/checkpoint.hpp"
 #include "messages/errors.hpp"
 #include "tests/system/nodes.hpp"
+#include "tests/system/scheduler_client.hpp"
 #include "tests/test_support.hpp"
 
 using namespace troupe;
@@ -269,6 +271,19 @@ BOOST_AUTO_TEST_CASE(a_replica_short_of_a_stage_ends_and_the_other_trains_on) {
                       out);
   BOOST_CHECK_MESSAGE(out.find("final test accuracy: ") != std::string::npos,
                       "replica 0 did not train to the end: " << out);
+  // To the scheduler, replica 1's stages (workers 3 and 4) ended saying
+  // why (cut as crashed stages are), and nothing crashed.
+  auto evs = scheduler_client{s.port}.events();
+  std::set<uint32_t> ended;
+  for (auto& e : evs)
+    if (e.kind == "ended" && e.about == role::worker &&
+        e.detail.rfind("stuck: member_missing: ", 0) == 0)
+      ended.insert(e.rank);
+  BOOST_CHECK_MESSAGE((ended == std::set<uint32_t>{3, 4}), dump(evs));
+  BOOST_CHECK_MESSAGE(
+      std::none_of(evs.begin(), evs.end(),
+                   [](const event_record& e) { return e.kind == "crashed"; }),
+      dump(evs));
   s.proc->signal(SIGTERM);
   s.proc->wait_exit(std::chrono::seconds{10});
 }
