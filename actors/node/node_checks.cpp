@@ -31,14 +31,6 @@ caf::error node_config::check_modes() const {
                            " a push shows with its worker's next request, so"
                            " a step that pushes and pulls at once would wait"
                            " for itself; use --server.mode=sync");
-  if (worker.task == "stage" && scheduler.servers == 0 &&
-      optimizer.name != "sum" && optimizer.name != "sgd")
-    return caf::make_error(errc::invalid_config,
-                           "--worker.task=stage without servers applies"
-                           " SGD on each stage (--optimizer.lr,"
-                           " --optimizer.weight-decay and the lr schedule);"
-                           " --optimizer.name=" +
-                               optimizer.name + " needs --cluster.servers > 0");
   if (worker.task == "stage" && train.evals_per_epoch != 1)
     return caf::make_error(errc::invalid_config,
                            "--train.evals-per-epoch: a pipeline evaluates"

@@ -27,7 +27,11 @@ std::string stage_impl::who(stage_ptr self) {
 
 namespace {
 
+using stage_impl::arrays_of;
 using stage_impl::keep;
+using stage_impl::load_weights;
+using stage_impl::update_array;
+using stage_impl::weights_and_state;
 using stage_impl::who;
 
 bool is_first(stage_ptr self) {
@@ -204,7 +208,7 @@ void run_evals(stage_ptr self) {
   }
 }
 
-/// The finished mini-batch's SGD update: it is applied.
+/// The finished mini-batch's update: it is applied.
 caf::error apply_update(stage_ptr self) {
   auto& st = self->state;
   // On the host (a GPU's gradients come down first, its weights go up
@@ -212,11 +216,13 @@ caf::error apply_update(stage_ptr self) {
   auto down = st.model->download_gradients();
   auto params = st.model->parameters();
   auto grads = st.model->gradients();
-  sgd_params sgd{
-      decayed_lr(st.cfg.lr, st.cfg.lr_decay_steps, st.cfg.lr_decay, st.step),
-      st.cfg.weight_decay, 1.0f};
+  auto lr =
+      decayed_lr(st.cfg.lr, st.cfg.lr_decay_steps, st.cfg.lr_decay, st.step);
   for (size_t i = 0; down.ok() && i < params.size(); ++i)
-    sgd_update_cpu(params[i].data, grads[i].data, params[i].size, sgd);
+    if (auto k = update_array(self, lr, i, params[i], grads[i]);
+        k != kernel_status::ok)
+      down.error = "the " + st.cfg.optimizer + " update of array " +
+                   std::to_string(i) + ": " + to_string(k);
   if (auto up = down.ok() ? st.model->upload_parameters() : down; !up.ok()) {
     // The device broke: the stage ends, and its driver's supervision
     // restarts the pipeline from the last commit.
@@ -313,27 +319,6 @@ void drop_before(stage_ptr self, uint64_t step) {
       ev.end());
 }
 
-/// Takes `w` as the stage's weights: the arrays its pull names.
-caf::error load_weights(stage_ptr self, const std::vector<named_array>& w) {
-  auto& m = *self->state.model;
-  auto params = m.parameters();
-  if (w.size() != params.size())
-    return caf::make_error(errc::bad_shape, who(self) + ": weights of",
-                           w.size(), "arrays, want", params.size());
-  for (size_t i = 0; i < params.size(); ++i)
-    if (w[i].key != stage_key(m.first_layer(), i) ||
-        w[i].values.size() != params[i].size)
-      return caf::make_error(errc::bad_shape,
-                             who(self) + ": weights of the wrong key or size",
-                             w[i].key, w[i].values.size());
-  for (size_t i = 0; i < params.size(); ++i)
-    std::copy(w[i].values.begin(), w[i].values.end(), params[i].data);
-  if (auto up = m.upload_parameters(); !up.ok())
-    return caf::make_error(errc::device_failed,
-                           who(self) + ": loading weights: " + up.error);
-  return caf::none;
-}
-
 /// A new generation (reset_atom): see the header.
 caf::result<uint64_t> on_reset(stage_ptr self, uint64_t gen, uint64_t step,
                                const std::vector<named_array>& w) {
@@ -342,7 +327,7 @@ caf::result<uint64_t> on_reset(stage_ptr self, uint64_t gen, uint64_t step,
     return caf::make_error(errc::bad_shape, who(self) + ": generation", gen,
                            "is older than", st.gen);
   if (!w.empty())
-    if (auto err = load_weights(self, w))
+    if (auto err = load_weights(self, w, step))
       return err;
   if (st.running) {
     st.running = false;
@@ -408,16 +393,6 @@ caf::error check_waiting(stage_ptr self, uint64_t gen, uint64_t step) {
 }
 
 /// The stage's weights (or gradients) as named arrays.
-std::vector<named_array> arrays_of(stage_ptr self,
-                                   const std::vector<param_ref>& xs) {
-  auto& m = *self->state.model;
-  std::vector<named_array> out;
-  for (size_t i = 0; i < xs.size(); ++i) // weights, bias, per layer
-    out.push_back(
-        named_array{stage_key(m.first_layer(), i),
-                    std::vector<float>(xs[i].data, xs[i].data + xs[i].size)});
-  return out;
-}
 
 } // namespace
 
@@ -448,6 +423,15 @@ caf::behavior stage_actor(stage_ptr self, stage_settings cfg) {
   }
   st.plan = stage_plan(cfg.schedule, cfg.stage,
                        static_cast<uint32_t>(cfg.cut.size() - 1), cfg.micros);
+  if (optimizer_state_arrays(cfg.optimizer) < 0) {
+    self->quit(caf::make_error(errc::invalid_config,
+                               "pipeline: a stage applies sgd, momentum,"
+                               " nesterov or adam, not " +
+                                   cfg.optimizer));
+    return {};
+  }
+  st.velocity.resize(st.model->parameters().size());
+  st.moments.resize(st.model->parameters().size());
   return {
       [self](link_atom, caf::actor prev,
              caf::actor next) -> caf::result<uint64_t> {
@@ -480,9 +464,7 @@ caf::behavior stage_actor(stage_ptr self, stage_settings cfg) {
       [self](stats_atom, road_atom) -> caf::result<uint64_t, uint64_t> {
         return {self->state.road_tensors, self->state.caf_tensors};
       },
-      [self](pull_atom) {
-        return arrays_of(self, self->state.model->parameters());
-      },
+      [self](pull_atom) { return weights_and_state(self); },
       [self](push_atom, uint64_t gen,
              uint64_t step) -> caf::result<std::vector<named_array>> {
         if (auto err = check_waiting(self, gen, step))

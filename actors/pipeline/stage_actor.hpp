@@ -30,7 +30,9 @@
 //   (stats_atom, road_atom)         -> (tensors sent on roads, over CAF)
 //   (pull_atom)                     its weights: one named_array per
 //                                   array, keyed as the built-in trainer
-//                                   keys the whole model's (stage_key)
+//                                   keys the whole model's (stage_key),
+//                                   then its optimizer's state arrays
+//                                   (stage_state_key), if it has any
 //   (push_atom, gen, step)          with commit_apart: the finished
 //                                   mini-batch `step`'s gradients, keyed
 //                                   alike, for the shard servers to apply;
@@ -42,8 +44,9 @@
 //                                   a new generation: drop the mini-batch
 //                                   under way (its step is answered with
 //                                   an error) and every tensor of an older
-//                                   generation, take `weights` (none: keep
-//                                   them) as those after `step`
+//                                   generation, take `weights` (as pull
+//                                   gives them; none: keep them and the
+//                                   optimizer's state) as those after `step`
 //                                   mini-batches, and these neighbours;
 //                                   answered with `step`
 //   (stats_atom)                    -> (peak micro-batches held, peak
@@ -74,6 +77,8 @@
 
 #include "actors/device/device_settings.hpp"
 #include "actors/pipeline/schedule.hpp"
+#include "actors/server/optimizer_settings.hpp"
+#include "kernels/optimizer.hpp"
 #include "kernels/stage_backend.hpp"
 #include "messages/frame.hpp"
 #include "messages/named_array.hpp"
@@ -116,14 +121,33 @@ struct stage_settings {
   /// be opened before it starts); else the stage actor opens them.
   device_name device{};
   std::shared_ptr<stage_backend> backend{};
-  /// The rest of the stage's SGD (--optimizer.*): L2 weight decay, and lr
-  /// times lr_decay every lr_decay_steps mini-batches (0 = constant),
-  /// counted from mini-batch 0, so a pipeline restarted from a checkpoint
-  /// goes on with the same step sizes.
+  /// The rest of the stage's update (--optimizer.*): L2 weight decay
+  /// (decoupled for adam), and lr times lr_decay every lr_decay_steps
+  /// mini-batches (0 = constant), counted from mini-batch 0, so a pipeline
+  /// restarted from a checkpoint goes on with the same step sizes.
   float weight_decay = 0.0f;
   uint32_t lr_decay_steps = 0;
   float lr_decay = 1.0f;
+  /// The optimizer applied on commit: sgd, momentum, nesterov or adam
+  /// (kernels/optimizer.hpp), with these hyper-parameters. Its state (a
+  /// velocity, or adam's two moments, per array) goes out with the weights
+  /// (pull_atom) and comes back with them (reset_atom), keyed by
+  /// stage_state_key. A hybrid stage's servers apply the optimizer: it is
+  /// sgd here, unused.
+  std::string optimizer = "sgd";
+  float momentum = 0.9f;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
 };
+
+/// Arrays of optimizer state per parameter array: 0 (sgd), 1 (momentum,
+/// nesterov: the velocity) or 2 (adam: m, v); -1 for an unknown name.
+int optimizer_state_arrays(const std::string& optimizer);
+
+/// Puts --optimizer.* on `s`: the stage's own optimizer where it keeps its
+/// own weights (`own_weights`: no servers), else sgd (unused: the servers
+/// apply theirs).
+void take_optimizer(stage_settings& s, const optimizer_settings& opt,
+                    bool own_weights);
 
 struct stage_state {
   stage_settings cfg;
@@ -138,6 +162,9 @@ struct stage_state {
   stage_tensor batch;
   double loss = 0;
   caf::response_promise done;
+  // The optimizer's state per parameter array (stage_settings::optimizer).
+  std::vector<momentum_state> velocity;
+  std::vector<adam_state> moments;
   // The generation (reset_atom), the mini-batches applied, and whether the
   // finished step waits for its commit (commit_apart).
   uint64_t gen = 0;
@@ -176,6 +203,13 @@ using stage_ptr = caf::stateful_actor<stage_state>*;
 /// that a pipeline's stages and data-parallel workers name arrays alike.
 inline uint64_t stage_key(size_t first_layer, size_t i) {
   return 2 * first_layer + i + 1;
+}
+
+/// The key of state array `j` (0: velocity or adam's m, 1: adam's v) of the
+/// parameter array keyed `key`, in a stage's pull and checkpoints.
+constexpr uint64_t stage_state_key_step = uint64_t{1} << 48;
+inline uint64_t stage_state_key(uint64_t key, uint32_t j) {
+  return key + (uint64_t{j} + 1) * stage_state_key_step;
 }
 
 /// The stage actor of `cfg`; an error exits it at once (a bad spec or cut).

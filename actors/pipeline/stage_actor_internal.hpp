@@ -1,6 +1,7 @@
 // Shared by the stage actor's files only (stage_actor.hpp says what the
 // actor does): stage_actor.cpp runs the plan, stage_actor_roads.cpp moves
-// tensors between neighbours, on their roads or over CAF.
+// tensors between neighbours, on their roads or over CAF, stage_update.cpp
+// applies the optimizer and keeps its state.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include <caf/error.hpp>
 #include <caf/make_message.hpp>
 #include <caf/result.hpp>
 
@@ -55,6 +57,27 @@ void on_road(stage_ptr self, std::shared_ptr<road_message> m);
 /// The road with `serial` ended: what it did not acknowledge goes again
 /// over CAF, which carries that neighbour's tensors from now on.
 void on_road_down(stage_ptr self, uint64_t serial);
+
+// -- the optimizer (stage_update.cpp) -----------------------------------------
+
+/// The optimizer's step (cfg.optimizer at `lr`) on parameter array `i`,
+/// weights `w` and gradient `g`, with that array's state.
+kernel_status update_array(stage_ptr self, float lr, size_t i,
+                           const param_ref& w, const param_ref& g);
+
+/// Takes `w` as the stage's weights after `step` mini-batches: the arrays
+/// its pull names (the weights, then the optimizer's state); an error,
+/// and nothing taken, if they do not fit.
+caf::error load_weights(stage_ptr self, const std::vector<named_array>& w,
+                        uint64_t step);
+
+/// `xs` (the weights or the gradients) keyed by stage_key.
+std::vector<named_array> arrays_of(stage_ptr self,
+                                   const std::vector<param_ref>& xs);
+
+/// The weights, then the optimizer's state arrays (zeros before its first
+/// update), as pull_atom gives them.
+std::vector<named_array> weights_and_state(stage_ptr self);
 
 } // namespace stage_impl
 } // namespace troupe

@@ -458,9 +458,7 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         auto& opt = st.cfg.optimizer;
         stage_settings s{st.cfg.train.model, st.cfg.train.seed, st.cut, rank,
                          p.micro_batches,    p.schedule,        opt.lr};
-        s.weight_decay = opt.weight_decay;
-        s.lr_decay_steps = opt.lr_decay_steps;
-        s.lr_decay = opt.lr_decay;
+        take_optimizer(s, opt, !hybrid(self));
         s.commit_apart = true;
         s.member = member;
         // The stage's layers on its device, opened here so that a device

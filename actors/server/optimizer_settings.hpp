@@ -10,8 +10,8 @@
 namespace troupe {
 
 /// Optimizer of the shard servers (INI group "optimizer"), or of the
-/// workers (`on`). A pipeline stage without servers applies sgd itself,
-/// with lr, weight_decay and the schedule, counted in its mini-batches.
+/// workers (`on`). A pipeline stage without servers applies it itself
+/// (sum is sgd there), with the schedule counted in its mini-batches.
 struct optimizer_settings {
   /// sum (no optimizer: values += pushed sums), sgd, momentum, nesterov or
   /// adam.

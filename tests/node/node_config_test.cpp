@@ -130,9 +130,11 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--pipeline.stages=1"}, "--pipeline.stages");
   rejected({"--pipeline.micro-batches=0"}, "--pipeline.micro-batches");
   rejected({"--pipeline.cut=2,1"}, "--pipeline.cut");
-  rejected(
-      {"--worker.task=stage", "--cluster.servers=0", "--optimizer.name=adam"},
-      "--worker.task=stage");
+  for (auto opt : {"momentum", "nesterov", "adam"}) { // a stage applies it
+    node_config alone;
+    BOOST_CHECK(!parse(alone, {"--worker.task=stage", "--cluster.servers=0",
+                               std::string{"--optimizer.name="} + opt}));
+  }
   rejected(
       {"--worker.task=stage", "--cluster.servers=2", "--optimizer.name=sum"},
       "--worker.task=stage");

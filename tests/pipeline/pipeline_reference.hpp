@@ -60,18 +60,24 @@ inline void sgd_step(std::vector<param_ref> params,
                                  p) == kernel_status::ok);
 }
 
-/// The rest of a stage's SGD beside `lr` (stage_settings): L2 weight decay,
-/// and lr times `decay` every `every` mini-batches (0 = never).
-struct sgd_plan {
+/// The rest of a stage's update beside `lr` (stage_settings): L2 weight
+/// decay (decoupled for adam), lr times `decay` every `every` mini-batches
+/// (0 = never), and the optimizer, with stage_settings' defaults of its
+/// hyper-parameters.
+struct update_plan {
   float weight_decay = 0.0f;
   uint32_t every = 0;
   float decay = 1.0f;
+  std::string optimizer = "sgd";
 };
 
-/// Weights by name after `steps` ordinary steps of SGD under `plan`.
-inline weights ordinary(uint32_t steps, const sgd_plan& plan = {}) {
+/// Weights by name after `steps` ordinary steps under `plan`.
+inline weights ordinary(uint32_t steps, const update_plan& plan = {}) {
   auto m = fresh_model();
   float step_lr = lr;
+  auto n = m.parameters().size();
+  std::vector<momentum_state> velocity(n);
+  std::vector<adam_state> moments(n);
   for (uint32_t k = 0; k < steps; ++k) {
     if (plan.every != 0 && k > 0 && k % plan.every == 0)
       step_lr *= plan.decay;
@@ -79,8 +85,24 @@ inline weights ordinary(uint32_t steps, const sgd_plan& plan = {}) {
     float loss = 0;
     BOOST_REQUIRE(m.compute_gradients(b.x.data(), b.labels.data(), batch,
                                       &loss) == kernel_status::ok);
-    sgd_step(m.parameters(), m.gradients(),
-             sgd_params{step_lr, plan.weight_decay, 1.0f});
+    auto ws = m.parameters();
+    auto gs = m.gradients();
+    momentum_params mp{step_lr, 0.9f, plan.weight_decay, 1.0f};
+    adam_params ap{step_lr, 0.9f, 0.999f, 1e-8f, plan.weight_decay, 1.0f};
+    for (size_t i = 0; i < n; ++i) {
+      auto& o = plan.optimizer;
+      auto r =
+          o == "momentum"   ? momentum_update_cpu(ws[i].data, gs[i].data,
+                                                  ws[i].size, velocity[i], mp)
+          : o == "nesterov" ? nesterov_update_cpu(ws[i].data, gs[i].data,
+                                                  ws[i].size, velocity[i], mp)
+          : o == "adam"
+              ? adam_update_cpu(ws[i].data, gs[i].data, ws[i].size, moments[i],
+                                ap)
+              : sgd_update_cpu(ws[i].data, gs[i].data, ws[i].size,
+                               sgd_params{step_lr, plan.weight_decay, 1.0f});
+      BOOST_REQUIRE(r == kernel_status::ok);
+    }
   }
   weights out;
   for (auto& p : m.parameters())

@@ -76,27 +76,90 @@ BOOST_AUTO_TEST_CASE(stages_in_systems_of_their_own_talk_over_the_network) {
     check_pipeline(four.systems, s, 4, 4);
 }
 
-BOOST_AUTO_TEST_CASE(stages_follow_the_lr_schedule_and_the_weight_decay) {
-  // A stage keeping its own weights applies --optimizer.weight-decay and
-  // the lr schedule, counted in mini-batches (at f9f4d5e it applied plain
-  // SGD at --optimizer.lr and ignored both): lr halved every 2, L2 0.01.
+namespace {
+
+/// The weights of 3 stages in one actor system (1F1B, 4 micro-batches)
+/// after `steps` mini-batches under `plan`.
+weights trained(const update_plan& plan, uint32_t steps) {
   actor_systems one{1};
-  constexpr uint32_t steps = 5;
-  sgd_plan plan{0.01f, 2, 0.5f};
   auto& driver = *one.systems[0];
   pipeline pipe{driver, one.systems, pipeline_schedule::one_f_one_b,
                 3,      4,           road_kind::middleman,
                 plan};
   for (uint64_t k = 0; k < steps; ++k)
     BOOST_CHECK_GT(pipe.step(driver, k), 0.0);
+  return pipe.weights_of(driver);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(stages_follow_the_lr_schedule_and_the_weight_decay) {
+  // A stage keeping its own weights applies --optimizer.weight-decay and
+  // the lr schedule, counted in mini-batches (at f9f4d5e it applied plain
+  // SGD at --optimizer.lr and ignored both): lr halved every 2, L2 0.01.
+  constexpr uint32_t steps = 5;
+  update_plan plan{0.01f, 2, 0.5f};
   auto want = ordinary(steps, plan);
-  auto rel = worst_relative(want, pipe.weights_of(driver));
+  auto rel = worst_relative(want, trained(plan, steps));
   BOOST_CHECK_MESSAGE(rel <= 1e-5, rel);
   // The plan shows in the weights: plain SGD ends elsewhere.
   auto apart = worst_relative(want, ordinary(steps));
   BOOST_CHECK_MESSAGE(apart > 1e-3, apart);
   BOOST_TEST_MESSAGE("with the plan: " << rel << " from ordinary training, "
                                        << apart << " from plain SGD");
+}
+
+BOOST_AUTO_TEST_CASE(stages_apply_momentum_nesterov_and_adam_exactly) {
+  // A stage keeping its own weights applies --optimizer.name with its
+  // state beside them (at 4fbc233 a pipeline without servers refused all
+  // but sgd), under the lr schedule and the weight decay too.
+  constexpr uint32_t steps = 5;
+  for (std::string o : {"momentum", "nesterov", "adam"}) {
+    update_plan plan{0.01f, 2, 0.5f, o};
+    auto want = ordinary(steps, plan);
+    auto rel = worst_relative(want, trained(plan, steps));
+    BOOST_CHECK_MESSAGE(rel <= 1e-5, o << ": " << rel);
+    // The optimizer shows in the weights: sgd ends elsewhere.
+    auto apart = worst_relative(want, ordinary(steps, {0.01f, 2, 0.5f}));
+    BOOST_CHECK_MESSAGE(apart > 1e-3, o << ": " << apart);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_pipeline_reset_with_the_pulled_state_goes_on_exactly) {
+  // What a stage's checkpoint holds (its pull: the weights, then the
+  // optimizer's state) and a restart gives back (reset): 3 mini-batches,
+  // then new stages that take those, then 2 more, end where 5 in one go
+  // do. Weights without their state (zeros) end elsewhere.
+  actor_systems one{1};
+  auto& driver = *one.systems[0];
+  for (std::string o : {"momentum", "adam"}) {
+    update_plan plan{0.0f, 0, 1.0f, o};
+    auto run = [&](bool keep_state) {
+      pipeline a{driver, one.systems, pipeline_schedule::one_f_one_b,
+                 3,      4,           road_kind::middleman,
+                 plan};
+      for (uint64_t k = 0; k < 3; ++k)
+        a.step(driver, k);
+      auto arrays = a.pulled(driver);
+      for (auto& stage : arrays) {
+        BOOST_REQUIRE_EQUAL(stage.size() % (o == "adam" ? 3 : 2), 0u);
+        for (auto& x : stage)
+          if (!keep_state && x.key >= stage_state_key_step)
+            std::fill(x.values.begin(), x.values.end(), 0.0f);
+      }
+      pipeline b{driver, one.systems, pipeline_schedule::one_f_one_b,
+                 3,      4,           road_kind::middleman,
+                 plan};
+      b.reset(driver, arrays, 3);
+      for (uint64_t k = 3; k < 5; ++k)
+        b.step(driver, k);
+      return worst_relative(ordinary(5, plan), b.weights_of(driver));
+    };
+    auto rel = run(true);
+    BOOST_CHECK_MESSAGE(rel <= 1e-5, o << ": " << rel);
+    auto without = run(false);
+    BOOST_CHECK_MESSAGE(without > 1e-4, o << " without its state: " << without);
+  }
 }
 
 /// One actor system, and the model cut into two stages, for a stage
@@ -132,6 +195,37 @@ BOOST_FIXTURE_TEST_CASE(a_stage_refuses_bad_mini_batches_and_bad_cuts,
   self->receive([](const caf::down_msg& dm) {
     BOOST_CHECK(dm.reason == errc::invalid_config);
   });
+  // An optimizer a stage does not apply: the actor exits, naming it.
+  stage_settings sum{spec, 7, cut, 0, 1, pipeline_schedule::gpipe, lr};
+  sum.optimizer = "sum";
+  auto summing = sys.spawn(stage_actor, sum);
+  self->monitor(summing);
+  self->receive([&](const caf::down_msg& dm) {
+    BOOST_CHECK(dm.reason == errc::invalid_config);
+    BOOST_CHECK_MESSAGE(sys.render(dm.reason).find("not sum") !=
+                            std::string::npos,
+                        sys.render(dm.reason));
+  });
+  // Weights pulled under sgd (no state) given to an adam stage: refused,
+  // saying why, and its weights stay.
+  stage_settings adam{spec, 7, cut, 0, 4, pipeline_schedule::gpipe, lr};
+  adam.optimizer = "adam";
+  auto second = sys.spawn(stage_actor, adam);
+  std::vector<named_array> sgd_weights;
+  self->request(first, 10s, pull_atom_v)
+      .receive([&](std::vector<named_array>& w) { sgd_weights = std::move(w); },
+               [&](caf::error& err) { BOOST_FAIL(sys.render(err)); });
+  self->request(second, 10s, reset_atom_v, uint64_t{0}, uint64_t{3},
+                sgd_weights, caf::actor{}, caf::actor{}, caf::actor{})
+      .receive([](uint64_t) { BOOST_FAIL("weights without adam's state"); },
+               [&](caf::error& err) {
+                 BOOST_CHECK(err == errc::bad_shape);
+                 BOOST_CHECK_MESSAGE(sys.render(err).find(
+                                         "a checkpoint of another optimizer") !=
+                                         std::string::npos,
+                                     sys.render(err));
+               });
+  caf::anon_send_exit(second, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(first, caf::exit_reason::user_shutdown);
 }
 

@@ -52,11 +52,12 @@ struct pipeline {
 
   /// `road`: middleman = no roads (CAF carries the tensors), else each
   /// stage listens on a road of that kind and dials its neighbours'.
-  /// `plan`: each stage's SGD beside lr.
+  /// `plan`: each stage's update beside lr.
   pipeline(caf::actor_system& driver,
            std::vector<std::unique_ptr<caf::actor_system>>& systems,
            pipeline_schedule s, uint32_t p, uint32_t m,
-           road_kind road = road_kind::middleman, const sgd_plan& plan = {}) {
+           road_kind road = road_kind::middleman,
+           const update_plan& plan = {}) {
     using namespace std::chrono_literals;
     auto whole = fresh_model();
     auto cut = cut_of(whole, p);
@@ -66,6 +67,7 @@ struct pipeline {
       cfg.weight_decay = plan.weight_decay;
       cfg.lr_decay_steps = plan.every;
       cfg.lr_decay = plan.decay;
+      cfg.optimizer = plan.optimizer;
       if (road != road_kind::middleman) {
         kv_settings kv;
         kv.road = road;
@@ -129,6 +131,39 @@ struct pipeline {
     return loss;
   }
 
+  /// What each stage's pull gives (its weights, then its optimizer's
+  /// state), by stage.
+  std::vector<std::vector<named_array>> pulled(caf::actor_system& driver) {
+    using namespace std::chrono_literals;
+    std::vector<std::vector<named_array>> out;
+    caf::scoped_actor self{driver};
+    for (auto& st : stages)
+      self->request(st, 10s, pull_atom_v)
+          .receive(
+              [&out](std::vector<named_array>& xs) {
+                out.push_back(std::move(xs));
+              },
+              [&](caf::error& err) { BOOST_FAIL(driver.render(err)); });
+    return out;
+  }
+
+  /// Every stage takes `arrays` (by stage, as pulled() gives them) as its
+  /// weights after `step` mini-batches, as a restarted pipeline's do.
+  void reset(caf::actor_system& driver,
+             const std::vector<std::vector<named_array>>& arrays,
+             uint64_t step) {
+    using namespace std::chrono_literals;
+    BOOST_REQUIRE_EQUAL(arrays.size(), stages.size());
+    caf::scoped_actor self{driver};
+    for (size_t i = 0; i < stages.size(); ++i)
+      self->request(stages[i], 10s, reset_atom_v, uint64_t{0}, step, arrays[i],
+                    i > 0 ? stages[i - 1] : caf::actor{},
+                    i + 1 < stages.size() ? stages[i + 1] : caf::actor{},
+                    caf::actor{})
+          .receive([](uint64_t) {},
+                   [&](caf::error& err) { BOOST_FAIL(driver.render(err)); });
+  }
+
   /// Every stage's weights, named as ordinary() names them.
   weights weights_of(caf::actor_system& driver) {
     using namespace std::chrono_literals;
@@ -139,8 +174,9 @@ struct pipeline {
           .receive(
               [&got](std::vector<named_array>& xs) {
                 for (auto& x : xs)
-                  got["dense" + std::to_string((x.key - 1) / 2) +
-                      ((x.key - 1) % 2 ? ".b" : ".w")] = std::move(x.values);
+                  if (x.key < stage_state_key_step) // not optimizer state
+                    got["dense" + std::to_string((x.key - 1) / 2) +
+                        ((x.key - 1) % 2 ? ".b" : ".w")] = std::move(x.values);
               },
               [&](caf::error& err) { BOOST_FAIL(driver.render(err)); });
     return got;

@@ -1,0 +1,131 @@
+// A stage's optimizer (stage_actor.hpp): the update of each parameter
+// array once per mini-batch, and its state, which goes out with the
+// weights (pull) and comes back with them (reset).
+#include <algorithm>
+
+#include "actors/pipeline/stage_actor_internal.hpp"
+#include "kernels/optimizer.hpp"
+#include "messages/errors.hpp"
+
+namespace troupe {
+
+int optimizer_state_arrays(const std::string& optimizer) {
+  if (optimizer == "sgd")
+    return 0;
+  if (optimizer == "momentum" || optimizer == "nesterov")
+    return 1;
+  return optimizer == "adam" ? 2 : -1;
+}
+
+void take_optimizer(stage_settings& s, const optimizer_settings& opt,
+                    bool own_weights) {
+  s.lr = opt.lr;
+  s.weight_decay = opt.weight_decay;
+  s.lr_decay_steps = opt.lr_decay_steps;
+  s.lr_decay = opt.lr_decay;
+  // "sum", the default, is sgd on a stage; with servers, theirs applies.
+  s.optimizer = own_weights && opt.name != "sum" ? opt.name : "sgd";
+  s.momentum = opt.momentum;
+  s.beta1 = opt.beta1;
+  s.beta2 = opt.beta2;
+  s.eps = opt.eps;
+}
+
+namespace stage_impl {
+
+namespace {
+
+/// The state array `j` of parameter array `i` (stage_state_key).
+std::vector<float>& state_array(stage_ptr self, size_t i, uint32_t j) {
+  auto& st = self->state;
+  if (st.cfg.optimizer == "adam")
+    return j == 0 ? st.moments[i].m : st.moments[i].v;
+  return st.velocity[i].velocity;
+}
+
+} // namespace
+
+/// The optimizer's step on parameter array `i` (st.cfg.optimizer).
+kernel_status update_array(stage_ptr self, float lr, size_t i,
+                           const param_ref& w, const param_ref& g) {
+  auto& st = self->state;
+  auto& c = st.cfg;
+  if (c.optimizer == "momentum" || c.optimizer == "nesterov") {
+    momentum_params p{lr, c.momentum, c.weight_decay, 1.0f};
+    return c.optimizer == "momentum"
+               ? momentum_update_cpu(w.data, g.data, w.size, st.velocity[i], p)
+               : nesterov_update_cpu(w.data, g.data, w.size, st.velocity[i], p);
+  }
+  if (c.optimizer == "adam")
+    return adam_update_cpu(
+        w.data, g.data, w.size, st.moments[i],
+        adam_params{lr, c.beta1, c.beta2, c.eps, c.weight_decay, 1.0f});
+  return sgd_update_cpu(w.data, g.data, w.size,
+                        sgd_params{lr, c.weight_decay, 1.0f});
+}
+
+/// Takes `w` as the stage's weights after `step` mini-batches: the arrays
+/// its pull names (the weights, then the optimizer's state).
+caf::error load_weights(stage_ptr self, const std::vector<named_array>& w,
+                        uint64_t step) {
+  auto& st = self->state;
+  auto& m = *st.model;
+  auto params = m.parameters();
+  auto per = static_cast<uint32_t>(optimizer_state_arrays(st.cfg.optimizer));
+  auto want = params.size() * (1 + per);
+  if (w.size() != want)
+    return caf::make_error(
+        errc::bad_shape, who(self) + ": weights of", w.size(), "arrays, want",
+        want, "(the weights, and the optimizer's state of",
+        st.cfg.optimizer + ": a checkpoint of another optimizer?)");
+  for (size_t k = 0; k < want; ++k) {
+    auto i = k % params.size();
+    auto key = stage_key(m.first_layer(), i);
+    if (k >= params.size())
+      key = stage_state_key(key, uint32_t(k / params.size() - 1));
+    if (w[k].key != key || w[k].values.size() != params[i].size)
+      return caf::make_error(errc::bad_shape,
+                             who(self) + ": weights of the wrong key or size",
+                             w[k].key, w[k].values.size());
+  }
+  for (size_t i = 0; i < params.size(); ++i)
+    std::copy(w[i].values.begin(), w[i].values.end(), params[i].data);
+  for (size_t k = params.size(); k < want; ++k)
+    state_array(self, k % params.size(), uint32_t(k / params.size() - 1)) =
+        w[k].values;
+  for (auto& a : st.moments)
+    a.step = step; // one update per mini-batch, from mini-batch 0
+  if (auto up = m.upload_parameters(); !up.ok())
+    return caf::make_error(errc::device_failed,
+                           who(self) + ": loading weights: " + up.error);
+  return caf::none;
+}
+
+std::vector<named_array> arrays_of(stage_ptr self,
+                                   const std::vector<param_ref>& xs) {
+  auto& m = *self->state.model;
+  std::vector<named_array> out;
+  for (size_t i = 0; i < xs.size(); ++i) // weights, bias, per layer
+    out.push_back(
+        named_array{stage_key(m.first_layer(), i),
+                    std::vector<float>(xs[i].data, xs[i].data + xs[i].size)});
+  return out;
+}
+
+/// The weights, then the optimizer's state arrays (zeros before its
+/// first update), as pull_atom gives them.
+std::vector<named_array> weights_and_state(stage_ptr self) {
+  auto params = self->state.model->parameters();
+  auto out = arrays_of(self, params);
+  auto per = optimizer_state_arrays(self->state.cfg.optimizer);
+  for (uint32_t j = 0; j < uint32_t(per); ++j)
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto& x = state_array(self, i, j);
+      out.push_back({stage_state_key(out[i].key, j),
+                     x.empty() ? std::vector<float>(params[i].size) : x});
+    }
+  return out;
+}
+
+} // namespace stage_impl
+} // namespace troupe
