@@ -13,9 +13,9 @@ while [ $# -gt 0 ] && { [ "$1" = --slurm ] || [ "$1" = --k8s ]; }; do
   shift
 done
 if [ "$(id -u)" -eq 0 ]; then
-  deploy/install-deps.sh "${extras[@]}"
+  deploy/install-deps.sh ${extras[@]+"${extras[@]}"}
 else
-  deploy/install-deps.sh "${extras[@]}" ||
+  deploy/install-deps.sh ${extras[@]+"${extras[@]}"} ||
     echo "install-deps: not root, using what is installed"
 fi
 jobs=$(nproc 2>/dev/null || echo 2)

@@ -34,4 +34,7 @@ struct StageCheckpoint {
   last   @4 :UInt32;
   keys   @5 :List(UInt64);  # one per array, as the stage's pull names them
   values @6 :List(Data);    # float32 arrays, little-endian, one per key
+  optimizer @7 :Text;       # whose state follows the weights' arrays: sgd
+                            # (none; "" in files written before it),
+                            # momentum, nesterov or adam
 }

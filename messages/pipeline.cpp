@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "messages/checkpoint.hpp"
 #include "messages/errors.hpp"
 #include "messages/frame_codec.hpp"
 #include "messages/pipeline.capnp.h"
@@ -61,6 +62,7 @@ frame encode(const stage_checkpoint& x) {
   b.setSpec(x.spec);
   b.setFirst(x.first);
   b.setLast(x.last);
+  b.setOptimizer(x.optimizer);
   auto n = static_cast<unsigned>(x.arrays.size());
   auto keys = b.initKeys(n);
   auto values = b.initValues(n);
@@ -75,32 +77,40 @@ frame encode(const stage_checkpoint& x) {
 }
 
 caf::error decode(bytes_view f, stage_checkpoint& x) {
-  return decode_guarded(f, "StageCheckpoint", [&x](frame_reader& rd) {
-    auto r = rd.get<schema::StageCheckpoint>();
-    auto keys = r.getKeys();
-    auto values = r.getValues();
-    if (keys.size() != values.size())
-      return caf::make_error(errc::malformed_message,
-                             "StageCheckpoint: keys and arrays differ in count",
-                             keys.size(), values.size());
-    x.stage = r.getStage();
-    x.step = r.getStep();
-    x.spec = r.getSpec();
-    x.first = r.getFirst();
-    x.last = r.getLast();
-    x.arrays.clear();
-    for (unsigned i = 0; i < keys.size(); ++i) {
-      auto d = values[i];
-      if (d.size() % sizeof(float) != 0)
-        return caf::make_error(errc::malformed_message,
-                               "StageCheckpoint: an array is not whole floats");
-      named_array a{keys[i], std::vector<float>(d.size() / sizeof(float))};
-      if (!a.values.empty())
-        std::memcpy(a.values.data(), d.begin(), d.size());
-      x.arrays.push_back(std::move(a));
-    }
-    return caf::error{};
-  });
+  return decode_guarded(
+      f, "StageCheckpoint",
+      [&x](frame_reader& rd) {
+        auto r = rd.get<schema::StageCheckpoint>();
+        auto keys = r.getKeys();
+        auto values = r.getValues();
+        if (keys.size() != values.size())
+          return caf::make_error(
+              errc::malformed_message,
+              "StageCheckpoint: keys and arrays differ in count", keys.size(),
+              values.size());
+        x.stage = r.getStage();
+        x.step = r.getStep();
+        x.spec = r.getSpec();
+        x.first = r.getFirst();
+        x.last = r.getLast();
+        x.optimizer = r.hasOptimizer() ? r.getOptimizer().cStr() : "sgd";
+        if (x.optimizer.empty())
+          x.optimizer = "sgd";
+        x.arrays.clear();
+        for (unsigned i = 0; i < keys.size(); ++i) {
+          auto d = values[i];
+          if (d.size() % sizeof(float) != 0)
+            return caf::make_error(
+                errc::malformed_message,
+                "StageCheckpoint: an array is not whole floats");
+          named_array a{keys[i], std::vector<float>(d.size() / sizeof(float))};
+          if (!a.values.empty())
+            std::memcpy(a.values.data(), d.begin(), d.size());
+          x.arrays.push_back(std::move(a));
+        }
+        return caf::error{};
+      },
+      max_checkpoint_bytes); // 3x the weights' with adam
 }
 
 } // namespace troupe

@@ -30,7 +30,8 @@ struct stage_checkpoint {
   uint64_t step = 0;
   std::string spec;
   uint32_t first = 0, last = 0;
-  std::vector<named_array> arrays;
+  std::vector<named_array> arrays; ///< the weights, then the state
+  std::string optimizer = "sgd";   ///< whose state that is
 };
 
 /// Most floats in one stage tensor (256 MiB of them).

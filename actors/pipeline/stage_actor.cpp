@@ -224,8 +224,9 @@ caf::error apply_update(stage_ptr self) {
       down.error = "the " + st.cfg.optimizer + " update of array " +
                    std::to_string(i) + ": " + to_string(k);
   if (auto up = down.ok() ? st.model->upload_parameters() : down; !up.ok()) {
-    // The device broke: the stage ends, and its driver's supervision
-    // restarts the pipeline from the last commit.
+    // The device broke (or the optimizer refused an array, which the
+    // checked flags rule out): the stage ends, and with it its process
+    // (exit 2, not restarted: the same device would fail again).
     auto err = caf::make_error(errc::device_failed,
                                who(self) + ": the update: " + up.error);
     self->quit(err);
@@ -326,9 +327,13 @@ caf::result<uint64_t> on_reset(stage_ptr self, uint64_t gen, uint64_t step,
   if (gen < st.gen)
     return caf::make_error(errc::bad_shape, who(self) + ": generation", gen,
                            "is older than", st.gen);
-  if (!w.empty())
+  if (!w.empty()) {
     if (auto err = load_weights(self, w, step))
       return err;
+  } else {
+    for (auto& a : st.moments) // kept: the state after `step` updates
+      a.step = step;
+  }
   if (st.running) {
     st.running = false;
     st.done.deliver(

@@ -97,7 +97,7 @@ struct stage_settings {
   uint32_t stage = 0;                      ///< which of them
   uint32_t micros = 1;                     ///< micro-batches per mini-batch
   pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
-  float lr = 0.05f; ///< SGD on the stage's weights, once per mini-batch
+  float lr = 0.05f; ///< the optimizer's step size, once per mini-batch
   /// Benchmarks: each F, B and W also takes this long (a whole backward
   /// twice), asleep, so that a schedule's bubble shows apart from how the
   /// stages share cores; spawn such stages detached. 0 = off.

@@ -75,6 +75,7 @@ stage_checkpoint layout(driver_ptr self, uint64_t step) {
   x.spec = st.cfg.train.model;
   x.first = static_cast<uint32_t>(st.cut[st.rank]);
   x.last = static_cast<uint32_t>(st.cut[st.rank + 1]);
+  x.optimizer = st.optimizer;
   return x;
 }
 
@@ -459,6 +460,7 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         stage_settings s{st.cfg.train.model, st.cfg.train.seed, st.cut, rank,
                          p.micro_batches,    p.schedule,        opt.lr};
         take_optimizer(s, opt, !hybrid(self));
+        st.optimizer = s.optimizer;
         s.commit_apart = true;
         s.member = member;
         // The stage's layers on its device, opened here so that a device

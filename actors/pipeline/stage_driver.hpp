@@ -68,8 +68,8 @@ namespace troupe {
 struct stage_run_settings {
   pipeline_settings pipeline;
   train_settings train; ///< model, epochs, batch, seed, data
-  /// Stages without servers: SGD on each stage with its lr, weight decay
-  /// and lr schedule (--optimizer.*).
+  /// Stages without servers: each stage's optimizer, with its lr, weight
+  /// decay and lr schedule (--optimizer.*).
   optimizer_settings optimizer;
   kv_settings kv; ///< joining the cluster
   /// --cluster.servers: above 0, the stages keep their weights on the

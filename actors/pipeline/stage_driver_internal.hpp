@@ -51,7 +51,10 @@ std::vector<uint64_t> checkpoint_steps(const std::string& dir, uint32_t stage);
 caf::error write_stage_checkpoint(const std::string& dir,
                                   const stage_checkpoint& x);
 /// Reads stage `want.stage`'s checkpoint of `want.step`, checking that it
-/// is of the same model and layers as `want`: its arrays.
+/// is of the same model, layers and optimizer as `want`: its arrays (the
+/// weights, then the optimizer's state). A file of another model, cut or
+/// optimizer is errc::invalid_config; one missing, torn or of another
+/// stage, errc::bad_file.
 caf::expected<std::vector<named_array>>
 read_stage_checkpoint(const std::string& dir, const stage_checkpoint& want);
 
@@ -68,6 +71,7 @@ struct driver_state {
   /// checkpoints in `dir`.
   caf::actor kv;
   std::vector<uint64_t> keys; ///< the stage's arrays
+  std::string optimizer;      ///< the stage's own (stage_settings)
   caf::actor prev, next;      ///< the neighbours' stage actors
   std::vector<size_t> cut;
   std::string dir; ///< checkpoints

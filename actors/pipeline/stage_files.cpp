@@ -99,12 +99,25 @@ read_stage_checkpoint(const std::string& dir, const stage_checkpoint& want) {
   stage_checkpoint x;
   if (auto err = decode(*bytes, x))
     return caf::make_error(errc::bad_file, path + ": " + describe(err));
-  if (x.stage != want.stage || x.step != want.step || x.spec != want.spec ||
-      x.first != want.first || x.last != want.last)
+  if (x.stage != want.stage || x.step != want.step)
+    return caf::make_error(errc::bad_file,
+                           path + ": the checkpoint of another stage or step");
+  // The same file under the same flags fails again: a configuration's
+  // error (exit 2), not restarted.
+  if (x.spec != want.spec || x.first != want.first || x.last != want.last)
     return caf::make_error(
-        errc::bad_file, path + ": the checkpoint of another stage or model (" +
-                            x.spec + ", layers " + std::to_string(x.first) +
-                            ".." + std::to_string(x.last) + ")");
+        errc::invalid_config,
+        path + ": the checkpoint of another model or cut (" + x.spec +
+            ", layers " + std::to_string(x.first) + ".." +
+            std::to_string(x.last) +
+            "): start with the same --train.model and --pipeline.cut, or"
+            " another --pipeline.checkpoint-dir");
+  if (x.optimizer != want.optimizer)
+    return caf::make_error(
+        errc::invalid_config,
+        path + ": the checkpoint of another optimizer (" + x.optimizer +
+            ", its state beside the weights): start with --optimizer.name=" +
+            x.optimizer + ", or another --pipeline.checkpoint-dir");
   return std::move(x.arrays);
 }
 

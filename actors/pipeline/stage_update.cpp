@@ -75,8 +75,8 @@ caf::error load_weights(stage_ptr self, const std::vector<named_array>& w,
   auto want = params.size() * (1 + per);
   if (w.size() != want)
     return caf::make_error(
-        errc::bad_shape, who(self) + ": weights of", w.size(), "arrays, want",
-        want, "(the weights, and the optimizer's state of",
+        errc::invalid_config, who(self) + ": weights of", w.size(),
+        "arrays, want", want, "(the weights, and the optimizer's state of",
         st.cfg.optimizer + ": a checkpoint of another optimizer?)");
   for (size_t k = 0; k < want; ++k) {
     auto i = k % params.size();

@@ -219,7 +219,7 @@ BOOST_FIXTURE_TEST_CASE(a_stage_refuses_bad_mini_batches_and_bad_cuts,
                 sgd_weights, caf::actor{}, caf::actor{}, caf::actor{})
       .receive([](uint64_t) { BOOST_FAIL("weights without adam's state"); },
                [&](caf::error& err) {
-                 BOOST_CHECK(err == errc::bad_shape);
+                 BOOST_CHECK(err == errc::invalid_config);
                  BOOST_CHECK_MESSAGE(sys.render(err).find(
                                          "a checkpoint of another optimizer") !=
                                          std::string::npos,

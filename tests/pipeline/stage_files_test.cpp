@@ -125,14 +125,38 @@ BOOST_AUTO_TEST_CASE(
   BOOST_REQUIRE(!write_stage_checkpoint(dir, sample(1, 40)));
   auto other = sample(1, 40);
   other.spec = "mlp:784-128-10";
+  // Another model, cut or optimizer: the same flags would fail again, so a
+  // configuration's error (exit 2), saying what to change.
   auto err = read_stage_checkpoint(dir, other).error();
-  BOOST_CHECK(err == errc::bad_file);
-  BOOST_CHECK_MESSAGE(message_of(err).find("another stage or model") !=
+  BOOST_CHECK(err == errc::invalid_config);
+  BOOST_CHECK_MESSAGE(message_of(err).find("another model or cut") !=
                           std::string::npos,
                       message_of(err));
   auto layers = sample(1, 40);
   layers.first = 0;
-  BOOST_CHECK(read_stage_checkpoint(dir, layers).error() == errc::bad_file);
+  BOOST_CHECK(read_stage_checkpoint(dir, layers).error() ==
+              errc::invalid_config);
+  auto adam = sample(1, 40);
+  adam.optimizer = "adam";
+  err = read_stage_checkpoint(dir, adam).error();
+  BOOST_CHECK(err == errc::invalid_config);
+  BOOST_CHECK_MESSAGE(
+      message_of(err).find("another optimizer (sgd, its state beside the"
+                           " weights): start with --optimizer.name=sgd") !=
+          std::string::npos,
+      message_of(err));
+  // A momentum checkpoint is no nesterov one, though alike in shape.
+  auto momentum = sample(1, 60);
+  momentum.optimizer = "momentum";
+  BOOST_REQUIRE(!write_stage_checkpoint(dir, momentum));
+  BOOST_CHECK(read_stage_checkpoint(dir, momentum));
+  auto nesterov = momentum;
+  nesterov.optimizer = "nesterov";
+  BOOST_CHECK(read_stage_checkpoint(dir, nesterov).error() ==
+              errc::invalid_config);
+  auto stage = sample(1, 40);
+  stage.stage = 2;
+  BOOST_CHECK(read_stage_checkpoint(dir, stage).error() == errc::bad_file);
   BOOST_CHECK(read_stage_checkpoint(dir, sample(1, 80)).error() ==
               errc::bad_file); // none of that step
   // Flip a byte in the middle of the file: the header's check catches it.
