@@ -165,7 +165,7 @@ measure(caf::actor_system& sys,
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   };
   for (uint32_t i = 0; i < p; ++i) {
-    stage_settings cfg{sh.spec, 1, cut, i, m, s, 0.01f, sh.unit_us};
+    stage_settings cfg{sh.spec, 1, cut, i, m, s, sgd_at(0.01f), sh.unit_us};
     if (!apart) {
       stages.push_back(sys.spawn<caf::detached>(stage_actor, cfg));
       homes.push_back(stages.back());

@@ -216,12 +216,12 @@ caf::error apply_update(stage_ptr self) {
   auto down = st.model->download_gradients();
   auto params = st.model->parameters();
   auto grads = st.model->gradients();
-  auto lr =
-      decayed_lr(st.cfg.lr, st.cfg.lr_decay_steps, st.cfg.lr_decay, st.step);
+  auto lr = decayed_lr(st.cfg.update.lr, st.cfg.update.lr_decay_steps,
+                       st.cfg.update.lr_decay, st.step);
   for (size_t i = 0; down.ok() && i < params.size(); ++i)
     if (auto k = update_array(self, lr, i, params[i], grads[i]);
         k != kernel_status::ok)
-      down.error = "the " + st.cfg.optimizer + " update of array " +
+      down.error = "the " + st.cfg.update.name + " update of array " +
                    std::to_string(i) + ": " + to_string(k);
   if (auto up = down.ok() ? st.model->upload_parameters() : down; !up.ok()) {
     // The device broke (or the optimizer refused an array, which the
@@ -428,15 +428,10 @@ caf::behavior stage_actor(stage_ptr self, stage_settings cfg) {
   }
   st.plan = stage_plan(cfg.schedule, cfg.stage,
                        static_cast<uint32_t>(cfg.cut.size() - 1), cfg.micros);
-  if (optimizer_state_arrays(cfg.optimizer) < 0) {
-    self->quit(caf::make_error(errc::invalid_config,
-                               "pipeline: a stage applies sgd, momentum,"
-                               " nesterov or adam, not " +
-                                   cfg.optimizer));
+  if (auto bad = stage_impl::take_update(self)) {
+    self->quit(std::move(bad));
     return {};
   }
-  st.velocity.resize(st.model->parameters().size());
-  st.moments.resize(st.model->parameters().size());
   return {
       [self](link_atom, caf::actor prev,
              caf::actor next) -> caf::result<uint64_t> {

@@ -97,7 +97,15 @@ struct stage_settings {
   uint32_t stage = 0;                      ///< which of them
   uint32_t micros = 1;                     ///< micro-batches per mini-batch
   pipeline_schedule schedule = pipeline_schedule::one_f_one_b;
-  float lr = 0.05f; ///< the optimizer's step size, once per mini-batch
+  /// The optimizer applied on commit, once per mini-batch: sgd, momentum,
+  /// nesterov or adam (optimizer_step) with its hyper-parameters, and lr
+  /// times lr_decay every lr_decay_steps mini-batches (0 = constant),
+  /// counted from mini-batch 0, so a pipeline restarted from a checkpoint
+  /// goes on with the same step sizes. Its state (a velocity, or adam's two
+  /// moments, per array) goes out with the weights (pull_atom) and comes
+  /// back with them (reset_atom), keyed by stage_state_key. A hybrid
+  /// stage's servers apply the optimizer: it is sgd here, unused.
+  optimizer_settings update = sgd_at(0.05f);
   /// Benchmarks: each F, B and W also takes this long (a whole backward
   /// twice), asleep, so that a schedule's bubble shows apart from how the
   /// stages share cores; spawn such stages detached. 0 = off.
@@ -121,33 +129,7 @@ struct stage_settings {
   /// be opened before it starts); else the stage actor opens them.
   device_name device{};
   std::shared_ptr<stage_backend> backend{};
-  /// The rest of the stage's update (--optimizer.*): L2 weight decay
-  /// (decoupled for adam), and lr times lr_decay every lr_decay_steps
-  /// mini-batches (0 = constant), counted from mini-batch 0, so a pipeline
-  /// restarted from a checkpoint goes on with the same step sizes.
-  float weight_decay = 0.0f;
-  uint32_t lr_decay_steps = 0;
-  float lr_decay = 1.0f;
-  /// The optimizer applied on commit: sgd, momentum, nesterov or adam
-  /// (kernels/optimizer.hpp), with these hyper-parameters. Its state (a
-  /// velocity, or adam's two moments, per array) goes out with the weights
-  /// (pull_atom) and comes back with them (reset_atom), keyed by
-  /// stage_state_key. A hybrid stage's servers apply the optimizer: it is
-  /// sgd here, unused.
-  std::string optimizer = "sgd";
-  float momentum = 0.9f;
-  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
 };
-
-/// Arrays of optimizer state per parameter array: 0 (sgd), 1 (momentum,
-/// nesterov: the velocity) or 2 (adam: m, v); -1 for an unknown name.
-int optimizer_state_arrays(const std::string& optimizer);
-
-/// Puts --optimizer.* on `s`: the stage's own optimizer where it keeps its
-/// own weights (`own_weights`: no servers), else sgd (unused: the servers
-/// apply theirs).
-void take_optimizer(stage_settings& s, const optimizer_settings& opt,
-                    bool own_weights);
 
 struct stage_state {
   stage_settings cfg;
@@ -162,7 +144,7 @@ struct stage_state {
   stage_tensor batch;
   double loss = 0;
   caf::response_promise done;
-  // The optimizer's state per parameter array (stage_settings::optimizer).
+  // The optimizer's state per parameter array (stage_settings::update).
   std::vector<momentum_state> velocity;
   std::vector<adam_state> moments;
   // The generation (reset_atom), the mini-batches applied, and whether the

@@ -60,7 +60,11 @@ void on_road_down(stage_ptr self, uint64_t serial);
 
 // -- the optimizer (stage_update.cpp) -----------------------------------------
 
-/// The optimizer's step (cfg.optimizer at `lr`) on parameter array `i`,
+/// Checks the stage's optimizer (cfg.update) and makes room for its
+/// state; an error if it is none a stage applies, or a bad one.
+caf::error take_update(stage_ptr self);
+
+/// The optimizer's step (cfg.update at `lr`) on parameter array `i`,
 /// weights `w` and gradient `g`, with that array's state.
 kernel_status update_array(stage_ptr self, float lr, size_t i,
                            const param_ref& w, const param_ref& g);

@@ -458,9 +458,13 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         auto& p = st.cfg.pipeline;
         auto& opt = st.cfg.optimizer;
         stage_settings s{st.cfg.train.model, st.cfg.train.seed, st.cut, rank,
-                         p.micro_batches,    p.schedule,        opt.lr};
-        take_optimizer(s, opt, !hybrid(self));
-        st.optimizer = s.optimizer;
+                         p.micro_batches,    p.schedule,        opt};
+        // Its own weights: its own optimizer ("sum", the default, is sgd
+        // here); hybrid, the servers' (unused here).
+        s.update = opt;
+        if (hybrid(self) || opt.name == "sum")
+          s.update.name = "sgd";
+        st.optimizer = s.update.name;
         s.commit_apart = true;
         s.member = member;
         // The stage's layers on its device, opened here so that a device

@@ -9,28 +9,6 @@
 
 namespace troupe {
 
-int optimizer_state_arrays(const std::string& optimizer) {
-  if (optimizer == "sgd")
-    return 0;
-  if (optimizer == "momentum" || optimizer == "nesterov")
-    return 1;
-  return optimizer == "adam" ? 2 : -1;
-}
-
-void take_optimizer(stage_settings& s, const optimizer_settings& opt,
-                    bool own_weights) {
-  s.lr = opt.lr;
-  s.weight_decay = opt.weight_decay;
-  s.lr_decay_steps = opt.lr_decay_steps;
-  s.lr_decay = opt.lr_decay;
-  // "sum", the default, is sgd on a stage; with servers, theirs applies.
-  s.optimizer = own_weights && opt.name != "sum" ? opt.name : "sgd";
-  s.momentum = opt.momentum;
-  s.beta1 = opt.beta1;
-  s.beta2 = opt.beta2;
-  s.eps = opt.eps;
-}
-
 namespace stage_impl {
 
 namespace {
@@ -38,30 +16,34 @@ namespace {
 /// The state array `j` of parameter array `i` (stage_state_key).
 std::vector<float>& state_array(stage_ptr self, size_t i, uint32_t j) {
   auto& st = self->state;
-  if (st.cfg.optimizer == "adam")
+  if (st.cfg.update.name == "adam")
     return j == 0 ? st.moments[i].m : st.moments[i].v;
   return st.velocity[i].velocity;
 }
 
 } // namespace
 
-/// The optimizer's step on parameter array `i` (st.cfg.optimizer).
+/// The optimizer's step on parameter array `i` (cfg.update).
 kernel_status update_array(stage_ptr self, float lr, size_t i,
                            const param_ref& w, const param_ref& g) {
   auto& st = self->state;
-  auto& c = st.cfg;
-  if (c.optimizer == "momentum" || c.optimizer == "nesterov") {
-    momentum_params p{lr, c.momentum, c.weight_decay, 1.0f};
-    return c.optimizer == "momentum"
-               ? momentum_update_cpu(w.data, g.data, w.size, st.velocity[i], p)
-               : nesterov_update_cpu(w.data, g.data, w.size, st.velocity[i], p);
-  }
-  if (c.optimizer == "adam")
-    return adam_update_cpu(
-        w.data, g.data, w.size, st.moments[i],
-        adam_params{lr, c.beta1, c.beta2, c.eps, c.weight_decay, 1.0f});
-  return sgd_update_cpu(w.data, g.data, w.size,
-                        sgd_params{lr, c.weight_decay, 1.0f});
+  return optimizer_step(st.cfg.update, lr, w.data, g.data, w.size, 1.0f,
+                        st.velocity[i], st.moments[i]);
+}
+
+caf::error take_update(stage_ptr self) {
+  auto& st = self->state;
+  auto& x = st.cfg.update;
+  if (x.name != "sgd" && x.name != "momentum" && x.name != "nesterov" &&
+      x.name != "adam")
+    return caf::make_error(errc::invalid_config,
+                           "pipeline: a stage applies sgd, momentum,"
+                           " nesterov or adam, not " +
+                               x.name);
+  auto n = st.model->parameters().size();
+  st.velocity.resize(n);
+  st.moments.resize(n);
+  return validate(x);
 }
 
 /// Takes `w` as the stage's weights after `step` mini-batches: the arrays
@@ -71,13 +53,13 @@ caf::error load_weights(stage_ptr self, const std::vector<named_array>& w,
   auto& st = self->state;
   auto& m = *st.model;
   auto params = m.parameters();
-  auto per = static_cast<uint32_t>(optimizer_state_arrays(st.cfg.optimizer));
+  auto per = static_cast<uint32_t>(optimizer_state_arrays(st.cfg.update.name));
   auto want = params.size() * (1 + per);
   if (w.size() != want)
     return caf::make_error(
         errc::invalid_config, who(self) + ": weights of", w.size(),
         "arrays, want", want, "(the weights, and the optimizer's state of",
-        st.cfg.optimizer + ": a checkpoint of another optimizer?)");
+        st.cfg.update.name + ": a checkpoint of another optimizer?)");
   for (size_t k = 0; k < want; ++k) {
     auto i = k % params.size();
     auto key = stage_key(m.first_layer(), i);
@@ -117,7 +99,7 @@ std::vector<named_array> arrays_of(stage_ptr self,
 std::vector<named_array> weights_and_state(stage_ptr self) {
   auto params = self->state.model->parameters();
   auto out = arrays_of(self, params);
-  auto per = optimizer_state_arrays(self->state.cfg.optimizer);
+  auto per = optimizer_state_arrays(self->state.cfg.update.name);
   for (uint32_t j = 0; j < uint32_t(per); ++j)
     for (size_t i = 0; i < params.size(); ++i) {
       auto& x = state_array(self, i, j);

@@ -35,4 +35,25 @@ caf::error validate(const optimizer_settings& x) {
   return caf::none;
 }
 
+size_t optimizer_state_arrays(const std::string& name) {
+  if (name == "momentum" || name == "nesterov")
+    return 1;
+  return name == "adam" ? 2 : 0;
+}
+
+kernel_status optimizer_step(const optimizer_settings& x, float lr, float* w,
+                             const float* g, size_t n, float divisor,
+                             momentum_state& m, adam_state& a) {
+  if (x.name == "momentum" || x.name == "nesterov") {
+    momentum_params p{lr, x.momentum, x.weight_decay, divisor};
+    return x.name == "momentum" ? momentum_update_cpu(w, g, n, m, p)
+                                : nesterov_update_cpu(w, g, n, m, p);
+  }
+  if (x.name == "adam")
+    return adam_update_cpu(
+        w, g, n, a,
+        adam_params{lr, x.beta1, x.beta2, x.eps, x.weight_decay, divisor});
+  return sgd_update_cpu(w, g, n, sgd_params{lr, x.weight_decay, divisor});
+}
+
 } // namespace troupe

@@ -7,6 +7,8 @@
 
 #include <caf/error.hpp>
 
+#include "kernels/optimizer.hpp"
+
 namespace troupe {
 
 /// Optimizer of the shard servers (INI group "optimizer"), or of the
@@ -35,7 +37,27 @@ struct optimizer_settings {
   float lr_decay = 1.0f;
 };
 
+/// Plain SGD at step size `lr`, the rest as the defaults.
+inline optimizer_settings sgd_at(float lr) {
+  optimizer_settings x;
+  x.name = "sgd";
+  x.lr = lr;
+  return x;
+}
+
 /// Checks the settings; the error names the bad flag.
 caf::error validate(const optimizer_settings& x);
+
+/// Arrays of state optimizer `name` keeps beside each array: 1 (momentum,
+/// nesterov: the velocity), 2 (adam: m, v), else 0 (sum, sgd).
+size_t optimizer_state_arrays(const std::string& name);
+
+/// One step of optimizer x.name (sgd, momentum, nesterov or adam) at `lr`
+/// on the n floats of `w`, with gradient `g` / `divisor` and the array's
+/// state (`m` for momentum and nesterov, `a` for adam): a shard server's
+/// slice, or a pipeline stage's array.
+kernel_status optimizer_step(const optimizer_settings& x, float lr, float* w,
+                             const float* g, size_t n, float divisor,
+                             momentum_state& m, adam_state& a);
 
 } // namespace troupe

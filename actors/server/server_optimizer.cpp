@@ -43,19 +43,7 @@ void slice_optimizer::operator()(slice_id id, std::vector<float>& values,
     capture_slice(id);
   auto& st = state_of(id);
   auto lr = scheduled_lr(x_, st.updates++);
-  auto* w = values.data();
-  if (x_.name == "sgd")
-    sgd_update_cpu(w, sum, n, sgd_params{lr, x_.weight_decay, d});
-  else if (x_.name == "momentum")
-    momentum_update_cpu(w, sum, n, st.momentum,
-                        momentum_params{lr, x_.momentum, x_.weight_decay, d});
-  else if (x_.name == "nesterov")
-    nesterov_update_cpu(w, sum, n, st.momentum,
-                        momentum_params{lr, x_.momentum, x_.weight_decay, d});
-  else
-    adam_update_cpu(
-        w, sum, n, st.adam,
-        adam_params{lr, x_.beta1, x_.beta2, x_.eps, x_.weight_decay, d});
+  optimizer_step(x_, lr, values.data(), sum, n, d, st.momentum, st.adam);
 }
 
 void slice_optimizer::save(slice_snapshot& s) const {
@@ -74,11 +62,7 @@ void slice_optimizer::save(slice_snapshot& s) const {
 }
 
 caf::error slice_optimizer::load(const slice_snapshot& s) {
-  size_t arrays = 0;
-  if (x_.name == "momentum" || x_.name == "nesterov")
-    arrays = 1;
-  else if (x_.name == "adam")
-    arrays = 2;
+  auto arrays = optimizer_state_arrays(x_.name);
   if (s.state.size() != arrays && !(s.state.empty() && s.updates == 0))
     return caf::make_error(errc::bad_file, "checkpointed optimizer state of",
                            s.id.key, s.id.index, "has", s.state.size(),

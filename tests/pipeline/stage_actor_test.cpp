@@ -174,9 +174,9 @@ struct lone_stage {
 
 BOOST_FIXTURE_TEST_CASE(a_stage_refuses_bad_mini_batches_and_bad_cuts,
                         lone_stage) {
-  auto first =
-      sys.spawn(stage_actor, stage_settings{spec, 7, cut, 0, 4,
-                                            pipeline_schedule::gpipe, lr});
+  auto first = sys.spawn(
+      stage_actor,
+      stage_settings{spec, 7, cut, 0, 4, pipeline_schedule::gpipe, sgd_at(lr)});
   // 6 rows do not cut into 4 micro-batches; 19 columns are not the input.
   for (auto bad : {stage_tensor{0, 0, 6, 20, std::vector<float>(120)},
                    stage_tensor{0, 0, 8, 19, std::vector<float>(152)}})
@@ -190,14 +190,15 @@ BOOST_FIXTURE_TEST_CASE(a_stage_refuses_bad_mini_batches_and_bad_cuts,
   // A cut that does not end at the model's last layer: the actor exits.
   auto bad = sys.spawn(
       stage_actor,
-      stage_settings{spec, 7, {0, 2}, 0, 1, pipeline_schedule::gpipe, lr});
+      stage_settings{
+          spec, 7, {0, 2}, 0, 1, pipeline_schedule::gpipe, sgd_at(lr)});
   self->monitor(bad);
   self->receive([](const caf::down_msg& dm) {
     BOOST_CHECK(dm.reason == errc::invalid_config);
   });
   // An optimizer a stage does not apply: the actor exits, naming it.
-  stage_settings sum{spec, 7, cut, 0, 1, pipeline_schedule::gpipe, lr};
-  sum.optimizer = "sum";
+  stage_settings sum{spec, 7, cut, 0, 1, pipeline_schedule::gpipe, sgd_at(lr)};
+  sum.update.name = "sum";
   auto summing = sys.spawn(stage_actor, sum);
   self->monitor(summing);
   self->receive([&](const caf::down_msg& dm) {
@@ -208,8 +209,8 @@ BOOST_FIXTURE_TEST_CASE(a_stage_refuses_bad_mini_batches_and_bad_cuts,
   });
   // Weights pulled under sgd (no state) given to an adam stage: refused,
   // saying why, and its weights stay.
-  stage_settings adam{spec, 7, cut, 0, 4, pipeline_schedule::gpipe, lr};
-  adam.optimizer = "adam";
+  stage_settings adam{spec, 7, cut, 0, 4, pipeline_schedule::gpipe, sgd_at(lr)};
+  adam.update.name = "adam";
   auto second = sys.spawn(stage_actor, adam);
   std::vector<named_array> sgd_weights;
   self->request(first, 10s, pull_atom_v)
@@ -279,7 +280,7 @@ BOOST_FIXTURE_TEST_CASE(a_device_that_breaks_ends_its_stage, lone_stage) {
   // A kernel's refusal fails a mini-batch; a device's failure (out of
   // memory, a CUDA error) ends the stage, whose supervision restarts the
   // pipeline from its last commit, rather than a stage that hangs on.
-  stage_settings s{spec, 7, cut, 0, 4, pipeline_schedule::gpipe, lr};
+  stage_settings s{spec, 7, cut, 0, 4, pipeline_schedule::gpipe, sgd_at(lr)};
   s.backend =
       std::make_shared<breaking_stage>(make_cpu_stage(whole, cut[0], cut[1]));
   auto first = sys.spawn(stage_actor, s);

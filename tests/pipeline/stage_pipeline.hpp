@@ -62,12 +62,12 @@ struct pipeline {
     auto whole = fresh_model();
     auto cut = cut_of(whole, p);
     for (uint32_t i = 0; i < p; ++i) {
-      stage_settings cfg{spec, 7, cut, i, m, s, lr};
+      stage_settings cfg{spec, 7, cut, i, m, s, sgd_at(lr)};
       cfg.member = i;
-      cfg.weight_decay = plan.weight_decay;
-      cfg.lr_decay_steps = plan.every;
-      cfg.lr_decay = plan.decay;
-      cfg.optimizer = plan.optimizer;
+      cfg.update.weight_decay = plan.weight_decay;
+      cfg.update.lr_decay_steps = plan.every;
+      cfg.update.lr_decay = plan.decay;
+      cfg.update.name = plan.optimizer;
       if (road != road_kind::middleman) {
         kv_settings kv;
         kv.road = road;
