@@ -72,6 +72,11 @@ struct ClusterView {
   expectedWorkers @6 :UInt32;     # --cluster.workers: training data is
                                   # partitioned this many ways, whoever is
                                   # live at the moment
+  givenUp     @7 :List(UInt32);   # worker ranks not live whose process its
+                                  # agent gave up on: no restart will come
+  ended       @8 :List(UInt32);   # worker ranks not live that ended saying
+                                  # why (a pipeline replica that cannot go
+                                  # on): not restarted either
 }
 
 struct RegisterReply {

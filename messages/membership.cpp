@@ -78,6 +78,12 @@ void write_view(schema::ClusterView::Builder b, const cluster_view& x) {
   b.setEpoch(x.epoch);
   b.setSliceFloats(x.slice_floats);
   b.setExpectedWorkers(x.expected_workers);
+  auto put = [](auto list, const std::vector<uint32_t>& ranks) {
+    for (size_t i = 0; i < ranks.size(); ++i)
+      list.set(i, ranks[i]);
+  };
+  put(b.initGivenUp(x.given_up.size()), x.given_up);
+  put(b.initEnded(x.ended.size()), x.ended);
   auto servers = b.initServers(x.servers.size());
   for (size_t i = 0; i < x.servers.size(); ++i)
     write_node(servers[i], x.servers[i]);
@@ -123,6 +129,14 @@ caf::error read_view(schema::ClusterView::Reader r, cluster_view& x) {
   x.epoch = r.getEpoch();
   x.slice_floats = r.getSliceFloats();
   x.expected_workers = r.getExpectedWorkers();
+  if (r.getGivenUp().size() > max_nodes || r.getEnded().size() > max_nodes)
+    return bad("too many ranks given up or ended");
+  x.given_up.clear();
+  for (auto rank : r.getGivenUp())
+    x.given_up.push_back(rank);
+  x.ended.clear();
+  for (auto rank : r.getEnded())
+    x.ended.push_back(rank);
   if (auto err = read_nodes(r.getServers(), role::server, x.servers))
     return err;
   if (auto err = read_nodes(r.getWorkers(), role::worker, x.workers))
@@ -295,9 +309,9 @@ void agent_ranks::learn(const std::string& host, uint32_t pid, role about,
   by_process_[key] = {about, rank};
 }
 
-void agent_ranks::apply(event_record& e, const std::string& host) {
+bool agent_ranks::apply(event_record& e, const std::string& host) {
   if (e.source.rfind("agent", 0) != 0)
-    return;
+    return false;
   auto slot =
       host + '|' + e.source + '|' + e.detail.substr(0, e.detail.find(':'));
   std::optional<rank_of> found;
@@ -306,12 +320,13 @@ void agent_ranks::apply(event_record& e, const std::string& host) {
   else if (auto s = by_slot_.find(slot); s != by_slot_.end())
     found = s->second;
   if (!found)
-    return;
+    return false;
   if (by_slot_.size() >= max_known && by_slot_.count(slot) == 0)
     by_slot_.clear();
   by_slot_[slot] = *found;
   e.about = found->first;
   e.rank = found->second;
+  return true;
 }
 
 const char* to_string(role x) {
@@ -335,7 +350,8 @@ bool cluster_view::operator==(const cluster_view& y) const {
   return epoch == y.epoch && servers == y.servers && workers == y.workers &&
          keys == y.keys && placement == y.placement &&
          slice_floats == y.slice_floats &&
-         expected_workers == y.expected_workers;
+         expected_workers == y.expected_workers && given_up == y.given_up &&
+         ended == y.ended;
 }
 
 caf::error validate(const cluster_view& x) {
@@ -349,6 +365,19 @@ caf::error validate(const cluster_view& x) {
     return err;
   if (auto err = check_keys(x.keys))
     return err;
+  std::set<uint32_t> working;
+  for (auto& w : x.workers)
+    working.insert(w.rank);
+  for (auto* ranks : {&x.given_up, &x.ended})
+    for (size_t i = 0; i < ranks->size(); ++i) {
+      auto rank = (*ranks)[i];
+      if (i > 0 && rank <= (*ranks)[i - 1])
+        return bad("ranks given up or ended not ascending");
+      if (working.count(rank) != 0)
+        return caf::make_error(errc::malformed_message,
+                               "a live worker listed as given up or ended",
+                               rank);
+    }
   std::set<uint32_t> live;
   for (auto& s : x.servers)
     live.insert(s.rank);

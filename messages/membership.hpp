@@ -72,6 +72,12 @@ struct cluster_view {
   uint32_t slice_floats = 0; ///< slice bound in floats
   /// Workers the job expects (--cluster.workers): data partitions.
   uint32_t expected_workers = 0;
+  /// Worker ranks, none live, whose process its agent gave up on (no
+  /// restart will come; given_up_ranks), ascending.
+  std::vector<uint32_t> given_up;
+  /// Worker ranks, none live, that ended saying why (not restarted; a
+  /// stage of a replica that cannot go on), ascending.
+  std::vector<uint32_t> ended;
   bool operator==(const cluster_view& y) const;
 };
 
@@ -162,8 +168,9 @@ public:
   /// is ignored).
   void learn(const std::string& host, uint32_t pid, role about, uint32_t rank);
   /// Gives event `e` of an agent on `host` the scheduler's role and rank
-  /// where known (an event from another source is left alone).
-  void apply(event_record& e, const std::string& host);
+  /// where known (an event from another source is left alone); true if it
+  /// was.
+  bool apply(event_record& e, const std::string& host);
 
 private:
   /// Most processes and slots remembered (then the oldest processes are

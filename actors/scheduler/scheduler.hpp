@@ -67,6 +67,8 @@
 //                       killed process, or one whose heartbeats stopped)
 //   agent-down          an agent that had reported events is gone
 //   anything reported   restarts, give-ups, resumed rounds, ...
+// An agent's gave-up of a worker puts its rank in the view's given_up
+// (given_up_ranks.hpp), a worker that ends saying why in its ended.
 //
 // Failure handling: each node the scheduler monitors is in one of these
 // states; the numbered transitions are cited in the code.
@@ -101,6 +103,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include "actors/base/member_secret.hpp"
+#include "actors/scheduler/given_up_ranks.hpp"
 #include "actors/scheduler/scheduler_settings.hpp"
 #include "actors/scheduler/status_page.hpp"
 #include "messages/membership.hpp"
@@ -167,6 +170,11 @@ struct scheduler_state {
   /// The rank of every process admitted, by pid, for the agents' events
   /// (which name their children by the agent's slots).
   agent_ranks ranks_of_agents;
+  /// Free worker ranks no process will come back to (the view's given_up).
+  sched::given_up_ranks given_up;
+  /// Ranks of workers that ended saying why (a stage whose replica cannot
+  /// go on), until a process takes the rank again (the view's ended).
+  std::set<uint32_t> ended_workers;
   /// Ranks of workers that finished their share and left: a worker that
   /// registers later takes a dead worker's rank (its data partition and its
   /// clock) before one of these.

@@ -96,8 +96,28 @@ void on_event(self_ptr self, const frame& f) {
       self->monitor(addr);
   }
   // An agent's slot -> our rank.
-  self->state.ranks_of_agents.apply(e, from ? host_of(from->node()) : "");
+  auto host = from ? host_of(from->node()) : "";
+  bool known = self->state.ranks_of_agents.apply(e, host);
+  // A worker given up: a rank no process comes back to, for the pipeline
+  // stages waiting for it (given_up_ranks.hpp); not if another process
+  // holds its rank now.
+  bool view_changed = false;
+  if (e.kind == "gave-up" && e.about == role::worker) {
+    std::optional<uint32_t> rank;
+    if (known)
+      rank = e.rank;
+    for (auto& m : ms)
+      if (m.info.kind == role::worker && m.info.rank == e.rank &&
+          (m.info.pid != e.pid || host_of(m.handle.node()) != host))
+        rank.reset();
+    auto free = free_worker_ranks(self);
+    auto before = self->state.given_up.of(free);
+    self->state.given_up.gave_up(rank, free);
+    view_changed = self->state.given_up.of(free) != before;
+  }
   record(self, std::move(e));
+  if (view_changed)
+    publish(self);
 }
 
 caf::result<frame> on_events_poll(self_ptr self, uint64_t n) {

@@ -43,6 +43,10 @@ bool is_live_worker(self_ptr self, uint32_t rank);
 /// The rank a node of role `kind` that registers now takes.
 uint32_t lowest_free_rank(self_ptr self, role kind);
 
+/// Worker ranks below --cluster.workers with no live process, finished ones
+/// aside.
+std::set<uint32_t> free_worker_ranks(self_ptr self);
+
 /// Why a node of role `kind` cannot join now (none: it can).
 caf::error check_room(self_ptr self, role kind);
 

@@ -41,7 +41,9 @@ cluster_view current_view(self_ptr self) {
                       st.keys,
                       st.placement,
                       st.cfg.placement.slice_floats,
-                      st.cfg.workers};
+                      st.cfg.workers,
+                      st.given_up.of(free_worker_ranks(self)),
+                      {st.ended_workers.begin(), st.ended_workers.end()}};
 }
 
 void publish(self_ptr self) {
@@ -96,16 +98,27 @@ size_t promote_backup(self_ptr self, uint32_t dead,
 
 } // namespace
 
+std::set<uint32_t> free_worker_ranks(self_ptr self) {
+  auto& st = self->state;
+  std::set<uint32_t> out;
+  for (uint32_t r = 0; r < st.cfg.workers; ++r)
+    if (st.finished_workers.count(r) == 0)
+      out.insert(r);
+  for (auto& m : st.members)
+    if (m.info.kind == role::worker)
+      out.erase(m.info.rank);
+  return out;
+}
+
 uint32_t lowest_free_rank(self_ptr self, role kind) {
   auto& st = self->state;
+  if (kind == role::worker)
+    if (auto free = free_worker_ranks(self); !free.empty())
+      return *free.begin();
   std::set<uint32_t> used;
   for (auto& m : st.members)
     if (m.info.kind == kind)
       used.insert(m.info.rank);
-  if (kind == role::worker)
-    for (uint32_t r = 0; r < st.cfg.workers; ++r)
-      if (used.count(r) == 0 && st.finished_workers.count(r) == 0)
-        return r;
   uint32_t r = 0;
   while (used.count(r) != 0)
     ++r;
@@ -242,6 +255,10 @@ frame admit(self_ptr self, const register_request& req, caf::actor handle) {
                  req.host, req.port,
                  req.pid,  req.road};
   self->monitor(handle);
+  if (req.kind == role::worker) {
+    self->state.given_up.joined(info.rank, free_worker_ranks(self));
+    self->state.ended_workers.erase(info.rank);
+  }
   self->state.members.push_back({info, handle, req.stage_group});
   self->state.ranks_of_agents.learn(host_of(handle.node()), req.pid, req.kind,
                                     info.rank);
@@ -381,6 +398,8 @@ uint64_t on_leave(self_ptr self, std::optional<std::string> why) {
   if (why) { // not done: its rank is free, no final state to keep
     TROUPE_LOG(warning, "scheduler", to_string(i->info.kind), " ", i->info.rank,
                " (pid ", i->info.pid, ") ends before its work is done: ", *why);
+    if (worker) // the view's ended, until its rank is taken again
+      self->state.ended_workers.insert(i->info.rank);
     remove_member(self, i, "ended", *why);
     return self->state.epoch;
   }

@@ -421,7 +421,7 @@ void process_supervisor::on_exit(child& c, int wait_status,
         .Increment();
     emit(child_event::restarting, c, 0, "in " + format_ms(d.delay));
   } else if (d.kind == restart_tracker::decision::give_up)
-    emit(child_event::gave_up, c, 0, d.reason);
+    emit(child_event::gave_up, c, pid, d.reason); // its last process
 }
 
 void process_supervisor::start(child& c) {

@@ -97,7 +97,8 @@ struct child_event {
   enum kind_t { started, exited, restarting, gave_up, stopped } kind;
   /// child_spec::name.
   std::string child;
-  /// The process (exited/stopped: the one that ended); 0 if there was none.
+  /// The process (exited/stopped: the one that ended; gave_up: the last
+  /// one); 0 if there was none.
   int pid = 0;
   /// exited/stopped: describe_exit or "cannot execute <path>: <strerror>";
   /// restarting: "in 400 ms"; gave_up: the tracker's reason.

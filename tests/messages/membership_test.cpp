@@ -35,6 +35,8 @@ cluster_view sample_view() {
                 {4401, "boot/net:[1]", "troupe-road-11-4401"}},
                {role::server, 1, "127.0.0.1", 4302, 12, {4402, "m", ""}}};
   v.workers = {{role::worker, 0, "", 0, 21, {}}};
+  v.given_up = {2};
+  v.ended = {1, 4};
   v.keys = {{1, 10}, {2, 3}};
   v.placement = {{1, 0, 0}, {1, 1, 1}, {1, 2, 0}, {2, 0, 1}};
   return v;
@@ -131,6 +133,19 @@ BOOST_AUTO_TEST_CASE(a_view_that_breaks_its_invariants_is_refused) {
   auto empty_key = sample_view();
   empty_key.keys.push_back({3, 0});
   BOOST_CHECK(decode(encode(empty_key), v) == errc::malformed_message);
+  auto live_given_up = sample_view(); // worker 0 is live
+  live_given_up.given_up = {0, 2};
+  BOOST_CHECK(decode(encode(live_given_up), v) == errc::malformed_message);
+  auto unordered = sample_view();
+  unordered.given_up = {2, 1};
+  BOOST_CHECK(decode(encode(unordered), v) == errc::malformed_message);
+  unordered.given_up = {1, 1};
+  BOOST_CHECK(decode(encode(unordered), v) == errc::malformed_message);
+  auto live_ended = sample_view();
+  live_ended.ended = {0};
+  BOOST_CHECK(decode(encode(live_ended), v) == errc::malformed_message);
+  live_ended.ended = {4, 1};
+  BOOST_CHECK(decode(encode(live_ended), v) == errc::malformed_message);
 }
 
 BOOST_AUTO_TEST_CASE(out_of_range_fields_are_malformed) {

@@ -222,6 +222,10 @@ BOOST_AUTO_TEST_CASE(child_exiting_2_is_given_up_without_a_restart) {
   BOOST_TEST(rec.kinds() == "started,exited,gave_up");
   BOOST_TEST(sup.gave_up());
   BOOST_TEST(rec.events[1].detail == "exit code 2");
+  // The give-up names the process given up (the scheduler maps it to its
+  // rank).
+  BOOST_TEST(rec.events[2].pid != 0);
+  BOOST_TEST(rec.events[2].pid == rec.events[0].pid);
   BOOST_TEST(rec.events.back().detail.find("bad configuration") !=
              std::string::npos);
 }

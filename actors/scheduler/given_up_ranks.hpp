@@ -1,0 +1,44 @@
+// Which free worker ranks no process will come back to because its agent
+// gave up on their process (no restart). A pipeline replica lacking a
+// stage given up ends at once instead of waiting --pipeline.stage-wait-ms
+// for it (stage_lead.cpp), so in hybrid jobs the other replicas' sync
+// rounds stop waiting for its stages.
+//
+// A process given up after it joined names its rank (agent_ranks). One
+// given up before it ever joined (a stage without its data, a crash at
+// start) names none: it is counted, and the free ranks are all taken for
+// given up once there are no more of them than such processes (every other
+// process has joined). Those ranks are then named, so they stay given up
+// when others fall free later (the stages that end without them). A rank
+// joined again (a process started by hand) is no longer given up, and the
+// count goes once every rank is live.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <vector>
+
+namespace troupe::sched {
+
+class given_up_ranks {
+public:
+  /// An agent gave up on a worker process, last known as worker `rank`
+  /// (nullopt: it never joined, or another process holds that rank now;
+  /// it may still hold it itself, not yet seen down). `free`: the worker
+  /// ranks with no live process (finished ones are not free).
+  void gave_up(std::optional<uint32_t> rank, const std::set<uint32_t>& free);
+
+  /// A worker joined as `rank`; `free`: the free ranks before it did.
+  void joined(uint32_t rank, const std::set<uint32_t>& free);
+
+  /// The ranks of `free` given up, ascending (those inferred from the
+  /// count are named from now on).
+  std::vector<uint32_t> of(const std::set<uint32_t>& free);
+
+private:
+  std::set<uint32_t> named_; // ranks of processes given up after joining
+  uint32_t unnamed_ = 0;     // processes given up before they joined
+};
+
+} // namespace troupe::sched
