@@ -15,9 +15,9 @@ constexpr int exit_bad_config = 2;
 /// change the result; the agent ends non-zero, naming it.
 constexpr int exit_job_failed = 4;
 /// The job cannot go on: a member it cannot do without (a stage of a
-/// pipeline) has been out of the cluster longer than its bound; one line
-/// said which. Not restarted, since a restart would wait for it again; the
-/// agent ends non-zero, naming it.
+/// pipeline) was given up by its agent, or has been out of the cluster
+/// longer than its bound; one line said which. Not restarted, since a restart
+/// would wait for it again; the agent ends non-zero, naming it.
 constexpr int exit_job_stuck = 5;
 
 /// An exit that ends the job without a restart although it is not done: the
@@ -37,8 +37,8 @@ inline constexpr job_end job_ends[] = {
      " differed)",
      " finished, and its check failed", "check-failed"},
     {exit_job_stuck,
-     " could not go on: a member the job needs was missing longer than"
-     " its bound (its output says which)",
+     " could not go on: a member the job needs is gone (given up, or out"
+     " longer than its bound: its output says which)",
      " ended: a member the job needs is missing", "stuck"},
 };
 

@@ -322,7 +322,8 @@ void node_config::add_pipeline_options() {
            "stop after this many mini-batches; 0 = --train.epochs")
       .add(pipeline.stage_wait_ms, "stage-wait-ms",
            "a stage missing from the cluster this long ends the other"
-           " stages of its replica (exit 5); 0 = wait for ever")
+           " stages of its replica (exit 5; one its agent gave up: at"
+           " once); 0 = wait for ever")
       .add(pipeline.fault_kill, "fault-kill",
            "fault injection: S@K, stage S kills its process in mini-batch K"
            " (once); S@K:push, in its push of K to the servers");

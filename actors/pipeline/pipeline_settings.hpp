@@ -48,8 +48,9 @@ struct pipeline_settings {
   /// cluster (never came, or left and was not brought back) before it ends
   /// with one line and exit_job_stuck (its agent does not restart it: the
   /// restart would wait again), in ms; 0 = for ever. Other replicas train
-  /// on. Default 300000 (5 min: an agent restarts a stage in seconds, or
-  /// gives it up).
+  /// on. Default 300000 (5 min: an agent restarts a stage in seconds). A
+  /// stage its agent gave up (the view's given_up) ends them at once,
+  /// unless 0.
   uint32_t stage_wait_ms = 300000;
   /// Fault injection, "S@K": stage S kills its own process (SIGKILL) in
   /// the middle of mini-batch K, once per checkpoint folder (its agent

@@ -36,33 +36,81 @@ std::set<uint32_t> lacking(driver_ptr self,
   return out;
 }
 
+/// Ends the driver with member_missing: stages `out` of the replica are
+/// `why` (the process exits exit_job_stuck, not restarted).
+void end_stuck(driver_ptr self, const std::set<uint32_t>& out,
+               const std::string& why) {
+  auto& st = self->state;
+  std::string gone;
+  for (auto r : out)
+    gone += (gone.empty() ? "" : ", ") + std::to_string(r);
+  // Where the weights to resume from are: the stages' own checkpoints, or
+  // (hybrid) the servers'.
+  auto resume = hybrid(self) ? " with --resume to go on from the servers'"
+                               " last checkpoint (--checkpoint.dir)"
+                             : " with the same --pipeline.checkpoint-dir to"
+                               " resume from the stages' checkpoints";
+  self->quit(
+      caf::make_error(errc::member_missing,
+                      who(self) + (out.size() == 1 ? ": stage " : ": stages ") +
+                          gone + " of replica " + std::to_string(st.replica) +
+                          " " + why + ": the replica cannot go on without " +
+                          (out.size() == 1 ? "it" : "them") +
+                          ", so this stage ends too (not restarted); bring " +
+                          (out.size() == 1 ? "it" : "them") +
+                          " back and start the job again" + resume));
+}
+
+/// The stages of the replica in `lacks` whose process its agent gave up
+/// on (the view's given_up).
+std::set<uint32_t> given_up(driver_ptr self, const std::set<uint32_t>& lacks) {
+  auto& st = self->state;
+  std::set<uint32_t> out;
+  for (auto rank : st.view.given_up)
+    if (rank / st.stages == st.replica && lacks.count(rank % st.stages) != 0)
+      out.insert(rank % st.stages);
+  return out;
+}
+
 /// Every driver: the clock of --pipeline.stage-wait-ms. A view without a
 /// stage of the replica starts it (if it is not running), each later one
 /// keeps in `absent` only the stages it lacks too, and a view with every
-/// stage stops it.
-void watch_absence(driver_ptr self,
+/// stage stops it. A stage its agent gave up on ends the driver at once
+/// (returns false): no restart will come to wait for; but 0 (wait for
+/// ever) waits for one started again by hand.
+bool watch_absence(driver_ptr self,
                    const std::map<uint32_t, node_info>& members) {
   auto& st = self->state;
   auto lacks = lacking(self, members);
+  auto wait = st.cfg.pipeline.stage_wait_ms;
+  if (auto out = given_up(self, lacks);
+      !out.empty() && !st.finished && wait != 0) {
+    end_stuck(self, out,
+              out.size() == 1 ? "was given up by its agent (no restart"
+                                " will come)"
+                              : "were given up by their agents (no restart"
+                                " will come)");
+    return false;
+  }
   if (lacks.empty()) {
     st.absent_since = {};
     st.absent.clear();
-    return;
+    return true;
   }
   if (st.absent_since != std::chrono::steady_clock::time_point{}) {
     std::set<uint32_t> still;
     std::set_intersection(st.absent.begin(), st.absent.end(), lacks.begin(),
                           lacks.end(), std::inserter(still, still.end()));
     st.absent = std::move(still);
-    return;
+    return true;
   }
-  auto wait = st.cfg.pipeline.stage_wait_ms;
   if (wait == 0 || st.finished)
-    return;
+    return true;
   st.absent_since = std::chrono::steady_clock::now();
   st.absent = std::move(lacks);
   self->delayed_send(self, std::chrono::milliseconds{wait}, tick_atom_v,
                      ++st.absences);
+  return true;
 }
 
 void lead_sync(driver_ptr self, uint64_t epoch);
@@ -198,7 +246,8 @@ void on_view(driver_ptr self, const frame& f) {
   st.view = std::move(v);
   std::map<uint32_t, node_info> members;
   bool all = all_stages(self, st.view, members);
-  watch_absence(self, members);
+  if (!watch_absence(self, members))
+    return; // ended
   auto wait = st.cfg.pipeline.stage_wait_ms;
   if (!all) { // 6 (at the end: the others are leaving, done)
     if (st.missing_since == std::chrono::steady_clock::time_point{} &&
@@ -232,24 +281,9 @@ void on_wait_over(driver_ptr self, uint64_t n) {
     all_stages(self, st.view, members);
     out = lacking(self, members);
   }
-  std::string gone;
-  for (auto r : out)
-    gone += (gone.empty() ? "" : ", ") + std::to_string(r);
-  // Where the weights to resume from are: the stages' own checkpoints, or
-  // (hybrid) the servers'.
-  auto resume = hybrid(self) ? " with --resume to go on from the servers'"
-                               " last checkpoint (--checkpoint.dir)"
-                             : " with the same --pipeline.checkpoint-dir to"
-                               " resume from the stages' checkpoints";
-  self->quit(caf::make_error(
-      errc::member_missing,
-      who(self) + (out.size() == 1 ? ": stage " : ": stages ") + gone +
-          " of replica " + std::to_string(st.replica) +
-          " not in the cluster for " + std::to_string(wait.count()) +
-          " ms (--pipeline.stage-wait-ms): the replica cannot go on"
-          " without it, so this stage ends too (not restarted); bring it"
-          " back and start the job again" +
-          resume));
+  end_stuck(self, out,
+            "not in the cluster for " + std::to_string(wait.count()) +
+                " ms (--pipeline.stage-wait-ms)");
 }
 
 void find_lead(driver_ptr self) {

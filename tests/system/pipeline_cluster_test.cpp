@@ -4,8 +4,9 @@
 // mini-batch and start again from the stages' checkpoints: the final
 // weights are those of a run without the kill, bit for bit. Wrong flags,
 // missing data and a metrics file that cannot be written are refused in
-// one line, with exit 2 (not restarted); a stage that never comes, or is
-// given up, ends the others after --pipeline.stage-wait-ms (exit 5).
+// one line, with exit 2 (not restarted); a stage that never comes ends the
+// others after --pipeline.stage-wait-ms, one given up by its agent (after
+// joining or before) at once (exit 5).
 #define BOOST_TEST_MODULE pipeline_cluster_test
 #include <boost/test/unit_test.hpp>
 
@@ -196,21 +197,23 @@ BOOST_AUTO_TEST_CASE(a_metrics_file_that_cannot_be_written_ends_the_job) {
 namespace {
 
 /// Runs `agent` to its end: each of `waiting` stages ends in the line of a
-/// stage missing (`gone`) and exit 5, which the agent names and does not
-/// restart, and the agent exits non-zero.
+/// stage missing (`gone`: which, and why) and exit 5, which the agent names
+/// and does not restart, and the agent exits non-zero.
 void check_stuck(const scheduler_process& s, child_process& agent,
                  size_t waiting, const std::string& gone) {
   auto rc = agent.wait_exit(90s);
-  BOOST_REQUIRE_MESSAGE(rc, "the agent did not end: " << agent.output());
+  if (!rc)
+    BOOST_FAIL("the agent did not end: "
+               << agent.output() << "\nthe scheduler's events: "
+               << dump(scheduler_client{s.port}.events()));
   BOOST_TEST_MESSAGE("the agent's output:\n" << agent.output());
   BOOST_CHECK_NE(*rc, 0);
   auto count = [&agent](const std::string& line) {
     return occurrences(agent.output(), line);
   };
   auto said = count("*** stage failed: stage: member_missing: ");
-  auto named = count(gone + " not in the cluster for 2000 ms"
-                            " (--pipeline.stage-wait-ms)");
-  auto ended = count(" could not go on: a member the job needs was missing");
+  auto named = count(gone);
+  auto ended = count(" could not go on: a member the job needs is gone");
   BOOST_CHECK_MESSAGE(said == waiting && named == waiting && ended == waiting,
                       said << ", " << named << " and " << ended << " of "
                            << waiting << " stages: " << agent.output());
@@ -231,23 +234,29 @@ void check_stuck(const scheduler_process& s, child_process& agent,
                       dump(evs));
 }
 
+/// A stage wait no test reaches (10 minutes): a stage given up ends the
+/// others without it.
+const std::string no_wait = "--pipeline.stage-wait-ms=600000";
+const std::string given_up = " was given up by its agent (no restart will"
+                             " come)";
+
 } // namespace
 
-BOOST_AUTO_TEST_CASE(a_stage_given_up_ends_the_job_after_the_stage_wait) {
+BOOST_AUTO_TEST_CASE(a_stage_given_up_ends_the_job_at_once) {
   // Stage 1 kills its process in mini-batch 27 and its agent gives it up
   // (no restart allowed). Before, the two other stages waited for it for
-  // ever, and the agent with them; now each ends after
-  // --pipeline.stage-wait-ms with its line and exit 5 (not restarted).
-  // Nothing is lost: the job started again resumes from the checkpoint of
-  // 20 (each stage writes it while it goes on: 7 mini-batches' time, as
-  // the kill test's 47 and 40).
+  // ever, and the agent with them; then for --pipeline.stage-wait-ms. Now
+  // the scheduler's view names its rank given up and each ends at once
+  // with its line and exit 5 (not restarted). Nothing is lost: the job
+  // started again resumes from the checkpoint of 20 (each stage writes it
+  // while it goes on: 7 mini-batches' time, as the kill test's 47 and 40).
   scheduler_process s{0, stages};
   temp_dir d;
-  auto agent = start_agent(
-      s, 0, stages,
-      job_flags(d.path, {"--pipeline.fault-kill=1@27", "--agent.max-restarts=0",
-                         "--pipeline.stage-wait-ms=2000"}));
-  check_stuck(s, *agent, stages - 1, "stage 1 of replica 0");
+  auto agent =
+      start_agent(s, 0, stages,
+                  job_flags(d.path, {"--pipeline.fault-kill=1@27",
+                                     "--agent.max-restarts=0", no_wait}));
+  check_stuck(s, *agent, stages - 1, "stage 1 of replica 0" + given_up);
   BOOST_CHECK_MESSAGE(agent->output().find(" gave up: exited 1 time") !=
                           std::string::npos,
                       agent->output());
@@ -267,7 +276,31 @@ BOOST_AUTO_TEST_CASE(a_stage_that_never_comes_ends_the_job_after_the_wait) {
       start_agent(s, 0, stages - 1,
                   job_flags(d.path, {"--cluster.workers=3",
                                      "--pipeline.stage-wait-ms=2000"}));
-  check_stuck(s, *agent, stages - 1, "stage 2 of replica 0");
+  check_stuck(s, *agent, stages - 1,
+              "stage 2 of replica 0 not in the cluster for 2000 ms"
+              " (--pipeline.stage-wait-ms)");
+}
+
+BOOST_AUTO_TEST_CASE(a_stage_given_up_before_it_joins_ends_the_others_at_once) {
+  // The third stage runs under an agent of its own and exits 2 before it
+  // joins (its metrics file cannot be written), so it has no rank: the
+  // scheduler takes the one rank left free for it once the other two are
+  // in, and they end at once, not after the stage wait.
+  scheduler_process s{0, stages};
+  temp_dir d;
+  auto three = std::string{"--cluster.workers=3"};
+  auto agent =
+      start_agent(s, 0, stages - 1, job_flags(d.path, {three, no_wait}));
+  auto lone = start_agent(
+      s, 0, 1,
+      job_flags(d.path,
+                {three, no_wait, "--train.metrics-file=/nonexistent/m.jsonl"}));
+  auto rc = lone->wait_exit(90s);
+  BOOST_REQUIRE_MESSAGE(rc, "the lone agent did not end: " << lone->output());
+  BOOST_CHECK_MESSAGE(*rc != 0 && lone->output().find(" gave up: ") !=
+                                      std::string::npos,
+                      lone->output());
+  check_stuck(s, *agent, stages - 1, "stage 2 of replica 0" + given_up);
 }
 
 namespace {
