@@ -31,11 +31,6 @@ bool hybrid(driver_ptr self) {
   return self->state.cfg.servers > 0;
 }
 
-// Replica 0 evaluates and reports; the others train alike, quietly.
-bool reports(driver_ptr self) {
-  return self->state.replica == 0;
-}
-
 bool is_lead(driver_ptr self) {
   return self->state.rank == 0;
 }
@@ -49,8 +44,6 @@ caf::timespan timeout(driver_ptr self) {
 }
 
 namespace {
-
-constexpr uint32_t eval_chunk_rows = 500;
 
 /// True once per checkpoint folder for stage `rank`'s fault in `step`: it
 /// leaves a mark there, so that the restarted process does not kill
@@ -131,62 +124,6 @@ void finish(driver_ptr self) {
   self->quit();
 }
 
-/// Stage 0: the test images, in chunks, to its stage once `after`
-/// mini-batches are applied.
-void send_evals(driver_ptr self, uint64_t after) {
-  auto& st = self->state;
-  auto& imgs = st.data.test.images;
-  auto cols = st.data.cols;
-  for (size_t at = 0, c = 0; at < st.data.test_n; at += eval_chunk_rows, ++c) {
-    auto rows = std::min<size_t>(eval_chunk_rows, st.data.test_n - at);
-    stage_tensor x{after,
-                   static_cast<uint32_t>(c),
-                   static_cast<uint32_t>(rows),
-                   static_cast<uint32_t>(cols),
-                   std::vector<float>(imgs.data() + at * cols,
-                                      imgs.data() + (at + rows) * cols),
-                   st.gen};
-    self->send(st.stage, eval_atom_v, encode(x));
-  }
-}
-
-/// The last stage: a chunk's logits, counted; the epoch's line once all
-/// are in.
-void count_eval(driver_ptr self, const frame& f) {
-  auto& st = self->state;
-  stage_tensor y;
-  if (auto err = decode(f, y); err || y.gen != st.gen)
-    return;
-  auto at = size_t{y.micro} * eval_chunk_rows;
-  if (y.cols == 0 || at + y.rows > st.data.test_n)
-    return;
-  auto& c = st.evals[y.step];
-  for (uint32_t i = 0; i < y.rows; ++i) {
-    auto* row = y.values.data() + size_t{i} * y.cols;
-    auto best = std::max_element(row, row + y.cols) - row;
-    c.right += best == st.data.test.labels[at + i];
-  }
-  c.seen += y.rows;
-  if (c.seen < st.data.test_n)
-    return;
-  double acc = double(c.right) / double(c.seen);
-  auto epoch = (y.step + st.steps_per_epoch - 1) / st.steps_per_epoch;
-  double loss = 0;
-  size_t n = 0;
-  for (auto i = st.losses.lower_bound((epoch - 1) * st.steps_per_epoch);
-       i != st.losses.end() && i->first < y.step; ++i, ++n)
-    loss += i->second;
-  report_epoch(self, epoch, n ? loss / n : std::nan(""), acc, y.step);
-  st.evals.erase(y.step);
-  if (y.step == st.total_steps) {
-    std::printf("final test accuracy: %.4f\n", acc);
-    std::fflush(stdout);
-    self->send(st.lead, finish_atom_v, st.gen); // 5
-    return;
-  }
-  std::fflush(stdout);
-}
-
 /// 4: mini-batch `k` is applied here: checkpoint, evaluate, go on.
 void on_committed(driver_ptr self, uint64_t applied) {
   auto& st = self->state;
@@ -203,14 +140,7 @@ void on_committed(driver_ptr self, uint64_t applied) {
                        "cannot write its checkpoint: ", describe(err));
         });
   }
-  if ((applied % st.steps_per_epoch == 0 || end) && reports(self)) {
-    if (st.rank == 0)
-      send_evals(self, applied);
-    if (is_last(self))
-      st.evals[applied] = {};
-  }
-  if (end && is_last(self) && !reports(self))
-    self->send(st.lead, finish_atom_v, st.gen); // 5
+  evaluate_at(self, applied);
   if (!end)
     begin_step(self);
 }
@@ -291,14 +221,8 @@ void begin_generation(driver_ptr self, uint64_t gen, uint64_t step,
     auto& st = self->state;
     TROUPE_LOG(info, who(self), "generation ", gen, ": at mini-batch ", at);
     st.step = at;
-    if (at >= st.total_steps && reports(self)) { // resumed at the end
-      if (is_last(self))
-        st.evals[at] = {};
-      if (st.rank == 0)
-        send_evals(self, at);
-    }
-    if (at >= st.total_steps && is_last(self) && !reports(self))
-      self->send(st.lead, finish_atom_v, gen);
+    if (at >= st.total_steps) // resumed at the end
+      evaluate_at(self, at);
     begin_step(self);
   });
 }

@@ -34,7 +34,9 @@
 //      driver sends (finish_atom, gen) to the lead, which passes it on to
 //      every driver; each ends normally.
 //   6: a view without one of the stages: the mini-batch under way cannot
-//      finish and will be dropped by the next start.
+//      finish and will be dropped by the next start. One its agent gave up
+//      (the view's given_up) ends the driver at once; else it ends after
+//      --pipeline.stage-wait-ms without it (stage_lead.cpp).
 //
 // Checkpoints: each driver writes its stage's weights after every
 // --pipeline.checkpoint-every mini-batches, and at the end, keeping its two
@@ -43,10 +45,12 @@
 // step every stage has is at most one interval behind any stage's newest.
 // Step 0's weights follow from the seed.
 //
-// Evaluation: after each epoch's last commit, stage 0's driver sends the
-// test images in chunks (eval_atom, step = the mini-batches applied); each
-// stage runs a chunk once it has applied them; the last stage's driver
-// counts the right answers, and prints the epoch's line (and at the end
+// Evaluation (stage_reports.cpp): after each epoch's last commit, stage
+// 0's driver of the reporting replica (the lowest one still going) sends
+// the test images in chunks (eval_atom, step = the mini-batches applied),
+// and of every replica after the last commit; each stage runs a chunk once
+// it has applied them; the last stage's driver counts the right answers,
+// and the reporting replica's prints the epoch's line (and at the end
 // "final test accuracy: 0.XXXX").
 #pragma once
 

@@ -168,7 +168,8 @@ bool hybrid(driver_ptr self);
 /// True for the lead of a replica: its stage 0.
 bool is_lead(driver_ptr self);
 bool is_last(driver_ptr self);
-/// True for replica 0, which evaluates and reports.
+/// True for the replica that evaluates and reports: the lowest one still
+/// going (replica 0 unless it ended: stage_reports.cpp).
 bool reports(driver_ptr self);
 /// kv.request-timeout-ms.
 caf::timespan timeout(driver_ptr self);
@@ -184,9 +185,15 @@ inline double seconds_running(const driver_state& st) {
       .count();
 }
 
-/// The reporting last stage (replica 0's): opens --train.metrics-file for
-/// appending, if set; "" or one line.
+/// The reporting last stage: opens --train.metrics-file for appending, if
+/// set and not open yet; "" or one line.
 std::string open_metrics(driver_ptr self);
+/// Mini-batch `at` is applied: stage 0 of the reporting replica sends the
+/// test images through the pipeline at an epoch's end, and of every
+/// replica at the last (each stage's finish waits for that evaluation).
+void evaluate_at(driver_ptr self, uint64_t at);
+/// The last stage: a chunk of logits of an evaluation.
+void count_eval(driver_ptr self, const frame& f);
 /// The reporting last stage: the line of `epoch`, whose evaluation after
 /// mini-batch `step` found `acc`, with the mean loss of its mini-batches
 /// (NaN: none since the last line); printed, and as JSON to the metrics

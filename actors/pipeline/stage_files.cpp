@@ -1,4 +1,5 @@
-// A stage driver's data, checkpoint and metrics files (stage_driver.hpp).
+// A stage driver's data and checkpoint files, and whether a file can be
+// written (stage_driver.hpp; the metrics file: stage_reports.cpp).
 #include <unistd.h>
 
 #include <algorithm>
@@ -134,53 +135,6 @@ std::string unwritable(const std::string& path) {
   if (::access(target.c_str(), W_OK) != 0)
     return "cannot write " + path + ": " + std::strerror(errno);
   return {};
-}
-
-std::string open_metrics(driver_ptr self) {
-  auto& st = self->state;
-  auto& path = st.cfg.train.metrics_file;
-  if (path.empty() || !is_last(self) || !reports(self))
-    return {};
-  st.metrics.open(path, std::ios::app);
-  if (!st.metrics)
-    return "--train.metrics-file: cannot open " + path + ": " +
-           std::strerror(errno);
-  return {};
-}
-
-void report_epoch(driver_ptr self, uint64_t epoch, double loss, double acc,
-                  uint64_t step) {
-  auto& st = self->state;
-  if (st.reported && step <= *st.reported)
-    return; // a replay after a stage came back: said already
-  st.reported = step;
-  auto secs = seconds_running(st);
-  auto epochs = (st.total_steps + st.steps_per_epoch - 1) / st.steps_per_epoch;
-  char said[32] = "-"; // no mini-batch since the last line
-  if (std::isfinite(loss))
-    std::snprintf(said, sizeof(said), "%.4f", loss);
-  std::printf("epoch %llu/%llu: train loss %s, test accuracy %.4f"
-              " (mini-batch %llu, %.1f s)\n",
-              static_cast<unsigned long long>(epoch),
-              static_cast<unsigned long long>(epochs), said, acc,
-              static_cast<unsigned long long>(step), secs);
-  if (!st.metrics.is_open())
-    return;
-  // Every replica's samples since the generation began, or the last line;
-  // null (as the trainer's) where none ran.
-  double samples =
-      double(step - st.rate_step) * st.cfg.train.batch * double(st.replicas);
-  double rate = step > st.rate_step && secs > st.rate_secs
-                    ? samples / (secs - st.rate_secs)
-                    : std::nan("");
-  st.metrics << "{\"epoch\":" << epoch
-             << ",\"train_loss\":" << json_number(loss)
-             << ",\"test_accuracy\":" << json_number(acc)
-             << ",\"samples_per_s\":" << json_number(rate)
-             << ",\"mini_batch\":" << step << ",\"elapsed_s\":" << secs << "}\n"
-             << std::flush;
-  st.rate_step = step;
-  st.rate_secs = secs;
 }
 
 } // namespace troupe::pipe

@@ -287,3 +287,57 @@ BOOST_AUTO_TEST_CASE(a_replica_short_of_a_stage_ends_and_the_other_trains_on) {
   s.proc->signal(SIGTERM);
   s.proc->wait_exit(std::chrono::seconds{10});
 }
+
+BOOST_AUTO_TEST_CASE(
+    a_stage_given_up_ends_its_replica_at_once_and_the_other_trains_on) {
+  // Stage 2 of one replica kills its process in mini-batch 8 and its
+  // agent gives it up. In sync mode the servers' rounds wait for every
+  // live stage, so before, the other replica stood still for the whole
+  // --pipeline.stage-wait-ms (here 10 minutes, past the test's bound)
+  // until that replica's two other stages ended. Now the view names the
+  // rank given up: they end at once, and the other replica trains on.
+  // (Which replica loses its stage is whichever claims the fault first;
+  // mostly replica 0, whose stages start first.)
+  temp_dir data;
+  write_split(data.path, "train", 1280);
+  write_split(data.path, "t10k", 200);
+  temp_dir ck, marks;
+  auto flags =
+      shared_flags("sync", data.path, ck.path) + stage_flags("1f1b") +
+      std::vector<std::string>{
+          "--pipeline.stage-wait-ms=600000", "--pipeline.fault-kill=2@8",
+          "--pipeline.checkpoint-dir=" + marks.path, "--agent.max-restarts=0"};
+  scheduler_process s{2, 6, flags};
+  auto agent = start_agent(s, 2, 6, flags);
+  auto rc = agent->wait_exit(std::chrono::seconds{200});
+  BOOST_REQUIRE_MESSAGE(rc, "the agent did not end: " << agent->output());
+  BOOST_TEST_MESSAGE("the agent's output:\n" << agent->output());
+  BOOST_CHECK_NE(*rc, 0);
+  auto& out = agent->output();
+  BOOST_CHECK_MESSAGE(occurrences(out, " was given up by its agent (no"
+                                       " restart will come)") == 2 &&
+                          occurrences(out, " could not go on: ") == 2,
+                      out);
+  // Once, by the replica still going: replica 0 reports while it goes,
+  // the next one once it ended (before, a job whose replica 0 ended
+  // trained to the end without a word of its accuracy).
+  BOOST_CHECK_MESSAGE(occurrences(out, "final test accuracy: ") == 1,
+                      "the other replica did not train to the end and say"
+                      " so once: "
+                          << out);
+  // The rank given up is a stage 2; its replica's stages 0 and 1 ended.
+  auto evs = scheduler_client{s.port}.events();
+  std::set<uint32_t> gone, ended;
+  for (auto& e : evs) {
+    if (e.kind == "gave-up" && e.about == role::worker)
+      gone.insert(e.rank);
+    if (e.kind == "ended" && e.about == role::worker &&
+        e.detail.rfind("stuck: member_missing: ", 0) == 0)
+      ended.insert(e.rank);
+  }
+  BOOST_REQUIRE_MESSAGE(gone.size() == 1 && *gone.begin() % 3 == 2, dump(evs));
+  auto r = *gone.begin() - 2;
+  BOOST_CHECK_MESSAGE((ended == std::set<uint32_t>{r, r + 1}), dump(evs));
+  s.proc->signal(SIGTERM);
+  s.proc->wait_exit(std::chrono::seconds{10});
+}

@@ -1,0 +1,155 @@
+// A stage driver's evaluations and reports (stage_driver.hpp): which
+// replica reports, the test images through the pipeline, the epoch lines
+// and the metrics file.
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "actors/base/log.hpp"
+#include "actors/pipeline/stage_driver_internal.hpp"
+#include "messages/type_ids.hpp"
+
+namespace troupe::pipe {
+
+namespace {
+
+constexpr uint32_t eval_chunk_rows = 500;
+
+/// Stage 0: the test images, in chunks, to its stage once `after`
+/// mini-batches are applied.
+void send_evals(driver_ptr self, uint64_t after) {
+  auto& st = self->state;
+  auto& imgs = st.data.test.images;
+  auto cols = st.data.cols;
+  for (size_t at = 0, c = 0; at < st.data.test_n; at += eval_chunk_rows, ++c) {
+    auto rows = std::min<size_t>(eval_chunk_rows, st.data.test_n - at);
+    stage_tensor x{after,
+                   static_cast<uint32_t>(c),
+                   static_cast<uint32_t>(rows),
+                   static_cast<uint32_t>(cols),
+                   std::vector<float>(imgs.data() + at * cols,
+                                      imgs.data() + (at + rows) * cols),
+                   st.gen};
+    self->send(st.stage, eval_atom_v, encode(x));
+  }
+}
+
+} // namespace
+
+// The lowest replica still going evaluates and reports: replica 0 unless
+// a stage of it was given up or ended (the view's given_up and ended: no
+// process comes back to it, so the replica has ended); the others train
+// alike, quietly.
+bool reports(driver_ptr self) {
+  auto& st = self->state;
+  std::set<uint32_t> ended;
+  for (auto* ranks : {&st.view.given_up, &st.view.ended})
+    for (auto rank : *ranks)
+      ended.insert(rank / st.stages);
+  for (uint32_t q = 0; q < st.replica; ++q)
+    if (ended.count(q) == 0)
+      return false;
+  return true;
+}
+
+void evaluate_at(driver_ptr self, uint64_t at) {
+  auto& st = self->state;
+  bool end = at >= st.total_steps;
+  if (st.rank == 0 && (end || (at % st.steps_per_epoch == 0 && reports(self))))
+    send_evals(self, at);
+}
+
+/// The last stage: a chunk's logits, counted; the epoch's line once all
+/// are in (the reporting replica), and at the end the finish.
+void count_eval(driver_ptr self, const frame& f) {
+  auto& st = self->state;
+  stage_tensor y;
+  if (auto err = decode(f, y); err || y.gen != st.gen)
+    return;
+  auto at = size_t{y.micro} * eval_chunk_rows;
+  if (y.cols == 0 || at + y.rows > st.data.test_n)
+    return;
+  auto& c = st.evals[y.step];
+  for (uint32_t i = 0; i < y.rows; ++i) {
+    auto* row = y.values.data() + size_t{i} * y.cols;
+    auto best = std::max_element(row, row + y.cols) - row;
+    c.right += best == st.data.test.labels[at + i];
+  }
+  c.seen += y.rows;
+  if (c.seen < st.data.test_n)
+    return;
+  double acc = double(c.right) / double(c.seen);
+  auto epoch = (y.step + st.steps_per_epoch - 1) / st.steps_per_epoch;
+  double loss = 0;
+  size_t n = 0;
+  for (auto i = st.losses.lower_bound((epoch - 1) * st.steps_per_epoch);
+       i != st.losses.end() && i->first < y.step; ++i, ++n)
+    loss += i->second;
+  bool says = reports(self);
+  if (says)
+    report_epoch(self, epoch, n ? loss / n : std::nan(""), acc, y.step);
+  st.evals.erase(y.step);
+  if (y.step == st.total_steps) {
+    if (says)
+      std::printf("final test accuracy: %.4f\n", acc);
+    std::fflush(stdout);
+    self->send(st.lead, finish_atom_v, st.gen); // 5
+    return;
+  }
+  std::fflush(stdout);
+}
+
+std::string open_metrics(driver_ptr self) {
+  auto& st = self->state;
+  auto& path = st.cfg.train.metrics_file;
+  if (path.empty() || !is_last(self) || !reports(self) || st.metrics.is_open())
+    return {};
+  st.metrics.open(path, std::ios::app);
+  if (!st.metrics)
+    return "--train.metrics-file: cannot open " + path + ": " +
+           std::strerror(errno);
+  return {};
+}
+
+void report_epoch(driver_ptr self, uint64_t epoch, double loss, double acc,
+                  uint64_t step) {
+  auto& st = self->state;
+  if (st.reported && step <= *st.reported)
+    return; // a replay after a stage came back: said already
+  st.reported = step;
+  auto secs = seconds_running(st);
+  auto epochs = (st.total_steps + st.steps_per_epoch - 1) / st.steps_per_epoch;
+  char said[32] = "-"; // no mini-batch since the last line
+  if (std::isfinite(loss))
+    std::snprintf(said, sizeof(said), "%.4f", loss);
+  std::printf("epoch %llu/%llu: train loss %s, test accuracy %.4f"
+              " (mini-batch %llu, %.1f s)\n",
+              static_cast<unsigned long long>(epoch),
+              static_cast<unsigned long long>(epochs), said, acc,
+              static_cast<unsigned long long>(step), secs);
+  // A replica taking over the reports opens the file now.
+  if (auto why = open_metrics(self); !why.empty())
+    TROUPE_LOG(warning, who(self), why);
+  if (!st.metrics.is_open())
+    return;
+  // Every replica's samples since the generation began, or the last line;
+  // null (as the trainer's) where none ran.
+  double samples =
+      double(step - st.rate_step) * st.cfg.train.batch * double(st.replicas);
+  double rate = step > st.rate_step && secs > st.rate_secs
+                    ? samples / (secs - st.rate_secs)
+                    : std::nan("");
+  st.metrics << "{\"epoch\":" << epoch
+             << ",\"train_loss\":" << json_number(loss)
+             << ",\"test_accuracy\":" << json_number(acc)
+             << ",\"samples_per_s\":" << json_number(rate)
+             << ",\"mini_batch\":" << step << ",\"elapsed_s\":" << secs << "}\n"
+             << std::flush;
+  st.rate_step = step;
+  st.rate_secs = secs;
+}
+
+} // namespace troupe::pipe
