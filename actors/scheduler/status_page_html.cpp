@@ -48,8 +48,11 @@ function curve(id, points, key, label) {
 async function refresh() {
   try {
     const s = await (await fetch("/status.json", {cache: "no-store"})).json();
+    const gone = (what, ranks) => ranks && ranks.length ?
+      "; " + what + ": worker" + (ranks.length > 1 ? "s " : " ") + ranks.join(", ") : "";
     document.getElementById("view").textContent =
-      "view " + s.epoch + ": " + s.members.length + " members";
+      "view " + s.epoch + ": " + s.members.length + " members" +
+      gone("given up", s.given_up) + gone("ended", s.ended);
     document.getElementById("members").innerHTML = s.members.map(m =>
       '<tr id="member-' + m.role + "-" + m.rank + '" class="' + m.health + '"><td>' +
       m.role + "</td><td>" + m.rank + "</td><td>" + text(m.host) + "</td><td>" + m.pid +
