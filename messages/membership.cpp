@@ -329,6 +329,12 @@ bool agent_ranks::apply(event_record& e, const std::string& host) {
   return true;
 }
 
+bool agent_ranks::knows_pid(uint32_t pid) const {
+  return pid != 0 &&
+         std::any_of(by_process_.begin(), by_process_.end(),
+                     [pid](const auto& p) { return p.first.second == pid; });
+}
+
 const char* to_string(role x) {
   switch (x) {
   case role::scheduler:

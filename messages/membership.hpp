@@ -171,6 +171,8 @@ public:
   /// where known (an event from another source is left alone); true if it
   /// was.
   bool apply(event_record& e, const std::string& host);
+  /// True if a process `pid` was learned on any host.
+  bool knows_pid(uint32_t pid) const;
 
 private:
   /// Most processes and slots remembered (then the oldest processes are

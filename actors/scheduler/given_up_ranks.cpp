@@ -1,4 +1,7 @@
+// Worker ranks given up: named, inferred, and the rank a worker takes.
 #include "actors/scheduler/given_up_ranks.hpp"
+
+#include <algorithm>
 
 namespace troupe::sched {
 
@@ -31,6 +34,15 @@ std::vector<uint32_t> given_up_ranks::of(const std::set<uint32_t>& free) {
     if (free.count(r) != 0)
       out.push_back(r);
   return out;
+}
+
+uint32_t given_up_ranks::pick(const std::set<uint32_t>& free,
+                              const std::set<uint32_t>& ended) {
+  auto gone = of(free);
+  for (auto r : free)
+    if (ended.count(r) == 0 && !std::binary_search(gone.begin(), gone.end(), r))
+      return r;
+  return *free.begin();
 }
 
 } // namespace troupe::sched

@@ -73,6 +73,40 @@ void record(self_ptr self, const char* kind, const node_info& n,
                             std::move(detail), "scheduler"});
 }
 
+namespace {
+
+/// An agent gave up on worker process `e.pid` (`known`: agent_ranks found
+/// its rank, e.rank): a rank no process comes back to, for the pipeline
+/// stages waiting for it (given_up_ranks.hpp). True if the view changed.
+bool note_gave_up(self_ptr self, const event_record& e, const std::string& host,
+                  bool known) {
+  auto& st = self->state;
+  std::optional<uint32_t> rank;
+  std::vector<uint32_t> same_pid; // live workers with its pid, any host
+  for (auto& m : st.members) {
+    if (m.info.kind != role::worker)
+      continue;
+    if (e.pid != 0 && m.info.pid == e.pid)
+      same_pid.push_back(m.info.rank);
+    // Not if another process holds its rank now.
+    if (known && m.info.rank == e.rank &&
+        (m.info.pid != e.pid || host_of(m.handle.node()) != host))
+      known = false;
+  }
+  if (known)
+    rank = e.rank;
+  else if (same_pid.size() == 1) // joined, but not mapped: a process in a
+    rank = same_pid.front();     // network namespace of its own (host id)
+  else if (!same_pid.empty() || st.ranks_of_agents.knows_pid(e.pid))
+    return false; // it joined once: not one that never did
+  auto free = free_worker_ranks(self);
+  auto before = st.given_up.of(free);
+  st.given_up.gave_up(rank, free);
+  return st.given_up.of(free) != before;
+}
+
+} // namespace
+
 void on_event(self_ptr self, const frame& f) {
   event_record e;
   if (auto err = decode(f, e)) { // 2
@@ -98,23 +132,8 @@ void on_event(self_ptr self, const frame& f) {
   // An agent's slot -> our rank.
   auto host = from ? host_of(from->node()) : "";
   bool known = self->state.ranks_of_agents.apply(e, host);
-  // A worker given up: a rank no process comes back to, for the pipeline
-  // stages waiting for it (given_up_ranks.hpp); not if another process
-  // holds its rank now.
-  bool view_changed = false;
-  if (e.kind == "gave-up" && e.about == role::worker) {
-    std::optional<uint32_t> rank;
-    if (known)
-      rank = e.rank;
-    for (auto& m : ms)
-      if (m.info.kind == role::worker && m.info.rank == e.rank &&
-          (m.info.pid != e.pid || host_of(m.handle.node()) != host))
-        rank.reset();
-    auto free = free_worker_ranks(self);
-    auto before = self->state.given_up.of(free);
-    self->state.given_up.gave_up(rank, free);
-    view_changed = self->state.given_up.of(free) != before;
-  }
+  bool view_changed = e.kind == "gave-up" && e.about == role::worker &&
+                      note_gave_up(self, e, host, known);
   record(self, std::move(e));
   if (view_changed)
     publish(self);

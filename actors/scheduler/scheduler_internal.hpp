@@ -40,7 +40,8 @@ void replace_placement(self_ptr self);
 /// Whether worker `rank` is a member now.
 bool is_live_worker(self_ptr self, uint32_t rank);
 
-/// The rank a node of role `kind` that registers now takes.
+/// The rank a node of role `kind` that registers now takes (a worker's:
+/// given_up_ranks::pick).
 uint32_t lowest_free_rank(self_ptr self, role kind);
 
 /// Worker ranks below --cluster.workers with no live process, finished ones

@@ -114,7 +114,7 @@ uint32_t lowest_free_rank(self_ptr self, role kind) {
   auto& st = self->state;
   if (kind == role::worker)
     if (auto free = free_worker_ranks(self); !free.empty())
-      return *free.begin();
+      return st.given_up.pick(free, st.ended_workers);
   std::set<uint32_t> used;
   for (auto& m : st.members)
     if (m.info.kind == kind)

@@ -62,13 +62,21 @@ BOOST_AUTO_TEST_CASE(a_restart_is_not_taken_for_a_process_given_up) {
   BOOST_CHECK(h.of({0, 1}).empty());
   h.joined(0, {0, 1});
   BOOST_CHECK(h.of({1}) == ranks{1});
-  // Rank 3 crashed meanwhile, then a process joins as 1: taken for 3's
-  // restart (the lowest free rank), so 3 is the rank given up.
+  // As the scheduler calls it (each view asks of()): rank 3 crashed, and
+  // its restart does not take the rank given up.
   given_up_ranks r;
   r.gave_up(std::nullopt, {0, 1});
+  BOOST_CHECK(r.of({0, 1}).empty());
   r.joined(0, {0, 1});
-  r.joined(1, {1, 3});
-  BOOST_CHECK(r.of({3}) == ranks{3});
+  BOOST_CHECK(r.of({1}) == ranks{1});
+  BOOST_CHECK(r.of({1, 3}) == ranks{1});
+  BOOST_CHECK_EQUAL(r.pick({1, 3}, {}), 3u);
+  // One started by hand joins as 1 once 3 is back: 1 is live again, and a
+  // later crash is a restart coming.
+  r.joined(3, {1, 3});
+  BOOST_CHECK_EQUAL(r.pick({1}, {}), 1u);
+  r.joined(1, {1});
+  BOOST_CHECK(r.of({2}).empty());
   // Joining an inferred rank uses the count up: with two given up and
   // one started again by hand, a later crash leaves two free ranks of
   // which one has a restart coming.
@@ -97,6 +105,18 @@ BOOST_AUTO_TEST_CASE(a_process_given_up_before_it_is_seen_down_is_named) {
   g.gave_up(1, {});
   BOOST_CHECK(g.of({}).empty());
   BOOST_CHECK(g.of({1}) == ranks{1});
+}
+
+BOOST_AUTO_TEST_CASE(a_joining_worker_takes_no_rank_given_up_or_ended) {
+  // Replica 0 (ranks 0..2) is over: 1 given up, 0 and 2 ended. A crash in
+  // replica 1 frees 4, whose restart must come back to 4: at rank 0 it
+  // would join a replica that is over, and wipe its mark.
+  given_up_ranks g;
+  g.gave_up(1, {1});
+  BOOST_CHECK_EQUAL(g.pick({0, 1, 2, 4}, {0, 2}), 4u);
+  // Nothing else free: one started by hand takes the lowest.
+  BOOST_CHECK_EQUAL(g.pick({0, 1, 2}, {0, 2}), 0u);
+  BOOST_CHECK_EQUAL(g.pick({1}, {}), 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
