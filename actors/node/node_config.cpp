@@ -326,7 +326,8 @@ void node_config::add_pipeline_options() {
            " once); 0 = wait for ever")
       .add(pipeline.fault_kill, "fault-kill",
            "fault injection: S@K, stage S kills its process in mini-batch K"
-           " (once); S@K:push, in its push of K to the servers");
+           " (once; S/R@K: of replica R); S@K:push, in its push of K to the"
+           " servers");
 }
 
 std::chrono::microseconds node_config::scheduler_watch() const {

@@ -66,8 +66,9 @@ caf::error validate(pipeline_settings& x) {
                            x.cut_inner.size(), "boundaries; --pipeline.stages",
                            x.stages, "needs", x.stages - 1);
   x.fault_step = pipeline_settings::no_fault;
+  x.fault_replica = pipeline_settings::any_replica;
   if (!x.fault_kill.empty()) {
-    unsigned stage = 0;
+    unsigned stage = 0, replica = 0;
     unsigned long long step = 0;
     char tail = 0;
     std::string text = x.fault_kill;
@@ -77,13 +78,19 @@ caf::error validate(pipeline_settings& x) {
                                    in_push) == 0;
     if (x.fault_in_push)
       text.resize(text.size() - in_push.size());
-    if (std::sscanf(text.c_str(), "%u@%llu%c", &stage, &step, &tail) != 2 ||
-        stage >= x.stages)
+    bool of_replica = std::sscanf(text.c_str(), "%u/%u@%llu%c", &stage,
+                                  &replica, &step, &tail) == 3;
+    if ((!of_replica &&
+         std::sscanf(text.c_str(), "%u@%llu%c", &stage, &step, &tail) != 2) ||
+        stage >= x.stages || (of_replica && replica >= x.replicas))
       return caf::make_error(errc::invalid_config,
-                             "--pipeline.fault-kill must be STAGE@MINI_BATCH"
-                             " or STAGE@MINI_BATCH:push with STAGE below"
-                             " --pipeline.stages, got",
+                             "--pipeline.fault-kill must be"
+                             " STAGE[/REPLICA]@MINI_BATCH[:push] with STAGE"
+                             " below --pipeline.stages and REPLICA below"
+                             " --pipeline.replicas, got",
                              x.fault_kill);
+    if (of_replica)
+      x.fault_replica = replica;
     x.fault_stage = stage;
     x.fault_step = step;
   }

@@ -54,13 +54,16 @@ struct pipeline_settings {
   uint32_t stage_wait_ms = 300000;
   /// Fault injection, "S@K": stage S kills its own process (SIGKILL) in
   /// the middle of mini-batch K, once per checkpoint folder (its agent
-  /// restarts it). "S@K:push" (with servers): after K is committed, in
-  /// the middle of its push of K, once its first server took its part.
-  /// "" = off.
+  /// restarts it); with replicas, stage S of the first replica to claim
+  /// it, or of replica R with "S/R@K". "S@K:push" (with servers): after K
+  /// is committed, in the middle of its push of K, once its first server
+  /// took its part. "" = off.
   std::string fault_kill;
   /// fault_kill, parsed by validate(); fault_step = no_fault: off.
   static constexpr uint64_t no_fault = ~uint64_t{0};
+  static constexpr uint32_t any_replica = ~uint32_t{0};
   uint32_t fault_stage = 0;
+  uint32_t fault_replica = any_replica;
   uint64_t fault_step = no_fault;
   bool fault_in_push = false;
 };

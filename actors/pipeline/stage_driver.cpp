@@ -415,7 +415,10 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
           TROUPE_LOG(info, who(self), "no road for stage tensors (",
                      describe(roads.error()), "): CAF carries them");
         if (p.fault_step != pipeline_settings::no_fault &&
-            p.fault_stage == rank && claim_fault(st.dir, rank, p.fault_step)) {
+            p.fault_stage == rank &&
+            (p.fault_replica == pipeline_settings::any_replica ||
+             p.fault_replica == st.replica) &&
+            claim_fault(st.dir, rank, p.fault_step)) {
           if (p.fault_in_push)
             st.kill_in_push = p.fault_step;
           else

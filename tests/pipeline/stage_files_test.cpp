@@ -65,7 +65,7 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
   y.checkpoint_every = 0;
   refused(y, "--pipeline.checkpoint-every");
   for (auto f : {"3@10", "1", "1@", "x@2", "1@2x", "1@2:pull", ":push",
-                 "1@:push", "1@2:push:push"}) {
+                 "1@:push", "1@2:push:push", "1/1@2", "1/@2", "1/0/0@2"}) {
     y = x;
     y.fault_kill = f;
     refused(y, "--pipeline.fault-kill");
@@ -77,6 +77,12 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
   y.fault_kill = "2@7:push";
   BOOST_REQUIRE(!validate(y));
   BOOST_CHECK(y.fault_stage == 2 && y.fault_step == 7 && y.fault_in_push);
+  BOOST_CHECK(y.fault_replica == pipeline_settings::any_replica);
+  // Stage 2 of replica 0 (x has one replica).
+  y.fault_kill = "2/0@8";
+  BOOST_REQUIRE(!validate(y));
+  BOOST_CHECK(y.fault_stage == 2 && y.fault_replica == 0 && y.fault_step == 8 &&
+              !y.fault_in_push);
 }
 
 BOOST_AUTO_TEST_CASE(a_cut_must_fit_the_model) {
