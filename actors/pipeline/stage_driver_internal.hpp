@@ -103,6 +103,7 @@ struct driver_state {
   /// epoch; and where the generation under way began (its mini-batch, its
   /// seconds since `began`), whence the epoch line's rate.
   std::ofstream metrics;
+  bool metrics_failed = false; ///< it could not be opened: not tried again
   uint64_t rate_step = 0;
   double rate_secs = 0;
   std::optional<uint64_t> reported; ///< the mini-batch of the last line

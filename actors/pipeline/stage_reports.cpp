@@ -37,20 +37,27 @@ void send_evals(driver_ptr self, uint64_t after) {
   }
 }
 
+/// The replicas that are over: a stage of each was given up or ended (the
+/// view's given_up and ended: no process comes back to it).
+std::set<uint32_t> replicas_over(driver_ptr self) {
+  auto& st = self->state;
+  std::set<uint32_t> over;
+  for (auto* ranks : {&st.view.given_up, &st.view.ended})
+    for (auto rank : *ranks)
+      over.insert(rank / st.stages);
+  return over;
+}
+
 } // namespace
 
 // The lowest replica still going evaluates and reports: replica 0 unless
-// a stage of it was given up or ended (the view's given_up and ended: no
-// process comes back to it, so the replica has ended); the others train
-// alike, quietly.
+// it is over; the others train alike, quietly.
 bool reports(driver_ptr self) {
-  auto& st = self->state;
-  std::set<uint32_t> ended;
-  for (auto* ranks : {&st.view.given_up, &st.view.ended})
-    for (auto rank : *ranks)
-      ended.insert(rank / st.stages);
-  for (uint32_t q = 0; q < st.replica; ++q)
-    if (ended.count(q) == 0)
+  auto over = replicas_over(self);
+  if (over.count(self->state.replica) != 0)
+    return false;
+  for (uint32_t q = 0; q < self->state.replica; ++q)
+    if (over.count(q) == 0)
       return false;
   return true;
 }
@@ -88,7 +95,9 @@ void count_eval(driver_ptr self, const frame& f) {
   for (auto i = st.losses.lower_bound((epoch - 1) * st.steps_per_epoch);
        i != st.losses.end() && i->first < y.step; ++i, ++n)
     loss += i->second;
-  bool says = reports(self);
+  // Only the reporting replica evaluates before the end (evaluate_at);
+  // at the end every one does, and the one reporting now speaks.
+  bool says = y.step != st.total_steps || reports(self);
   if (says)
     report_epoch(self, epoch, n ? loss / n : std::nan(""), acc, y.step);
   st.evals.erase(y.step);
@@ -130,15 +139,18 @@ void report_epoch(driver_ptr self, uint64_t epoch, double loss, double acc,
               static_cast<unsigned long long>(epoch),
               static_cast<unsigned long long>(epochs), said, acc,
               static_cast<unsigned long long>(step), secs);
-  // A replica taking over the reports opens the file now.
-  if (auto why = open_metrics(self); !why.empty())
-    TROUPE_LOG(warning, who(self), why);
+  // A replica taking over the reports opens the file now (tried once).
+  if (!st.metrics_failed)
+    if (auto why = open_metrics(self); !why.empty()) {
+      st.metrics_failed = true;
+      TROUPE_LOG(warning, who(self), why);
+    }
   if (!st.metrics.is_open())
     return;
   // Every replica's samples since the generation began, or the last line;
   // null (as the trainer's) where none ran.
-  double samples =
-      double(step - st.rate_step) * st.cfg.train.batch * double(st.replicas);
+  double samples = double(step - st.rate_step) * st.cfg.train.batch *
+                   double(st.replicas - replicas_over(self).size());
   double rate = step > st.rate_step && secs > st.rate_secs
                     ? samples / (secs - st.rate_secs)
                     : std::nan("");
