@@ -329,10 +329,12 @@ bool agent_ranks::apply(event_record& e, const std::string& host) {
   return true;
 }
 
-bool agent_ranks::knows_pid(uint32_t pid) const {
-  return pid != 0 &&
-         std::any_of(by_process_.begin(), by_process_.end(),
-                     [pid](const auto& p) { return p.first.second == pid; });
+std::vector<std::string> agent_ranks::worker_pid_hosts(uint32_t pid) const {
+  std::vector<std::string> out;
+  for (auto& [process, rank] : by_process_)
+    if (pid != 0 && process.second == pid && rank.first == role::worker)
+      out.push_back(process.first);
+  return out;
 }
 
 const char* to_string(role x) {

@@ -171,8 +171,8 @@ public:
   /// where known (an event from another source is left alone); true if it
   /// was.
   bool apply(event_record& e, const std::string& host);
-  /// True if a process `pid` was learned on any host.
-  bool knows_pid(uint32_t pid) const;
+  /// The hosts on which a worker process `pid` was learned.
+  std::vector<std::string> worker_pid_hosts(uint32_t pid) const;
 
 private:
   /// Most processes and slots remembered (then the oldest processes are

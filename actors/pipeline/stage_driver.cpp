@@ -366,7 +366,7 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         if (auto why = load_stage_data(st.cfg.train, rank, st.stages, st.data);
             !why.empty())
           return caf::make_error(errc::invalid_config, why);
-        if (auto why = open_metrics(self); !why.empty())
+        if (auto why = open_metrics(self, reports(self)); !why.empty())
           return caf::make_error(errc::invalid_config, why);
         // Every replica runs the same number of steps, or sync rounds
         // stall (as the built-in trainer's workers).

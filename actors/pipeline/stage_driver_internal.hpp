@@ -186,9 +186,10 @@ inline double seconds_running(const driver_state& st) {
       .count();
 }
 
-/// The reporting last stage: opens --train.metrics-file for appending, if
-/// set and not open yet; "" or one line.
-std::string open_metrics(driver_ptr self);
+/// The last stage, `reporting` (reports(), or an evaluation to report
+/// came): opens --train.metrics-file for appending, if set and not open
+/// yet; "" or one line.
+std::string open_metrics(driver_ptr self, bool reporting);
 /// Mini-batch `at` is applied: stage 0 of the reporting replica sends the
 /// test images through the pipeline at an epoch's end, and of every
 /// replica at the last (each stage's finish waits for that evaluation).

@@ -48,6 +48,14 @@ std::set<uint32_t> replicas_over(driver_ptr self) {
   return over;
 }
 
+/// How many replicas are not over.
+uint32_t replicas_going(driver_ptr self) {
+  uint32_t over = 0;
+  for (auto q : replicas_over(self))
+    over += q < self->state.replicas;
+  return self->state.replicas - over;
+}
+
 } // namespace
 
 // The lowest replica still going evaluates and reports: replica 0 unless
@@ -111,10 +119,10 @@ void count_eval(driver_ptr self, const frame& f) {
   std::fflush(stdout);
 }
 
-std::string open_metrics(driver_ptr self) {
+std::string open_metrics(driver_ptr self, bool reporting) {
   auto& st = self->state;
   auto& path = st.cfg.train.metrics_file;
-  if (path.empty() || !is_last(self) || !reports(self) || st.metrics.is_open())
+  if (path.empty() || !is_last(self) || !reporting || st.metrics.is_open())
     return {};
   st.metrics.open(path, std::ios::app);
   if (!st.metrics)
@@ -141,7 +149,7 @@ void report_epoch(driver_ptr self, uint64_t epoch, double loss, double acc,
               static_cast<unsigned long long>(step), secs);
   // A replica taking over the reports opens the file now (tried once).
   if (!st.metrics_failed)
-    if (auto why = open_metrics(self); !why.empty()) {
+    if (auto why = open_metrics(self, true); !why.empty()) {
       st.metrics_failed = true;
       TROUPE_LOG(warning, who(self), why);
     }
@@ -150,7 +158,7 @@ void report_epoch(driver_ptr self, uint64_t epoch, double loss, double acc,
   // Every replica's samples since the generation began, or the last line;
   // null (as the trainer's) where none ran.
   double samples = double(step - st.rate_step) * st.cfg.train.batch *
-                   double(st.replicas - replicas_over(self).size());
+                   double(replicas_going(self));
   double rate = step > st.rate_step && secs > st.rate_secs
                     ? samples / (secs - st.rate_secs)
                     : std::nan("");

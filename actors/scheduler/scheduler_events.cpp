@@ -81,12 +81,21 @@ namespace {
 bool note_gave_up(self_ptr self, const event_record& e, const std::string& host,
                   bool known) {
   auto& st = self->state;
+  // A host that is no agent's is a child's in a network namespace of its
+  // own (CAF hashes the interfaces into it) on the agent's machine, with
+  // the agent's pids; another agent's host has pids of its own.
+  std::set<std::string> agent_hosts;
+  for (auto& r : st.reporters)
+    agent_hosts.insert(host_of(r.first.node()));
+  auto ours = [&](const std::string& h) {
+    return h == host || agent_hosts.count(h) == 0;
+  };
   std::optional<uint32_t> rank;
-  std::vector<uint32_t> same_pid; // live workers with its pid, any host
+  std::vector<uint32_t> same_pid; // live workers with its pid there
   for (auto& m : st.members) {
     if (m.info.kind != role::worker)
       continue;
-    if (e.pid != 0 && m.info.pid == e.pid)
+    if (e.pid != 0 && m.info.pid == e.pid && ours(host_of(m.handle.node())))
       same_pid.push_back(m.info.rank);
     // Not if another process holds its rank now.
     if (known && m.info.rank == e.rank &&
@@ -97,8 +106,12 @@ bool note_gave_up(self_ptr self, const event_record& e, const std::string& host,
     rank = e.rank;
   else if (same_pid.size() == 1) // joined, but not mapped: a process in a
     rank = same_pid.front();     // network namespace of its own (host id)
-  else if (!same_pid.empty() || st.ranks_of_agents.knows_pid(e.pid))
-    return false; // it joined once: not one that never did
+  else if (!same_pid.empty())
+    return false; // which of them is not known
+  else
+    for (auto& h : st.ranks_of_agents.worker_pid_hosts(e.pid))
+      if (ours(h))
+        return false; // it joined once: not one that never did
   auto free = free_worker_ranks(self);
   auto before = st.given_up.of(free);
   st.given_up.gave_up(rank, free);

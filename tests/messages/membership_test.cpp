@@ -286,10 +286,13 @@ BOOST_AUTO_TEST_CASE(an_agents_event_takes_the_rank_the_scheduler_gave) {
   event_record own{1, "crashed", role::worker, 5, 500, "worker 5", "scheduler"};
   ranks.apply(own, "h1");
   BOOST_CHECK_EQUAL(own.rank, 5u);
-  // Whether a pid joined, on any host (a given-up process that joined is
-  // no process that never did).
-  BOOST_CHECK(ranks.knows_pid(500) && ranks.knows_pid(600));
-  BOOST_CHECK(!ranks.knows_pid(501) && !ranks.knows_pid(0));
+  // Where a worker pid joined (a given-up process that joined is no
+  // process that never did); a server's pid is no worker's.
+  BOOST_CHECK(
+      (ranks.worker_pid_hosts(500) == std::vector<std::string>{"h1", "h2"}));
+  BOOST_CHECK(ranks.worker_pid_hosts(600).empty());
+  BOOST_CHECK(ranks.worker_pid_hosts(501).empty());
+  BOOST_CHECK(ranks.worker_pid_hosts(0).empty());
 }
 
 BOOST_AUTO_TEST_CASE(a_frame_with_unaligned_bytes_still_decodes) {
