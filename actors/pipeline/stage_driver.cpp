@@ -3,7 +3,6 @@
 #include "actors/pipeline/stage_driver.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 

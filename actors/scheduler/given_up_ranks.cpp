@@ -16,6 +16,7 @@ void given_up_ranks::gave_up(std::optional<uint32_t> rank,
 void given_up_ranks::joined(uint32_t rank, const std::set<uint32_t>& free) {
   of(free); // what the last view said
   named_.erase(rank);
+  ended_.erase(rank);
   if (free.size() == 1 && free.count(rank) != 0)
     unnamed_ = 0; // every rank live now: none of them came
 }
@@ -36,11 +37,11 @@ std::vector<uint32_t> given_up_ranks::of(const std::set<uint32_t>& free) {
   return out;
 }
 
-uint32_t given_up_ranks::pick(const std::set<uint32_t>& free,
-                              const std::set<uint32_t>& ended) {
+uint32_t given_up_ranks::pick(const std::set<uint32_t>& free) {
   auto gone = of(free);
   for (auto r : free)
-    if (ended.count(r) == 0 && !std::binary_search(gone.begin(), gone.end(), r))
+    if (ended_.count(r) == 0 &&
+        !std::binary_search(gone.begin(), gone.end(), r))
       return r;
   return *free.begin();
 }

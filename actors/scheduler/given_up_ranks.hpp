@@ -1,6 +1,6 @@
-// The worker ranks no process comes back to because its agent gave up on
-// their process, for the view's given_up (scheduler.hpp), and which free
-// rank a joining worker takes.
+// The worker ranks no process comes back to (given up by their agent, or
+// ended), for the view's given_up and ended (scheduler.hpp), and which
+// free rank a joining worker takes.
 #pragma once
 
 #include <cstdint>
@@ -33,23 +33,31 @@ public:
   /// ones are not free).
   void gave_up(std::optional<uint32_t> rank, const std::set<uint32_t>& free);
 
-  /// A worker joined as `rank`; `free`: the free ranks before it did.
+  /// Worker `rank` left saying why (a stage whose replica cannot go on):
+  /// not restarted either.
+  void ended(uint32_t rank) { ended_.insert(rank); }
+
+  /// A worker joined as `rank` (no longer given up or ended); `free`: the
+  /// free ranks before it did.
   void joined(uint32_t rank, const std::set<uint32_t>& free);
 
   /// The ranks of `free` given up, ascending (those inferred from the
   /// count are named from now on).
   std::vector<uint32_t> of(const std::set<uint32_t>& free);
 
+  /// The ranks that ended, ascending.
+  std::vector<uint32_t> ended() const { return {ended_.begin(), ended_.end()}; }
+
   /// The rank a joining worker takes: the lowest of `free` neither given up
-  /// nor in `ended` (a restart must not land in a replica that is over, nor
+  /// nor ended (a restart must not land in a replica that is over, nor
   /// wipe its mark), else the lowest of `free` (one started by hand where
   /// nothing else is free). `free` is not empty.
-  uint32_t pick(const std::set<uint32_t>& free,
-                const std::set<uint32_t>& ended);
+  uint32_t pick(const std::set<uint32_t>& free);
 
 private:
   std::set<uint32_t> named_; // ranks of processes given up after joining
   uint32_t unnamed_ = 0;     // processes given up before they joined
+  std::set<uint32_t> ended_; // ranks that left saying why
 };
 
 } // namespace troupe::sched

@@ -170,11 +170,9 @@ struct scheduler_state {
   /// The rank of every process admitted, by pid, for the agents' events
   /// (which name their children by the agent's slots).
   agent_ranks ranks_of_agents;
-  /// Free worker ranks no process will come back to (the view's given_up).
+  /// Worker ranks no process will come back to (the view's given_up and
+  /// ended), until a process takes the rank again.
   sched::given_up_ranks given_up;
-  /// Ranks of workers that ended saying why (a stage whose replica cannot
-  /// go on), until a process takes the rank again (the view's ended).
-  std::set<uint32_t> ended_workers;
   /// Ranks of workers that finished their share and left: a worker that
   /// registers later takes a dead worker's rank (its data partition and its
   /// clock) before one of these.

@@ -43,7 +43,7 @@ cluster_view current_view(self_ptr self) {
                       st.cfg.placement.slice_floats,
                       st.cfg.workers,
                       st.given_up.of(free_worker_ranks(self)),
-                      {st.ended_workers.begin(), st.ended_workers.end()}};
+                      st.given_up.ended()};
 }
 
 void publish(self_ptr self) {
@@ -114,7 +114,7 @@ uint32_t lowest_free_rank(self_ptr self, role kind) {
   auto& st = self->state;
   if (kind == role::worker)
     if (auto free = free_worker_ranks(self); !free.empty())
-      return st.given_up.pick(free, st.ended_workers);
+      return st.given_up.pick(free);
   std::set<uint32_t> used;
   for (auto& m : st.members)
     if (m.info.kind == kind)
@@ -257,7 +257,6 @@ frame admit(self_ptr self, const register_request& req, caf::actor handle) {
   self->monitor(handle);
   if (req.kind == role::worker) {
     self->state.given_up.joined(info.rank, free_worker_ranks(self));
-    self->state.ended_workers.erase(info.rank);
   }
   self->state.members.push_back({info, handle, req.stage_group});
   self->state.ranks_of_agents.learn(host_of(handle.node()), req.pid, req.kind,
@@ -399,7 +398,7 @@ uint64_t on_leave(self_ptr self, std::optional<std::string> why) {
     TROUPE_LOG(warning, "scheduler", to_string(i->info.kind), " ", i->info.rank,
                " (pid ", i->info.pid, ") ends before its work is done: ", *why);
     if (worker) // the view's ended, until its rank is taken again
-      self->state.ended_workers.insert(i->info.rank);
+      self->state.given_up.ended(i->info.rank);
     remove_member(self, i, "ended", *why);
     return self->state.epoch;
   }

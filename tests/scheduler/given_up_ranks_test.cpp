@@ -70,11 +70,11 @@ BOOST_AUTO_TEST_CASE(a_restart_is_not_taken_for_a_process_given_up) {
   r.joined(0, {0, 1});
   BOOST_CHECK(r.of({1}) == ranks{1});
   BOOST_CHECK(r.of({1, 3}) == ranks{1});
-  BOOST_CHECK_EQUAL(r.pick({1, 3}, {}), 3u);
+  BOOST_CHECK_EQUAL(r.pick({1, 3}), 3u);
   // One started by hand joins as 1 once 3 is back: 1 is live again, and a
   // later crash is a restart coming.
   r.joined(3, {1, 3});
-  BOOST_CHECK_EQUAL(r.pick({1}, {}), 1u);
+  BOOST_CHECK_EQUAL(r.pick({1}), 1u);
   r.joined(1, {1});
   BOOST_CHECK(r.of({2}).empty());
   // Joining an inferred rank uses the count up: with two given up and
@@ -113,10 +113,16 @@ BOOST_AUTO_TEST_CASE(a_joining_worker_takes_no_rank_given_up_or_ended) {
   // would join a replica that is over, and wipe its mark.
   given_up_ranks g;
   g.gave_up(1, {1});
-  BOOST_CHECK_EQUAL(g.pick({0, 1, 2, 4}, {0, 2}), 4u);
-  // Nothing else free: one started by hand takes the lowest.
-  BOOST_CHECK_EQUAL(g.pick({0, 1, 2}, {0, 2}), 0u);
-  BOOST_CHECK_EQUAL(g.pick({1}, {}), 1u);
+  g.ended(0);
+  g.ended(2);
+  BOOST_CHECK(g.ended() == (ranks{0, 2}));
+  BOOST_CHECK_EQUAL(g.pick({0, 1, 2, 4}), 4u);
+  // Nothing else free: one started by hand takes the lowest, which is then
+  // no longer ended.
+  BOOST_CHECK_EQUAL(g.pick({0, 1, 2}), 0u);
+  g.joined(0, {0, 1, 2});
+  BOOST_CHECK(g.ended() == ranks{2});
+  BOOST_CHECK_EQUAL(g.pick({1}), 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
