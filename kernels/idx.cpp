@@ -217,4 +217,24 @@ std::string load_fashion_mnist(const std::string& dir, const std::string& split,
          fashion_mnist_dir + ")";
 }
 
+size_t classes_of(const dataset& d) {
+  if (d.labels.empty())
+    return 0;
+  return size_t{*std::max_element(d.labels.begin(), d.labels.end())} + 1;
+}
+
+std::string model_fits(const std::string& spec, size_t inputs, size_t outputs,
+                       size_t pixels, size_t classes) {
+  if (inputs != pixels)
+    return "--train.model=" + spec + " takes " + std::to_string(inputs) +
+           " values a sample, but the images have " + std::to_string(pixels) +
+           " pixels: its first size must be " + std::to_string(pixels);
+  if (outputs < classes)
+    return "--train.model=" + spec + " gives " + std::to_string(outputs) +
+           " logits a sample, but the labels have " + std::to_string(classes) +
+           " classes: its last size must be " + std::to_string(classes) +
+           " or more";
+  return "";
+}
+
 } // namespace troupe

@@ -38,4 +38,15 @@ std::string read_idx_labels(const std::string& path,
 std::string load_fashion_mnist(const std::string& dir, const std::string& split,
                                dataset& out);
 
+/// The classes of `d`: its largest label + 1 (0 if it has none).
+size_t classes_of(const dataset& d);
+
+/// Whether model `spec`, which takes `inputs` values a sample and gives
+/// `outputs` logits, fits data of `pixels` values an image and `classes`
+/// classes: "" if so, else one line naming --train.model and the size it
+/// needs (a model of another width read past each image, or trained on
+/// the wrong pixels; one of fewer logits than classes cannot be scored).
+std::string model_fits(const std::string& spec, size_t inputs, size_t outputs,
+                       size_t pixels, size_t classes);
+
 } // namespace troupe

@@ -399,6 +399,11 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         if (!whole)
           return caf::make_error(errc::invalid_config, "--train.model",
                                  bad_spec);
+        if (auto why =
+                model_fits(st.cfg.train.model, whole->input_size(),
+                           whole->output_size(), st.data.cols, st.data.classes);
+            !why.empty())
+          return caf::make_error(errc::invalid_config, why);
         whole->init_parameters(s.seed);
         s.backend =
             open_stage(s.device, *whole, st.cut[rank], st.cut[rank + 1], why);

@@ -32,8 +32,9 @@ namespace troupe::pipe {
 struct stage_data {
   dataset train, test;
   size_t train_n = 0;
-  size_t test_n = 0; ///< evaluated: --train.eval-samples, or all
-  size_t cols = 0;   ///< floats per image
+  size_t test_n = 0;  ///< evaluated: --train.eval-samples, or all
+  size_t cols = 0;    ///< floats per image
+  size_t classes = 0; ///< the largest label + 1
 };
 
 /// Loads what stage `stage` of `stages` needs; "" or one line. (Every

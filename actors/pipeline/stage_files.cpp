@@ -30,6 +30,7 @@ std::string load_stage_data(const train_settings& t, uint32_t stage,
       return why;
   out.train_n = out.train.labels.size();
   out.cols = out.train_n ? out.train.images.size() / out.train_n : 0;
+  out.classes = std::max(classes_of(out.train), classes_of(out.test));
   out.test_n = out.test.labels.size();
   if (t.eval_samples > 0)
     out.test_n = std::min<size_t>(out.test_n, t.eval_samples);

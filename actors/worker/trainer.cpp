@@ -68,6 +68,7 @@ public:
   trainer(const trainer_settings& cfg, model net, dataset train, dataset test)
       : cfg_(cfg.train), net_(std::move(net)), train_(std::move(train)),
         test_(std::move(test)), local_opt_(cfg.optimizer.on == "worker"),
+        summing_(cfg.optimizer.name == "sum"),
         optimizer_(make_optimizer_fn(cfg.optimizer)) {
     if (cfg.worker.overlap) // blocks of gradients pushed as made
       net_.set_row_blocks(cfg_.block_floats);
@@ -159,7 +160,7 @@ public:
   /// their way. Not on an evaluation point (the evaluation needs the
   /// model whole first), nor with the optimizer on the workers.
   void weights_arrived(uint64_t clock, size_t b, arrays& xs) override {
-    if (local_opt_ || b >= blocks_.size() || taken_[b] ||
+    if (local_opt_ || !too_big_.empty() || b >= blocks_.size() || taken_[b] ||
         (rank_ == 0 && (is_eval_point(clock) || missed_eval_ != 0)) ||
         xs.size() != blocks_[b].size())
       return;
@@ -200,6 +201,15 @@ public:
     workers_ = workers;
     // Every worker runs the same number of steps, or sync rounds stall.
     steps_per_epoch_ = (train_.labels.size() / workers_) / cfg_.batch;
+    if (steps_per_epoch_ == 0) { // said by the first step, which fails
+      steps_per_epoch_ = 1;      // divides clocks until then
+      too_big_ = "--train.batch " + std::to_string(cfg_.batch) +
+                 " is more than this worker's share of the " +
+                 std::to_string(train_.labels.size()) + " training samples (" +
+                 std::to_string(workers_) + " workers): at most " +
+                 std::to_string(train_.labels.size() / workers_);
+      return;
+    }
     if (rank_ == 0) {
       if (!cfg_.metrics_file.empty()) {
         metrics_.open(cfg_.metrics_file, std::ios::app);
@@ -221,7 +231,8 @@ public:
   }
 
   bool done(uint64_t clock) override {
-    return clock >= uint64_t{cfg_.epochs} * steps_per_epoch_;
+    return too_big_.empty() &&
+           clock >= uint64_t{cfg_.epochs} * steps_per_epoch_;
   }
 
   /// Rank 0 came back in the middle of an evaluation point's step: the
@@ -348,6 +359,8 @@ private:
 
   /// The forward and backward pass of step `clock` on the model's weights.
   caf::error compute(uint64_t clock, const model::ready_fn& ready = {}) {
+    if (!too_big_.empty())
+      return caf::make_error(errc::invalid_config, too_big_);
     bool begun = begun_ == clock + 1; // weights_arrived began its forward
     begun_ = 0;
     if (!begun) {
@@ -373,11 +386,19 @@ private:
       return caf::make_error(errc::non_finite,
                              "training diverged: the loss of step " +
                                  std::to_string(clock) + " is " +
-                                 std::to_string(loss) +
-                                 " (lower --optimizer.lr, or check the data)");
+                                 std::to_string(loss) + diverged_hint());
     loss_sum_ += loss;
     ++part_steps_;
     return caf::none;
+  }
+
+  /// What to try when the loss is not finite.
+  std::string diverged_hint() const {
+    if (summing_) // the default, and likely the servers' too
+      return " (--optimizer.name=sum, the default, is the counter task's: it"
+             " adds the raw gradients to the weights; give every node sgd,"
+             " momentum, nesterov or adam, as deploy/local.ini does)";
+    return " (lower --optimizer.lr, or check the data)";
   }
 
   /// A pull at `clock` returned the weights, or (optimizer on the workers)
@@ -502,10 +523,12 @@ private:
   model net_;
   dataset train_, test_;
   bool local_opt_;
+  bool summing_; ///< --optimizer.name=sum (here; likely the servers' too)
   update_fn optimizer_;
   uint64_t rounds_applied_ = 0;
   uint32_t rank_ = 0, workers_ = 1;
   uint64_t steps_per_epoch_ = 1;
+  std::string too_big_; ///< not "": the batch is more than a worker's share
   std::vector<size_t> sizes_; // of the parameter arrays, fixed by the model
   std::vector<std::vector<size_t>> blocks_; // parameters() indices per block
   std::vector<size_t> block_of_;            // parameters() index -> block

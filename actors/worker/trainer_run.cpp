@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <caf/send.hpp>
 
 #include "actors/base/exit_codes.hpp"
@@ -67,6 +69,11 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
       !e.empty())
     return bad_config(e);
   if (auto e = load_fashion_mnist(cfg.train.data_dir, "t10k", test); !e.empty())
+    return bad_config(e);
+  if (auto e = model_fits(cfg.train.model, net->input_size(),
+                          net->output_size(), train.images.cols(),
+                          std::max(classes_of(train), classes_of(test)));
+      !e.empty())
     return bad_config(e);
   // Rank 0's progress to the scheduler's status page, as events, sent
   // without waiting: training never waits for the page.

@@ -477,7 +477,8 @@ int run_worker(caf::actor_system& sys, caf::actor scheduler,
   self->receive([&rc](const caf::down_msg& dm) {
     if (dm.reason && dm.reason != caf::exit_reason::normal) {
       stderr_line() << "*** worker failed: " << describe(dm.reason) << '\n';
-      rc = 1;
+      // A setting that cannot work fails the same after a restart.
+      rc = dm.reason == errc::invalid_config ? exit_bad_config : exit_failed;
     }
   });
   if (rc == 0 && !cfg.allow_loss)

@@ -232,4 +232,25 @@ BOOST_AUTO_TEST_CASE(images_and_labels_of_different_counts_are_rejected) {
               "train-labels-idx1-ubyte.gz", "2 images but 3 labels");
 }
 
+// A model must take an image's pixels and give a logit a class or more:
+// else it read past each image (a crash) or trained on the wrong pixels.
+BOOST_AUTO_TEST_CASE(a_model_must_fit_the_images_and_the_classes) {
+  BOOST_CHECK_EQUAL(model_fits("mlp:784-10", 784, 10, 784, 10), "");
+  BOOST_CHECK_EQUAL(model_fits("mlp:784-12", 784, 12, 784, 10), "");
+  BOOST_CHECK_EQUAL(model_fits("mlp:785-10", 785, 10, 784, 10),
+                    "--train.model=mlp:785-10 takes 785 values a sample, but"
+                    " the images have 784 pixels: its first size must be 784");
+  BOOST_CHECK_EQUAL(model_fits("mlp:100-10", 100, 10, 784, 10),
+                    "--train.model=mlp:100-10 takes 100 values a sample, but"
+                    " the images have 784 pixels: its first size must be 784");
+  BOOST_CHECK_EQUAL(model_fits("mlp:784-5", 784, 5, 784, 10),
+                    "--train.model=mlp:784-5 gives 5 logits a sample, but the"
+                    " labels have 10 classes: its last size must be 10 or"
+                    " more");
+  dataset d;
+  BOOST_CHECK_EQUAL(classes_of(d), 0u);
+  d.labels = {3, 9, 0};
+  BOOST_CHECK_EQUAL(classes_of(d), 10u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -201,8 +201,9 @@ BOOST_AUTO_TEST_CASE(a_resumed_sync_device_job_ends_exactly_alike_too) {
 }
 
 /// Resumes the checkpoint in `dir` with `other` flags on every node: both
-/// workers must stop with exit code 1 and a line holding `says`, and the
-/// checkpoint must stay as it was.
+/// workers must stop with exit code 2 (a bad configuration: the same flags
+/// fail again, so an agent does not restart them; they exited 1 at fbf4dac) and
+/// a line holding `says`, and the checkpoint must stay as it was.
 void check_resume_refused(const std::string& dir,
                           std::vector<std::string> other,
                           const std::string& says) {
@@ -214,7 +215,7 @@ void check_resume_refused(const std::string& dir,
   for (auto* w : {job.w0.get(), job.w1.get()}) {
     auto rc = w->wait_exit(60s);
     BOOST_REQUIRE_MESSAGE(rc, "a worker went on: " << w->output());
-    BOOST_CHECK_EQUAL(*rc, 1);
+    BOOST_CHECK_EQUAL(*rc, exit_bad_config);
     auto line = w->wait_for_line(says, 1s);
     BOOST_CHECK_MESSAGE(line, w->output());
     if (line)
@@ -356,8 +357,18 @@ BOOST_AUTO_TEST_CASE(missing_data_or_a_bad_model_gets_one_clear_line) {
   for (auto& c : std::vector<bad_case>{
            {"--train.data-dir=/nonexistent", "dataset-fashion-mnist"},
            {"--train.model=mlp:784", "--train.model"},
-           {"--train.model=cnn:1-2", "--train.model"}}) {
-    auto w = start_trainer(s, {c.flag});
+           {"--train.model=cnn:1-2", "--train.model"},
+           // At fbf4dac a model of another width read past each image (a
+           // segfault) or trained on the wrong pixels, and one of fewer
+           // logits than classes failed each step with "bad_shape".
+           {"--train.model=mlp:785-10", "its first size must be 784"},
+           {"--train.model=mlp:100-10", "its first size must be 784"},
+           {"--train.model=mlp:784-64-5", "its last size must be 10 or more"},
+           // ... and a batch above the worker's share ran no step at all.
+           {"--train.batch=60001",
+            "--train.batch 60001 is more than this worker's share of the"
+            " 60000 training samples (1 workers): at most 60000"}}) {
+    auto w = start_trainer(s, {c.flag, "--optimizer.name=sgd"});
     auto rc = w->wait_exit(60s);
     BOOST_REQUIRE_MESSAGE(rc, w->output());
     // A bad configuration: its agent would not restart it (at 27adb75
@@ -366,6 +377,23 @@ BOOST_AUTO_TEST_CASE(missing_data_or_a_bad_model_gets_one_clear_line) {
     BOOST_CHECK_MESSAGE(w->output().find(c.says) != std::string::npos,
                         w->output());
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_stage_whose_model_does_not_fit_the_data_says_so) {
+  // At fbf4dac a stage of such a model dropped mini-batch 0 ("bad_shape")
+  // and the pipeline waited for ever.
+  scheduler_process s{0, 2};
+  child_process st{node_args({"--role=worker", s.flag(), "--worker.task=stage",
+                              "--optimizer.name=sgd", "--pipeline.stages=2",
+                              "--train.model=mlp:784-64-5"})};
+  auto rc = st.wait_exit(90s);
+  BOOST_REQUIRE_MESSAGE(rc, st.output());
+  BOOST_CHECK_EQUAL(*rc, exit_bad_config);
+  BOOST_CHECK_MESSAGE(
+      st.output().find("*** stage failed: starting: invalid_config:"
+                       " --train.model=mlp:784-64-5 gives 5 logits a sample,"
+                       " but the labels have 10 classes") != std::string::npos,
+      st.output());
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_computes_with_the_blas_threads_it_is_given) {
@@ -407,6 +435,12 @@ BOOST_AUTO_TEST_CASE(a_diverging_job_stops_with_one_line_and_a_nonzero_exit) {
     BOOST_REQUIRE_MESSAGE(rc, w->output());
     BOOST_CHECK_NE(*rc, 0);
     BOOST_CHECK_MESSAGE(w->output().find("*** worker failed: non_finite: ") !=
+                            std::string::npos,
+                        on << ": " << w->output());
+    // The optimizer is the default, sum: the line says that it is the
+    // counter task's (not to lower the rate, which sum does not read).
+    BOOST_CHECK_MESSAGE(w->output().find("--optimizer.name=sum, the default,"
+                                         " is the counter task's") !=
                             std::string::npos,
                         on << ": " << w->output());
     BOOST_CHECK_MESSAGE(w->output().find("final test accuracy") ==

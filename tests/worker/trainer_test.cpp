@@ -291,4 +291,29 @@ BOOST_AUTO_TEST_CASE(arrays_of_the_wrong_shape_are_an_error_not_a_crash) {
   BOOST_TEST(bool(t->step(0, w))); // and it still trains
 }
 
+// A batch above a worker's share of the samples would run no step (and
+// print an epoch of NaN): the first step says so instead, as a setting.
+BOOST_AUTO_TEST_CASE(a_batch_above_a_workers_share_fails_its_first_step) {
+  auto cfg = tiny_config("server");
+  cfg.train.batch = 17; // 32 samples over 2 workers: 16 each
+  auto m = model::from_spec(cfg.train.model, nullptr);
+  BOOST_REQUIRE(m);
+  auto t = make_trainer(cfg.trainer(), std::move(*m), tiny_data(), tiny_data());
+  t->start(1, 2);
+  BOOST_CHECK(!t->done(0)); // the step must run, to fail
+  auto w = t->parameters();
+  auto r = t->step(0, w);
+  BOOST_REQUIRE(!r);
+  BOOST_CHECK(r.error() == errc::invalid_config);
+  BOOST_CHECK_EQUAL(describe(r.error()),
+                    "invalid_config: --train.batch 17 is more than this"
+                    " worker's share of the 32 training samples (2 workers):"
+                    " at most 16");
+  auto fits = tiny_config("server"); // 16 a worker: one step an epoch
+  fits.train.batch = 16;
+  auto ok = tiny_trainer(fits);
+  BOOST_CHECK(bool(ok->step(0, w)));
+  BOOST_CHECK(ok->done(2));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
