@@ -88,10 +88,11 @@ std::string description_of(const caf::config_option& x) {
   if (name == "scheduler.policy")
     return "CAF's scheduler: sharing (troupe's choice) or stealing";
   if (name == "scheduler.max-threads")
-    return "CAF scheduler threads per process (1: a message between two"
-           " actors of a process runs on the thread that sent it)";
+    return "CAF scheduler threads per process, 1..256 (1: a message between"
+           " two actors of a process runs on the thread that sent it)";
   if (name == "middleman.heartbeat-interval")
-    return "heartbeats between nodes this often (a hung peer is noticed)";
+    return "heartbeats between nodes this often (a hung peer is noticed),"
+           " above 0 and below --middleman.connection-timeout";
   if (name == "middleman.connection-timeout")
     return "a peer silent this long is declared dead (must exceed the"
            " slowest single message)";

@@ -2,11 +2,48 @@
 // modes, devices, faults, checkpoints (finish() calls them).
 #include "actors/node/node_config.hpp"
 
+#include <chrono>
+#include <string>
+
 #include "actors/supervision/fault_plan.hpp"
 #include "actors/supervision/netns.hpp"
 #include "messages/errors.hpp"
 
 namespace troupe {
+
+caf::error node_config::check_caf_settings() const {
+  auto threads = caf::get_or(*this, "scheduler.max-threads", size_t{1});
+  if (threads == 0 || threads > 256) // 0 ran nothing: a silent hang
+    return caf::make_error(errc::invalid_config,
+                           "--scheduler.max-threads must be 1..256, got",
+                           threads);
+  using caf::timespan;
+  auto beat = caf::get_or(*this, "middleman.heartbeat-interval", timespan{0});
+  auto limit = caf::get_or(*this, "middleman.connection-timeout", timespan{0});
+  auto ms = [](timespan t) {
+    return std::to_string(
+               std::chrono::duration_cast<std::chrono::milliseconds>(t)
+                   .count()) +
+           " ms";
+  };
+  if (limit <= timespan{0})
+    return caf::make_error(errc::invalid_config,
+                           "--middleman.connection-timeout must be above 0"
+                           " (a peer silent this long is taken for dead),"
+                           " got " +
+                               ms(limit));
+  if (beat <= timespan{0} || beat >= limit)
+    return caf::make_error(errc::invalid_config,
+                           "--middleman.heartbeat-interval must be above 0"
+                           " and below --middleman.connection-timeout (" +
+                               ms(limit) +
+                               "): without heartbeats a hung peer is never"
+                               " noticed, and an idle peer whose beats come"
+                               " later than the timeout is taken for dead;"
+                               " got " +
+                               ms(beat));
+  return caf::none;
+}
 
 caf::error node_config::check_modes() const {
   if (optimizer.on == "worker" && server.mode.kind != consistency::kind_t::sync)

@@ -346,21 +346,31 @@ caf::expected<role> node_config::node_role() const {
   if (role_name == "worker")
     return role::worker;
   return caf::make_error(errc::invalid_config,
-                         "--role must be scheduler, server or worker,"
-                         " got",
+                         "--role must be scheduler, server, worker or"
+                         " agent, got",
                          role_name.empty() ? "nothing" : role_name);
 }
 
 caf::error node_config::finish() {
+  for (auto* opt : switches_off_) // --SWITCH=false, after the INI file
+    opt->store(caf::config_value{false});
   if (!set_log_level(log_level))
     return caf::make_error(errc::invalid_config,
                            "--log-level must be error, warning, info"
                            " or debug, got",
                            log_level);
+  if (auto err = check_caf_settings())
+    return err;
   auto mode = parse_consistency(mode_text);
   if (!mode)
     return std::move(mode.error());
   server.mode = *mode;
+  if (role_name == "agent" && agent.servers == 0 && agent.workers == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--role=agent with --agent.servers=0 and"
+                           " --agent.workers=0 would start nothing: give"
+                           " either the number of its machine's servers or"
+                           " workers");
   if (role_name == "agent" && metrics_port != 0 &&
       uint32_t{metrics_port} + agent.servers + agent.workers > 65535)
     return caf::make_error(errc::invalid_config, "--metrics.port", metrics_port,
@@ -485,8 +495,8 @@ stage_run_settings node_config::stage() const {
           scheduler.servers, host,  port,      worker.device};
 }
 
-caf::error
-node_config::check_options(const std::vector<std::string>& args) const {
+caf::error node_config::check_options(std::vector<std::string>& args) {
+  args = plain_flags(std::move(args), custom_options_, switches_off_);
   if (auto err = check_flags(args, custom_options_))
     return err;
   const std::string flag = "--config-file=";

@@ -85,11 +85,14 @@ struct node_config : caf::actor_system_config {
   /// CAF's own groups only where they matter here (--help).
   std::string help_text() const;
 
-  /// Refuses what CAF 0.17 would ignore or misread: an unknown flag, an
-  /// unknown INI section or key, a value of the wrong type. Checks `args`
-  /// and the INI file CAF reads for them (--config-file, else
-  /// caf-application.ini if present). Call before parse().
-  caf::error check_options(const std::vector<std::string>& args) const;
+  /// Refuses what CAF 0.17 would ignore or misread: an unknown flag, a
+  /// word that is no flag, an unknown INI section or key, a value of the
+  /// wrong type. Checks `args` and the INI file CAF reads for them
+  /// (--config-file, else caf-application.ini if present), and rewrites
+  /// `args` as CAF's parser takes them (plain_flags: --NAME=, --SWITCH=true
+  /// and --SWITCH=false; finish() sets the switches turned off). Call
+  /// before parse().
+  caf::error check_options(std::vector<std::string>& args);
 
   /// Speaks mutual TLS with the certificates in `dir` (tls_files_in), as
   /// the three --openssl.* flags would say; before finish().
@@ -110,6 +113,9 @@ private:
   void add_worker_options();
   void add_pipeline_options();
   // Checks of finish(): options of several subsystems that must agree.
+  /// CAF's own options that troupe needs in bounds: scheduler threads,
+  /// heartbeats below the connection timeout.
+  caf::error check_caf_settings() const;
   caf::error check_modes() const;
   caf::error check_devices() const;
   caf::error check_faults() const;
@@ -123,6 +129,8 @@ private:
   /// Where troupe's options start in custom_options_ (CAF's come before):
   /// --help shows each of their groups.
   size_t first_troupe_option_ = 0;
+  /// The switches given as --SWITCH=false (check_options), for finish().
+  std::vector<const caf::config_option*> switches_off_;
 };
 
 } // namespace troupe

@@ -3,6 +3,7 @@
 #include "actors/node/option_check.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -216,6 +217,11 @@ caf::error check_ini_text(const std::string& text, const std::string& file,
 
 caf::error check_ini_file(const std::string& path,
                           const caf::config_option_set& opts) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) // an ifstream opens one
+    return caf::make_error(errc::invalid_config,
+                           "the config file " + path +
+                               " is a folder: name an INI file");
   std::ifstream in{path};
   if (!in)
     return caf::make_error(errc::invalid_config,
@@ -225,11 +231,45 @@ caf::error check_ini_file(const std::string& path,
   return check_ini_text(text.str(), path, opts);
 }
 
+std::vector<std::string>
+plain_flags(std::vector<std::string> args, const caf::config_option_set& opts,
+            std::vector<const caf::config_option*>& off) {
+  std::vector<std::string> out;
+  for (auto& arg : args) {
+    auto eq = arg.find('=');
+    const caf::config_option* opt = nullptr;
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos)
+      opt = opts.cli_long_name_lookup(arg.substr(2, eq - 2));
+    if (opt == nullptr) {
+      out.push_back(std::move(arg));
+      continue;
+    }
+    auto value = arg.substr(eq + 1);
+    std::string type{opt->type_name().begin(), opt->type_name().end()};
+    if (value.empty() && type.find("string") != std::string::npos)
+      out.push_back(arg + "\"\"");
+    else if (opt->is_flag() && value == "true")
+      out.push_back(arg.substr(0, eq));
+    else if (opt->is_flag() && value == "false")
+      off.push_back(opt);
+    else
+      out.push_back(std::move(arg));
+  }
+  return out;
+}
+
 caf::error check_flags(const std::vector<std::string>& args,
                        const caf::config_option_set& opts) {
   for (auto& arg : args) {
     if (arg.size() < 3 || arg.compare(0, 2, "--") != 0)
-      continue; // CAF refuses what is no option
+      return caf::make_error(
+          errc::invalid_config,
+          arg.rfind('-', 0) == 0
+              ? "unknown flag " + arg +
+                    ": flags are --NAME or --NAME=VALUE; troupe-node"
+                    " --help lists them all"
+              : "troupe-node takes flags only (--NAME=VALUE), got '" + arg +
+                    "'");
     auto eq = arg.find('=');
     auto name = arg.substr(2, eq == std::string::npos ? eq : eq - 2);
     auto* opt = opts.cli_long_name_lookup(name);

@@ -24,9 +24,19 @@ caf::error check_ini_file(const std::string& path,
                           const caf::config_option_set& opts);
 
 /// Checks the `--group.key=value` flags of `args` against `opts`: each a
-/// known option, each value of its type.
+/// known option, each value of its type, and nothing else (CAF 0.17 runs on
+/// past a word that is no flag).
 caf::error check_flags(const std::vector<std::string>& args,
                        const caf::config_option_set& opts);
+
+/// `args` as CAF 0.17's parser takes what they plainly mean: --NAME= of a
+/// string option as --NAME="" (none; a shell's --NAME="" gives --NAME=),
+/// --SWITCH=true as --SWITCH, and --SWITCH=false taken out, its option put
+/// in `off` for the caller to set after the parse (CAF's switches take no
+/// value). Anything else as it was.
+std::vector<std::string>
+plain_flags(std::vector<std::string> args, const caf::config_option_set& opts,
+            std::vector<const caf::config_option*>& off);
 
 /// The known name in `names` closest to `name`, if one is close enough to
 /// be a likely misspelling; empty if none.

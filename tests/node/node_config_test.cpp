@@ -96,8 +96,9 @@ BOOST_AUTO_TEST_CASE(only_a_stepping_worker_watches_before_it_sleeps) {
   // A pipelined worker steps on a thread of its own, beside the watcher.
   BOOST_CHECK(watch({"--role=worker", "--worker.pipeline",
                      "--server.mode=async"}) == us{0});
-  for (auto role : {"server", "scheduler", "agent"})
+  for (auto role : {"server", "scheduler"})
     BOOST_CHECK_MESSAGE(watch({std::string{"--role="} + role}) == us{0}, role);
+  BOOST_CHECK(watch({"--role=agent", "--agent.workers=1"}) == us{0});
 }
 
 BOOST_AUTO_TEST_CASE(the_road_flag_picks_the_road) {
@@ -156,6 +157,26 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
     BOOST_CHECK(hybrid.server.atomic_pushes);
   }
   rejected({"--kv.request-timeout-ms=0"}, "--kv.request-timeout-ms");
+  // At fbf4dac 0 threads hung without a word, 100000 aborted after 7 s,
+  // and a heartbeat past the timeout dropped idle peers as dead.
+  rejected({"--scheduler.max-threads=0"}, "--scheduler.max-threads");
+  // At fbf4dac such an agent sat for ever, starting nothing.
+  rejected({"--role=agent"}, "--agent.servers=0");
+  rejected({"--scheduler.max-threads=100000"}, "--scheduler.max-threads");
+  rejected({"--middleman.heartbeat-interval=10s"},
+           "--middleman.heartbeat-interval");
+  rejected({"--middleman.heartbeat-interval=0s"},
+           "--middleman.heartbeat-interval");
+  rejected({"--middleman.connection-timeout=-5s"},
+           "--middleman.connection-timeout");
+  rejected({"--middleman.connection-timeout=1ms"},
+           "--middleman.heartbeat-interval"); // 250 ms beats
+  {
+    node_config fast; // the tests' own: beats of 100 ms, 1 s timeout
+    BOOST_CHECK(!parse(fast, {"--middleman.heartbeat-interval=100ms",
+                              "--middleman.connection-timeout=1s",
+                              "--scheduler.max-threads=4"}));
+  }
   rejected({"--no-such-flag=1"}, "");
   rejected({"--optimizer.on=worker", "--server.mode=async"},
            "--optimizer.on=worker");
@@ -264,6 +285,9 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   node_config cfg;
   BOOST_REQUIRE(!parse(cfg, {"--role=chief"}));
   BOOST_CHECK(cfg.node_role().error() == errc::invalid_config);
+  BOOST_CHECK_EQUAL(describe(cfg.node_role().error()),
+                    "invalid_config: --role must be scheduler, server, worker"
+                    " or agent, got chief");
 }
 
 BOOST_AUTO_TEST_CASE(the_device_flag_names_devices_of_one_kind) {

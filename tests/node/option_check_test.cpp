@@ -27,7 +27,8 @@ std::string ini_error(const std::string& text) {
   std::ofstream{path} << text;
   node_config cfg;
   cfg.load<caf::io::middleman>();
-  auto err = cfg.check_options({"--config-file=" + path});
+  std::vector<std::string> args{"--config-file=" + path};
+  auto err = cfg.check_options(args);
   if (!err)
     return {};
   auto out = describe(err);
@@ -67,8 +68,9 @@ BOOST_AUTO_TEST_CASE(a_good_file_passes_with_comments_and_durations) {
 BOOST_AUTO_TEST_CASE(the_shipped_config_passes) {
   node_config cfg;
   cfg.load<caf::io::middleman>();
-  auto err = cfg.check_options(
-      {"--config-file=" TROUPE_SOURCE_DIR "/deploy/local.ini"});
+  std::vector<std::string> args{"--config-file=" TROUPE_SOURCE_DIR
+                                "/deploy/local.ini"};
+  auto err = cfg.check_options(args);
   BOOST_CHECK_MESSAGE(!err, describe(err));
 }
 
@@ -112,6 +114,58 @@ BOOST_AUTO_TEST_CASE(a_missing_config_file_is_an_error) {
   auto err = flag_error({"--config-file=/nonexistent/troupe.ini"});
   BOOST_CHECK_EQUAL(err, "invalid_config: cannot read the config file "
                          "/nonexistent/troupe.ini");
+  // At fbf4dac a folder was read as an empty file, without a word.
+  temp_dir dir;
+  BOOST_CHECK_EQUAL(flag_error({"--config-file=" + dir.path}),
+                    "invalid_config: the config file " + dir.path +
+                        " is a folder: name an INI file");
+}
+
+BOOST_AUTO_TEST_CASE(a_word_that_is_no_flag_is_an_error) {
+  // At fbf4dac CAF ran on past these: `--role=worker foo` was a worker.
+  BOOST_CHECK_EQUAL(flag_error({"--role=worker", "foo"}),
+                    "invalid_config: troupe-node takes flags only"
+                    " (--NAME=VALUE), got 'foo'");
+  BOOST_CHECK_EQUAL(flag_error({"--role", "worker"}),
+                    "invalid_config: --role needs a value: --role=VALUE");
+  BOOST_CHECK_EQUAL(flag_error({"--role=worker", "--", "--role=server"}),
+                    "invalid_config: unknown flag --: flags are --NAME or"
+                    " --NAME=VALUE; troupe-node --help lists them all");
+  BOOST_CHECK_EQUAL(flag_error({"-x"}),
+                    "invalid_config: unknown flag -x: flags are --NAME or"
+                    " --NAME=VALUE; troupe-node --help lists them all");
+}
+
+BOOST_AUTO_TEST_CASE(empty_strings_and_switches_read_as_meant) {
+  // CAF 0.17 refuses --NAME= ("missing_argument") and --SWITCH=true
+  // ("illegal_argument"): they are read as --NAME="" and --SWITCH.
+  std::vector<std::string> args{"--train.metrics-file=", "--resume=true",
+                                "--worker.overlap=false", "--role=worker"};
+  node_config cfg;
+  cfg.load<caf::io::middleman>();
+  auto err = cfg.check_options(args);
+  BOOST_REQUIRE_MESSAGE(!err, describe(err));
+  BOOST_CHECK_EQUAL(args.size(), 3u); // the switch turned off is set later
+  BOOST_REQUIRE(!cfg.parse(args));
+  BOOST_CHECK_EQUAL(cfg.train.metrics_file, "");
+  BOOST_CHECK(cfg.server.checkpoint.resume);
+  // Off in the INI file's stead: a flag after the file wins.
+  temp_dir dir;
+  auto path = dir / "on.ini";
+  std::ofstream{path} << "[worker]\noverlap=true\n";
+  std::vector<std::string> off{"--config-file=" + path,
+                               "--worker.overlap=false"};
+  node_config cfg2;
+  cfg2.load<caf::io::middleman>();
+  BOOST_REQUIRE(!cfg2.check_options(off));
+  BOOST_REQUIRE(!cfg2.parse(off));
+  BOOST_CHECK(cfg2.worker.overlap); // the file's, until finish()
+  auto done = cfg2.finish();
+  BOOST_CHECK_MESSAGE(!done, describe(done));
+  BOOST_CHECK(!cfg2.worker.overlap);
+  // A switch still takes only true or false.
+  BOOST_CHECK_EQUAL(flag_error({"--resume=yes"}),
+                    "invalid_config: --resume takes true or false, got yes");
 }
 
 BOOST_AUTO_TEST_CASE(flags_are_known_and_of_their_type) {
