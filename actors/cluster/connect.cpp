@@ -6,11 +6,13 @@
 #include <sys/socket.h>
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include <caf/io/middleman.hpp>
@@ -123,6 +125,64 @@ caf::io::middleman_actor connector(caf::actor_system& sys) {
 
 tls_files tls_files_in(const std::string& dir) {
   return {dir + "/node.pem", dir + "/node.key", dir + "/ca.pem"};
+}
+
+namespace {
+
+/// OpenSSL's last error, as words.
+std::string openssl_reason() {
+  auto code = ERR_peek_error(); // the first: the cause
+  char buf[256];
+  ERR_error_string_n(code, buf, sizeof(buf));
+  ERR_clear_error();
+  return code == 0 ? std::string{"no reason given"} : std::string{buf};
+}
+
+int give_passphrase(char* buf, int size, int, void* pass) {
+  auto& p = *static_cast<const std::string*>(pass);
+  if (p.empty() || p.size() >= static_cast<size_t>(size))
+    return 0; // none given: an encrypted key fails to load
+  std::copy(p.begin(), p.end(), buf);
+  return static_cast<int>(p.size());
+}
+
+} // namespace
+
+std::string check_tls_identity(const tls_files& f,
+                               const std::string& passphrase) {
+  ERR_clear_error();
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx{
+      SSL_CTX_new(TLS_method()), &SSL_CTX_free};
+  if (!ctx)
+    return "OpenSSL cannot make a TLS context: " + openssl_reason();
+  SSL_CTX_set_default_passwd_cb(ctx.get(), give_passphrase);
+  SSL_CTX_set_default_passwd_cb_userdata(ctx.get(),
+                                         const_cast<std::string*>(&passphrase));
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), f.certificate.c_str()) != 1)
+    return "--openssl.certificate=" + f.certificate +
+           ": not a certificate OpenSSL can load (" + openssl_reason() + ")";
+  std::unique_ptr<BIO, decltype(&BIO_free)> in{BIO_new_file(f.key.c_str(), "r"),
+                                               &BIO_free};
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key{
+      in ? PEM_read_bio_PrivateKey(in.get(), nullptr, give_passphrase,
+                                   const_cast<std::string*>(&passphrase))
+         : nullptr,
+      &EVP_PKEY_free};
+  if (!key)
+    return "--openssl.key=" + f.key + ": not a private key OpenSSL can load (" +
+           openssl_reason() +
+           (passphrase.empty() ? "; an encrypted key needs"
+                                 " --openssl.passphrase)"
+                               : ")");
+  if (SSL_CTX_use_PrivateKey(ctx.get(), key.get()) != 1 ||
+      SSL_CTX_check_private_key(ctx.get()) != 1)
+    return "--openssl.key=" + f.key +
+           " is not the key of --openssl.certificate=" + f.certificate + " (" +
+           openssl_reason() + ")";
+  if (SSL_CTX_load_verify_locations(ctx.get(), f.cafile.c_str(), nullptr) != 1)
+    return "--openssl.cafile=" + f.cafile +
+           ": no CA certificates OpenSSL can load (" + openssl_reason() + ")";
+  return "";
 }
 
 std::vector<std::string> tls_flags_for(const std::string& dir) {

@@ -34,6 +34,14 @@ struct tls_files {
 };
 tls_files tls_files_in(const std::string& dir);
 
+/// Whether OpenSSL can load `f` as CAF's TLS sessions will (the chain,
+/// the key, with `passphrase` if it is encrypted, that key belonging to the
+/// certificate, the trusted CAs): "" if so, else one line naming the file
+/// and OpenSSL's reason. CAF 0.17 finds out only at its first session, and
+/// then throws in its multiplexer: the node hung.
+std::string check_tls_identity(const tls_files& f,
+                               const std::string& passphrase);
+
 /// The three --openssl.* flags that name tls_files_in(dir).
 std::vector<std::string> tls_flags_for(const std::string& dir);
 

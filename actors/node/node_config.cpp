@@ -466,6 +466,11 @@ caf::error node_config::check_tls() {
                                                        f.path +
                                                        ": not a PEM file");
   }
+  if (auto why =
+          check_tls_identity({openssl_certificate, openssl_key, openssl_cafile},
+                             openssl_passphrase);
+      !why.empty())
+    return caf::make_error(errc::invalid_config, why);
   load<caf::openssl::manager>();
   return caf::none;
 }

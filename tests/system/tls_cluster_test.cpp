@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,13 @@ BOOST_AUTO_TEST_CASE(a_tls_cluster_refuses_peers_without_its_certificates) {
 BOOST_AUTO_TEST_CASE(
     certificate_flags_that_cannot_work_are_one_line_and_exit_2) {
   auto certs = tls_flags();
+  // PEM files OpenSSL cannot load as asked: at fbf4dac they passed the
+  // check of the first line, and CAF threw at its first session (the
+  // scheduler listened with them; a worker hung).
+  troupe::test::temp_dir dir;
+  auto fake = dir / "fake.pem";
+  std::ofstream{fake} << "-----BEGIN CERTIFICATE-----\ngarbage\n"
+                         "-----END CERTIFICATE-----\n";
   struct bad_case {
     std::vector<std::string> flags;
     std::string says;
@@ -124,6 +132,19 @@ BOOST_AUTO_TEST_CASE(
       {{certs[0], certs[1], "--openssl.cafile=/etc/hostname"},
        "--openssl.cafile=/etc/hostname: not a PEM file"},
       {{certs[0], certs[1]}, "missing: --openssl.cafile"},
+      {{"--openssl.certificate=" + fake, certs[1], certs[2]},
+       "--openssl.certificate=" + fake +
+           ": not a certificate OpenSSL can load (error:"},
+      {{certs[0], "--openssl.key=" + test_certs + "/ca.key", certs[2]},
+       "--openssl.key=" + test_certs +
+           "/ca.key is not the key of"
+           " --openssl.certificate=" +
+           test_certs + "/node.pem"},
+      {{certs[0], "--openssl.key=" + fake, certs[2]},
+       "--openssl.key=" + fake + ": not a private key OpenSSL can load"},
+      {{certs[0], certs[1], "--openssl.cafile=" + test_certs + "/node.key"},
+       "--openssl.cafile=" + test_certs +
+           "/node.key: no CA certificates OpenSSL can load"},
       {{"--openssl.cafile=" + test_certs + "/ca.pem"},
        "missing: --openssl.certificate and --openssl.key"}};
   for (auto& c : cases) {
