@@ -180,6 +180,10 @@ caf::timespan timeout(driver_ptr self);
 /// it exists and is not writable, or its folder does not exist or is not
 /// writable; "" where it could, or for an empty path.
 std::string unwritable(const std::string& path);
+
+/// Why folder `dir` (made if missing) could not hold new files: it cannot
+/// be made, a file is in the way, or it is not writable; "" where it could.
+std::string unwritable_folder(const std::string& dir);
 /// Seconds since the driver began.
 inline double seconds_running(const driver_state& st) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() -

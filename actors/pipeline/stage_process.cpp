@@ -69,6 +69,12 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
   if (auto bad = pipe::unwritable(cfg.train.metrics_file); !bad.empty())
     return fail("--train.metrics-file",
                 caf::make_error(errc::invalid_config, bad));
+  // The same for the checkpoints: at fbf4dac a folder that could not be
+  // written logged an error at each checkpoint, and a restart found none.
+  auto dir = checkpoint_dir(cfg, scheduler);
+  if (auto bad = pipe::unwritable_folder(dir); !bad.empty())
+    return fail("--pipeline.checkpoint-dir",
+                caf::make_error(errc::invalid_config, bad));
   auto drv = sys.spawn(pipe::stage_driver, cfg, scheduler);
   auto kill = [&drv] { caf::anon_send_exit(drv, caf::exit_reason::kill); };
   auto port = publish_actor(sys, drv, cfg.port, cfg.host, true);
@@ -118,8 +124,8 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
   self->monitor(drv);
   self->monitor(client.handle());
   int rc = 0;
-  self->request(drv, std::chrono::minutes{2}, start_atom_v, member, *cut,
-                checkpoint_dir(cfg, scheduler), client.handle())
+  self->request(drv, std::chrono::minutes{2}, start_atom_v, member, *cut, dir,
+                client.handle())
       .receive(
           [&](uint64_t steps) {
             std::printf("troupe-node: stage %u of %u (replica %u of %u),"

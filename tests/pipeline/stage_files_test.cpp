@@ -187,4 +187,11 @@ BOOST_AUTO_TEST_CASE(a_metrics_path_that_cannot_be_written_is_said) {
                     " directory");
   BOOST_CHECK_EQUAL(unwritable(d.path),
                     "cannot write " + d.path + ": a folder");
+  // ... and --pipeline.checkpoint-dir, made if missing.
+  BOOST_CHECK_EQUAL(unwritable_folder(d.path + "/ck/a"), "");
+  BOOST_CHECK(std::filesystem::is_directory(d.path + "/ck/a"));
+  BOOST_CHECK_EQUAL(unwritable_folder(d.path + "/old.jsonl"),
+                    "cannot make " + d.path + "/old.jsonl: Not a directory");
+  BOOST_CHECK_EQUAL(unwritable_folder("/proc/nope"),
+                    "cannot make /proc/nope: No such file or directory");
 }

@@ -379,21 +379,30 @@ BOOST_AUTO_TEST_CASE(missing_data_or_a_bad_model_gets_one_clear_line) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(a_stage_whose_model_does_not_fit_the_data_says_so) {
-  // At fbf4dac a stage of such a model dropped mini-batch 0 ("bad_shape")
-  // and the pipeline waited for ever.
+BOOST_AUTO_TEST_CASE(a_stage_that_cannot_work_says_so_and_exits_2) {
+  // At fbf4dac a stage of a model with fewer logits than classes dropped
+  // mini-batch 0 ("bad_shape") and the pipeline waited for ever; one with a
+  // checkpoint folder it could not write trained on, logging an error at
+  // each checkpoint, so that a restart found none.
   scheduler_process s{0, 2};
-  child_process st{node_args({"--role=worker", s.flag(), "--worker.task=stage",
-                              "--optimizer.name=sgd", "--pipeline.stages=2",
-                              "--train.model=mlp:784-64-5"})};
-  auto rc = st.wait_exit(90s);
-  BOOST_REQUIRE_MESSAGE(rc, st.output());
-  BOOST_CHECK_EQUAL(*rc, exit_bad_config);
-  BOOST_CHECK_MESSAGE(
-      st.output().find("*** stage failed: starting: invalid_config:"
-                       " --train.model=mlp:784-64-5 gives 5 logits a sample,"
-                       " but the labels have 10 classes") != std::string::npos,
-      st.output());
+  for (auto [flag, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--train.model=mlp:784-64-5",
+            "*** stage failed: starting: invalid_config:"
+            " --train.model=mlp:784-64-5 gives 5 logits a sample, but the"
+            " labels have 10 classes"},
+           {"--pipeline.checkpoint-dir=/proc/nope",
+            "*** stage failed: --pipeline.checkpoint-dir: invalid_config: "
+            "cannot"
+            " make /proc/nope: "}}) {
+    child_process st{
+        node_args({"--role=worker", s.flag(), "--worker.task=stage",
+                   "--optimizer.name=sgd", "--pipeline.stages=2", flag})};
+    auto rc = st.wait_exit(90s);
+    BOOST_REQUIRE_MESSAGE(rc, st.output());
+    BOOST_CHECK_EQUAL(*rc, exit_bad_config);
+    BOOST_CHECK_MESSAGE(st.output().find(says) != std::string::npos,
+                        st.output());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_computes_with_the_blas_threads_it_is_given) {
