@@ -102,6 +102,8 @@ std::string what_it_takes(const std::string& type) {
     return "a whole number";
   if (type.find("string") != std::string::npos)
     return "a quoted string such as \"text\"";
+  if (type.find("atom") != std::string::npos) // CAF's words
+    return "a word in single quotes such as 'info'";
   return "a value of type " + type;
 }
 

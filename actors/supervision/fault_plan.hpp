@@ -49,12 +49,12 @@ int signal_of(fault_action::kind_t x);
 caf::expected<std::vector<fault_action>>
 parse_fault_plan(const std::string& text);
 
-/// `count` kills at uniform times in [from, to), each on a distinct target
-/// while targets last (then targets repeat), drawn with `seed`. Sorted.
 /// The children a plan cuts off at some point (each needs a network
 /// namespace of its own from its start), without repeats.
 std::vector<std::string> cut_targets(const std::vector<fault_action>& plan);
 
+/// `count` kills at uniform times in [from, to), each on a distinct target
+/// while targets last (then targets repeat), drawn with `seed`. Sorted.
 std::vector<fault_action> random_kills(uint32_t count,
                                        const std::vector<std::string>& targets,
                                        std::chrono::milliseconds from,

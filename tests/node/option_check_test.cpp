@@ -105,6 +105,12 @@ BOOST_AUTO_TEST_CASE(a_value_of_the_wrong_type_names_the_key_and_the_type) {
   BOOST_CHECK_EQUAL(ini_error("[optimizer]\nlr=-5\n"),
                     "invalid_config: FILE:2: optimizer.lr takes a real number "
                     "(write 5.0, not 5), got -5");
+  // CAF's atoms are words in single quotes: at fbf4dac "a value of type
+  // atom".
+  BOOST_CHECK_EQUAL(ini_error("[logger]\nverbosity=\"info\"\n"),
+                    "invalid_config: FILE:2: logger.verbosity takes a word in"
+                    " single quotes such as 'info', got \"info\"");
+  BOOST_CHECK_EQUAL(ini_error("[logger]\nverbosity='info'\n"), "");
   BOOST_CHECK_EQUAL(ini_error("[server]\nmode=async\n"),
                     "invalid_config: FILE:2: strings are quoted in an INI "
                     "file: mode=\"async\"");
