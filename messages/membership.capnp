@@ -46,6 +46,10 @@ struct Register {
   # A pipeline stage with shard servers: the stages per replica, P (the
   # worker ranks r*P .. r*P+P-1 form replica r, which the servers' cuts
   # treat as one); 0 = no stage.
+  optimizer @6 :Text;
+  # The optimizer it applies or expects, as "NAME@ON lr=..." (servers and
+  # trainers; "" = says nothing): the scheduler refuses a node whose
+  # optimizer disagrees with the members' (docs/trust.md).
 }
 
 struct SlicePlace {

@@ -426,6 +426,7 @@ frame encode(const register_request& x) {
   b.setPid(x.pid);
   write_road(b.initRoad(), x.road);
   b.setStageGroup(x.stage_group);
+  b.setOptimizer(x.optimizer);
   return to_frame(msg);
 }
 
@@ -504,6 +505,9 @@ caf::error decode(const frame& f, register_request& x) {
     x.port = r.getPort();
     x.pid = r.getPid();
     x.stage_group = r.getStageGroup();
+    if (r.getOptimizer().size() > max_host_chars)
+      return bad("optimizer too long");
+    x.optimizer = r.getOptimizer().cStr();
     return read_road(r.getRoad(), x.road);
   });
 }

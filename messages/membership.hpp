@@ -91,6 +91,9 @@ struct register_request {
   /// A pipeline stage with shard servers: stages per replica (worker ranks
   /// r*P .. r*P+P-1 are replica r, cut as one); 0 = no stage.
   uint32_t stage_group = 0;
+  /// The optimizer it applies or expects (optimizer_fingerprint); "" says
+  /// nothing (a custom worker, the counter task, a stage).
+  std::string optimizer;
 };
 
 /// Scheduler -> node: its rank and the first view that has it.

@@ -243,7 +243,8 @@ void join(self_ptr self) {
                        cfg.publish_port,
                        static_cast<uint32_t>(::getpid()),
                        road_info{0, machine_id(), ""},
-                       cfg.stage_group};
+                       cfg.stage_group,
+                       cfg.optimizer};
   self->request(self->state.scheduler, timeout_of(self), register_atom_v,
                 encode(req))
       .then(

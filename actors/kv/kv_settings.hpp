@@ -78,6 +78,9 @@ struct kv_settings {
   /// tells this client to leave when another stage of its replica
   /// crashed. 0 = no stage. Set by the process.
   uint32_t stage_group = 0;
+  /// The optimizer this worker expects (optimizer_fingerprint), sent at
+  /// registration; "" says nothing. Set by the trainer.
+  std::string optimizer;
   /// How this process's roads wait for bytes (group "road").
   road_settings roads;
   /// Faults injected into this client's pushes (group "fault").

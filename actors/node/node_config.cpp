@@ -487,6 +487,7 @@ void node_config::share_settings() {
   on_servers.on_device = false;
   ck.mode = to_string(on_servers);
   ck.optimizer = optimizer.name + "@" + optimizer.on;
+  server.optimizer = optimizer_fingerprint(optimizer);
   scheduler.checkpoint = ck;
   scheduler.status_host = host;
 }

@@ -75,7 +75,8 @@ int wait_for(caf::actor_system& sys, const caf::actor& a, const char* what) {
         [&](const caf::down_msg& dm) {
           down = true;
           if (dm.reason && dm.reason != caf::exit_reason::user_shutdown)
-            rc = fail(what, dm.reason);
+            rc = fail(what, dm.reason) +
+                 (dm.reason == errc::invalid_config); // 2: not restarted
         },
         caf::after(std::chrono::milliseconds{100}) >>
             [&] {

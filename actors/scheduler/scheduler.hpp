@@ -121,6 +121,8 @@ struct scheduler_state {
     /// A pipeline stage with servers: stages per replica
     /// (register_request::stage_group); 0 = none.
     uint32_t stage_group = 0;
+    /// Its optimizer (register_request::optimizer); "" = said nothing.
+    std::string optimizer;
   };
   struct barrier {
     role kind = role::worker;

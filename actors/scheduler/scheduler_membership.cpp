@@ -15,6 +15,7 @@
 #include "actors/cluster/placement.hpp"
 #include "actors/cluster/view_metrics.hpp"
 #include "actors/scheduler/scheduler_internal.hpp"
+#include "actors/server/optimizer_settings.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -216,6 +217,35 @@ caf::error check_reachable(self_ptr self, const register_request& req) {
   return caf::none;
 }
 
+/// Refuses a node whose optimizer disagrees with a live member's where
+/// both said theirs: servers must run one optimizer, workers and servers
+/// must agree where it runs, and workers that run it must run one. At
+/// fbf4dac a server with adam and a worker with --optimizer.on=worker
+/// trained to a loss of 1e11 and exited 0.
+caf::error check_optimizer(self_ptr self, const register_request& req) {
+  if (req.optimizer.empty())
+    return caf::none;
+  for (auto& m : self->state.members) {
+    if (m.optimizer.empty())
+      continue;
+    bool servers = req.kind == role::server && m.info.kind == role::server;
+    bool workers = req.kind == role::worker && m.info.kind == role::worker;
+    auto place = optimizer_place(req.optimizer);
+    bool agree = place == optimizer_place(m.optimizer) &&
+                 ((!servers && !(workers && place == "worker")) ||
+                  req.optimizer == m.optimizer);
+    if (!agree)
+      return caf::make_error(
+          errc::invalid_config,
+          str("this ", to_string(req.kind), "'s optimizer is ", req.optimizer,
+              ", ", to_string(m.info.kind), " ", m.info.rank, "'s ",
+              m.optimizer,
+              ": give every node the same --optimizer flags (where it"
+              " runs, --optimizer.on, above all)"));
+  }
+  return caf::none;
+}
+
 caf::result<frame> on_register(self_ptr self, const frame& f) {
   register_request req;
   if (auto err = decode(f, req)) { // 2
@@ -229,6 +259,8 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
   if (auto err = check_room(self, req.kind))
     return err;
   if (auto err = check_reachable(self, req))
+    return err;
+  if (auto err = check_optimizer(self, req))
     return err;
   if (req.stage_group != 0 &&
       (req.kind != role::worker || req.stage_group > self->state.cfg.workers))
@@ -258,7 +290,7 @@ frame admit(self_ptr self, const register_request& req, caf::actor handle) {
   if (req.kind == role::worker) {
     self->state.given_up.joined(info.rank, free_worker_ranks(self));
   }
-  self->state.members.push_back({info, handle, req.stage_group});
+  self->state.members.push_back({info, handle, req.stage_group, req.optimizer});
   self->state.ranks_of_agents.learn(host_of(handle.node()), req.pid, req.kind,
                                     info.rank);
   ++self->state.joined[req.kind];

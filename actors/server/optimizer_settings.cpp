@@ -2,6 +2,7 @@
 #include "actors/server/optimizer_settings.hpp"
 
 #include <cmath>
+#include <sstream>
 
 #include "messages/errors.hpp"
 
@@ -33,6 +34,28 @@ caf::error validate(const optimizer_settings& x) {
   if (!(x.lr_decay > 0.0f && x.lr_decay <= 1.0f))
     return bad("--optimizer.lr-decay must be in (0, 1]");
   return caf::none;
+}
+
+std::string optimizer_fingerprint(const optimizer_settings& x) {
+  std::ostringstream out;
+  out << x.name << '@' << x.on;
+  if (x.name != "sum") // sum reads nothing else
+    out << " lr=" << x.lr << " weight-decay=" << x.weight_decay
+        << " decay=" << x.lr_decay << '/' << x.lr_decay_steps;
+  if (x.name == "momentum" || x.name == "nesterov")
+    out << " momentum=" << x.momentum;
+  if (x.name == "adam")
+    out << " betas=" << x.beta1 << ',' << x.beta2 << " eps=" << x.eps;
+  return out.str();
+}
+
+std::string optimizer_place(const std::string& fingerprint) {
+  auto at = fingerprint.find('@');
+  if (at == std::string::npos)
+    return {};
+  auto end = fingerprint.find(' ', at);
+  return fingerprint.substr(at + 1, end == std::string::npos ? std::string::npos
+                                                             : end - at - 1);
 }
 
 size_t optimizer_state_arrays(const std::string& name) {

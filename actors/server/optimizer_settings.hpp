@@ -48,6 +48,14 @@ inline optimizer_settings sgd_at(float lr) {
 /// Checks the settings; the error names the bad flag.
 caf::error validate(const optimizer_settings& x);
 
+/// What a node says of its optimizer when it joins (register_request):
+/// "NAME@ON" and what the update reads, e.g. "momentum@server lr=0.05
+/// momentum=0.9 weight-decay=0 decay=1/0". Nodes that must agree compare it.
+std::string optimizer_fingerprint(const optimizer_settings& x);
+
+/// Where a fingerprint's optimizer runs: "server", "worker" or "".
+std::string optimizer_place(const std::string& fingerprint);
+
 /// Arrays of state optimizer `name` keeps beside each array: 1 (momentum,
 /// nesterov: the velocity), 2 (adam: m, v), else 0 (sum, sgd).
 size_t optimizer_state_arrays(const std::string& name);

@@ -85,6 +85,9 @@ struct server_settings {
   /// How this process's roads wait for bytes (group "road").
   road_settings roads;
   checkpoint_settings checkpoint;
+  /// The optimizer it applies (optimizer_fingerprint), sent at
+  /// registration (set by node_config).
+  std::string optimizer;
 };
 
 /// Checks `x` and parses replica_road_text, and atomic_pushes_text by

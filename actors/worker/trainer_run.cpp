@@ -92,7 +92,9 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
   worker_options opts;
   opts.pipeline = cfg.worker.pipeline;
   opts.overlap = cfg.worker.overlap;
-  return run_worker(sys, std::move(scheduler), cfg.kv, logic, opts);
+  auto join = cfg.kv; // says which optimizer it expects
+  join.optimizer = optimizer_fingerprint(cfg.optimizer);
+  return run_worker(sys, std::move(scheduler), join, logic, opts);
 }
 
 } // namespace troupe

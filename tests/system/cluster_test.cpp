@@ -307,8 +307,8 @@ BOOST_AUTO_TEST_CASE(a_worker_gives_up_on_a_server_that_never_speaks) {
   scheduler_process s{1, 1};
   scheduler_client c{s.port};
   caf::scoped_actor fake{*c.sys}; // registers as the server, stays quiet
-  register_request req{
-      role::server, "127.0.0.1", silent.port, 1, {0, machine_id(), ""}};
+  register_request req{role::server,          "127.0.0.1", silent.port, 1,
+                       {0, machine_id(), ""}, 0,           ""};
   fake->request(c.sched, 10s, register_atom_v, encode(req))
       .receive([](const frame&) {},
                [](caf::error& err) { BOOST_FAIL(describe(err)); });
@@ -356,7 +356,8 @@ BOOST_AUTO_TEST_CASE(a_loopback_server_is_refused_where_a_peer_is_elsewhere) {
     return out;
   };
   const std::string elsewhere = "another-boot-id/net:[4026531840]";
-  auto err = join({role::server, "127.0.0.1", 4999, 1, {0, elsewhere, ""}});
+  auto err =
+      join({role::server, "127.0.0.1", 4999, 1, {0, elsewhere, ""}, 0, ""});
   BOOST_CHECK(err == errc::invalid_config);
   BOOST_CHECK_MESSAGE(describe(err).find("this server advertises 127.0.0.1") !=
                               std::string::npos &&
@@ -374,7 +375,7 @@ BOOST_AUTO_TEST_CASE(a_loopback_server_is_refused_where_a_peer_is_elsewhere) {
   auto srv = start_server(s, "sync");
   BOOST_REQUIRE(c.wait_for_view(
       [](const cluster_view& v) { return v.servers.size() == 1; }));
-  err = join({role::worker, "", 0, 2, {0, elsewhere, ""}});
+  err = join({role::worker, "", 0, 2, {0, elsewhere, ""}, 0, ""});
   BOOST_CHECK(err == errc::invalid_config);
   BOOST_CHECK_MESSAGE(describe(err).find("server 0 advertises 127.0.0.1") !=
                           std::string::npos,
@@ -386,6 +387,54 @@ BOOST_AUTO_TEST_CASE(a_loopback_server_is_refused_where_a_peer_is_elsewhere) {
   auto rc = w->wait_exit(60s);
   BOOST_REQUIRE_MESSAGE(rc, w->output());
   BOOST_CHECK_MESSAGE(*rc == 0, w->output());
+}
+
+BOOST_AUTO_TEST_CASE(a_node_whose_optimizer_disagrees_is_refused_at_join) {
+  // At fbf4dac a server with adam and a worker with --optimizer.on=worker
+  // trained to a loss of 1e11, and the worker exited 0.
+  scheduler_process s{2, 2};
+  scheduler_client c{s.port};
+  caf::scoped_actor fake{*c.sys};
+  auto join = [&](role kind, const std::string& optimizer) {
+    caf::error out;
+    register_request req{kind, "", 0, 1, {0, machine_id(), ""}, 0, optimizer};
+    if (kind == role::server) {
+      req.host = "127.0.0.1";
+      req.port = 4999;
+    }
+    fake->request(c.sched, 10s, register_atom_v, encode(req))
+        .receive([](const frame&) {}, [&](caf::error& err) { out = err; });
+    return out;
+  };
+  const std::string adam = "adam@server lr=0.001 weight-decay=0 decay=1/0"
+                           " betas=0.9,0.999 eps=1e-08";
+  BOOST_REQUIRE(!join(role::server, adam));
+  auto err = join(role::server, "sgd@server lr=0.1 weight-decay=0 decay=1/0");
+  BOOST_CHECK(err == errc::invalid_config);
+  BOOST_CHECK_EQUAL(describe(err),
+                    "invalid_config: this server's optimizer is sgd@server"
+                    " lr=0.1 weight-decay=0 decay=1/0, server 0's " +
+                        adam +
+                        ": give every node the same --optimizer flags (where"
+                        " it runs, --optimizer.on, above all)");
+  err = join(role::worker, "sgd@worker lr=0.1 weight-decay=0 decay=1/0");
+  BOOST_CHECK(err == errc::invalid_config);
+  BOOST_CHECK_MESSAGE(describe(err).find("this worker's optimizer is"
+                                         " sgd@worker") != std::string::npos,
+                      describe(err));
+  // With the optimizer on the servers a worker's own name and rate are
+  // not read: it agrees; one that says nothing (a custom worker) too.
+  BOOST_CHECK(!join(role::worker, "momentum@server lr=0.5"));
+  BOOST_CHECK(!join(role::worker, ""));
+  // A server process refused so exits 2, which its agent does not restart.
+  child_process srv{
+      node_args({"--role=server", s.flag(), "--optimizer.name=sgd"})};
+  auto rc = srv.wait_exit(30s);
+  BOOST_REQUIRE_MESSAGE(rc, srv.output());
+  BOOST_CHECK_EQUAL(*rc, 2);
+  BOOST_CHECK_MESSAGE(srv.output().find("this server's optimizer is sgd@server"
+                                        " lr=0.1") != std::string::npos,
+                      srv.output());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
