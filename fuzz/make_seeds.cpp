@@ -101,7 +101,8 @@ void membership_seeds() {
   auto v = small_view();
   put("membership", "register",
       encode(register_request{role::server, "127.0.0.1", 4301, 100,
-                              road_info{4400, "machine-a", "road-0"}}));
+                              road_info{4400, "machine-a", "road-0"}, 0,
+                              "momentum@server lr=0.05 weight-decay=0"}));
   put("membership", "register-reply",
       encode(register_reply{1, v, std::string(32, 'k')}));
   put("membership", "view", encode(v));

@@ -505,7 +505,7 @@ caf::error decode(const frame& f, register_request& x) {
     x.port = r.getPort();
     x.pid = r.getPid();
     x.stage_group = r.getStageGroup();
-    if (r.getOptimizer().size() > max_host_chars)
+    if (r.getOptimizer().size() > max_host_chars) // as long as a host
       return bad("optimizer too long");
     x.optimizer = r.getOptimizer().cStr();
     return read_road(r.getRoad(), x.road);

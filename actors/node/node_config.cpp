@@ -352,8 +352,13 @@ caf::expected<role> node_config::node_role() const {
 }
 
 caf::error node_config::finish() {
-  for (auto* opt : switches_off_) // --SWITCH=false, after the INI file
-    opt->store(caf::config_value{false});
+  for (auto& name : switches_off_) { // --SWITCH=false, after the INI file
+    auto dot = name.find('.');
+    if (auto* opt = custom_options_.qualified_name_lookup(name.substr(0, dot),
+                                                          name.substr(dot + 1)))
+      opt->store(caf::config_value{false}); // a variable bound to it
+    set(name, false);                       // and CAF's own settings
+  }
   if (!set_log_level(log_level))
     return caf::make_error(errc::invalid_config,
                            "--log-level must be error, warning, info"
@@ -510,6 +515,10 @@ caf::error node_config::check_options(std::vector<std::string>& args) {
   for (auto& a : args)
     if (a.rfind(flag, 0) == 0)
       file = a.substr(flag.size());
+  if (file == "\"\"") // --config-file= (plain_flags)
+    return caf::make_error(errc::invalid_config,
+                           "--config-file= names no file: name an INI file,"
+                           " or leave the flag out");
   if (file.empty()) { // CAF's default, read if it is there
     if (std::ifstream{config_file_path})
       file = config_file_path;

@@ -130,7 +130,7 @@ private:
   /// --help shows each of their groups.
   size_t first_troupe_option_ = 0;
   /// The switches given as --SWITCH=false (check_options), for finish().
-  std::vector<const caf::config_option*> switches_off_;
+  std::vector<std::string> switches_off_;
 };
 
 } // namespace troupe

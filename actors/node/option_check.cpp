@@ -233,27 +233,32 @@ caf::error check_ini_file(const std::string& path,
   return check_ini_text(text.str(), path, opts);
 }
 
-std::vector<std::string>
-plain_flags(std::vector<std::string> args, const caf::config_option_set& opts,
-            std::vector<const caf::config_option*>& off) {
+std::vector<std::string> plain_flags(std::vector<std::string> args,
+                                     const caf::config_option_set& opts,
+                                     std::vector<std::string>& off) {
   std::vector<std::string> out;
   for (auto& arg : args) {
     auto eq = arg.find('=');
     const caf::config_option* opt = nullptr;
-    if (arg.rfind("--", 0) == 0 && eq != std::string::npos)
-      opt = opts.cli_long_name_lookup(arg.substr(2, eq - 2));
-    if (opt == nullptr) {
+    if (arg.rfind("--", 0) == 0)
+      opt = opts.cli_long_name_lookup(
+          arg.substr(2, eq == std::string::npos ? eq : eq - 2));
+    if (opt == nullptr || (eq == std::string::npos && !opt->is_flag())) {
       out.push_back(std::move(arg));
       continue;
     }
-    auto value = arg.substr(eq + 1);
+    std::string name{opt->full_name().begin(), opt->full_name().end()};
+    if (opt->is_flag()) // the last of --X, --X=true and --X=false wins
+      off.erase(std::remove(off.begin(), off.end(), name), off.end());
+    auto value = eq == std::string::npos ? "" : arg.substr(eq + 1);
     std::string type{opt->type_name().begin(), opt->type_name().end()};
-    if (value.empty() && type.find("string") != std::string::npos)
+    if (eq != std::string::npos && value.empty() &&
+        type.find("string") != std::string::npos)
       out.push_back(arg + "\"\"");
     else if (opt->is_flag() && value == "true")
       out.push_back(arg.substr(0, eq));
     else if (opt->is_flag() && value == "false")
-      off.push_back(opt);
+      off.push_back(name);
     else
       out.push_back(std::move(arg));
   }

@@ -31,12 +31,13 @@ caf::error check_flags(const std::vector<std::string>& args,
 
 /// `args` as CAF 0.17's parser takes what they plainly mean: --NAME= of a
 /// string option as --NAME="" (none; a shell's --NAME="" gives --NAME=),
-/// --SWITCH=true as --SWITCH, and --SWITCH=false taken out, its option put
-/// in `off` for the caller to set after the parse (CAF's switches take no
-/// value). Anything else as it was.
-std::vector<std::string>
-plain_flags(std::vector<std::string> args, const caf::config_option_set& opts,
-            std::vector<const caf::config_option*>& off);
+/// --SWITCH=true as --SWITCH, and --SWITCH=false taken out, its name
+/// ("group.name") put in `off` for the caller to set after the parse
+/// (CAF's switches take no value); a later --SWITCH takes it out of `off`
+/// again. Anything else as it was.
+std::vector<std::string> plain_flags(std::vector<std::string> args,
+                                     const caf::config_option_set& opts,
+                                     std::vector<std::string>& off);
 
 /// The known name in `names` closest to `name`, if one is close enough to
 /// be a likely misspelling; empty if none.

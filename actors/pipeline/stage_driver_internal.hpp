@@ -182,7 +182,7 @@ caf::timespan timeout(driver_ptr self);
 std::string unwritable(const std::string& path);
 
 /// Why folder `dir` (made if missing) could not hold new files: it cannot
-/// be made, a file is in the way, or it is not writable; "" where it could.
+/// be made (a file in the way too) or is not writable; "" where it could.
 std::string unwritable_folder(const std::string& dir);
 /// Seconds since the driver began.
 inline double seconds_running(const driver_state& st) {

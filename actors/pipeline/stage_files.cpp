@@ -142,9 +142,7 @@ std::string unwritable_folder(const std::string& dir) {
   fs::create_directories(dir, ec);
   if (ec)
     return "cannot make " + dir + ": " + ec.message();
-  if (!fs::is_directory(dir, ec))
-    return "cannot write in " + dir + ": a file is in the way";
-  if (::access(dir.c_str(), W_OK) != 0)
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
     return "cannot write in " + dir + ": " + std::strerror(errno);
   return {};
 }

@@ -230,10 +230,13 @@ caf::error check_optimizer(self_ptr self, const register_request& req) {
       continue;
     bool servers = req.kind == role::server && m.info.kind == role::server;
     bool workers = req.kind == role::worker && m.info.kind == role::worker;
+    // The nodes that run it must run one: servers where it runs on them,
+    // workers where it runs on the workers.
     auto place = optimizer_place(req.optimizer);
+    bool runners =
+        (servers && place == "server") || (workers && place == "worker");
     bool agree = place == optimizer_place(m.optimizer) &&
-                 ((!servers && !(workers && place == "worker")) ||
-                  req.optimizer == m.optimizer);
+                 (!runners || req.optimizer == m.optimizer);
     if (!agree)
       return caf::make_error(
           errc::invalid_config,

@@ -40,8 +40,9 @@ std::string optimizer_fingerprint(const optimizer_settings& x) {
   std::ostringstream out;
   out << x.name << '@' << x.on;
   if (x.name != "sum") // sum reads nothing else
-    out << " lr=" << x.lr << " weight-decay=" << x.weight_decay
-        << " decay=" << x.lr_decay << '/' << x.lr_decay_steps;
+    out << " lr=" << x.lr << " weight-decay=" << x.weight_decay;
+  if (x.name != "sum" && x.lr_decay_steps != 0 && x.lr_decay != 1.0f)
+    out << " decay=" << x.lr_decay << '/' << x.lr_decay_steps;
   if (x.name == "momentum" || x.name == "nesterov")
     out << " momentum=" << x.momentum;
   if (x.name == "adam")

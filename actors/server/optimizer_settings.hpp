@@ -50,7 +50,8 @@ caf::error validate(const optimizer_settings& x);
 
 /// What a node says of its optimizer when it joins (register_request):
 /// "NAME@ON" and what the update reads, e.g. "momentum@server lr=0.05
-/// momentum=0.9 weight-decay=0 decay=1/0". Nodes that must agree compare it.
+/// weight-decay=0 decay=0.5/1400 momentum=0.9" (6 digits: settings that
+/// close are one). Nodes that must agree compare it.
 std::string optimizer_fingerprint(const optimizer_settings& x);
 
 /// Where a fingerprint's optimizer runs: "server", "worker" or "".

@@ -88,11 +88,7 @@ public:
   bool start_children(const std::string& self_path,
                       const std::vector<std::string>& flags,
                       const std::vector<std::string>& cut) {
-    std::vector<std::string> names;
-    for (uint32_t i = 0; i < cfg_.agent.servers; ++i)
-      names.push_back("server-" + std::to_string(i));
-    for (uint32_t i = 0; i < cfg_.agent.workers; ++i)
-      names.push_back("worker-" + std::to_string(i));
+    auto names = child_names();
     for (auto& c : cut)
       if (std::find(names.begin(), names.end(), c) == names.end()) {
         stderr_line() << "*** agent: --fault.plan cuts " << c
@@ -136,10 +132,22 @@ public:
                      [](const fault_action& a, const fault_action& b) {
                        return a.at < b.at;
                      });
-    faults_ = std::move(planned);
-    for (auto& a : faults_)
+    faults_.clear();
+    for (auto& a : planned) {
+      // deploy/cluster.sh gives every agent one plan: a child another
+      // agent runs is said now, not at its time.
+      auto names = child_names();
+      if (std::find(names.begin(), names.end(), a.target) == names.end()) {
+        TROUPE_LOG(warning, "agent", "--fault.plan names ", a.target,
+                   ", which this agent does not run (--agent.servers=",
+                   cfg_.agent.servers, ", --agent.workers=", cfg_.agent.workers,
+                   "): its ", to_string(a.kind), " is skipped");
+        continue;
+      }
       TROUPE_LOG(info, "agent", "planned: ", to_string(a.kind), " ", a.target,
                  " at ", a.at.count(), " ms");
+      faults_.push_back(a);
+    }
   }
 
   /// Runs until finished (4) or stopped (5); the exit code.
@@ -209,6 +217,16 @@ private:
     return restart_policy{a.max_restarts, milliseconds{a.restart_window_ms},
                           milliseconds{a.backoff_ms},
                           milliseconds{a.backoff_max_ms}};
+  }
+
+  /// Its children's names: server-0.., then worker-0...
+  std::vector<std::string> child_names() const {
+    std::vector<std::string> names;
+    for (uint32_t i = 0; i < cfg_.agent.servers; ++i)
+      names.push_back("server-" + std::to_string(i));
+    for (uint32_t i = 0; i < cfg_.agent.workers; ++i)
+      names.push_back("worker-" + std::to_string(i));
+    return names;
   }
 
   bool add(const std::string& name, const std::string& role_name,

@@ -206,7 +206,8 @@ public:
       too_big_ = "--train.batch " + std::to_string(cfg_.batch) +
                  " is more than this worker's share of the " +
                  std::to_string(train_.labels.size()) + " training samples (" +
-                 std::to_string(workers_) + " workers): at most " +
+                 std::to_string(workers_) +
+                 (workers_ == 1 ? " worker" : " workers") + "): at most " +
                  std::to_string(train_.labels.size() / workers_);
       return;
     }
@@ -394,10 +395,11 @@ private:
 
   /// What to try when the loss is not finite.
   std::string diverged_hint() const {
-    if (summing_) // the default, and likely the servers' too
-      return " (--optimizer.name=sum, the default, is the counter task's: it"
-             " adds the raw gradients to the weights; give every node sgd,"
-             " momentum, nesterov or adam, as deploy/local.ini does)";
+    if (summing_) // the default; the servers' too where they run it
+      return " (lower --optimizer.lr, or check the data; --optimizer.name=sum,"
+             " the default, is the counter task's: it adds the raw gradients"
+             " to the weights, so give every node sgd, momentum, nesterov or"
+             " adam, as deploy/local.ini does)";
     return " (lower --optimizer.lr, or check the data)";
   }
 

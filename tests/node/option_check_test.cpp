@@ -169,6 +169,17 @@ BOOST_AUTO_TEST_CASE(empty_strings_and_switches_read_as_meant) {
   auto done = cfg2.finish();
   BOOST_CHECK_MESSAGE(!done, describe(done));
   BOOST_CHECK(!cfg2.worker.overlap);
+  // The last of --X=false and --X wins, as for any flag.
+  std::vector<std::string> last{"--worker.overlap=false", "--worker.overlap"};
+  node_config cfg3;
+  cfg3.load<caf::io::middleman>();
+  BOOST_REQUIRE(!cfg3.check_options(last));
+  BOOST_REQUIRE(!cfg3.parse(last));
+  BOOST_REQUIRE(!cfg3.finish());
+  BOOST_CHECK(cfg3.worker.overlap);
+  BOOST_CHECK_EQUAL(flag_error({"--config-file="}),
+                    "invalid_config: --config-file= names no file: name an"
+                    " INI file, or leave the flag out");
   // A switch still takes only true or false.
   BOOST_CHECK_EQUAL(flag_error({"--resume=yes"}),
                     "invalid_config: --resume takes true or false, got yes");

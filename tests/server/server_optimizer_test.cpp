@@ -2,6 +2,7 @@
 #define BOOST_TEST_MODULE server_optimizer_tests
 #include <boost/test/unit_test.hpp>
 
+#include "actors/server/optimizer_settings.hpp"
 #include "actors/server/server_optimizer.hpp"
 #include "messages/errors.hpp"
 
@@ -130,6 +131,27 @@ BOOST_AUTO_TEST_CASE(bad_settings_name_the_flag) {
   s.lr_decay = 0.0f;
   BOOST_CHECK(validate(s) == errc::invalid_config);
   BOOST_CHECK(!validate(optimizer_settings{}));
+}
+
+// What a node says of its optimizer when it joins: what the update reads,
+// the same in every process for the same flags.
+BOOST_AUTO_TEST_CASE(an_optimizer_says_what_its_update_reads) {
+  optimizer_settings x;
+  BOOST_CHECK_EQUAL(optimizer_fingerprint(x), "sum@server");
+  x.name = "momentum";
+  x.lr = 0.05f;
+  x.lr_decay = 0.5f;
+  x.lr_decay_steps = 1400;
+  BOOST_CHECK_EQUAL(optimizer_fingerprint(x),
+                    "momentum@server lr=0.05 weight-decay=0 decay=0.5/1400"
+                    " momentum=0.9");
+  x.lr_decay_steps = 0; // a decay that never acts is no difference
+  x.on = "worker";
+  BOOST_CHECK_EQUAL(optimizer_fingerprint(x),
+                    "momentum@worker lr=0.05 weight-decay=0 momentum=0.9");
+  BOOST_CHECK_EQUAL(optimizer_place(optimizer_fingerprint(x)), "worker");
+  BOOST_CHECK_EQUAL(optimizer_place("sum@server"), "server");
+  BOOST_CHECK_EQUAL(optimizer_place(""), "");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

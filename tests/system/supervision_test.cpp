@@ -166,7 +166,16 @@ BOOST_AUTO_TEST_CASE(a_fault_plan_from_flags_kills_and_the_agent_restarts) {
   scheduler_process s{1, 0};
   event_reader log{s.port};
   // A servers-only agent runs until stopped: the plan's time always comes.
-  auto agent = start_agent(s, 1, 0, {"--fault.plan=kill:server-0@300"});
+  auto agent = start_agent(
+      s, 1, 0, {"--fault.plan=kill:server-0@300,kill:worker-3@200"});
+  // A child it does not run is said at the start (deploy/cluster.sh gives
+  // every agent one plan); at fbf4dac only at its time.
+  BOOST_CHECK_MESSAGE(
+      agent->wait_for_line("--fault.plan names worker-3, which this agent does"
+                           " not run (--agent.servers=1, --agent.workers=0):"
+                           " its kill is skipped",
+                           20s),
+      agent->output());
   auto first = child_pid(*agent, "server-0");
   auto injected = log.wait_for_event([first](const event_record& e) {
     return e.kind == "injected" && e.pid == uint32_t(first);

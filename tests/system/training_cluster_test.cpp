@@ -367,7 +367,7 @@ BOOST_AUTO_TEST_CASE(missing_data_or_a_bad_model_gets_one_clear_line) {
            // ... and a batch above the worker's share ran no step at all.
            {"--train.batch=60001",
             "--train.batch 60001 is more than this worker's share of the"
-            " 60000 training samples (1 workers): at most 60000"},
+            " 60000 training samples (1 worker): at most 60000"},
            // ... and one whose optimizer runs elsewhere than the server's
            // trained garbage to the end.
            {"--optimizer.on=worker",
