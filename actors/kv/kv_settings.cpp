@@ -30,6 +30,12 @@ caf::error validate(kv_settings& x) {
     return caf::make_error(errc::invalid_config,
                            "--kv.request-timeout-ms must be > 0: every"
                            " request needs a finite timeout");
+  if (x.request_timeout_ms > 86400000) // 4294967295 waited 49 days
+    return caf::make_error(errc::invalid_config,
+                           "--kv.request-timeout-ms must be at most 86400000"
+                           " (a day): a node waits this long for a"
+                           " missing peer before it says so, got",
+                           x.request_timeout_ms);
   if (x.max_message_bytes < (1u << 16))
     return caf::make_error(errc::invalid_config,
                            "--kv.max-message-bytes must be >= 65536");

@@ -170,7 +170,7 @@ void node_config::add_server_options() {
 void node_config::add_kv_options() {
   opt_group{custom_options_, "kv"}
       .add(kv.request_timeout_ms, "request-timeout-ms",
-           "give up on a reply after this long (ms, > 0)")
+           "give up on a reply after this long (ms, 1..86400000)")
       .add(kv.max_message_bytes, "max-message-bytes",
            "cut pushes and pulls into parts of at most this (bytes)")
       .add(kv.road_text, "road",

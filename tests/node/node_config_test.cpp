@@ -157,6 +157,8 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
     BOOST_CHECK(hybrid.server.atomic_pushes);
   }
   rejected({"--kv.request-timeout-ms=0"}, "--kv.request-timeout-ms");
+  // At fbf4dac a worker without a scheduler waited 49 days, silently.
+  rejected({"--kv.request-timeout-ms=4294967295"}, "--kv.request-timeout-ms");
   // At fbf4dac 0 threads hung without a word, 100000 aborted after 7 s,
   // and a heartbeat past the timeout dropped idle peers as dead.
   rejected({"--scheduler.max-threads=0"}, "--scheduler.max-threads");
