@@ -19,6 +19,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include "actors/base/exit_codes.hpp"
 #include "actors/base/log.hpp"
 #include "actors/base/metrics.hpp"
 #include "actors/cluster/connect.hpp"
@@ -74,9 +75,12 @@ int wait_for(caf::actor_system& sys, const caf::actor& a, const char* what) {
     self->receive(
         [&](const caf::down_msg& dm) {
           down = true;
-          if (dm.reason && dm.reason != caf::exit_reason::user_shutdown)
-            rc = fail(what, dm.reason) +
-                 (dm.reason == errc::invalid_config); // 2: not restarted
+          if (dm.reason && dm.reason != caf::exit_reason::user_shutdown) {
+            fail(what, dm.reason);
+            // A setting that cannot work fails the same after a restart.
+            rc = dm.reason == errc::invalid_config ? exit_bad_config
+                                                   : exit_failed;
+          }
         },
         caf::after(std::chrono::milliseconds{100}) >>
             [&] {

@@ -133,10 +133,10 @@ public:
                        return a.at < b.at;
                      });
     faults_.clear();
+    auto names = child_names();
     for (auto& a : planned) {
       // deploy/cluster.sh gives every agent one plan: a child another
       // agent runs is said now, not at its time.
-      auto names = child_names();
       if (std::find(names.begin(), names.end(), a.target) == names.end()) {
         TROUPE_LOG(warning, "agent", "--fault.plan names ", a.target,
                    ", which this agent does not run (--agent.servers=",
