@@ -7,6 +7,7 @@
 
 #include "actors/supervision/fault_plan.hpp"
 #include "actors/supervision/netns.hpp"
+#include "messages/checkpoint.hpp"
 #include "messages/errors.hpp"
 
 namespace troupe {
@@ -164,6 +165,15 @@ caf::error node_config::check_checkpoints() const {
   auto& ck = server.checkpoint;
   if (ck.resume && ck.dir.empty())
     return validate(ck); // says --resume needs --checkpoint.dir
+  // The scheduler and servers read the checkpoint before they join; a
+  // missing one is said here, once, before any listens, and its folder
+  // is not made. (Workers ask the servers; theirs may be elsewhere.)
+  if (ck.resume && (role_name == "scheduler" || role_name == "server"))
+    if (auto m = read_manifest(ck.dir); !m)
+      return caf::make_error(errc::invalid_config,
+                             "no checkpoint to resume from in " + ck.dir +
+                                 " (" + describe(m.error()) +
+                                 "); start without --resume");
   if (!ck.dir.empty() && optimizer.on == "worker")
     return caf::make_error(errc::invalid_config,
                            "--checkpoint.dir needs --optimizer.on=server: with"

@@ -193,20 +193,16 @@ caf::error check_slicing(self_ptr self, const resume_set& set) {
 caf::error resume(self_ptr self) {
   auto& ck = self->state.cfg.checkpoint;
   auto set = load_resume_set(ck, false); // servers check their flags
-  if (!set) {
-    TROUPE_LOG(error, "scheduler", describe(set.error()));
+  if (!set) // troupe-node says why the scheduler ended, once
     return set.error();
-  }
   auto& m = (*set)->manifest;
   self->state.generation = m.generation;
   self->state.resume_clocks_per_step = m.clocks_per_step;
   self->state.job_clocks_per_step = m.clocks_per_step;
   for (auto& [id, at] : (*set)->slices)
     self->state.resume_sizes[id.key] += at.second->floats;
-  if (auto err = check_slicing(self, **set)) {
-    TROUPE_LOG(error, "scheduler", describe(err));
+  if (auto err = check_slicing(self, **set))
     return err;
-  }
   TROUPE_LOG(info, "scheduler", "resuming from checkpoint ", m.generation,
              " in ", ck.dir, " (version ", m.version, ", ",
              (*set)->slices.size(), " slices)");

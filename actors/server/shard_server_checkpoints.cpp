@@ -29,8 +29,7 @@ bool load_resume(self_ptr self) {
     return true;
   auto set = load_resume_set(self->state.cfg.checkpoint);
   if (!set) {
-    TROUPE_LOG(error, "server", describe(set.error()));
-    self->quit(set.error());
+    self->quit(set.error()); // troupe-node says why, once
     return false;
   }
   self->state.resume = std::move(*set);

@@ -294,19 +294,38 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_torn_by_a_kill_leaves_the_previous_whole) {
     BOOST_CHECK_MESSAGE(resumed_at(*w) == cut, w->output());
 }
 
+/// How often `part` occurs in `text`.
+size_t count_of(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (auto at = text.find(part); at != std::string::npos;
+       at = text.find(part, at + part.size()))
+    ++n;
+  return n;
+}
+
 BOOST_AUTO_TEST_CASE(resume_without_a_checkpoint_says_so_and_exits) {
   temp_dir d;
-  child_process sched{node_args({"--role=scheduler", "--scheduler-port=0",
-                                 "--checkpoint.dir=" + d.path, "--resume"})};
-  auto rc = sched.wait_exit(20s);
-  BOOST_REQUIRE_MESSAGE(rc, sched.output());
-  BOOST_CHECK_NE(*rc, 0);
-  BOOST_CHECK_MESSAGE(
-      sched.wait_for_line("no checkpoint to resume from in " + d.path, 2s) &&
-          sched.wait_for_line("start without --resume", 2s),
-      sched.output());
+  // An empty folder, and one that does not exist (which is not made):
+  // said once, before listening, by the scheduler and by a server, with
+  // exit 2 (a configuration an agent does not restart).
+  for (auto dir : {d.path, d.path + "/missing"})
+    for (auto role : {"--role=scheduler", "--role=server"}) {
+      child_process p{node_args({role, "--scheduler-port=0", "--port=0",
+                                 "--checkpoint.dir=" + dir, "--resume"})};
+      auto rc = p.wait_exit(20s);
+      BOOST_REQUIRE_MESSAGE(rc, p.output());
+      BOOST_CHECK_MESSAGE(*rc == 2, p.output());
+      auto said = "no checkpoint to resume from in " + dir;
+      BOOST_CHECK_MESSAGE(p.wait_for_line(said, 2s) &&
+                              count_of(p.output(), said) == 1 &&
+                              p.wait_for_line("start without --resume", 2s),
+                          p.output());
+      BOOST_CHECK_MESSAGE(p.output().find("listening") == std::string::npos,
+                          p.output());
+    }
+  BOOST_CHECK(!std::filesystem::exists(d.path + "/missing"));
   child_process flagless{node_args({"--role=server", "--resume"})};
-  rc = flagless.wait_exit(20s);
+  auto rc = flagless.wait_exit(20s);
   BOOST_REQUIRE(rc);
   BOOST_CHECK_NE(*rc, 0);
   BOOST_CHECK_MESSAGE(
