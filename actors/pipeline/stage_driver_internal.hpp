@@ -176,14 +176,6 @@ bool reports(driver_ptr self);
 /// kv.request-timeout-ms.
 caf::timespan timeout(driver_ptr self);
 
-/// Why `path` (a file to append to) could not be written: it is a folder,
-/// it exists and is not writable, or its folder does not exist or is not
-/// writable; "" where it could, or for an empty path.
-std::string unwritable(const std::string& path);
-
-/// Why folder `dir` (made if missing) could not hold new files: it cannot
-/// be made (a file in the way too) or is not writable; "" where it could.
-std::string unwritable_folder(const std::string& dir);
 /// Seconds since the driver began.
 inline double seconds_running(const driver_state& st) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() -

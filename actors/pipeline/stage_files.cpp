@@ -1,11 +1,7 @@
-// A stage driver's data and checkpoint files, and whether a file can be
-// written (stage_driver.hpp; the metrics file: stage_reports.cpp).
-#include <unistd.h>
-
+// A stage driver's data and checkpoint files (stage_driver.hpp; the
+// metrics file: stage_reports.cpp).
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 
 #include "actors/base/log.hpp"
@@ -120,31 +116,6 @@ read_stage_checkpoint(const std::string& dir, const stage_checkpoint& want) {
             ", its state beside the weights): start with --optimizer.name=" +
             x.optimizer + ", or another --pipeline.checkpoint-dir");
   return std::move(x.arrays);
-}
-
-std::string unwritable(const std::string& path) {
-  if (path.empty())
-    return {};
-  fs::path p{path};
-  std::error_code ec;
-  if (fs::is_directory(p, ec))
-    return "cannot write " + path + ": a folder";
-  auto target = fs::exists(p, ec)     ? p
-                : p.has_parent_path() ? p.parent_path()
-                                      : fs::path{"."};
-  if (::access(target.c_str(), W_OK) != 0)
-    return "cannot write " + path + ": " + std::strerror(errno);
-  return {};
-}
-
-std::string unwritable_folder(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    return "cannot make " + dir + ": " + ec.message();
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    return "cannot write in " + dir + ": " + std::strerror(errno);
-  return {};
 }
 
 } // namespace troupe::pipe

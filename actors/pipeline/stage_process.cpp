@@ -9,6 +9,7 @@
 
 #include "actors/base/exit_codes.hpp"
 #include "actors/base/log.hpp"
+#include "actors/base/writable.hpp"
 #include "actors/kv/kv.hpp"
 #include "actors/pipeline/stage_driver_internal.hpp"
 #include "kernels/stage.hpp"
@@ -66,13 +67,13 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
                         p.micro_batches));
   // Checked by every stage before it joins, though the last writes it: a
   // stage that exits alone leaves the others waiting for it.
-  if (auto bad = pipe::unwritable(cfg.train.metrics_file); !bad.empty())
+  if (auto bad = unwritable(cfg.train.metrics_file); !bad.empty())
     return fail("--train.metrics-file",
                 caf::make_error(errc::invalid_config, bad));
   // The same for the checkpoints: at fbf4dac a folder that could not be
   // written logged an error at each checkpoint, and a restart found none.
   auto dir = checkpoint_dir(cfg, scheduler);
-  if (auto bad = pipe::unwritable_folder(dir); !bad.empty())
+  if (auto bad = unwritable_folder(dir); !bad.empty())
     return fail("--pipeline.checkpoint-dir",
                 caf::make_error(errc::invalid_config, bad));
   auto drv = sys.spawn(pipe::stage_driver, cfg, scheduler);

@@ -10,6 +10,7 @@
 
 #include "actors/base/exit_codes.hpp"
 #include "actors/base/log.hpp"
+#include "actors/base/writable.hpp"
 #include "kernels/blas.hpp"
 #include "kernels/idx.hpp"
 #include "messages/membership.hpp"
@@ -59,6 +60,11 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
   auto net = model::from_spec(cfg.train.model, &err);
   if (!net)
     return bad_config("--train.model: " + err);
+  // Checked by every trainer before it joins, though rank 0 writes it:
+  // the rank is known only after joining, and a job that trained without
+  // its metrics would be found out at its end.
+  if (auto bad = unwritable(cfg.train.metrics_file); !bad.empty())
+    return bad_config("--train.metrics-file: " + bad);
   if (auto w = blas_core_warning(); !w.empty())
     TROUPE_LOG(warning, "trainer", w);
   std::shared_ptr<device_team> devices; // before the data: fail fast

@@ -371,7 +371,12 @@ BOOST_AUTO_TEST_CASE(missing_data_or_a_bad_model_gets_one_clear_line) {
            // ... and one whose optimizer runs elsewhere than the server's
            // trained garbage to the end.
            {"--optimizer.on=worker",
-            "give every node the same --optimizer flags"}}) {
+            "give every node the same --optimizer flags"},
+           // ... and one whose metrics file could not be written trained
+           // on, its metrics going nowhere (as a stage refuses it).
+           {"--train.metrics-file=/nonexistent/m.jsonl",
+            "*** --train.metrics-file: cannot write /nonexistent/m.jsonl: No"
+            " such file or directory"}}) {
     auto w = start_trainer(s, {c.flag, "--optimizer.name=sgd"});
     auto rc = w->wait_exit(60s);
     BOOST_REQUIRE_MESSAGE(rc, w->output());

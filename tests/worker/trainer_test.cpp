@@ -251,8 +251,10 @@ BOOST_AUTO_TEST_CASE(rank_0_back_in_the_last_step_reports_it_before_the_end) {
 
 BOOST_AUTO_TEST_CASE(a_metrics_file_that_cannot_be_opened_is_said_at_start) {
   // At f9f4d5e rank 0 went on without a word, and its metrics went
-  // nowhere; training still goes on (its lines print), and the log says
-  // why the file stays empty (errors are logged at every level).
+  // nowhere. troupe-node now refuses such a file before joining
+  // (training_cluster_test); one that goes away after that check leaves
+  // training going on (its lines print), and the log says why the file
+  // stays empty (errors are logged at every level).
   auto lines = std::make_shared<std::vector<std::string>>();
   set_log_observer(
       [lines](log_level lvl, const std::string&, const std::string& what) {
