@@ -327,7 +327,7 @@ void node_config::add_pipeline_options() {
       .add(pipeline.fault_kill, "fault-kill",
            "fault injection: S@K, stage S kills its process in mini-batch K"
            " (once; S/R@K: of replica R); S@K:push, in its push of K to the"
-           " servers");
+           " servers; S@K:eval, in the evaluation after K");
 }
 
 std::chrono::microseconds node_config::scheduler_watch() const {

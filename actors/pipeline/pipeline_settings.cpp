@@ -72,12 +72,15 @@ caf::error validate(pipeline_settings& x) {
     unsigned long long step = 0;
     char tail = 0;
     std::string text = x.fault_kill;
-    constexpr std::string_view in_push = ":push";
-    x.fault_in_push = text.size() > in_push.size() &&
-                      text.compare(text.size() - in_push.size(), in_push.size(),
-                                   in_push) == 0;
-    if (x.fault_in_push)
-      text.resize(text.size() - in_push.size());
+    auto ends_with = [&text](std::string_view end) { // and cuts it off
+      bool yes = text.size() > end.size() &&
+                 text.compare(text.size() - end.size(), end.size(), end) == 0;
+      if (yes)
+        text.resize(text.size() - end.size());
+      return yes;
+    };
+    x.fault_in_push = ends_with(":push");
+    x.fault_in_eval = !x.fault_in_push && ends_with(":eval");
     bool of_replica = std::sscanf(text.c_str(), "%u/%u@%llu%c", &stage,
                                   &replica, &step, &tail) == 3;
     if ((!of_replica &&
@@ -85,8 +88,8 @@ caf::error validate(pipeline_settings& x) {
         stage >= x.stages || (of_replica && replica >= x.replicas))
       return caf::make_error(errc::invalid_config,
                              "--pipeline.fault-kill must be"
-                             " STAGE[/REPLICA]@MINI_BATCH[:push] with STAGE"
-                             " below --pipeline.stages and REPLICA below"
+                             " STAGE[/REPLICA]@MINI_BATCH[:push|:eval] with"
+                             " STAGE below --pipeline.stages and REPLICA below"
                              " --pipeline.replicas, got",
                              x.fault_kill);
     if (of_replica)

@@ -57,7 +57,8 @@ struct pipeline_settings {
   /// restarts it); with replicas, stage S of the first replica to claim
   /// it, or of replica R with "S/R@K". "S@K:push" (with servers): after K
   /// is committed, in the middle of its push of K, once its first server
-  /// took its part. "" = off.
+  /// took its part. "S@K:eval": in the evaluation after mini-batch K (at
+  /// an epoch's end, or the last), at its first chunk. "" = off.
   std::string fault_kill;
   /// fault_kill, parsed by validate(); fault_step = no_fault: off.
   static constexpr uint64_t no_fault = ~uint64_t{0};
@@ -66,6 +67,7 @@ struct pipeline_settings {
   uint32_t fault_replica = any_replica;
   uint64_t fault_step = no_fault;
   bool fault_in_push = false;
+  bool fault_in_eval = false;
 };
 
 /// Checks `x` and parses its schedule and cut; one error names the flag

@@ -188,6 +188,13 @@ void run_evals(stage_ptr self) {
     }
     auto x = std::move(*i);
     i = st.evals.erase(i);
+    if (x.step == st.cfg.kill_in_eval) {
+      TROUPE_LOG(warning, who(self),
+                 "fault injection: killing its process in the evaluation"
+                 " after mini-batch ",
+                 x.step);
+      ::kill(::getpid(), SIGKILL);
+    }
     tensor out;
     device_status r;
     if (x.cols != m.input_size() ||

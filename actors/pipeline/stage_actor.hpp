@@ -123,6 +123,8 @@ struct stage_settings {
   /// after its forward of micro-batch 1 (0 if there is one) of this
   /// mini-batch. ~0 = never.
   uint64_t kill_in_step = ~uint64_t{0};
+  /// ... or at the first chunk of the evaluation after this mini-batch.
+  uint64_t kill_in_eval = ~uint64_t{0};
   /// Where its layers run (actors/device/stage_device.hpp): the CPU, or a
   /// GPU through the plugin. `backend`, if set, is those layers opened
   /// already (the stage driver opens them, to report a device that cannot

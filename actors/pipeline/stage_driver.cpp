@@ -243,7 +243,10 @@ void on_start(driver_ptr self, caf::actor lead, uint64_t gen, uint64_t step,
   st.rate_secs = seconds_running(st);
   st.prev = std::move(prev);
   st.next = std::move(next);
-  st.evals.clear();   // of a generation that is over
+  // Evaluations of a generation that is over; the final one comes again.
+  st.evals.clear();
+  if (step < st.total_steps)
+    st.final_held.reset();
   if (hybrid(self)) { // the servers' weights at that clock
     self->request(st.kv, caf::infinite, pull_atom_v, step, st.keys)
         .then(
@@ -425,6 +428,8 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
             claim_fault(st.dir, rank, p.fault_step)) {
           if (p.fault_in_push)
             st.kill_in_push = p.fault_step;
+          else if (p.fault_in_eval)
+            s.kill_in_eval = p.fault_step;
           else
             s.kill_in_step = p.fault_step;
         }

@@ -108,6 +108,13 @@ struct driver_state {
   uint64_t rate_step = 0;
   double rate_secs = 0;
   std::optional<uint64_t> reported; ///< the mini-batch of the last line
+  /// The last stage of a replica above 0, its final evaluation counted:
+  /// the final line, held until the replicas below have left (end_job).
+  struct final_line {
+    uint64_t epoch = 0, step = 0;
+    double loss = 0, acc = 0;
+  };
+  std::optional<final_line> final_held;
   /// Syncs that came before the stage was built (and, hybrid, declared),
   /// answered once it is ready.
   bool ready = false;
@@ -193,6 +200,12 @@ std::string open_metrics(driver_ptr self, bool reporting);
 void evaluate_at(driver_ptr self, uint64_t at);
 /// The last stage: a chunk of logits of an evaluation.
 void count_eval(driver_ptr self, const frame& f);
+/// The last stage, its final evaluation counted (or held, and a view
+/// came): once no replica below it is live, the final line if it is the
+/// lowest replica still going, and the finish. A replica below that left
+/// said it or was given up; counted before one was seen given up, the
+/// line would otherwise be said by nobody.
+void end_job(driver_ptr self);
 /// The reporting last stage: the line of `epoch`, whose evaluation after
 /// mini-batch `step` found `acc`, with the mean loss of its mini-batches
 /// (NaN: none since the last line); printed, and as JSON to the metrics

@@ -244,6 +244,7 @@ void on_view(driver_ptr self, const frame& f) {
   if (auto err = decode(f, v); err || v.epoch <= st.view.epoch)
     return;
   st.view = std::move(v);
+  end_job(self); // if the final line waits for replicas below to leave
   std::map<uint32_t, node_info> members;
   bool all = all_stages(self, st.view, members);
   if (!watch_absence(self, members))

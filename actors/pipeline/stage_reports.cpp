@@ -103,20 +103,34 @@ void count_eval(driver_ptr self, const frame& f) {
   for (auto i = st.losses.lower_bound((epoch - 1) * st.steps_per_epoch);
        i != st.losses.end() && i->first < y.step; ++i, ++n)
     loss += i->second;
-  // Only the reporting replica evaluates before the end (evaluate_at);
-  // at the end every one does, and the one reporting now speaks.
-  bool says = y.step != st.total_steps || reports(self);
-  if (says)
-    report_epoch(self, epoch, n ? loss / n : std::nan(""), acc, y.step);
   st.evals.erase(y.step);
+  auto mean = n ? loss / n : std::nan("");
+  // Only the reporting replica evaluates before the end (evaluate_at);
+  // at the end every one does, and the lowest going speaks (end_job).
   if (y.step == st.total_steps) {
-    if (says)
-      std::printf("final test accuracy: %.4f\n", acc);
-    std::fflush(stdout);
-    self->send(st.lead, finish_atom_v, st.gen); // 5
+    st.final_held = driver_state::final_line{epoch, y.step, mean, acc};
+    end_job(self);
     return;
   }
+  report_epoch(self, epoch, mean, acc, y.step);
   std::fflush(stdout);
+}
+
+void end_job(driver_ptr self) {
+  auto& st = self->state;
+  if (!st.final_held)
+    return;
+  for (auto& w : st.view.workers)
+    if (w.rank / st.stages < st.replica)
+      return; // a replica below is live: it may still say the line
+  if (reports(self)) {
+    auto& f = *st.final_held;
+    report_epoch(self, f.epoch, f.loss, f.acc, f.step);
+    std::printf("final test accuracy: %.4f\n", f.acc);
+  }
+  std::fflush(stdout);
+  st.final_held.reset();
+  self->send(st.lead, finish_atom_v, st.gen); // 5
 }
 
 std::string open_metrics(driver_ptr self, bool reporting) {

@@ -65,7 +65,8 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
   y.checkpoint_every = 0;
   refused(y, "--pipeline.checkpoint-every");
   for (auto f : {"3@10", "1", "1@", "x@2", "1@2x", "1@2:pull", ":push",
-                 "1@:push", "1@2:push:push", "1/1@2", "1/@2", "1/0/0@2"}) {
+                 "1@:push", "1@2:push:push", "1/1@2", "1/@2", "1/0/0@2",
+                 "1@2:eval:push", "1@2:push:eval", "1@:eval", "1@2eval"}) {
     y = x;
     y.fault_kill = f;
     refused(y, "--pipeline.fault-kill");
@@ -82,7 +83,11 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
   y.fault_kill = "2/0@8";
   BOOST_REQUIRE(!validate(y));
   BOOST_CHECK(y.fault_stage == 2 && y.fault_replica == 0 && y.fault_step == 8 &&
-              !y.fault_in_push);
+              !y.fault_in_push && !y.fault_in_eval);
+  y.fault_kill = "2/0@8:eval";
+  BOOST_REQUIRE(!validate(y));
+  BOOST_CHECK(y.fault_stage == 2 && y.fault_replica == 0 && y.fault_step == 8 &&
+              !y.fault_in_push && y.fault_in_eval);
 }
 
 BOOST_AUTO_TEST_CASE(a_cut_must_fit_the_model) {

@@ -350,3 +350,37 @@ BOOST_AUTO_TEST_CASE(
   s.proc->signal(SIGTERM);
   s.proc->wait_exit(std::chrono::seconds{10});
 }
+
+BOOST_AUTO_TEST_CASE(
+    a_replica_given_up_in_the_final_evaluation_leaves_the_line) {
+  // Replica 0's last stage kills its process in the evaluation after the
+  // last mini-batch, and its agent gives it up. Replica 1 had counted its
+  // own final evaluation by then, while its view still showed replica 0
+  // going: at 2b8c60c it ended without a word, and the job had no final
+  // accuracy. Now it holds the line until replica 0 has left, and says it.
+  temp_dir data;
+  write_split(data.path, "train", 1280);
+  write_split(data.path, "t10k", 200);
+  temp_dir ck, marks;
+  auto flags =
+      shared_flags("sync", data.path, ck.path) + stage_flags("1f1b") +
+      std::vector<std::string>{"--pipeline.fault-kill=2/0@20:eval",
+                               "--pipeline.checkpoint-dir=" + marks.path,
+                               "--agent.max-restarts=0"};
+  scheduler_process s{2, 6, flags};
+  auto agent = start_agent(s, 2, 6, flags);
+  auto rc = agent->wait_exit(std::chrono::seconds{200});
+  BOOST_REQUIRE_MESSAGE(rc, "the agent did not end: " << agent->output());
+  BOOST_TEST_MESSAGE("the agent's output:\n" << agent->output());
+  BOOST_CHECK_NE(*rc, 0); // a child given up
+  auto& out = agent->output();
+  BOOST_CHECK_MESSAGE(occurrences(out,
+                                  "killing its process in the evaluation after"
+                                  " mini-batch 20") == 1,
+                      out);
+  BOOST_CHECK_MESSAGE(occurrences(out, "final test accuracy: ") == 1 &&
+                          occurrences(out, "epoch 1/1: ") == 1,
+                      "the final line was not said once: " << out);
+  s.proc->signal(SIGTERM);
+  s.proc->wait_exit(std::chrono::seconds{10});
+}
