@@ -9,7 +9,7 @@
 #   DIR   where ca.pem, ca.key and NAME.pem, NAME.key go (made if missing)
 #   NAME  a node certificate to make (default: node); every node may use
 #         the same one, as CAF checks the CA, not the host name
-# prints the three flags for the first NAME.
+# prints the three flags for the first NAME, one a line.
 set -euo pipefail
 
 if [ $# -lt 1 ] || [[ $1 == -* ]]; then
@@ -27,10 +27,17 @@ command -v openssl >/dev/null || {
 mkdir -p "$dir"
 umask 077
 days=3650
-if [ ! -s "$dir/ca.pem" ] || [ ! -s "$dir/ca.key" ]; then
+# A CA only where neither of its files is there: one alone (a node's copy
+# of the public files, a key restored without its certificate) is kept,
+# since a new CA would make every certificate of the cluster a stranger's.
+if [ ! -s "$dir/ca.pem" ] && [ ! -s "$dir/ca.key" ]; then
   openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days "$days" \
     -subj "/CN=troupe cluster CA" -keyout "$dir/ca.key" -out "$dir/ca.pem" \
     2>/dev/null
+elif [ ! -s "$dir/ca.pem" ]; then
+  echo "*** make-certs: $dir/ca.key but no ca.pem: copy the CA's certificate" \
+    "there (a new CA would not know the cluster's certificates)" >&2
+  exit 2
 fi
 for name in "${names[@]}"; do
   [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || {
@@ -38,6 +45,12 @@ for name in "${names[@]}"; do
     exit 2
   }
   [ -s "$dir/$name.pem" ] && [ -s "$dir/$name.key" ] && continue
+  [ -s "$dir/ca.key" ] || {
+    echo "*** make-certs: $dir has ca.pem but not ca.key, which signs" \
+      "$name.pem: make it where the CA's key is, and copy $name.pem and" \
+      "$name.key here" >&2
+    exit 2
+  }
   openssl req -newkey rsa:2048 -nodes -sha256 -subj "/CN=troupe $name" \
     -keyout "$dir/$name.key" -out "$dir/$name.csr" 2>/dev/null
   openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.pem" \
@@ -47,5 +60,6 @@ for name in "${names[@]}"; do
 done
 chmod 0644 "$dir"/*.pem
 abs=$(cd "$dir" && pwd)
-echo "--openssl.certificate=$abs/${names[0]}.pem" \
+# One a line: a folder whose path holds a space stays one flag.
+printf '%s\n' "--openssl.certificate=$abs/${names[0]}.pem" \
   "--openssl.key=$abs/${names[0]}.key" "--openssl.cafile=$abs/ca.pem"

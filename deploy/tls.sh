@@ -23,5 +23,5 @@ tls_flags() {
   done
   out=$("$root/deploy/make-certs.sh" "${TROUPE_CERTS:-$root/certs}") ||
     return 2
-  read -r -a tls <<<"$out"
+  mapfile -t tls <<<"$out" # a line a flag: paths may hold spaces
 }

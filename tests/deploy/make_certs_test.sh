@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# deploy/make-certs.sh keeps a cluster's CA: a folder with the public files
+# only (a node's copy) keeps its ca.pem, and what would need the CA's key
+# is refused in one line; flags come one a line, so that deploy/tls.sh
+# keeps a path with a space as one flag.
+set -uo pipefail
+src=$1
+work=$(mktemp -d "${TMPDIR:-/tmp}/make certs.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+status=0
+make=$src/deploy/make-certs.sh
+# check NAME COMMAND...: says ok or FAILED.
+check() {
+  local name=$1
+  shift
+  if "$@"; then echo "ok: $name"; else
+    echo "FAILED: $name"
+    status=1
+  fi
+}
+# refused NAME WANTED_TEXT DIR ARGS...: make-certs exits 2 saying WANTED_TEXT.
+refused() {
+  local name=$1 want=$2 out rc
+  shift 2
+  out=$("$make" "$@" 2>&1)
+  rc=$?
+  check "$name: exit 2 (got $rc)" [ "$rc" = 2 ]
+  check "$name: says '$want'" grep -qF -- "$want" <<<"$out"
+}
+
+"$make" "$work/ca" >/dev/null || exit 1
+mkdir "$work/node" "$work/key-only"
+cp "$work"/ca/{ca.pem,node.pem,node.key} "$work/node/"
+before=$(md5sum <"$work/node/ca.pem")
+out=$("$make" "$work/node")
+check "the public files alone: accepted" [ $? = 0 ]
+check "... and ca.pem kept (at 2b8c60c a new CA replaced it)" \
+  [ "$before" = "$(md5sum <"$work/node/ca.pem")" ]
+check "... and no ca.key made" [ ! -e "$work/node/ca.key" ]
+check "... the kept files still verify" \
+  openssl verify -CAfile "$work/node/ca.pem" "$work/node/node.pem"
+refused "a certificate to sign without ca.key" \
+  "has ca.pem but not ca.key, which signs other.pem" "$work/node" other
+check "... nothing made" [ ! -e "$work/node/other.pem" ]
+cp "$work/ca/ca.key" "$work/key-only/"
+refused "ca.key without ca.pem" "ca.key but no ca.pem" "$work/key-only"
+check "... ca.key kept" cmp -s "$work/ca/ca.key" "$work/key-only/ca.key"
+
+# A path with a space: one flag a line, and three flags in tls_flags.
+mapfile -t flags <<<"$out"
+check "three flags, one a line" [ "${#flags[@]}" = 3 ]
+check "the cafile flag whole" \
+  [ "${flags[2]}" = "--openssl.cafile=$work/node/ca.pem" ]
+# shellcheck source=deploy/tls.sh
+source "$src/deploy/tls.sh"
+TROUPE_CERTS=$work/node tls_flags "$src"
+check "tls_flags: three flags" [ "${#tls[@]}" = 3 ]
+check "tls_flags: the key flag whole" \
+  [ "${tls[1]}" = "--openssl.key=$work/node/node.key" ]
+exit $status
