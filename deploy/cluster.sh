@@ -13,7 +13,8 @@
 #             works); the scheduler runs on the host marked `scheduler`,
 #             else on the first. At least one server and one worker.
 #   FLAGs go to every node, e.g. --server.mode=async --train.epochs=4
-# env: TROUPE_SSH      ssh command (default: ssh -o BatchMode=yes)
+# env: TROUPE_SSH      ssh command (default: ssh -o BatchMode=yes
+#                      -o ConnectTimeout=10)
 #      TROUPE_ROOT     troupe's folder on the hosts, the same path on each
 #                      (default: this one; shared, or copied alike)
 #      TROUPE_CONFIG   config file under it (default: deploy/local.ini)
@@ -28,7 +29,7 @@
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
-  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 hostfile=$1
@@ -38,20 +39,28 @@ root=${TROUPE_ROOT:-$here}
 conf=${TROUPE_CONFIG:-deploy/local.ini}
 bin=${TROUPE_BIN:-build/troupe-node}
 logs=${TROUPE_LOGS:-$here/logs/$(date +%Y%m%d-%H%M%S)}
-read -r -a ssh <<<"${TROUPE_SSH:-ssh -o BatchMode=yes}"
+read -r -a ssh <<<"${TROUPE_SSH:-ssh -o BatchMode=yes -o ConnectTimeout=10}"
 job=troupe-$(date +%s)-$$ # names the nodes' pid files on the hosts
 [ -f "$hostfile" ] || { echo "*** no host file $hostfile" >&2; exit 2; }
 
 # -- the host file --------------------------------------------------------
 hosts=() servers=() workers=() sched=-1
 n=0
-while read -r line; do
+# The last line counts without its newline, and a line of a Windows file
+# without its carriage return.
+while IFS= read -r line || [ -n "$line" ]; do
+  line=${line//$'\r'/}
   line=${line%%#*}
   read -r -a words <<<"$line"
   [ ${#words[@]} -gt 0 ] || continue
   hosts+=("${words[0]}") servers+=(0) workers+=(0)
   for w in "${words[@]:1}"; do
     if [ "$w" = scheduler ]; then
+      if [ "$sched" -ge 0 ]; then
+        echo "*** $hostfile: 'scheduler' marks ${hosts[sched]} and" \
+          "${words[0]}: mark one host" >&2
+        exit 2
+      fi
       sched=$n
     elif [[ $w =~ ^servers=([0-9]{1,4})$ ]]; then
       servers[n]=$((10#${BASH_REMATCH[1]}))
@@ -99,9 +108,12 @@ remote_command() {
   for f in "$@"; do q+=" $(printf '%q' "$f")"; done
   cat <<EOF
 cd $(printf '%q' "$root") || exit 2
-addr=\$(ip -o route get $(printf '%q' "$sched_addr") 2>/dev/null |
+ip=\$( (getent ahostsv4 $(printf '%q' "$sched_addr") ||
+  getent ahosts $(printf '%q' "$sched_addr")) 2>/dev/null | awk '{ print \$1; exit }')
+[ -n "\$ip" ] || { echo "*** \$(hostname): cannot resolve $sched_addr" >&2; exit 2; }
+addr=\$(ip -o route get "\$ip" 2>/dev/null |
   sed -n 's/.* src \\([^ ]*\\).*/\\1/p')
-[ -n "\$addr" ] || { echo "*** \$(hostname): no route to $sched_addr" >&2; exit 2; }
+[ -n "\$addr" ] || { echo "*** \$(hostname): no route to $sched_addr (\$ip)" >&2; exit 2; }
 mkdir -p $(printf '%q' "$logs") || exit 2
 $(printf '%q' "$bin") --host="\$addr" $q &
 node=\$!
@@ -167,10 +179,15 @@ echo "scheduler listening on $sched_addr:$port"
 # The agents with workers end with the job; those with servers alone run
 # until stopped, after them (stop_all), as the scheduler does.
 agents=()
+declare -A logged # the agents' log names so far
 for i in $(seq 0 $((n - 1))); do
   [ $((servers[i] + workers[i])) -gt 0 ] || continue
   h=${hosts[i]}
-  log="$logs/agent-${h//[^A-Za-z0-9._-]/_}.log"
+  log="agent-${h//[^A-Za-z0-9._-]/_}"
+  # A host on two lines: a log each.
+  [ -z "${logged[$log]:-}" ] || log+="-$i"
+  logged[$log]=1
+  log="$logs/$log.log"
   start_node "$h" "agent-$i" "$log" --role=agent --scheduler-port="$port" \
     "--agent.servers=${servers[i]}" "--agent.workers=${workers[i]}" \
     "${common[@]}"

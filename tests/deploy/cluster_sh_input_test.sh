@@ -4,7 +4,16 @@
 set -uo pipefail
 src=$1
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# The fake scheduler below, by its pid, should cluster.sh not stop it.
+# shellcheck disable=SC2317 # the EXIT trap
+cleanup() {
+  local f
+  for f in "$work"/flags-scheduler-*; do
+    [ ! -e "$f" ] || kill "${f##*-}" 2>/dev/null
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
 status=0
 # expect NAME WANTED_TEXT ARGS...: cluster.sh ARGS exits 2 saying WANTED_TEXT.
 expect() {
@@ -29,4 +38,55 @@ expect "no host" "names no host" "$work/empty"
 printf 'h1 scheduler servers=2\n' >"$work/no-workers"
 expect "no worker" "2 servers and 0 workers; a job needs at least one of each" \
   "$work/no-workers"
+printf 'h1 scheduler servers=1 workers=1\nh2 scheduler workers=1\n' >"$work/two"
+expect "two scheduler marks" "'scheduler' marks h1 and h2: mark one host" \
+  "$work/two"
+
+# A job on hosts named by name, not address (at 2b8c60c each host said
+# "no route to localhost"), from a file with Windows line ends whose last
+# line has no newline (it was dropped), one host on two lines (their agents
+# shared one log). ssh runs the host's lines here, and the node records its
+# flags: this checks the script, not troupe-node.
+cat >"$work/ssh" <<'SSH'
+#!/usr/bin/env bash
+shift # the host; ssh joins the rest with spaces
+exec bash -c "$*"
+SSH
+cat >"$work/node" <<'NODE'
+#!/usr/bin/env bash
+for a in "$@"; do [[ $a != --role=* ]] || role=${a#--role=}; done
+printf '%s\n' "$@" >"$(dirname "$0")/flags-$role-$$"
+if [ "$role" = scheduler ]; then
+  echo "troupe-node: scheduler listening on 127.0.0.1:4242 (pid $$)"
+  exec sleep 60 # until cluster.sh stops it
+fi
+echo "node $$" # into its agent's log
+NODE
+chmod +x "$work/ssh" "$work/node"
+printf 'localhost scheduler servers=1 workers=1\r\nlocalhost workers=1' \
+  >"$work/named"
+out=$(TROUPE_SSH=$work/ssh TROUPE_BIN=$work/node TROUPE_TLS=off \
+  TROUPE_LOGS=$work/logs timeout 60 "$src/deploy/cluster.sh" "$work/named" 2>&1)
+rc=$?
+# shellcheck disable=SC2317 # called through check
+gone() { ! kill -0 "$1" 2>/dev/null; }
+check() { # NAME TEST...
+  local name=$1
+  shift
+  if "$@"; then echo "ok: $name"; else
+    echo "FAILED: $name; cluster.sh exit $rc, output:"
+    echo "$out"
+    status=1
+  fi
+}
+check "hosts by name: the job ran" [ "$rc" = 0 ]
+check "both lines read" grep -qF "1 servers and 2 workers on 2 hosts" <<<"$out"
+logs=$(cat "$work"/logs/agent-localhost{,-1}.log 2>/dev/null)
+check "a log an agent" [ "$(grep -c '^node ' <<<"$logs")" = 2 ]
+flags=$(cat "$work"/flags-* 2>/dev/null)
+check "three nodes on the route's address" \
+  [ "$(grep -c -x -- --host=127.0.0.1 <<<"$flags")" = 3 ]
+sched_file=$(ls "$work"/flags-scheduler-* 2>/dev/null)
+check "the scheduler stopped" [ -n "$sched_file" ] &&
+  check "... by its pid" gone "${sched_file##*-}"
 exit $status
