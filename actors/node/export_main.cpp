@@ -15,6 +15,10 @@ int main(int argc, char** argv) {
     std::cerr << "usage: troupe-export CHECKPOINT_DIR OUT.npz\n";
     return 2;
   }
+  if (auto why = troupe::not_an_npz(argv[2]); !why.empty()) {
+    std::cerr << "*** " << why << '\n';
+    return 2;
+  }
   auto arrays = troupe::checkpoint_arrays(argv[1]);
   if (!arrays) {
     std::cerr << "*** reading the checkpoint failed: "

@@ -2,6 +2,8 @@
 #include "actors/node/export_npz.hpp"
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <set>
 #include <utility>
@@ -72,6 +74,24 @@ std::string npy_of(const std::vector<float>& xs) {
   out.append(reinterpret_cast<const char*>(xs.data()),
              xs.size() * sizeof(float)); // little-endian hosts only
   return out;
+}
+
+std::string not_an_npz(const std::string& path) {
+  std::error_code ec;
+  auto st = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(st))
+    return {};
+  if (!std::filesystem::is_regular_file(st))
+    return path + " is there and is no file: give the .npz a new name";
+  std::ifstream in{path, std::ios::binary};
+  char head[4] = {};
+  in.read(head, sizeof head);
+  // A zip starts with a local file header, or, empty, its end record.
+  if (in.gcount() == 4 && head[0] == 'P' && head[1] == 'K' &&
+      ((head[2] == 3 && head[3] == 4) || (head[2] == 5 && head[3] == 6)))
+    return {};
+  return path + " is there and is no .npz (no zip): not replaced; give"
+                " the .npz a new name";
 }
 
 caf::error write_npz(const std::string& path,

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -151,6 +152,17 @@ int main(int argc, char** argv) {
                                        : in.substr(0, slash + 1)) +
            "curves.html";
   }();
+  std::error_code ec;
+  if (std::filesystem::is_directory(in, ec)) {
+    std::cerr << "*** " << in << " is a folder: name its metrics file"
+              << " (metrics.jsonl)\n";
+    return 2;
+  }
+  if (std::filesystem::equivalent(in, out, ec)) {
+    std::cerr << "*** " << out << " is the metrics file itself: not"
+              << " replaced; name another OUT.html\n";
+    return 2;
+  }
   std::vector<point> ps;
   std::string error;
   if (!read_points(in, ps, error)) {

@@ -160,4 +160,35 @@ BOOST_AUTO_TEST_CASE(a_broken_checkpoint_gets_one_error_naming_it) {
                       cli.output());
 }
 
+BOOST_AUTO_TEST_CASE(a_file_that_is_no_npz_is_not_replaced) {
+  // At 2b8c60c `troupe-export DIR DIR/MANIFEST` wrote the .npz over the
+  // checkpoint's manifest (and over any file named).
+  temp_dir dir;
+  write_checkpoint(dir, [](checkpoint_data&) {});
+  auto manifest = read_file(dir / "MANIFEST");
+  std::ofstream{dir / "notes.txt"} << "hello\n";
+  for (auto out : {dir / "MANIFEST", dir / "notes.txt", dir.path}) {
+    child_process cli{{TROUPE_EXPORT_BIN, dir.path, out}};
+    auto rc = cli.wait_exit(60s);
+    BOOST_REQUIRE(rc);
+    BOOST_CHECK_EQUAL(*rc, 2);
+    BOOST_CHECK_MESSAGE(cli.output().find(" give the .npz a new name") !=
+                            std::string::npos,
+                        cli.output());
+  }
+  BOOST_CHECK(read_file(dir / "MANIFEST") == manifest);
+  BOOST_CHECK_EQUAL(read_file(dir / "notes.txt"), "hello\n");
+  BOOST_CHECK(checkpoint_arrays(dir.path)); // still whole
+  // An .npz of an earlier export is replaced, as before.
+  temp_dir out;
+  for (int i = 0; i < 2; ++i) {
+    child_process cli{{TROUPE_EXPORT_BIN, dir.path, out / "w.npz"}};
+    auto rc = cli.wait_exit(60s);
+    BOOST_REQUIRE(rc);
+    BOOST_CHECK_MESSAGE(*rc == 0, cli.output());
+  }
+  BOOST_CHECK_EQUAL(not_an_npz(out / "w.npz"), "");
+  BOOST_CHECK_EQUAL(not_an_npz(out / "none.npz"), "");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

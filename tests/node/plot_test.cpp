@@ -66,4 +66,31 @@ BOOST_AUTO_TEST_CASE(a_file_that_is_not_metrics_gets_one_error) {
   BOOST_CHECK(empty.output().find("no metrics lines") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(the_metrics_file_is_never_drawn_over) {
+  // At 2b8c60c `troupe-plot m.jsonl m.jsonl` replaced the metrics with the
+  // page; a folder for the metrics said "no metrics lines".
+  temp_dir dir;
+  auto m = dir / "m.jsonl";
+  std::string line = "{\"epoch\":1,\"train_loss\":0.9,\"test_accuracy\":0.7,"
+                     "\"samples_per_s\":1000}\n";
+  std::ofstream{m} << line;
+  for (auto out : {m, dir.path + "/./m.jsonl"}) {
+    child_process same{{TROUPE_PLOT_BIN, m, out}};
+    auto rc = same.wait_exit(30s);
+    BOOST_REQUIRE(rc);
+    BOOST_CHECK_EQUAL(*rc, 2);
+    BOOST_CHECK_MESSAGE(same.output().find("is the metrics file itself: not"
+                                           " replaced") != std::string::npos,
+                        same.output());
+  }
+  BOOST_CHECK_EQUAL(read_file(m), line);
+  child_process folder{{TROUPE_PLOT_BIN, dir.path}};
+  auto rc = folder.wait_exit(30s);
+  BOOST_REQUIRE(rc);
+  BOOST_CHECK_EQUAL(*rc, 2);
+  BOOST_CHECK_MESSAGE(folder.output().find(" is a folder: name its metrics"
+                                           " file") != std::string::npos,
+                      folder.output());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
