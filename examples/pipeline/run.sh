@@ -15,7 +15,8 @@
 #   --pipeline.micro-batches=8, --train.epochs=3,
 #   --pipeline.fault-kill=1@500 (stage 1 kills its process in mini-batch
 #   500; its agent restarts it and the pipeline carries on from the last
-#   checkpoint), --pipeline.cut=2,3 (layer boundaries)
+#   checkpoint), --pipeline.cut=2,3 (layer boundaries), --pipeline.stages=4
+#   (2 to 5: the model has 5 layers)
 # env:   TROUPE_BUILD  folder of the build (default: build)
 #        TROUPE_LOGS   folder for the logs (default: logs/pipeline-<time>)
 #        TROUPE_TLS    on (default; certificates in TROUPE_CERTS, default
@@ -27,17 +28,33 @@ build=${TROUPE_BUILD:-$here/build}
 bin=$build/troupe-node
 logs=${TROUPE_LOGS:-$here/logs/pipeline-$(date +%Y%m%d-%H%M%S)}
 [ -x "$bin" ] || { echo "*** no $bin: run deploy/build.sh first" >&2; exit 2; }
+# --pipeline.stages and --pipeline.replicas size the cluster here (the
+# last of each wins, as in troupe-node): whole numbers, whose bounds
+# troupe-node checks.
+stages=3
+replicas=1
+for a in "$@"; do
+  case $a in
+  --pipeline.stages=* | --pipeline.replicas=*)
+    v=${a#*=}
+    [[ $v =~ ^(0|[1-9][0-9]{0,3})$ ]] || {
+      echo "*** ${a%%=*} must be a whole number, got '$v'" >&2
+      exit 2
+    }
+    if [[ $a == --pipeline.stages=* ]]; then
+      stages=$v
+    else
+      replicas=$v
+    fi
+    ;;
+  esac
+done
 mkdir -p "$logs"
 echo "logs in $logs"
 
 # shellcheck source=deploy/tls.sh
 . "$here/deploy/tls.sh"
 tls_flags "$here" "$@" || exit 2 # TROUPE_TLS=off: plain text
-stages=3
-replicas=1
-for a in "$@"; do
-  case $a in --pipeline.replicas=*) replicas=${a#*=} ;; esac
-done
 servers=0 # stages alone: each keeps its weights, with checkpoints
 atomic=()
 if [ "$replicas" -gt 1 ]; then
@@ -47,13 +64,10 @@ if [ "$replicas" -gt 1 ]; then
   atomic=(--server.atomic-pushes=on)
 fi
 # SGD at lr 0.1, halved every 3 epochs: a replica's mini-batches of 64
-# (each stage's updates, or the servers' with replicas). A --pipeline.replicas
-# that is not a count is troupe-node's to refuse. With another --train.batch,
-# give --optimizer.lr-decay-steps too (3 epochs in mini-batches).
-case $replicas in
-  '' | *[!0-9]* | 0) decay_steps=2811 ;;
-  *) decay_steps=$((3 * (60000 / 64 / replicas))) ;;
-esac
+# (each stage's updates, or the servers' with replicas); 0 replicas are
+# troupe-node's to refuse. With another --train.batch, give
+# --optimizer.lr-decay-steps too (3 epochs in mini-batches).
+decay_steps=$((3 * (60000 / 64 / (replicas > 0 ? replicas : 1))))
 common=(--config-file="$here/deploy/local.ini"
         "--cluster.servers=$servers" "--cluster.workers=$((stages * replicas))"
         "--pipeline.stages=$stages" "--optimizer.name=sgd" "--optimizer.lr=0.1"

@@ -62,6 +62,29 @@ size_t epoch_lines(const std::string& out) {
 
 } // namespace
 
+BOOST_AUTO_TEST_CASE(a_size_that_is_no_count_is_refused_before_anything_runs) {
+  // The script sizes the cluster from these: at 2b8c60c "two" died in
+  // bash, and "08" or "1.5" started a scheduler without its settings.
+  ::setenv("TROUPE_BUILD", TROUPE_BUILD_DIR, 1);
+  const std::string logs = TROUPE_BUILD_DIR "/pipeline-example-bad";
+  std::filesystem::remove_all(logs);
+  ::setenv("TROUPE_LOGS", logs.c_str(), 1);
+  for (std::string flag : {"--pipeline.replicas=two", "--pipeline.replicas=08",
+                           "--pipeline.stages=1.5", "--pipeline.stages="}) {
+    child_process p{
+        {"/bin/bash", TROUPE_SOURCE_DIR "/examples/pipeline/run.sh", flag}};
+    auto rc = p.wait_exit(30s);
+    BOOST_REQUIRE_MESSAGE(rc, p.output());
+    BOOST_CHECK_EQUAL(*rc, 2);
+    auto name = flag.substr(0, flag.find('='));
+    BOOST_CHECK_MESSAGE(
+        p.output().find("*** " + name + " must be a whole number, got '") !=
+            std::string::npos,
+        p.output());
+  }
+  BOOST_CHECK(!std::filesystem::exists(logs)); // nothing began
+}
+
 BOOST_AUTO_TEST_CASE(three_stages_reach_the_target_and_survive_a_kill) {
   auto plain = run_example("plain", {});
   auto acc = final_line(plain);
