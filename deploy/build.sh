@@ -12,6 +12,22 @@ while [ $# -gt 0 ] && { [ "$1" = --slurm ] || [ "$1" = --k8s ]; }; do
   extras+=("$1")
   shift
 done
+# Only -D flags go on to cmake: anything else (--help, a typo) would be
+# cmake's to read, and cmake --help ran the whole build after it.
+for a in "$@"; do
+  case $a in
+  -h | --help)
+    sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  -D?*) ;;
+  *)
+    echo "*** build.sh: '$a' is no option here (usage: deploy/build.sh" \
+      "[--slurm] [--k8s] [-DNAME=VALUE...])" >&2
+    exit 2
+    ;;
+  esac
+done
 if [ "$(id -u)" -eq 0 ]; then
   deploy/install-deps.sh ${extras[@]+"${extras[@]}"}
 else
