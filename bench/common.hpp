@@ -1,6 +1,10 @@
-// Pieces both benchmark programs use: seconds since a time point, and the
-// port in the line a troupe-node prints once it listens.
+// Pieces both benchmark programs use: seconds since a time point, the
+// port in the line a troupe-node prints once it listens, and the check of
+// --node.
 #pragma once
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
@@ -23,6 +27,17 @@ inline bool listen_port(const std::string& out, uint16_t& port) {
     return false;
   port = static_cast<uint16_t>(std::stoul(out.substr(out.rfind(':', end) + 1)));
   return true;
+}
+
+/// Why --node=`path` cannot be the troupe-node to run: "" if it is an
+/// executable file (a folder passes access(X_OK), and its runs then failed
+/// with exit 127 and no word why).
+inline std::string not_a_node(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      ::access(path.c_str(), X_OK) != 0)
+    return "--node: no executable file at '" + path + "'";
+  return "";
 }
 
 } // namespace troupe::bench

@@ -118,8 +118,8 @@ std::optional<std::string> parse_tuning_flag(const std::string& a,
   } else if (a == "--scheduler-only") {
     opt.scheduler_only = true;
   } else if (name == "--node") {
-    if (::access(value.c_str(), X_OK) != 0)
-      return "--node: no executable at '" + value + "'";
+    if (auto why = not_a_node(value); !why.empty())
+      return why;
     opt.node = value;
   } else if (name == "--tls") {
     if (::access((value + "/ca.pem").c_str(), R_OK) != 0)

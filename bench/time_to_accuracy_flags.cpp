@@ -102,8 +102,9 @@ std::string parse_flag(const std::string& a, options& opt) {
       return err;
   if (name == "--servers" && (opt.servers = parse_count(value, 16)) == 0)
     return "--servers must be 1..16, got '" + value + "'";
-  if (name == "--node" && ::access((opt.node = value).c_str(), X_OK) != 0)
-    return "--node: no executable at '" + value + "'";
+  if (name == "--node")
+    if (auto why = not_a_node(opt.node = value); !why.empty())
+      return why;
   if (name == "--node-arg") {
     if (value.size() < 3 || value.compare(0, 2, "--") != 0)
       return "--node-arg must be a troupe-node flag such as "

@@ -28,8 +28,14 @@ bin=${TROUPE_BIN:-$here/build/troupe-node}
 logs=${TROUPE_LOGS:-$here/logs/$(date +%Y%m%d-%H%M%S)}
 [ -f "$conf" ] || { echo "*** no config file $conf" >&2; exit 2; }
 [ -x "$bin" ] || { echo "*** no troupe-node at $bin: build first" >&2; exit 2; }
-[[ $servers =~ ^[1-9][0-9]*$ ]] || { echo "*** NUM_SERVERS must be >= 1" >&2; exit 2; }
-[[ $workers =~ ^[1-9][0-9]*$ ]] || { echo "*** NUM_WORKERS must be >= 1" >&2; exit 2; }
+# A process each, on this machine: a count in 1..256.
+count_re='^([1-9]|[1-9][0-9]|1[0-9][0-9]|2[0-4][0-9]|25[0-6])$'
+[[ $servers =~ $count_re ]] ||
+  { echo "*** NUM_SERVERS must be a count in 1..256, got '$servers'" >&2; exit 2; }
+[[ $workers =~ $count_re ]] ||
+  { echo "*** NUM_WORKERS must be a count in 1..256, got '$workers'" >&2; exit 2; }
+# Two jobs started in the same second get a folder each.
+[ -n "${TROUPE_LOGS:-}" ] || [ ! -e "$logs" ] || logs+="-$$"
 mkdir -p "$logs"
 echo "logs in $logs"
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -191,6 +192,11 @@ void print(std::vector<event_record> log, int64_t heartbeat_timeout_ms) {
 /// The events of an events.jsonl file, or what is wrong with it (its path
 /// and line number).
 caf::expected<std::vector<event_record>> read_events(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return caf::make_error(errc::invalid_config,
+                           "cannot read " + path +
+                               ": a folder (the job's events.jsonl is in it)");
   std::ifstream in{path};
   if (!in)
     return caf::make_error(errc::invalid_config,
@@ -208,6 +214,10 @@ caf::expected<std::vector<event_record>> read_events(const std::string& path) {
                                  describe(e.error()));
     log.push_back(std::move(*e));
   }
+  if (log.empty()) // nothing to tell, and no JSON line: say why
+    return caf::make_error(errc::invalid_config,
+                           path + " holds no event: the scheduler writes one"
+                                  " per line with --cluster.events-file");
   return log;
 }
 
@@ -215,7 +225,7 @@ caf::expected<std::vector<event_record>> read_events(const std::string& path) {
 
 int main(int argc, char** argv) {
   // --events-file is ours alone; the rest are node options.
-  std::string events_file;
+  std::optional<std::string> events_file;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     constexpr const char* flag = "--events-file=";
@@ -223,6 +233,10 @@ int main(int argc, char** argv) {
       events_file = argv[i] + std::strlen(flag);
     else
       args.push_back(argv[i]);
+  }
+  if (events_file && events_file->empty()) { // not the scheduler, silently
+    std::cerr << "*** --events-file= names no file\n";
+    return 2;
   }
   argc = static_cast<int>(args.size());
   argv = args.data();
@@ -242,8 +256,8 @@ int main(int argc, char** argv) {
       std::chrono::duration_cast<std::chrono::milliseconds>(
           caf::get_or(cfg, "middleman.connection-timeout", caf::timespan{0}))
           .count();
-  if (!events_file.empty()) {
-    auto log = read_events(events_file);
+  if (events_file) {
+    auto log = read_events(*events_file);
     if (!log) {
       std::cerr << "*** reading the event log failed: " << describe(log.error())
                 << '\n';

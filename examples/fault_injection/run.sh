@@ -37,7 +37,8 @@ if [ -n "${TROUPE_CUT:-}" ]; then
   if [ -z "${TROUPE_IN_NETNS:-}" ]; then
     [ "$(id -u)" = 0 ] ||
       { echo "*** TROUPE_CUT needs root (network namespaces)" >&2; exit 2; }
-    exec env TROUPE_IN_NETNS=1 unshare -n -- "$0" "$@"
+    # bash by its path: `bash run.sh` leaves $0 a name unshare cannot run
+    exec env TROUPE_IN_NETNS=1 unshare -n -- "$BASH" "$(realpath "$0")" "$@"
   fi
   ip link set lo up
   ip addr add 10.214.0.1/32 dev lo
