@@ -195,9 +195,17 @@ caf::expected<uint16_t> publish_actor(caf::actor_system& sys,
                                       const caf::actor& whom, uint16_t port,
                                       const std::string& host, bool reuse) {
   auto* in = host.empty() ? nullptr : host.c_str();
-  if (speaks_tls(sys))
-    return caf::openssl::publish(whom, port, in, reuse);
-  return sys.middleman().publish(whom, port, in, reuse);
+  auto got = speaks_tls(sys) ? caf::openssl::publish(whom, port, in, reuse)
+                             : sys.middleman().publish(whom, port, in, reuse);
+  // CAF says only "tcp socket creation failed": name the two causes.
+  if (!got && got.error() == caf::sec::cannot_open_port)
+    return caf::make_error(
+        errc::not_connected,
+        "cannot listen on " + (host.empty() ? std::string{"*"} : host) + ":" +
+            std::to_string(port) +
+            ": another process holds the port, or the host is no address of"
+            " this machine; give another port (0: a free one) or host");
+  return got;
 }
 
 bool tick_cut_handshake(const caf::error& err) {

@@ -255,7 +255,29 @@ BOOST_AUTO_TEST_CASE(the_benchmarks_refuse_bad_flags_with_one_clear_line) {
                  {{kvt, "--max-message-bytes=4096"},
                   "--max-message-bytes must be 65536..1073741824"},
                  {{kvt, "--road-frame-spin-us=10001"},
-                  "--road-frame-spin-us must be 0..10000"}});
+                  "--road-frame-spin-us must be 0..10000"},
+                 // A folder passed at 2b8c60c, and every run failed with
+                 // exit 127 and no word why.
+                 {{tta, "--node=" TROUPE_BUILD_DIR},
+                  "--node: no executable file at '" TROUPE_BUILD_DIR "'"},
+                 {{kvt, "--node=" TROUPE_SOURCE_DIR "/README.md"},
+                  "--node: no executable file at"}});
+}
+
+BOOST_AUTO_TEST_CASE(a_port_that_cannot_be_listened_on_is_named) {
+  // CAF says "tcp socket creation failed" alone; the line names the port
+  // and the two causes. A scheduler's port held by a live scheduler, and
+  // an address that is not this machine's.
+  scheduler_process s{1, 1};
+  auto port = std::to_string(s.port);
+  check_refused(
+      {{node_args({"--role=scheduler", "--scheduler-port=" + port}),
+        "cannot listen on 127.0.0.1:" + port +
+            ": another process holds the port, or the host is no address of"
+            " this machine"},
+       {node_args({"--role=scheduler", "--scheduler-port=0",
+                   "--scheduler-host=192.0.2.1"}),
+        "cannot listen on 192.0.2.1:0: another process holds the port"}});
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_without_a_scheduler_gives_up_clearly) {
