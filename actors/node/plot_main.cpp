@@ -54,7 +54,13 @@ bool read_points(const std::string& path, std::vector<point>& out,
               ": not a metrics line (a JSON object with an epoch)";
       return false;
     }
-    out.push_back(point{*number_at(j, "epoch"), number_at(j, "train_loss"),
+    auto epoch = *number_at(j, "epoch");
+    if (!out.empty() && epoch < out.back().epoch) // drawn, but said
+      std::cerr << "*** warning: " << path << ":" << n << ": epoch " << epoch
+                << " after epoch " << out.back().epoch
+                << ": more than one job's lines in one file? The curves mix"
+                   " them\n";
+    out.push_back(point{epoch, number_at(j, "train_loss"),
                         number_at(j, "test_accuracy"),
                         number_at(j, "samples_per_s")});
   }
@@ -63,6 +69,17 @@ bool read_points(const std::string& path, std::vector<point>& out,
     return false;
   }
   return true;
+}
+
+/// `text` for an HTML page: a path with < or & stays text.
+std::string html_text(const std::string& text) {
+  std::string out;
+  for (char c : text)
+    out += c == '<'   ? "&lt;"
+           : c == '>' ? "&gt;"
+           : c == '&' ? "&amp;"
+                      : std::string(1, c);
+  return out;
 }
 
 std::string fixed(double x, int digits) {
@@ -172,10 +189,10 @@ int main(int argc, char** argv) {
   std::ofstream html{out};
   html << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>"
           "troupe: "
-       << in
+       << html_text(in)
        << "</title><style>body{font-family:sans-serif}svg{display:block}"
           "</style></head><body>\n<h1>"
-       << in << "</h1>\n<p>" << ps.size() << " points</p>\n"
+       << html_text(in) << "</h1>\n<p>" << ps.size() << " points</p>\n"
        << chart(ps, "train loss", [](const point& p) { return p.loss; })
        << chart(ps, "test accuracy", [](const point& p) { return p.accuracy; })
        << chart(ps, "samples/s", [](const point& p) { return p.rate; })

@@ -4,6 +4,7 @@
 #define BOOST_TEST_MODULE plot_tests
 #include <boost/test/unit_test.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -91,6 +92,30 @@ BOOST_AUTO_TEST_CASE(the_metrics_file_is_never_drawn_over) {
   BOOST_CHECK_MESSAGE(folder.output().find(" is a folder: name its metrics"
                                            " file") != std::string::npos,
                       folder.output());
+}
+
+BOOST_AUTO_TEST_CASE(two_jobs_in_one_file_are_said_and_a_path_stays_text) {
+  // At 2b8c60c lines of two jobs appended to one file were drawn as one
+  // zig-zag without a word, and a path with "<b>" was markup in the page.
+  temp_dir dir;
+  std::filesystem::create_directory(dir / "<b>");
+  auto m = dir / "<b>/m.jsonl";
+  {
+    std::ofstream f{m};
+    for (int epoch : {1, 2, 1})
+      f << "{\"epoch\":" << epoch << ",\"train_loss\":0.5}\n";
+  }
+  child_process plot{{TROUPE_PLOT_BIN, m}};
+  auto rc = plot.wait_exit(30s);
+  BOOST_REQUIRE(rc);
+  BOOST_CHECK_EQUAL(*rc, 0);
+  BOOST_CHECK_MESSAGE(plot.output().find(":3: epoch 1 after epoch 2: more than"
+                                         " one job's lines in one file?") !=
+                          std::string::npos,
+                      plot.output());
+  auto html = read_file(dir / "<b>/curves.html");
+  BOOST_CHECK(html.find("/&lt;b&gt;/m.jsonl</h1>") != std::string::npos);
+  BOOST_CHECK(html.find("<b>") == std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
