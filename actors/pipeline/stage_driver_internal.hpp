@@ -115,6 +115,8 @@ struct driver_state {
     double loss = 0, acc = 0;
   };
   std::optional<final_line> final_held;
+  /// Since when no replica below is live, while the line is held.
+  std::chrono::steady_clock::time_point below_left{};
   /// Syncs that came before the stage was built (and, hybrid, declared),
   /// answered once it is ready.
   bool ready = false;
@@ -201,11 +203,15 @@ void evaluate_at(driver_ptr self, uint64_t at);
 /// The last stage: a chunk of logits of an evaluation.
 void count_eval(driver_ptr self, const frame& f);
 /// The last stage, its final evaluation counted (or held, and a view
-/// came): once no replica below it is live, the final line if it is the
-/// lowest replica still going, and the finish. A replica below that left
-/// said it or was given up; counted before one was seen given up, the
-/// line would otherwise be said by nobody.
+/// came): once no replica below it is live (and, if one is not over, a
+/// moment later), the final line if it is the lowest replica still going,
+/// and the finish. A replica below that left said it or was given up;
+/// counted before one was seen given up, the line would otherwise be said
+/// by nobody.
 void end_job(driver_ptr self);
+/// How long end_job waits, once every replica below has left none of them
+/// over, for a view that shows one given up (its agent's report).
+constexpr auto give_up_grace = std::chrono::milliseconds{1000};
 /// The reporting last stage: the line of `epoch`, whose evaluation after
 /// mini-batch `step` found `acc`, with the mean loss of its mini-batches
 /// (NaN: none since the last line); printed, and as JSON to the metrics

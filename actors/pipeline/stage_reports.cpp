@@ -121,8 +121,23 @@ void end_job(driver_ptr self) {
   if (!st.final_held)
     return;
   for (auto& w : st.view.workers)
-    if (w.rank / st.stages < st.replica)
+    if (w.rank / st.stages < st.replica) {
+      st.below_left = {};
       return; // a replica below is live: it may still say the line
+    }
+  // All below have left: done (the lowest said the line), or cut after a
+  // crash. One given up is over in a view once its agent's report is in,
+  // which can come after the cut: a moment's wait for it.
+  if (!reports(self)) {
+    auto now = std::chrono::steady_clock::now();
+    if (st.below_left == std::chrono::steady_clock::time_point{}) {
+      st.below_left = now;
+      self->delayed_send(self, give_up_grace, tick_atom_v);
+      return;
+    }
+    if (now - st.below_left < give_up_grace)
+      return;
+  }
   if (reports(self)) {
     auto& f = *st.final_held;
     report_epoch(self, f.epoch, f.loss, f.acc, f.step);

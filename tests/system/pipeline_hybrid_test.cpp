@@ -122,6 +122,41 @@ std::vector<std::string> operator+(std::vector<std::string> a,
   return a;
 }
 
+/// A sync job of 2 replicas of 3 stages on the small data set in which
+/// stage `fault` (--pipeline.fault-kill) kills its process and its agent
+/// gives it up (--agent.max-restarts=0), with `extra` flags, the metrics
+/// in marks/m.jsonl; its agent has ended, not 0. The scheduler stays until
+/// the end of the test.
+struct given_up_job {
+  temp_dir data, ck, marks;
+  std::unique_ptr<scheduler_process> s;
+  std::string out; ///< the agent's output
+
+  given_up_job(const std::string& fault, std::vector<std::string> extra) {
+    write_split(data.path, "train", 1280);
+    write_split(data.path, "t10k", 200);
+    auto flags =
+        shared_flags("sync", data.path, ck.path) + stage_flags("1f1b") +
+        std::vector<std::string>{"--pipeline.fault-kill=" + fault,
+                                 "--pipeline.checkpoint-dir=" + marks.path,
+                                 "--train.metrics-file=" + marks.path +
+                                     "/m.jsonl",
+                                 "--agent.max-restarts=0"} +
+        extra;
+    s = std::make_unique<scheduler_process>(2, 6, flags);
+    auto agent = start_agent(*s, 2, 6, flags);
+    auto rc = agent->wait_exit(std::chrono::seconds{200});
+    BOOST_REQUIRE_MESSAGE(rc, "the agent did not end: " << agent->output());
+    BOOST_TEST_MESSAGE("the agent's output:\n" << agent->output());
+    BOOST_CHECK_NE(*rc, 0); // a child given up
+    out = agent->output();
+  }
+  ~given_up_job() {
+    s->proc->signal(SIGTERM);
+    s->proc->wait_exit(std::chrono::seconds{10});
+  }
+};
+
 } // namespace
 
 BOOST_AUTO_TEST_CASE(two_replicas_of_three_stages_train_as_two_workers) {
@@ -297,23 +332,8 @@ BOOST_AUTO_TEST_CASE(
   // until that replica's two other stages ended. Now the view names the
   // rank given up: they end at once, and the other replica trains on.
   // It is replica 0's stage: replica 1 takes over the reports.
-  temp_dir data;
-  write_split(data.path, "train", 1280);
-  write_split(data.path, "t10k", 200);
-  temp_dir ck, marks;
-  auto flags =
-      shared_flags("sync", data.path, ck.path) + stage_flags("1f1b") +
-      std::vector<std::string>{
-          "--pipeline.stage-wait-ms=600000", "--pipeline.fault-kill=2/0@8",
-          "--pipeline.checkpoint-dir=" + marks.path, "--agent.max-restarts=0",
-          "--train.metrics-file=" + marks.path + "/m.jsonl"};
-  scheduler_process s{2, 6, flags};
-  auto agent = start_agent(s, 2, 6, flags);
-  auto rc = agent->wait_exit(std::chrono::seconds{200});
-  BOOST_REQUIRE_MESSAGE(rc, "the agent did not end: " << agent->output());
-  BOOST_TEST_MESSAGE("the agent's output:\n" << agent->output());
-  BOOST_CHECK_NE(*rc, 0);
-  auto& out = agent->output();
+  given_up_job job{"2/0@8", {"--pipeline.stage-wait-ms=600000"}};
+  auto& out = job.out;
   BOOST_CHECK_MESSAGE(occurrences(out, " was given up by its agent (no"
                                        " restart will come)") == 2 &&
                           occurrences(out, " could not go on: ") == 2,
@@ -327,7 +347,7 @@ BOOST_AUTO_TEST_CASE(
                       " so once: "
                           << out);
   // Its metrics file too, opened when it took over: the one epoch's line.
-  std::ifstream m{marks.path + "/m.jsonl"};
+  std::ifstream m{job.marks.path + "/m.jsonl"};
   std::string line, last;
   size_t lines = 0;
   while (std::getline(m, line))
@@ -336,7 +356,7 @@ BOOST_AUTO_TEST_CASE(
                           last.find("\"mini_batch\":20") != std::string::npos,
                       lines << " lines, the last: " << last);
   // Replica 0's stage 2 was given up, its stages 0 and 1 ended.
-  auto evs = scheduler_client{s.port}.events();
+  auto evs = scheduler_client{job.s->port}.events();
   std::set<uint32_t> gone, ended;
   for (auto& e : evs) {
     if (e.kind == "gave-up" && e.about == role::worker)
@@ -347,8 +367,6 @@ BOOST_AUTO_TEST_CASE(
   }
   BOOST_CHECK_MESSAGE((gone == std::set<uint32_t>{2}), dump(evs));
   BOOST_CHECK_MESSAGE((ended == std::set<uint32_t>{0, 1}), dump(evs));
-  s.proc->signal(SIGTERM);
-  s.proc->wait_exit(std::chrono::seconds{10});
 }
 
 BOOST_AUTO_TEST_CASE(
@@ -358,22 +376,8 @@ BOOST_AUTO_TEST_CASE(
   // own final evaluation by then, while its view still showed replica 0
   // going: at 2b8c60c it ended without a word, and the job had no final
   // accuracy. Now it holds the line until replica 0 has left, and says it.
-  temp_dir data;
-  write_split(data.path, "train", 1280);
-  write_split(data.path, "t10k", 200);
-  temp_dir ck, marks;
-  auto flags =
-      shared_flags("sync", data.path, ck.path) + stage_flags("1f1b") +
-      std::vector<std::string>{"--pipeline.fault-kill=2/0@20:eval",
-                               "--pipeline.checkpoint-dir=" + marks.path,
-                               "--agent.max-restarts=0"};
-  scheduler_process s{2, 6, flags};
-  auto agent = start_agent(s, 2, 6, flags);
-  auto rc = agent->wait_exit(std::chrono::seconds{200});
-  BOOST_REQUIRE_MESSAGE(rc, "the agent did not end: " << agent->output());
-  BOOST_TEST_MESSAGE("the agent's output:\n" << agent->output());
-  BOOST_CHECK_NE(*rc, 0); // a child given up
-  auto& out = agent->output();
+  given_up_job job{"2/0@20:eval", {}};
+  auto& out = job.out;
   BOOST_CHECK_MESSAGE(occurrences(out,
                                   "killing its process in the evaluation after"
                                   " mini-batch 20") == 1,
@@ -381,6 +385,4 @@ BOOST_AUTO_TEST_CASE(
   BOOST_CHECK_MESSAGE(occurrences(out, "final test accuracy: ") == 1 &&
                           occurrences(out, "epoch 1/1: ") == 1,
                       "the final line was not said once: " << out);
-  s.proc->signal(SIGTERM);
-  s.proc->wait_exit(std::chrono::seconds{10});
 }
