@@ -83,6 +83,8 @@ std::string not_an_npz(const std::string& path) {
     return {};
   if (!std::filesystem::is_regular_file(st))
     return path + " is there and is no file: give the .npz a new name";
+  if (std::filesystem::file_size(path, ec) == 0)
+    return {}; // made for it beforehand (mktemp)
   std::ifstream in{path, std::ios::binary};
   char head[4] = {};
   in.read(head, sizeof head);

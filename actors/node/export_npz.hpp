@@ -21,8 +21,9 @@ caf::expected<std::map<uint64_t, std::vector<float>>>
 checkpoint_arrays(const std::string& dir);
 
 /// Why `path` is not ours to replace: it exists and is no zip (an .npz
-/// is one) or no regular file, so a mistyped path does not destroy a
-/// checkpoint's MANIFEST or anything else; "" where it may be written.
+/// is one; an empty file is taken too) or no regular file, so a mistyped path
+/// does not destroy a checkpoint's MANIFEST or anything else; "" where it may
+/// be written.
 std::string not_an_npz(const std::string& path);
 
 /// Writes `arrays` to `path` as .npz (an error carries libzip's message).

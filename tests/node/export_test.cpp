@@ -189,6 +189,8 @@ BOOST_AUTO_TEST_CASE(a_file_that_is_no_npz_is_not_replaced) {
   }
   BOOST_CHECK_EQUAL(not_an_npz(out / "w.npz"), "");
   BOOST_CHECK_EQUAL(not_an_npz(out / "none.npz"), "");
+  { std::ofstream{out / "empty.npz"}; } // as mktemp makes one
+  BOOST_CHECK_EQUAL(not_an_npz(out / "empty.npz"), "");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -294,15 +294,6 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_torn_by_a_kill_leaves_the_previous_whole) {
     BOOST_CHECK_MESSAGE(resumed_at(*w) == cut, w->output());
 }
 
-/// How often `part` occurs in `text`.
-size_t count_of(const std::string& text, const std::string& part) {
-  size_t n = 0;
-  for (auto at = text.find(part); at != std::string::npos;
-       at = text.find(part, at + part.size()))
-    ++n;
-  return n;
-}
-
 BOOST_AUTO_TEST_CASE(resume_without_a_checkpoint_says_so_and_exits) {
   temp_dir d;
   // An empty folder, and one that does not exist (which is not made):
@@ -317,7 +308,7 @@ BOOST_AUTO_TEST_CASE(resume_without_a_checkpoint_says_so_and_exits) {
       BOOST_CHECK_MESSAGE(*rc == 2, p.output());
       auto said = "no checkpoint to resume from in " + dir;
       BOOST_CHECK_MESSAGE(p.wait_for_line(said, 2s) &&
-                              count_of(p.output(), said) == 1 &&
+                              occurrences(p.output(), said) == 1 &&
                               p.wait_for_line("start without --resume", 2s),
                           p.output());
       BOOST_CHECK_MESSAGE(p.output().find("listening") == std::string::npos,
