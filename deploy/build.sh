@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing (as root), then configures and builds troupe in
 # build/ with every target: library, troupe-node, tests, benchmarks.
-# usage: deploy/build.sh [--slurm] [--k8s] [extra cmake -D flags...]
+# usage: deploy/build.sh [--slurm] [--k8s] [-DNAME=VALUE...] (cmake's)
 #   --slurm, --k8s: install those too (deploy/install-deps.sh), for the
 #   tests that use them (the README's test command passes both)
 set -euo pipefail
@@ -14,8 +14,14 @@ while [ $# -gt 0 ] && { [ "$1" = --slurm ] || [ "$1" = --k8s ]; }; do
 done
 # Only -D flags go on to cmake: anything else (--help, a typo) would be
 # cmake's to read, and cmake --help ran the whole build after it.
+dash_d=0 # the word after a bare -D is its NAME=VALUE
 for a in "$@"; do
+  if [ "$dash_d" = 1 ]; then
+    dash_d=0
+    continue
+  fi
   case $a in
+  -D) dash_d=1 ;;
   -h | --help)
     sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
@@ -28,6 +34,10 @@ for a in "$@"; do
     ;;
   esac
 done
+if [ "$dash_d" = 1 ]; then
+  echo "*** build.sh: -D without NAME=VALUE" >&2
+  exit 2
+fi
 if [ "$(id -u)" -eq 0 ]; then
   deploy/install-deps.sh ${extras[@]+"${extras[@]}"}
 else

@@ -90,6 +90,23 @@ fi
 # dropped), resolved on each host by its own route.
 sched_host=${hosts[sched]}
 sched_addr=${sched_host#*@}
+# A name: its address here, for every node alike. Debian maps a machine's
+# own name to 127.0.1.1 in /etc/hosts, which no other host reaches: such an
+# answer is passed over where the job has other hosts.
+declare -A machines
+for h in "${hosts[@]}"; do machines[${h#*@}]=1; done
+if ! [[ $sched_addr =~ ^[0-9.]+$ || $sched_addr == *:* ]]; then
+  answers=$(getent ahostsv4 "$sched_addr" | awk '{ print $1 }' | uniq)
+  addr=$(grep -v -m 1 '^127\.' <<<"$answers" || true)
+  [ -n "$addr" ] || [ ${#machines[@]} -gt 1 ] || addr=$(head -n 1 <<<"$answers")
+  if [ -z "$addr" ]; then
+    echo "*** $hostfile: the scheduler's host $sched_addr resolves here to" \
+      "${answers:-no address}${answers:+ only (loopback: /etc/hosts)}," \
+      "which the other hosts cannot reach: give its address" >&2
+    exit 2
+  fi
+  sched_addr=$addr
+fi
 mkdir -p "$logs"
 echo "logs in $logs; scheduler on $sched_host;" \
   "$total_servers servers and $total_workers workers on $n hosts"
@@ -184,8 +201,9 @@ for i in $(seq 0 $((n - 1))); do
   [ $((servers[i] + workers[i])) -gt 0 ] || continue
   h=${hosts[i]}
   log="agent-${h//[^A-Za-z0-9._-]/_}"
-  # A host on two lines: a log each.
-  [ -z "${logged[$log]:-}" ] || log+="-$i"
+  # A host on two lines: a log each (agent-HOST-INDEX, INDEX its line's
+  # among the hosts', from 0).
+  while [ -n "${logged[$log]:-}" ]; do log+="-$i"; done
   logged[$log]=1
   log="$logs/$log.log"
   start_node "$h" "agent-$i" "$log" --role=agent --scheduler-port="$port" \

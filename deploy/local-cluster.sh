@@ -35,7 +35,10 @@ count_re='^([1-9]|[1-9][0-9]|1[0-9][0-9]|2[0-4][0-9]|25[0-6])$'
 [[ $workers =~ $count_re ]] ||
   { echo "*** NUM_WORKERS must be a count in 1..256, got '$workers'" >&2; exit 2; }
 # Two jobs started in the same second get a folder each.
-[ -n "${TROUPE_LOGS:-}" ] || [ ! -e "$logs" ] || logs+="-$$"
+if [ -z "${TROUPE_LOGS:-}" ]; then
+  mkdir -p "$(dirname "$logs")"
+  mkdir "$logs" 2>/dev/null || logs+="-$$"
+fi
 mkdir -p "$logs"
 echo "logs in $logs"
 

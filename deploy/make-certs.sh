@@ -6,7 +6,8 @@
 # this CA (docs/trust.md). Keeps what DIR already holds; keys are 0600.
 #
 # usage: deploy/make-certs.sh DIR [NAME...]
-#   DIR   where ca.pem, ca.key and NAME.pem, NAME.key go (made if missing)
+#   DIR   where ca.pem, ca.key and NAME.pem, NAME.key go (made if missing;
+#         a CA only where neither ca.pem nor ca.key is there)
 #   NAME  a node certificate to make (default: node); every node may use
 #         the same one, as CAF checks the CA, not the host name
 # prints the three flags for the first NAME, one a line.

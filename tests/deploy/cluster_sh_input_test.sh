@@ -9,7 +9,8 @@ work=$(mktemp -d)
 cleanup() {
   local f
   for f in "$work"/flags-scheduler-*; do
-    [ ! -e "$f" ] || kill "${f##*-}" 2>/dev/null
+    [ ! -e "$f" ] || ! grep -qs sleep "/proc/${f##*-}/cmdline" ||
+      kill "${f##*-}" 2>/dev/null
   done
   rm -rf "$work"
 }
@@ -41,6 +42,10 @@ expect "no worker" "2 servers and 0 workers; a job needs at least one of each" \
 printf 'h1 scheduler servers=1 workers=1\nh2 scheduler workers=1\n' >"$work/two"
 expect "two scheduler marks" "'scheduler' marks h1 and h2: mark one host" \
   "$work/two"
+printf 'localhost scheduler servers=1\nh2 workers=1\n' >"$work/loopback"
+expect "a scheduler's name only loopback here, among other hosts" \
+  "the scheduler's host localhost resolves here to 127.0.0.1 only" \
+  "$work/loopback"
 
 # A job on hosts named by name, not address (at 2b8c60c each host said
 # "no route to localhost"), from a file with Windows line ends whose last

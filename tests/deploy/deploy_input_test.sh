@@ -30,7 +30,7 @@ expect "build.sh --help" 0 "usage: deploy/build.sh [--slurm] [--k8s]" \
 expect "build.sh: a word" 2 "'foo' is no option here" "$build" foo
 expect "build.sh: --k8s after a -D flag" 2 "'--k8s' is no option here" \
   "$build" --slurm -DX=1 --k8s
-expect "build.sh: a bare -D" 2 "'-D' is no option here" "$build" -D
+expect "build.sh: a bare -D at the end" 2 "-D without NAME=VALUE" "$build" -D
 
 # local-cluster.sh: troupe-node is never reached (TROUPE_BIN is true).
 local=$src/deploy/local-cluster.sh
