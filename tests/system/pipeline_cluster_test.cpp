@@ -421,3 +421,20 @@ BOOST_AUTO_TEST_CASE(a_stage_without_its_data_exits_2_with_its_line) {
           st.output().find("dataset-fashion-mnist") != std::string::npos,
       st.output());
 }
+
+BOOST_AUTO_TEST_CASE(a_fault_in_an_evaluation_that_never_comes_is_said) {
+  // Mini-batch 47 is no epoch's end and not the last (90): no evaluation
+  // follows it, so --pipeline.fault-kill=1@47:eval never fires; said at
+  // the start, and the job trains to its end.
+  temp_dir d;
+  auto out = run_job(d.path, {"--pipeline.fault-kill=1@47:eval"});
+  BOOST_CHECK_MESSAGE(out.find("--pipeline.fault-kill=1@47:eval: no"
+                               " evaluation follows mini-batch 47") !=
+                              std::string::npos &&
+                          out.find("): it never fires") != std::string::npos,
+                      out);
+  BOOST_CHECK_MESSAGE(out.find("killing its process") == std::string::npos,
+                      out);
+  BOOST_CHECK_MESSAGE(out.find("final test accuracy: ") != std::string::npos,
+                      out);
+}
