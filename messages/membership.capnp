@@ -81,6 +81,8 @@ struct ClusterView {
   ended       @8 :List(UInt32);   # worker ranks not live that ended saying
                                   # why (a pipeline replica that cannot go
                                   # on): not restarted either
+  finished    @9 :List(UInt32);   # worker ranks not live that did their
+                                  # work and left
 }
 
 struct RegisterReply {

@@ -84,6 +84,7 @@ void write_view(schema::ClusterView::Builder b, const cluster_view& x) {
   };
   put(b.initGivenUp(x.given_up.size()), x.given_up);
   put(b.initEnded(x.ended.size()), x.ended);
+  put(b.initFinished(x.finished.size()), x.finished);
   auto servers = b.initServers(x.servers.size());
   for (size_t i = 0; i < x.servers.size(); ++i)
     write_node(servers[i], x.servers[i]);
@@ -129,14 +130,17 @@ caf::error read_view(schema::ClusterView::Reader r, cluster_view& x) {
   x.epoch = r.getEpoch();
   x.slice_floats = r.getSliceFloats();
   x.expected_workers = r.getExpectedWorkers();
-  if (r.getGivenUp().size() > max_nodes || r.getEnded().size() > max_nodes)
-    return bad("too many ranks given up or ended");
-  x.given_up.clear();
-  for (auto rank : r.getGivenUp())
-    x.given_up.push_back(rank);
-  x.ended.clear();
-  for (auto rank : r.getEnded())
-    x.ended.push_back(rank);
+  if (r.getGivenUp().size() > max_nodes || r.getEnded().size() > max_nodes ||
+      r.getFinished().size() > max_nodes)
+    return bad("too many ranks given up, ended or finished");
+  auto take = [](auto list, std::vector<uint32_t>& out) {
+    out.clear();
+    for (auto rank : list)
+      out.push_back(rank);
+  };
+  take(r.getGivenUp(), x.given_up);
+  take(r.getEnded(), x.ended);
+  take(r.getFinished(), x.finished);
   if (auto err = read_nodes(r.getServers(), role::server, x.servers))
     return err;
   if (auto err = read_nodes(r.getWorkers(), role::worker, x.workers))
@@ -359,7 +363,7 @@ bool cluster_view::operator==(const cluster_view& y) const {
          keys == y.keys && placement == y.placement &&
          slice_floats == y.slice_floats &&
          expected_workers == y.expected_workers && given_up == y.given_up &&
-         ended == y.ended;
+         ended == y.ended && finished == y.finished;
 }
 
 caf::error validate(const cluster_view& x) {
@@ -376,15 +380,15 @@ caf::error validate(const cluster_view& x) {
   std::set<uint32_t> working;
   for (auto& w : x.workers)
     working.insert(w.rank);
-  for (auto* ranks : {&x.given_up, &x.ended})
+  for (auto* ranks : {&x.given_up, &x.ended, &x.finished})
     for (size_t i = 0; i < ranks->size(); ++i) {
       auto rank = (*ranks)[i];
       if (i > 0 && rank <= (*ranks)[i - 1])
-        return bad("ranks given up or ended not ascending");
+        return bad("ranks given up, ended or finished not ascending");
       if (working.count(rank) != 0)
-        return caf::make_error(errc::malformed_message,
-                               "a live worker listed as given up or ended",
-                               rank);
+        return caf::make_error(
+            errc::malformed_message,
+            "a live worker listed as given up, ended or finished", rank);
     }
   std::set<uint32_t> live;
   for (auto& s : x.servers)

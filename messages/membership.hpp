@@ -78,6 +78,8 @@ struct cluster_view {
   /// Worker ranks, none live, that ended saying why (not restarted; a
   /// stage of a replica that cannot go on), ascending.
   std::vector<uint32_t> ended;
+  /// Worker ranks, none live, that did their work and left, ascending.
+  std::vector<uint32_t> finished;
   bool operator==(const cluster_view& y) const;
 };
 

@@ -496,7 +496,7 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         retry(self, epoch, rank);
       },
       [self](tick_atom, uint64_t n) { on_wait_over(self, n); },
-      [self](tick_atom) { end_job(self); }, // give_up_grace is over
+      [self](tick_atom) { end_job(self); }, // the stage wait of end_job
       [self](start_atom, uint64_t gen, uint64_t step, caf::actor prev,
              caf::actor next) {
         auto& st = self->state;

@@ -115,7 +115,8 @@ struct driver_state {
     double loss = 0, acc = 0;
   };
   std::optional<final_line> final_held;
-  /// Since when no replica below is live, while the line is held.
+  /// Since when no replica below is live, while the line is held (none:
+  /// one is live, or not held).
   std::chrono::steady_clock::time_point below_left{};
   /// Syncs that came before the stage was built (and, hybrid, declared),
   /// answered once it is ready.
@@ -203,15 +204,15 @@ void evaluate_at(driver_ptr self, uint64_t at);
 /// The last stage: a chunk of logits of an evaluation.
 void count_eval(driver_ptr self, const frame& f);
 /// The last stage, its final evaluation counted (or held, and a view
-/// came): once no replica below it is live (and, if one is not over, a
-/// moment later), the final line if it is the lowest replica still going,
-/// and the finish. A replica below that left said it or was given up;
-/// counted before one was seen given up, the line would otherwise be said
-/// by nobody.
+/// came): the final line and the finish, once it is known who says the
+/// line. Not this replica where one below finished (its last stage did its
+/// work and left: it said the line, or one below it did); this replica
+/// where every one below is over (given up or ended). Else held: while a
+/// replica below is live, and then --pipeline.stage-wait-ms at most, after
+/// which those out are taken for over (the line is said). Before, a
+/// replica that counted its final evaluation before it saw replica 0 given
+/// up said nothing, and the job ended without its accuracy.
 void end_job(driver_ptr self);
-/// How long end_job waits, once every replica below has left none of them
-/// over, for a view that shows one given up (its agent's report).
-constexpr auto give_up_grace = std::chrono::milliseconds{1000};
 /// The reporting last stage: the line of `epoch`, whose evaluation after
 /// mini-batch `step` found `acc`, with the mean loss of its mini-batches
 /// (NaN: none since the last line); printed, and as JSON to the metrics

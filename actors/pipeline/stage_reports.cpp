@@ -120,25 +120,39 @@ void end_job(driver_ptr self) {
   auto& st = self->state;
   if (!st.final_held)
     return;
+  std::set<uint32_t> live,
+      finished{st.view.finished.begin(), st.view.finished.end()};
   for (auto& w : st.view.workers)
-    if (w.rank / st.stages < st.replica) {
-      st.below_left = {};
-      return; // a replica below is live: it may still say the line
-    }
-  // All below have left: done (the lowest said the line), or cut after a
-  // crash. One given up is over in a view once its agent's report is in,
-  // which can come after the cut: a moment's wait for it.
-  if (!reports(self)) {
-    auto now = std::chrono::steady_clock::now();
-    if (st.below_left == std::chrono::steady_clock::time_point{}) {
-      st.below_left = now;
-      self->delayed_send(self, give_up_grace, tick_atom_v);
-      return;
-    }
-    if (now - st.below_left < give_up_grace)
-      return;
+    live.insert(w.rank);
+  // A replica below whose last stage did its work and left said the line
+  // (or left it to one below it that did).
+  bool said = false, below_live = false;
+  for (uint32_t q = 0; q < st.replica; ++q) {
+    said |= finished.count(q * st.stages + st.stages - 1) != 0;
+    for (uint32_t s = 0; s < st.stages; ++s)
+      below_live |= live.count(q * st.stages + s) != 0;
   }
-  if (reports(self)) {
+  bool says = !said && reports(self);
+  if (!said && !says) {
+    // One below is going: live, or out (cut after a crash and coming
+    // back, or given up with its agent's report on its way). Held while
+    // one is live, else --pipeline.stage-wait-ms at most (0: for ever):
+    // out that long, they are over, as a stage out that long is.
+    auto wait = std::chrono::milliseconds{st.cfg.pipeline.stage_wait_ms};
+    auto now = std::chrono::steady_clock::now();
+    if (below_live ||
+        st.below_left == std::chrono::steady_clock::time_point{}) {
+      st.below_left =
+          below_live ? std::chrono::steady_clock::time_point{} : now;
+      if (!below_live && wait.count() > 0)
+        self->delayed_send(self, wait, tick_atom_v);
+      return;
+    }
+    if (wait.count() == 0 || now - st.below_left < wait)
+      return;
+    says = true;
+  }
+  if (says) {
     auto& f = *st.final_held;
     report_epoch(self, f.epoch, f.loss, f.acc, f.step);
     std::printf("final test accuracy: %.4f\n", f.acc);

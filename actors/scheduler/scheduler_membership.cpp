@@ -34,6 +34,15 @@ std::vector<node_info> nodes_of(self_ptr self, role kind) {
   return out;
 }
 
+/// The ranks that finished and have no live process since, ascending.
+std::vector<uint32_t> finished_not_live(self_ptr self) {
+  auto out = self->state.finished_workers;
+  for (auto& m : self->state.members)
+    if (m.info.kind == role::worker)
+      out.erase(m.info.rank);
+  return {out.begin(), out.end()};
+}
+
 cluster_view current_view(self_ptr self) {
   auto& st = self->state;
   return cluster_view{st.epoch,
@@ -44,7 +53,8 @@ cluster_view current_view(self_ptr self) {
                       st.cfg.placement.slice_floats,
                       st.cfg.workers,
                       st.given_up.of(free_worker_ranks(self)),
-                      st.given_up.ended()};
+                      st.given_up.ended(),
+                      finished_not_live(self)};
 }
 
 void publish(self_ptr self) {

@@ -123,6 +123,7 @@ std::string status_page::render() const {
   out["expected_workers"] = view_.expected_workers;
   out["given_up"] = view_.given_up; // worker ranks no process comes back to
   out["ended"] = view_.ended;
+  out["finished"] = view_.finished; // did their work and left
   auto& members = out["members"] = nlohmann::json::array();
   for (auto& s : view_.servers)
     members.push_back(member_json(s, "server", events_));

@@ -52,7 +52,8 @@ async function refresh() {
       "; " + what + ": worker" + (ranks.length > 1 ? "s " : " ") + ranks.join(", ") : "";
     document.getElementById("view").textContent =
       "view " + s.epoch + ": " + s.members.length + " members" +
-      gone("given up", s.given_up) + gone("ended", s.ended);
+      gone("given up", s.given_up) + gone("ended", s.ended) +
+      gone("finished", s.finished);
     document.getElementById("members").innerHTML = s.members.map(m =>
       '<tr id="member-' + m.role + "-" + m.rank + '" class="' + m.health + '"><td>' +
       m.role + "</td><td>" + m.rank + "</td><td>" + text(m.host) + "</td><td>" + m.pid +

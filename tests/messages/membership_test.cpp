@@ -37,6 +37,7 @@ cluster_view sample_view() {
   v.workers = {{role::worker, 0, "", 0, 21, {}}};
   v.given_up = {2};
   v.ended = {1, 4};
+  v.finished = {3, 5};
   v.keys = {{1, 10}, {2, 3}};
   v.placement = {{1, 0, 0}, {1, 1, 1}, {1, 2, 0}, {2, 0, 1}};
   return v;
@@ -149,6 +150,11 @@ BOOST_AUTO_TEST_CASE(a_view_that_breaks_its_invariants_is_refused) {
   BOOST_CHECK(decode(encode(live_ended), v) == errc::malformed_message);
   live_ended.ended = {4, 1};
   BOOST_CHECK(decode(encode(live_ended), v) == errc::malformed_message);
+  auto live_finished = sample_view();
+  live_finished.finished = {0, 3};
+  BOOST_CHECK(decode(encode(live_finished), v) == errc::malformed_message);
+  live_finished.finished = {5, 3};
+  BOOST_CHECK(decode(encode(live_finished), v) == errc::malformed_message);
 }
 
 BOOST_AUTO_TEST_CASE(out_of_range_fields_are_malformed) {

@@ -12,7 +12,7 @@ using namespace troupe;
 
 BOOST_AUTO_TEST_SUITE(status_json_tests)
 
-BOOST_AUTO_TEST_CASE(the_json_names_the_ranks_given_up_and_ended) {
+BOOST_AUTO_TEST_CASE(the_json_names_the_ranks_given_up_ended_and_finished) {
   std::string why;
   auto page = status_page::start("127.0.0.1", 0, why); // any free port
   BOOST_REQUIRE_MESSAGE(page, why);
@@ -23,16 +23,19 @@ BOOST_AUTO_TEST_CASE(the_json_names_the_ranks_given_up_and_ended) {
   v.workers = {{role::worker, 3, "", 0, 21, {}}};
   v.given_up = {5};
   v.ended = {0, 1};
+  v.finished = {2, 4};
   page->set_view(v);
   auto j = nlohmann::json::parse(page->json());
   BOOST_CHECK_EQUAL(j["epoch"], 9);
   BOOST_CHECK_EQUAL(j["members"].size(), 1u);
   BOOST_CHECK(j["given_up"] == nlohmann::json::array({5}));
   BOOST_CHECK(j["ended"] == nlohmann::json::array({0, 1}));
-  // The page reads both lists.
+  BOOST_CHECK(j["finished"] == nlohmann::json::array({2, 4}));
+  // The page reads the three lists.
   auto& html = status_page::html();
   BOOST_CHECK(html.find("s.given_up") != std::string::npos &&
-              html.find("s.ended") != std::string::npos);
+              html.find("s.ended") != std::string::npos &&
+              html.find("s.finished") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -200,6 +200,11 @@ BOOST_AUTO_TEST_CASE(a_worker_restarted_after_another_finished_takes_its_rank) {
   BOOST_REQUIRE_MESSAGE(rc, "survivor did not finish: " << w0->output());
   BOOST_REQUIRE(
       obs.wait_for([](const cluster_view& v) { return v.workers.empty(); }));
+  // The view names the rank that did its work and left (a pipeline
+  // replica above learns from it that the one below said its final line),
+  // and not the dead one's.
+  BOOST_CHECK_MESSAGE((obs.view.finished == std::vector<uint32_t>{0}),
+                      obs.view.finished.size() << " ranks finished");
   auto w2 = start_counter(s, steps, small);
   rc = w2->wait_exit(60s);
   BOOST_REQUIRE_MESSAGE(rc, "replacement did not finish: " << w2->output());
@@ -211,6 +216,9 @@ BOOST_AUTO_TEST_CASE(a_worker_restarted_after_another_finished_takes_its_rank) {
   BOOST_CHECK_MESSAGE(line->find("= " + std::to_string(2 * steps) +
                                  ": sums exact") != std::string::npos,
                       *line);
+  BOOST_CHECK(obs.wait_for([](const cluster_view& v) {
+    return v.workers.empty() && v.finished == std::vector<uint32_t>{0, 1};
+  }));
 }
 
 BOOST_AUTO_TEST_CASE(bad_flags_get_one_clear_line_and_a_nonzero_exit) {

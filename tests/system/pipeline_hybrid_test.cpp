@@ -74,11 +74,11 @@ std::vector<std::string> shared_flags(const std::string& mode,
 
 /// Runs a job of `workers` worker processes and 2 servers under one agent
 /// with `flags`; returns the servers' final checkpoint, slice by slice
-/// (and the scheduler's output in `log`, if given).
-std::map<slice_id, std::vector<float>> run_job(uint32_t workers,
-                                               std::vector<std::string> flags,
-                                               const fs::path& ckpt,
-                                               std::string* log = nullptr) {
+/// (and the scheduler's output in `log`, the agent's in `agent_log`, if
+/// given).
+std::map<slice_id, std::vector<float>>
+run_job(uint32_t workers, std::vector<std::string> flags, const fs::path& ckpt,
+        std::string* log = nullptr, std::string* agent_log = nullptr) {
   scheduler_process s{2, workers, flags};
   auto agent = start_agent(s, 2, workers, flags);
   auto rc = agent->wait_exit(std::chrono::seconds{200});
@@ -91,6 +91,8 @@ std::map<slice_id, std::vector<float>> run_job(uint32_t workers,
   s.proc->wait_exit(std::chrono::seconds{10});
   if (log != nullptr)
     *log = s.proc->output();
+  if (agent_log != nullptr)
+    *agent_log = agent->output();
   auto m = read_manifest(ckpt.string());
   BOOST_REQUIRE_MESSAGE(m, (m ? "" : describe(m.error())) << "\n"
                                                           << agent->output());
@@ -167,9 +169,13 @@ BOOST_AUTO_TEST_CASE(two_replicas_of_three_stages_train_as_two_workers) {
                        shared_flags("sync", data.path, dp.path) +
                            std::vector<std::string>{"--worker.task=train"},
                        dp.path);
+  std::string out;
   auto hybrid =
       run_job(6, shared_flags("sync", data.path, hy.path) + stage_flags("1f1b"),
-              hy.path);
+              hy.path, nullptr, &out);
+  // Replica 0 says the final line; replica 1 holds its own until it sees
+  // replica 0's last stage finished (the view's finished), and says none.
+  BOOST_CHECK_MESSAGE(occurrences(out, "final test accuracy: ") == 1, out);
   // Stage 1 of one replica kills its process in the middle of mini-batch
   // 10: its replica drops that mini-batch, reloads from the servers and
   // goes on; the other replica waits for it in the servers' sync round.
