@@ -1,4 +1,5 @@
 # Sourced by the deploy and demo scripts: the flags of mutual TLS.
+# shellcheck shell=bash
 #
 # tls_flags ROOT FLAG...
 #   sets the array `tls` to the --openssl.* flags for every node of the
@@ -23,5 +24,6 @@ tls_flags() {
   done
   out=$("$root/deploy/make-certs.sh" "${TROUPE_CERTS:-$root/certs}") ||
     return 2
+  # shellcheck disable=SC2034 # the caller reads it
   mapfile -t tls <<<"$out" # a line a flag: paths may hold spaces
 }
