@@ -86,8 +86,8 @@ if [ "$total_servers" -lt 1 ] || [ "$total_workers" -lt 1 ]; then
     "a job needs at least one of each" >&2
   exit 2
 fi
-# The address the agents reach the scheduler at: its host's name (user@
-# dropped), resolved on each host by its own route.
+# The address the agents reach the scheduler at: its host (user@ dropped),
+# each host taking its own route to it.
 sched_host=${hosts[sched]}
 sched_addr=${sched_host#*@}
 # A name: its address here, for every node alike. Debian maps a machine's
