@@ -125,12 +125,9 @@ remote_command() {
   for f in "$@"; do q+=" $(printf '%q' "$f")"; done
   cat <<EOF
 cd $(printf '%q' "$root") || exit 2
-ip=\$( (getent ahostsv4 $(printf '%q' "$sched_addr") ||
-  getent ahosts $(printf '%q' "$sched_addr")) 2>/dev/null | awk '{ print \$1; exit }')
-[ -n "\$ip" ] || { echo "*** \$(hostname): cannot resolve $sched_addr" >&2; exit 2; }
-addr=\$(ip -o route get "\$ip" 2>/dev/null |
+addr=\$(ip -o route get $(printf '%q' "$sched_addr") 2>/dev/null |
   sed -n 's/.* src \\([^ ]*\\).*/\\1/p')
-[ -n "\$addr" ] || { echo "*** \$(hostname): no route to $sched_addr (\$ip)" >&2; exit 2; }
+[ -n "\$addr" ] || { echo "*** \$(hostname): no route to $sched_addr" >&2; exit 2; }
 mkdir -p $(printf '%q' "$logs") || exit 2
 $(printf '%q' "$bin") --host="\$addr" $q &
 node=\$!

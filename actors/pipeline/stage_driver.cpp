@@ -245,10 +245,8 @@ void on_start(driver_ptr self, caf::actor lead, uint64_t gen, uint64_t step,
   st.next = std::move(next);
   // Evaluations of a generation that is over; the final one comes again.
   st.evals.clear();
-  if (step < st.total_steps) {
+  if (step < st.total_steps)
     st.final_held.reset();
-    st.below_left = {};
-  }
   if (hybrid(self)) { // the servers' weights at that clock
     self->request(st.kv, caf::infinite, pull_atom_v, step, st.keys)
         .then(
@@ -423,12 +421,9 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         else
           TROUPE_LOG(info, who(self), "no road for stage tensors (",
                      describe(roads.error()), "): CAF carries them");
-        // An evaluation follows mini-batch K at an epoch's end, in the
-        // reporting replica (0, as the job starts), and at the last in
-        // every one: a fault in one that comes nowhere is not claimed.
-        bool evaluates = p.fault_step == st.total_steps ||
-                         (st.replica == 0 && p.fault_step > 0 &&
-                          p.fault_step % st.steps_per_epoch == 0);
+        // A fault in an evaluation that never comes here is not claimed
+        // (replica 0 reports as the job starts).
+        bool evaluates = evaluated_after(self, p.fault_step);
         if (p.fault_in_eval && !evaluates && st.replica == 0 && rank == 0)
           TROUPE_LOG(warning, who(self), "--pipeline.fault-kill=", p.fault_kill,
                      ": no evaluation follows mini-batch ", p.fault_step,

@@ -113,11 +113,10 @@ struct driver_state {
   struct final_line {
     uint64_t epoch = 0, step = 0;
     double loss = 0, acc = 0;
+    /// Since when no replica below is live (none: one is, or not seen).
+    std::chrono::steady_clock::time_point below_left{};
   };
   std::optional<final_line> final_held;
-  /// Since when no replica below is live, while the line is held (none:
-  /// one is live, or not held).
-  std::chrono::steady_clock::time_point below_left{};
   /// Syncs that came before the stage was built (and, hybrid, declared),
   /// answered once it is ready.
   bool ready = false;
@@ -197,9 +196,12 @@ inline double seconds_running(const driver_state& st) {
 /// came): opens --train.metrics-file for appending, if set and not open
 /// yet; "" or one line.
 std::string open_metrics(driver_ptr self, bool reporting);
-/// Mini-batch `at` is applied: stage 0 of the reporting replica sends the
-/// test images through the pipeline at an epoch's end, and of every
-/// replica at the last (each stage's finish waits for that evaluation).
+/// True where this replica evaluates once mini-batch `at` is applied: the
+/// reporting replica at an epoch's end, every one at the last.
+bool evaluated_after(driver_ptr self, uint64_t at);
+/// Mini-batch `at` is applied: stage 0 sends the test images through the
+/// pipeline where evaluated_after (each stage's finish waits for the last
+/// evaluation).
 void evaluate_at(driver_ptr self, uint64_t at);
 /// The last stage: a chunk of logits of an evaluation.
 void count_eval(driver_ptr self, const frame& f);

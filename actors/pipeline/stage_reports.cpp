@@ -70,10 +70,14 @@ bool reports(driver_ptr self) {
   return true;
 }
 
-void evaluate_at(driver_ptr self, uint64_t at) {
+bool evaluated_after(driver_ptr self, uint64_t at) {
   auto& st = self->state;
-  bool end = at >= st.total_steps;
-  if (st.rank == 0 && (end || (at % st.steps_per_epoch == 0 && reports(self))))
+  return at >= st.total_steps ||
+         (at > 0 && at % st.steps_per_epoch == 0 && reports(self));
+}
+
+void evaluate_at(driver_ptr self, uint64_t at) {
+  if (self->state.rank == 0 && evaluated_after(self, at))
     send_evals(self, at);
 }
 
@@ -140,15 +144,14 @@ void end_job(driver_ptr self) {
     // out that long, they are over, as a stage out that long is.
     auto wait = std::chrono::milliseconds{st.cfg.pipeline.stage_wait_ms};
     auto now = std::chrono::steady_clock::now();
-    if (below_live ||
-        st.below_left == std::chrono::steady_clock::time_point{}) {
-      st.below_left =
-          below_live ? std::chrono::steady_clock::time_point{} : now;
+    auto& since = st.final_held->below_left;
+    if (below_live || since == std::chrono::steady_clock::time_point{}) {
+      since = below_live ? std::chrono::steady_clock::time_point{} : now;
       if (!below_live && wait.count() > 0)
         self->delayed_send(self, wait, tick_atom_v);
       return;
     }
-    if (wait.count() == 0 || now - st.below_left < wait)
+    if (wait.count() == 0 || now - since < wait)
       return;
     says = true;
   }

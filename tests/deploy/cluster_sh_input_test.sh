@@ -15,37 +15,28 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-status=0
-# expect NAME WANTED_TEXT ARGS...: cluster.sh ARGS exits 2 saying WANTED_TEXT.
-expect() {
-  local name=$1 want=$2 out rc
-  shift 2
-  out=$(TROUPE_SSH=false "$src/deploy/cluster.sh" "$@" 2>&1)
-  rc=$?
-  if [ "$rc" != 2 ] || ! grep -qF -- "$want" <<<"$out"; then
-    echo "FAILED: $name: exit $rc, output:"
-    echo "$out"
-    status=1
-  else
-    echo "ok: $name"
-  fi
-}
-expect "no arguments" "usage: deploy/cluster.sh HOSTFILE"
-expect "no host file" "*** no host file $work/none" "$work/none"
+# shellcheck source=tests/deploy/checks.sh
+. "$src/tests/deploy/checks.sh"
+# cluster ARGS...: cluster.sh, which reaches no host.
+# shellcheck disable=SC2317 # called through expect
+cluster() { TROUPE_SSH=false "$src/deploy/cluster.sh" "$@"; }
+expect "no arguments" 2 "usage: deploy/cluster.sh HOSTFILE" cluster
+expect "no host file" 2 "*** no host file $work/none" cluster "$work/none"
 printf 'h1 scheduler servers=1\nh2 workers=1x\n' >"$work/bad-word"
-expect "a bad word" "'workers=1x' for host h2: expected scheduler" "$work/bad-word"
+expect "a bad word" 2 "'workers=1x' for host h2: expected scheduler" \
+  cluster "$work/bad-word"
 printf '# only a comment\n\n' >"$work/empty"
-expect "no host" "names no host" "$work/empty"
+expect "no host" 2 "names no host" cluster "$work/empty"
 printf 'h1 scheduler servers=2\n' >"$work/no-workers"
-expect "no worker" "2 servers and 0 workers; a job needs at least one of each" \
-  "$work/no-workers"
+expect "no worker" 2 "2 servers and 0 workers; a job needs at least one of each" \
+  cluster "$work/no-workers"
 printf 'h1 scheduler servers=1 workers=1\nh2 scheduler workers=1\n' >"$work/two"
-expect "two scheduler marks" "'scheduler' marks h1 and h2: mark one host" \
-  "$work/two"
+expect "two scheduler marks" 2 "'scheduler' marks h1 and h2: mark one host" \
+  cluster "$work/two"
 printf 'localhost scheduler servers=1\nh2 workers=1\n' >"$work/loopback"
-expect "a scheduler's name only loopback here, among other hosts" \
+expect "a scheduler's name only loopback here, among other hosts" 2 \
   "the scheduler's host localhost resolves here to 127.0.0.1 only" \
-  "$work/loopback"
+  cluster "$work/loopback"
 
 # A job on hosts named by name, not address (at 2b8c60c each host said
 # "no route to localhost"), from a file with Windows line ends whose last
@@ -75,15 +66,8 @@ out=$(TROUPE_SSH=$work/ssh TROUPE_BIN=$work/node TROUPE_TLS=off \
 rc=$?
 # shellcheck disable=SC2317 # called through check
 gone() { ! kill -0 "$1" 2>/dev/null; }
-check() { # NAME TEST...
-  local name=$1
-  shift
-  if "$@"; then echo "ok: $name"; else
-    echo "FAILED: $name; cluster.sh exit $rc, output:"
-    echo "$out"
-    status=1
-  fi
-}
+detail="cluster.sh exit $rc, output:
+$out"
 check "hosts by name: the job ran" [ "$rc" = 0 ]
 check "both lines read" grep -qF "1 servers and 2 workers on 2 hosts" <<<"$out"
 logs=$(cat "$work"/logs/agent-localhost{,-1}.log 2>/dev/null)

@@ -9,21 +9,8 @@ set -uo pipefail
 src=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-status=0
-# expect NAME RC WANTED_TEXT COMMAND...: COMMAND exits RC saying it.
-expect() {
-  local name=$1 want_rc=$2 want=$3 out rc
-  shift 3
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" != "$want_rc" ] || ! grep -qF -- "$want" <<<"$out"; then
-    echo "FAILED: $name: exit $rc, output:"
-    echo "$out"
-    status=1
-  else
-    echo "ok: $name"
-  fi
-}
+# shellcheck source=tests/deploy/checks.sh
+. "$src/tests/deploy/checks.sh"
 build=$src/deploy/build.sh
 expect "build.sh --help" 0 "usage: deploy/build.sh [--slurm] [--k8s]" \
   "$build" --help
@@ -44,7 +31,7 @@ expect "local-cluster.sh: 08 workers" 2 \
   "NUM_WORKERS must be a count in 1..256, got '08'" \
   env TROUPE_BIN=/bin/true TROUPE_LOGS="$work/logs" \
   "$local" "$src/deploy/local.ini" 1 08
-[ ! -e "$work/logs" ] || { echo "FAILED: local-cluster.sh made its logs"; status=1; }
+check "local-cluster.sh: no logs made" [ ! -e "$work/logs" ]
 
 # troupe.sbatch as Slurm would start it, up to its checks.
 sbatch=$src/deploy/slurm/troupe.sbatch

@@ -7,26 +7,9 @@ set -uo pipefail
 src=$1
 work=$(mktemp -d "${TMPDIR:-/tmp}/make certs.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-status=0
+# shellcheck source=tests/deploy/checks.sh
+. "$src/tests/deploy/checks.sh"
 make=$src/deploy/make-certs.sh
-# check NAME COMMAND...: says ok or FAILED.
-check() {
-  local name=$1
-  shift
-  if "$@"; then echo "ok: $name"; else
-    echo "FAILED: $name"
-    status=1
-  fi
-}
-# refused NAME WANTED_TEXT DIR ARGS...: make-certs exits 2 saying WANTED_TEXT.
-refused() {
-  local name=$1 want=$2 out rc
-  shift 2
-  out=$("$make" "$@" 2>&1)
-  rc=$?
-  check "$name: exit 2 (got $rc)" [ "$rc" = 2 ]
-  check "$name: says '$want'" grep -qF -- "$want" <<<"$out"
-}
 
 "$make" "$work/ca" >/dev/null || exit 1
 mkdir "$work/node" "$work/key-only"
@@ -39,11 +22,11 @@ check "... and ca.pem kept (at 2b8c60c a new CA replaced it)" \
 check "... and no ca.key made" [ ! -e "$work/node/ca.key" ]
 check "... the kept files still verify" \
   openssl verify -CAfile "$work/node/ca.pem" "$work/node/node.pem"
-refused "a certificate to sign without ca.key" \
-  "has ca.pem but not ca.key, which signs other.pem" "$work/node" other
+expect "a certificate to sign without ca.key" 2 \
+  "has ca.pem but not ca.key, which signs other.pem" "$make" "$work/node" other
 check "... nothing made" [ ! -e "$work/node/other.pem" ]
 cp "$work/ca/ca.key" "$work/key-only/"
-refused "ca.key without ca.pem" "ca.key but no ca.pem" "$work/key-only"
+expect "ca.key without ca.pem" 2 "ca.key but no ca.pem" "$make" "$work/key-only"
 check "... ca.key kept" cmp -s "$work/ca/ca.key" "$work/key-only/ca.key"
 
 # A path with a space: one flag a line, and three flags in tls_flags.
