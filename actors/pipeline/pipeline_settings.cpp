@@ -79,8 +79,10 @@ caf::error validate(pipeline_settings& x) {
         text.resize(text.size() - end.size());
       return yes;
     };
-    x.fault_in_push = ends_with(":push");
-    x.fault_in_eval = !x.fault_in_push && ends_with(":eval");
+    using at = pipeline_settings::fault_at;
+    x.fault_in = ends_with(":push")   ? at::push
+                 : ends_with(":eval") ? at::eval
+                                      : at::step;
     bool of_replica = std::sscanf(text.c_str(), "%u/%u@%llu%c", &stage,
                                   &replica, &step, &tail) == 3;
     if ((!of_replica &&

@@ -66,8 +66,10 @@ struct pipeline_settings {
   uint32_t fault_stage = 0;
   uint32_t fault_replica = any_replica;
   uint64_t fault_step = no_fault;
-  bool fault_in_push = false;
-  bool fault_in_eval = false;
+  /// Where in mini-batch fault_step: its middle, its push, the evaluation
+  /// after it.
+  enum class fault_at { step, push, eval };
+  fault_at fault_in = fault_at::step;
 };
 
 /// Checks `x` and parses its schedule and cut; one error names the flag

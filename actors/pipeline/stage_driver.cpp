@@ -423,23 +423,23 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
                      describe(roads.error()), "): CAF carries them");
         // A fault in an evaluation that never comes here is not claimed
         // (replica 0 reports as the job starts).
+        using at = pipeline_settings::fault_at;
+        bool in_eval = p.fault_in == at::eval;
         bool evaluates = evaluated_after(self, p.fault_step);
-        if (p.fault_in_eval && !evaluates && st.replica == 0 && rank == 0)
+        if (in_eval && !evaluates && st.replica == 0 && rank == 0)
           TROUPE_LOG(warning, who(self), "--pipeline.fault-kill=", p.fault_kill,
                      ": no evaluation follows mini-batch ", p.fault_step,
                      " (an epoch is ", st.steps_per_epoch, ", the last ",
                      st.total_steps, "): it never fires");
         if (p.fault_step != pipeline_settings::no_fault &&
-            (!p.fault_in_eval || evaluates) && p.fault_stage == rank &&
+            (!in_eval || evaluates) && p.fault_stage == rank &&
             (p.fault_replica == pipeline_settings::any_replica ||
              p.fault_replica == st.replica) &&
             claim_fault(st.dir, rank, p.fault_step)) {
-          if (p.fault_in_push)
-            st.kill_in_push = p.fault_step;
-          else if (p.fault_in_eval)
-            s.kill_in_eval = p.fault_step;
-          else
-            s.kill_in_step = p.fault_step;
+          auto kill = p.fault_in == at::push   ? &st.kill_in_push
+                      : p.fault_in == at::eval ? &s.kill_in_eval
+                                               : &s.kill_in_step;
+          *kill = p.fault_step;
         }
         st.stage = self->spawn(stage_actor, s);
         if (s.roads)

@@ -83,7 +83,7 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
     kill();
     return fail("publishing the stage", port.error());
   }
-  if (p.fault_in_push && cfg.servers == 0) {
+  if (p.fault_in == pipeline_settings::fault_at::push && cfg.servers == 0) {
     kill();
     return fail("--pipeline.fault-kill",
                 caf::make_error(errc::invalid_config,

@@ -71,23 +71,26 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
     y.fault_kill = f;
     refused(y, "--pipeline.fault-kill");
   }
+  using at = pipeline_settings::fault_at;
   y = x;
   y.fault_kill = "1@25";
   BOOST_REQUIRE(!validate(y));
-  BOOST_CHECK(y.fault_stage == 1 && y.fault_step == 25 && !y.fault_in_push);
+  BOOST_CHECK(y.fault_stage == 1 && y.fault_step == 25 &&
+              y.fault_in == at::step);
   y.fault_kill = "2@7:push";
   BOOST_REQUIRE(!validate(y));
-  BOOST_CHECK(y.fault_stage == 2 && y.fault_step == 7 && y.fault_in_push);
+  BOOST_CHECK(y.fault_stage == 2 && y.fault_step == 7 &&
+              y.fault_in == at::push);
   BOOST_CHECK(y.fault_replica == pipeline_settings::any_replica);
   // Stage 2 of replica 0 (x has one replica).
   y.fault_kill = "2/0@8";
   BOOST_REQUIRE(!validate(y));
   BOOST_CHECK(y.fault_stage == 2 && y.fault_replica == 0 && y.fault_step == 8 &&
-              !y.fault_in_push && !y.fault_in_eval);
+              y.fault_in == at::step);
   y.fault_kill = "2/0@8:eval";
   BOOST_REQUIRE(!validate(y));
   BOOST_CHECK(y.fault_stage == 2 && y.fault_replica == 0 && y.fault_step == 8 &&
-              !y.fault_in_push && y.fault_in_eval);
+              y.fault_in == at::eval);
 }
 
 BOOST_AUTO_TEST_CASE(a_cut_must_fit_the_model) {
