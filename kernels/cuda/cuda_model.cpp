@@ -142,19 +142,22 @@ cuda_status cuda_model::run_step(const float* x, const uint8_t* labels,
     // The shapes are fixed (and every buffer made): record the step.
     if (!(st = dev_.begin_capture()).ok())
       return st;
+    // Into a graph of its own: one that failed (a part recorded, or none)
+    // is never replayed, and the last one stays with its batch.
     cuda_status queued;
+    graph recorded;
     try {
       queued = queue_step(batch);
     } catch (...) { // the capture ends first: then_synced's sync can wait
-      graph dropped;
-      dev_.end_capture(dropped);
+      dev_.end_capture(recorded);
       throw;
     }
-    st = dev_.end_capture(step_graph_); // ends the capture in any case
+    st = dev_.end_capture(recorded); // ends the capture in any case
     if (!queued.ok())
       return queued;
     if (!st.ok())
       return st;
+    step_graph_ = std::move(recorded);
     graph_rows_ = batch;
   }
   last_rows_ = batch;

@@ -69,6 +69,7 @@ public:
   void use_graphs(bool on) {
     graphs_ = on;
     step_graph_ = graph{};
+    graph_rows_ = 0;
   }
   /// True if the last compute_gradients replayed a graph.
   bool replayed() const { return replayed_; }

@@ -374,6 +374,23 @@ BOOST_AUTO_TEST_CASE(a_training_step_on_the_gpu_matches_the_cpu) {
   REQUIRE_OK(g2->download_gradients(got2));
   check_close({cpu_loss2}, {loss2}, "another model's graph, after: loss");
   check_arrays(cpu2.gradients(), got2.gradients(), "another model's, after");
+  // Graphs off and on again at the batch of the last graph: the step is
+  // recorded anew (the graph that went is not asked for), and matches.
+  g->use_graphs(false);
+  g->use_graphs(true);
+  {
+    auto x = random_floats(1024 * 784, 9, 0.0f, 1.0f);
+    std::vector<uint8_t> labels(1024, 2);
+    auto cpu = *m, got = *m;
+    float loss = 0, cpu_loss = 0;
+    BOOST_REQUIRE(cpu.compute_gradients(x.data(), labels.data(), 1024,
+                                        &cpu_loss) == kernel_status::ok);
+    REQUIRE_OK(g->compute_gradients(x.data(), labels.data(), 1024, &loss));
+    BOOST_CHECK(g->replayed());
+    REQUIRE_OK(g->download_gradients(got));
+    check_close({cpu_loss}, {loss}, "graphs on again: loss");
+    check_arrays(cpu.gradients(), got.gradients(), "graphs on again");
+  }
   // Graphs off: each kernel launched, as the first step.
   g->use_graphs(false);
   auto x = random_floats(64 * 784, 3, 0.0f, 1.0f);
