@@ -61,6 +61,16 @@ crashed() {
   fi
 }
 
+# left RESERVE MOST: the seconds a step may take: MOST at most, and
+# RESERVE kept for the steps after it before $deadline (1 where none is
+# left: `timeout 0` would not bound it at all).
+left() {
+  local n=$((deadline - SECONDS - $1))
+  [ "$n" -le "$2" ] || n=$2
+  [ "$n" -gt 0 ] || n=1
+  echo "$n"
+}
+
 case ${1:-} in
 pack)
   ignore .devbundle
@@ -68,11 +78,15 @@ pack)
   du -sh "$here/.devbundle"
   ;;
 run)
-  # One device call, about 300 s at most (420 if both tests crash and
-  # run again case by case): the tests plain and, at the same
-  # time, under compute-sanitizer's memcheck and racecheck; then gpu_step
-  # alone on the GPU; then the PyTorch script. Each step is bounded.
+  # One device call: the tests plain and, at the same time, under
+  # compute-sanitizer's memcheck and racecheck; then gpu_step alone on the
+  # GPU; then the PyTorch script. Each step is bounded, and all of them by
+  # one deadline, 540 s (CHECK_SECONDS), inside the device tool's 600 s, so
+  # that the table is always printed: about 360 s where nothing crashes or
+  # hangs; what a crash or a hang costs (each case run alone) comes out of
+  # the PyTorch script's time first, then gpu_step's.
   # At most 8 files come back from $OUT: the sanitizers' logs are joined.
+  deadline=$((SECONDS + ${CHECK_SECONDS:-540}))
   out=${OUT:-$here/logs/gpu}
   mkdir -p "$out"
   cpu_math
@@ -108,21 +122,22 @@ run)
       --color_output=no --log_level=message >"$out/$t.log" 2>&1 || rc=$?
     table+=("$t: rc $rc")
     grep -h -E 'relative|skipped|error|fail' "$out/$t.log" | tail -n 30 || true
-    # A crash ends the module: each case alone then (120 s in all), so
-    # that one crash hides no other.
-    if crashed "$rc" "$out/$t.log"; then
+    # A crash or a hang ends the module: each case alone then (120 s in
+    # all, 90 s kept for gpu_step), so that one case hides no other.
+    if crashed "$rc" "$out/$t.log" || [ "$rc" = 124 ]; then
       cases=$({ "$here/.devbundle/run" "$here/.devbundle/bin/$t" \
         --list_content 2>&1 || true; } |
         sed -n 's/^ \{4\}\([a-z_0-9]*\)\*$/\1/p')
       [ -n "$cases" ] || table+=("  $t: crashed, and lists no cases")
       until=$((SECONDS + 120))
       for c in $cases; do
-        if [ "$SECONDS" -ge "$until" ]; then
-          table+=("  $t/$c: not run (120 s spent)")
+        bound=$(left 90 20)
+        if [ "$SECONDS" -ge "$until" ] || [ "$bound" -lt 5 ]; then
+          table+=("  $t/$c: not run (its 120 s, or the deadline, spent)")
           continue
         fi
         crc=0
-        timeout 20 "$here/.devbundle/run" "$here/.devbundle/bin/$t" \
+        timeout "$bound" "$here/.devbundle/run" "$here/.devbundle/bin/$t" \
           --run_test="*/$c" --color_output=no >>"$out/$t.cases.log" 2>&1 ||
           crc=$?
         table+=("  $t/$c: rc $crc")
@@ -141,13 +156,13 @@ run)
   grep -h -m 20 -E '=+ (Invalid|Race|Error|Program hit)|not supported' \
     "$scratch"/*.log || true
   rc=0
-  timeout 90 "$here/.devbundle/run" "$here/.devbundle/bin/gpu_step" \
+  timeout "$(left 0 90)" "$here/.devbundle/run" "$here/.devbundle/bin/gpu_step" \
     >"$out/gpu_step.log" 2>&1 || rc=$?
   table+=("gpu_step: rc $rc")
   cat "$out/gpu_step.log"
   if [ "$rc" -ge 128 ] && [ "$rc" != 137 ]; then # a crash: where?
     gdb=$(command -v cuda-gdb || command -v gdb || echo gdb)
-    timeout 90 "$here/.devbundle/run" "$gdb" -q -batch -ex run -ex bt \
+    timeout "$(left 0 90)" "$here/.devbundle/run" "$gdb" -q -batch -ex run -ex bt \
       -ex 'thread apply all bt 12' --args "$here/.devbundle/bin/gpu_step" \
       2>&1 | tail -n 60 || true
   fi
@@ -157,10 +172,15 @@ run)
   python3 -c 'import torch' 2>/dev/null ||
     py=$(ls /opt/torch/.venv/bin/python3 2>/dev/null || echo python3)
   rc=0
-  PYTHONUNBUFFERED=1 timeout 150 "$py" "$here/bench/gpu/gpu_step.py" \
-    >"$out/gpu_step_py.log" 2>&1 || rc=$?
-  table+=("gpu_step.py ($py): rc $rc")
-  cat "$out/gpu_step_py.log"
+  bound=$(left 0 150)
+  if [ "$bound" -ge 30 ]; then
+    PYTHONUNBUFFERED=1 timeout "$bound" "$py" "$here/bench/gpu/gpu_step.py" \
+      >"$out/gpu_step_py.log" 2>&1 || rc=$?
+    table+=("gpu_step.py ($py): rc $rc")
+    cat "$out/gpu_step_py.log"
+  else
+    table+=("gpu_step.py: not run (${bound} s left of the deadline)")
+  fi
   printf '%s\n' "${table[@]}"
   ;;
 pack-e2e)
