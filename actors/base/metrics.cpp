@@ -12,6 +12,8 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include "actors/base/http_threads.hpp"
+
 namespace troupe::metrics {
 
 namespace {
@@ -42,7 +44,7 @@ std::string serve(const std::string& host, uint16_t port,
     return "--metrics.port: already serving";
   auto where = host + ":" + std::to_string(port);
   try {
-    s.exposer = std::make_unique<prometheus::Exposer>(where, 1);
+    s.exposer = std::make_unique<prometheus::Exposer>(http_options(where));
   } catch (const std::exception& e) {
     return "--metrics.port=" + std::to_string(port) + ": cannot serve on " +
            where + " (" + e.what() + "; is the port taken?)";

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/base/http_threads.hpp"
+
 namespace troupe {
 
 namespace {
@@ -38,6 +40,31 @@ struct status_page::handler : CivetHandler {
     // empty
   }
   bool handleGet(CivetServer*, struct mg_connection* conn) override {
+    return answer(conn, true);
+  }
+  /// What a GET has, without its body (what uptime checks ask).
+  bool handleHead(CivetServer*, struct mg_connection* conn) override {
+    return answer(conn, false);
+  }
+  bool handlePost(CivetServer*, struct mg_connection* conn) override {
+    return refuse(conn);
+  }
+  bool handlePut(CivetServer*, struct mg_connection* conn) override {
+    return refuse(conn);
+  }
+  bool handleDelete(CivetServer*, struct mg_connection* conn) override {
+    return refuse(conn);
+  }
+  bool handleOptions(CivetServer*, struct mg_connection* conn) override {
+    return refuse(conn);
+  }
+  bool handlePatch(CivetServer*, struct mg_connection* conn) override {
+    return refuse(conn);
+  }
+
+private:
+  /// The page, its JSON, or 404; with the body or without.
+  bool answer(struct mg_connection* conn, bool with_body) {
     auto* info = mg_get_request_info(conn);
     std::string uri = info && info->local_uri ? info->local_uri : "/";
     std::string body, type;
@@ -48,20 +75,30 @@ struct status_page::handler : CivetHandler {
       body = html();
       type = "text/html; charset=utf-8";
     } else {
-      static const std::string missing =
-          "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\n"
-          "Content-Length: 20\r\nConnection: close\r\n\r\nno such page: try "
-          "/\n";
-      mg_write(conn, missing.data(), missing.size());
-      return true;
+      return write(conn, "404 Not Found", "no such page: try /\n", with_body);
     }
-    // civetweb's threads have small stacks (mg_printf alone takes 8 KiB
-    // of it): the answer is made elsewhere and only written here.
-    auto head = "HTTP/1.1 200 OK\r\nContent-Type: " + type +
-                "\r\nContent-Length: " + std::to_string(body.size()) +
-                "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n";
+    return write(conn, "200 OK", body, with_body, type);
+  }
+
+  /// The page is read only.
+  static bool refuse(struct mg_connection* conn) {
+    return write(conn, "405 Method Not Allowed",
+                 "the status page is read with GET or HEAD\n", true,
+                 "text/plain", "Allow: GET, HEAD\r\n");
+  }
+
+  /// The answer is made here and only written by civetweb (mg_printf alone
+  /// takes 8 KiB of a thread's stack).
+  static bool write(struct mg_connection* conn, const std::string& status,
+                    const std::string& body, bool with_body,
+                    const std::string& type = "text/plain",
+                    const std::string& more = "") {
+    auto head = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
+                "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
+                more + "Cache-Control: no-store\r\nConnection: close\r\n\r\n";
     mg_write(conn, head.data(), head.size());
-    mg_write(conn, body.data(), body.size());
+    if (with_body)
+      mg_write(conn, body.data(), body.size());
     return true;
   }
 };
@@ -70,8 +107,8 @@ std::shared_ptr<status_page>
 status_page::start(const std::string& host, uint16_t port, std::string& why) {
   std::shared_ptr<status_page> page{new status_page};
   page->handler_ = std::make_unique<handler>(page.get());
-  std::vector<std::string> options{
-      "listening_ports", host + ":" + std::to_string(port), "num_threads", "2"};
+  auto options = http_options(host + ":" + std::to_string(port));
+  page->publish(); // an empty view until the first: never no JSON
   try {
     page->server_ = std::make_unique<CivetServer>(options);
   } catch (const std::exception& e) {

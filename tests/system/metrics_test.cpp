@@ -1,14 +1,11 @@
 // Live metrics (--metrics.port): an agent's children serve on the next
 // ports, a scrape during a job shows them moving (samples, step times,
-// round latencies, road bytes, the view, events, restarts), and a port
-// that is taken is said once while the node goes on.
+// round latencies, road bytes, the view, events, restarts), a port that
+// is taken is said once while the node goes on, and requests neither
+// server serves (a HEAD, a POST, another path, half a request) are
+// answered while the node goes on.
 #define BOOST_TEST_MODULE metrics_tests
 #include <boost/test/unit_test.hpp>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -20,88 +17,13 @@
 #include <vector>
 
 #include "actors/base/metrics.hpp"
+#include "tests/system/http_client.hpp"
 #include "tests/system/nodes.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
 
 namespace {
-
-/// A loopback socket listening on a free port; closed by the destructor.
-struct held_port {
-  int fd = -1;
-  uint16_t port = 0;
-  held_port() {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    BOOST_REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) ==
-                  0);
-    BOOST_REQUIRE(::listen(fd, 1) == 0);
-    socklen_t n = sizeof(sa);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &n);
-    port = ntohs(sa.sin_port);
-  }
-  ~held_port() { ::close(fd); }
-};
-
-/// True if loopback port `p` can be bound now.
-bool bindable(uint16_t p) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(p);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
-  ::close(fd);
-  return ok;
-}
-
-/// A free port with the next `n` ports free too.
-uint16_t free_ports(int n) {
-  for (int tries = 0; tries < 100; ++tries) {
-    uint16_t p = held_port{}.port;
-    if (p + n > 65535)
-      continue;
-    bool all = true;
-    for (int k = 0; k <= n && all; ++k)
-      all = bindable(static_cast<uint16_t>(p + k));
-    if (all)
-      return p;
-  }
-  BOOST_FAIL("no run of free ports");
-  return 0;
-}
-
-/// GET /metrics on loopback `port`: the body, or nothing if none answers.
-std::optional<std::string> scrape(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval limit{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    ::close(fd);
-    return std::nullopt;
-  }
-  std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;)
-    out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  auto body = out.find("\r\n\r\n");
-  if (out.rfind("HTTP/1.", 0) != 0 || body == std::string::npos ||
-      out.find(" 200 ") == std::string::npos)
-    return std::nullopt;
-  return out.substr(body + 4);
-}
 
 /// The value of the sample `series` (name with its labels, as written),
 /// or nothing if the text has no such line.
@@ -281,6 +203,60 @@ BOOST_AUTO_TEST_CASE(a_taken_status_port_is_said_and_the_scheduler_goes_on) {
   BOOST_REQUIRE_MESSAGE(line, s.proc->output());
   BOOST_CHECK(line->find("--cluster.status-port=" +
                          std::to_string(taken.port)) != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(
+    requests_it_does_not_serve_are_answered_and_the_node_lives) {
+  // civetweb's own answers (to a HEAD, a POST, a path without a handler)
+  // overflowed its threads' stacks, which OpenBLAS's thread-local storage
+  // had shrunk (http_threads.hpp): one such request ended the scheduler.
+  auto p = free_ports(1);
+  uint16_t metrics = p, page = p + 1;
+  scheduler_process s(1, 1,
+                      {"--metrics.port=" + std::to_string(metrics),
+                       "--cluster.status-port=" + std::to_string(page)});
+  BOOST_REQUIRE_MESSAGE(s.proc->wait_for_line("status page on", 5s),
+                        s.proc->output());
+  auto status = [](const std::string& answer) {
+    return answer.substr(0, answer.find("\r\n"));
+  };
+  // The status page: a HEAD as a GET without its body, other methods 405.
+  auto head = http(page, "HEAD", "/status.json");
+  BOOST_CHECK_EQUAL(status(head), "HTTP/1.1 200 OK");
+  BOOST_CHECK(head.find("Content-Length: ") != std::string::npos);
+  BOOST_CHECK_EQUAL(head.substr(head.find("\r\n\r\n") + 4), "");
+  for (auto m : {"POST", "PUT", "DELETE", "OPTIONS", "PATCH"}) {
+    auto a = http(page, m, "/");
+    BOOST_CHECK_MESSAGE(status(a) == "HTTP/1.1 405 Method Not Allowed" &&
+                            a.find("Allow: GET, HEAD") != std::string::npos,
+                        m << ": " << a);
+  }
+  BOOST_CHECK_EQUAL(status(http(page, "GET", "/nope")),
+                    "HTTP/1.1 404 Not Found");
+  // Before the first member joins, the JSON is an empty view.
+  auto first = scrape(page, "/status.json");
+  BOOST_REQUIRE(first);
+  BOOST_CHECK(first->find("\"members\":[]") != std::string::npos);
+  // The metrics port: civetweb's own 4xx for the rest.
+  for (auto [m, path] : {std::pair{"GET", "/"},
+                         {"GET", "/nope"},
+                         {"HEAD", "/metrics"},
+                         {"POST", "/metrics"}}) {
+    auto a = status(http(metrics, m, path));
+    BOOST_CHECK_MESSAGE(a.rfind("HTTP/1.", 0) == 0 && a.size() > 9 &&
+                            a[9] == '4',
+                        m << " " << path << ": " << a);
+  }
+  BOOST_REQUIRE_MESSAGE(!s.proc->wait_exit(0ms), s.proc->output());
+  // Clients that send half a request hold a thread each, but not all of
+  // them: the next GET is answered while they wait.
+  std::vector<std::unique_ptr<http_client>> halves;
+  for (auto port : {page, page, page, metrics, metrics, metrics})
+    halves.push_back(std::make_unique<http_client>(
+        port, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"));
+  BOOST_CHECK(scrape(page, "/status.json"));
+  BOOST_CHECK(scrape(metrics));
+  BOOST_CHECK_MESSAGE(!s.proc->wait_exit(0ms), s.proc->output());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
