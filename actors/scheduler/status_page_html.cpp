@@ -70,7 +70,7 @@ async function refresh() {
     document.getElementById("events").innerHTML = s.events.slice(-60).reverse().map(e =>
       '<li class="' + (bad.has(e.kind) ? "bad" : "") + '">' +
       new Date(e.at_ms).toISOString().slice(11, 23) + " " + text(e.kind) + " " +
-      text(e.about) + " " + e.rank + ": " + text(e.detail) + "</li>").join("");
+      text(e.role) + " " + e.rank + ": " + text(e.detail) + "</li>").join("");
   } catch (err) {
     document.getElementById("view").textContent = "(scheduler not answering)";
   }

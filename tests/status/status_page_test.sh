@@ -118,6 +118,11 @@ for _ in $(seq 10); do # the page polls twice a second
   fi
 done
 [ -n "$seen" ] || fail "the page does not show the crash and the rejoin"
+# Each event line names its role ("crashed worker 1: ..."; it read
+# "crashed undefined 1" while the page asked the JSON for another field).
+grep -qE '(crashed|rejoined) worker [0-9]+:' <<<"$page" ||
+  fail "the events do not name their role: $(grep -oE '(crashed|rejoined) [^<]*' <<<"$page" | head -n 3)"
+! grep -q undefined <<<"$page" || fail "the page shows 'undefined'"
 echo "$(date +%T.%3N) the page shows worker-1's crash and rejoin"
 
 # A progress line later than any the first load could have shown, and
