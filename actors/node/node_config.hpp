@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -132,5 +133,15 @@ private:
   /// The switches given as --SWITCH=false (check_options), for finish().
   std::vector<std::string> switches_off_;
 };
+
+/// A node's command line, read as troupe-node reads it (its main and a
+/// custom worker's call this): loads CAF's network module into `cfg`;
+/// --help prints the options; a misspelt option (named with the nearest
+/// one), a malformed value or a bad setting is one line on stderr
+/// (`*** reading options failed: ...`, `*** checking options failed:
+/// ...`); --metrics.port is served (a port that cannot be is said, and the
+/// node goes on). The code to exit with (0 after --help, 2 for a bad
+/// option), or nothing: go on.
+std::optional<int> read_command_line(node_config& cfg, int argc, char** argv);
 
 } // namespace troupe

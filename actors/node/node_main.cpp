@@ -179,30 +179,11 @@ std::string self_path(const char* argv0) {
 
 int main(int argc, char** argv) {
   node_config cfg;
-  cfg.load<caf::io::middleman>();
-  std::vector<std::string> args(argv + 1, argv + argc);
-  for (auto& a : args)
-    if (a == "--help" || a == "-h" || a == "-?" || a == "--long-help") {
-      std::cout << cfg.help_text();
-      return 0;
-    }
-  auto flags = child_flags(args); // what an agent passes on to its children
-  if (auto err = cfg.check_options(args))
-    return fail("reading options", err) + 1;
-  if (auto err = cfg.parse(std::move(args)))
-    return fail("reading options", err) + 1;
-  if (cfg.cli_helptext_printed)
-    return 0;
-  if (auto err = cfg.finish())
-    return fail("checking options", err) + 1;
-  // Metrics are for watching: a node that cannot serve them (a restarted
-  // one whose port is not free yet, say) says so and goes on.
-  if (cfg.metrics_port != 0)
-    if (auto why = metrics::serve(cfg.host, cfg.metrics_port, cfg.role_name);
-        !why.empty())
-      stderr_line() << "*** troupe-node: " << why
-                    << "; going on without them\n";
+  if (auto rc = read_command_line(cfg, argc, argv))
+    return *rc;
   if (cfg.role_name == "agent") {
+    // What it passes on to its children.
+    auto flags = child_flags({argv + 1, argv + argc});
     stop_on_signals();
     caf::actor_system sys{cfg};
     agent_run_settings run{cfg.agent, cfg.fault, cfg.scheduler_host,

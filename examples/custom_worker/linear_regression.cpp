@@ -13,7 +13,6 @@
 #include <random>
 
 #include <caf/actor_system.hpp>
-#include <caf/io/middleman.hpp>
 
 #include "actors/kv/kv.hpp"
 #include "actors/node/node_config.hpp"
@@ -99,18 +98,11 @@ private:
 } // namespace
 
 int main(int argc, char** argv) {
-  troupe::node_config cfg; // reads --scheduler-port, --worker.steps, ...
-  cfg.load<caf::io::middleman>();
-  if (auto err = cfg.parse(argc, argv)) {
-    std::cerr << "*** bad options: " << troupe::describe(err) << '\n';
-    return 2;
-  }
-  if (cfg.cli_helptext_printed)
-    return 0;
-  if (auto err = cfg.finish()) { // checks them; --openssl.* loads TLS
-    std::cerr << "*** bad options: " << troupe::describe(err) << '\n';
-    return 2;
-  }
+  // --scheduler-port, --worker.steps, ... read and checked as troupe-node
+  // does (--openssl.* loads TLS, --metrics.port serves metrics).
+  troupe::node_config cfg;
+  if (auto rc = troupe::read_command_line(cfg, argc, argv))
+    return *rc;
   caf::actor_system sys{cfg};
   auto sched = troupe::connect_scheduler(sys, cfg.scheduler_host,
                                          cfg.scheduler_port, 10000);

@@ -240,18 +240,9 @@ int main(int argc, char** argv) {
   }
   argc = static_cast<int>(args.size());
   argv = args.data();
-  node_config cfg;
-  cfg.load<caf::io::middleman>();
-  if (auto err = cfg.parse(argc, argv)) {
-    std::cerr << "*** reading options failed: " << describe(err) << '\n';
-    return 2;
-  }
-  if (cfg.cli_helptext_printed)
-    return 0;
-  if (auto err = cfg.finish()) { // checks them; --openssl.* loads TLS
-    std::cerr << "*** checking options failed: " << describe(err) << '\n';
-    return 2;
-  }
+  node_config cfg; // checked as troupe-node's; --openssl.* loads TLS
+  if (auto rc = read_command_line(cfg, argc, argv))
+    return *rc;
   auto heartbeat_timeout_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(
           caf::get_or(cfg, "middleman.connection-timeout", caf::timespan{0}))
