@@ -8,6 +8,7 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
 
 #include <algorithm>
 #include <chrono>
@@ -182,6 +183,25 @@ std::string check_tls_identity(const tls_files& f,
   if (SSL_CTX_load_verify_locations(ctx.get(), f.cafile.c_str(), nullptr) != 1)
     return "--openssl.cafile=" + f.cafile +
            ": no CA certificates OpenSSL can load (" + openssl_reason() + ")";
+  // Peers trust that CA alone: a certificate it did not sign (another
+  // cluster's, a leaf named as the CA) fails every handshake, which said
+  // only "disconnect_during_handshake".
+  std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> check{
+      X509_STORE_CTX_new(), &X509_STORE_CTX_free};
+  STACK_OF(X509)* chain = nullptr;
+  SSL_CTX_get0_chain_certs(ctx.get(), &chain);
+  if (!check ||
+      X509_STORE_CTX_init(check.get(), SSL_CTX_get_cert_store(ctx.get()),
+                          SSL_CTX_get0_certificate(ctx.get()), chain) != 1)
+    return "OpenSSL cannot check --openssl.certificate: " + openssl_reason();
+  if (X509_verify_cert(check.get()) != 1)
+    return "--openssl.certificate=" + f.certificate +
+           " does not verify against --openssl.cafile=" + f.cafile + " (" +
+           X509_verify_cert_error_string(
+               X509_STORE_CTX_get_error(check.get())) +
+           "): every peer trusts that CA alone and would refuse it; give the"
+           " CA that signed it, or a certificate it signed"
+           " (deploy/make-certs.sh)";
   return "";
 }
 

@@ -146,7 +146,15 @@ BOOST_AUTO_TEST_CASE(
        "--openssl.cafile=" + test_certs +
            "/node.key: no CA certificates OpenSSL can load"},
       {{"--openssl.cafile=" + test_certs + "/ca.pem"},
-       "missing: --openssl.certificate and --openssl.key"}};
+       "missing: --openssl.certificate and --openssl.key"},
+      // Another CA's certificate, or the node's own named as the CA: the
+      // scheduler listened, and every peer's handshake failed.
+      {{"--openssl.certificate=" + rogue_certs + "/node.pem",
+        "--openssl.key=" + rogue_certs + "/node.key", certs[2]},
+       "--openssl.certificate=" + rogue_certs +
+           "/node.pem does not verify against " + certs[2] + " ("},
+      {{certs[0], certs[1], "--openssl.cafile=" + test_certs + "/node.pem"},
+       "does not verify against --openssl.cafile=" + test_certs + "/node.pem"}};
   for (auto& c : cases) {
     std::vector<std::string> args{node_bin, "--role=scheduler",
                                   "--scheduler-port=0"};
