@@ -31,6 +31,10 @@ std::optional<int> read_command_line(node_config& cfg, int argc, char** argv) {
     return exit_done;
   if (auto err = cfg.finish())
     return bad("checking options", err);
+  // A role that is none is refused before anything is served.
+  if (!cfg.role_name.empty() && cfg.role_name != "agent")
+    if (auto r = cfg.node_role(); !r)
+      return bad("checking options", r.error());
   // Metrics are for watching: a node that cannot serve them (a restarted
   // one whose port is not free yet, say) says so and goes on. A custom
   // worker's main gives no --role.

@@ -1,5 +1,6 @@
 // node_config's checks of options that several subsystems must agree on:
-// modes, devices, faults, checkpoints (finish() calls them).
+// CAF's, addresses, modes, devices, faults, checkpoints (finish() calls
+// them).
 #include "actors/node/node_config.hpp"
 
 #include <chrono>
@@ -13,6 +14,13 @@
 namespace troupe {
 
 caf::error node_config::check_caf_settings() const {
+  auto policy = caf::get_or(*this, "scheduler.policy", caf::atom("sharing"));
+  if (policy != caf::atom("sharing") && policy != caf::atom("stealing"))
+    // CAF would take its default for any other word, silently.
+    return caf::make_error(errc::invalid_config,
+                           "--scheduler.policy must be sharing or stealing,"
+                           " got",
+                           caf::to_string(policy));
   auto threads = caf::get_or(*this, "scheduler.max-threads", size_t{1});
   if (threads == 0 || threads > 256) // 0 ran nothing: a silent hang
     return caf::make_error(errc::invalid_config,
@@ -43,6 +51,39 @@ caf::error node_config::check_caf_settings() const {
                                " later than the timeout is taken for dead;"
                                " got " +
                                ms(beat));
+  return caf::none;
+}
+
+caf::error node_config::check_addresses() const {
+  for (auto [flag, value] : {std::pair{"--host", &host},
+                             std::pair{"--scheduler-host", &scheduler_host}})
+    if (value->empty())
+      return caf::make_error(errc::invalid_config,
+                             std::string{flag} +
+                                 "= names no host: give an address (127.0.0.1"
+                                 " where the flag is left out)");
+  bool joins =
+      role_name == "server" || role_name == "worker" || role_name == "agent";
+  if (joins && scheduler_port == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--scheduler-port=0: a " + role_name +
+                               " must be given the port the scheduler listens"
+                               " on (0, any free port, is for"
+                               " --role=scheduler)");
+  auto children = agent.servers + agent.workers;
+  if (role_name == "agent" && children > 1 && port != 0)
+    return caf::make_error(errc::invalid_config,
+                           "--port=" + std::to_string(port) +
+                               " with an agent of " + std::to_string(children) +
+                               " children: each would listen on it; leave it"
+                               " out (each takes a free port)");
+  if (role_name == "agent" && agent.servers > 1 && server.road_port != 0)
+    return caf::make_error(
+        errc::invalid_config,
+        "--server.road-port=" + std::to_string(server.road_port) +
+            " with --agent.servers=" + std::to_string(agent.servers) +
+            ": each server would listen on it; leave it"
+            " out (each takes a free port)");
   return caf::none;
 }
 
@@ -81,6 +122,13 @@ caf::error node_config::check_modes() const {
                            " apply the optimizer, and --optimizer.name=sum"
                            " would add the gradients to the weights; pick"
                            " sgd, momentum, nesterov or adam");
+  if (worker.task == "stage" && scheduler.servers > 0 &&
+      optimizer.on == "worker")
+    return caf::make_error(errc::invalid_config,
+                           "--worker.task=stage with servers needs"
+                           " --optimizer.on=server: each stage pushes its"
+                           " mini-batch's gradients, and the servers'"
+                           " optimizer applies them");
   if (worker.task == "stage" && scheduler.servers > 0 && !server.atomic_pushes)
     return caf::make_error(errc::invalid_config,
                            "--worker.task=stage with servers needs atomic"

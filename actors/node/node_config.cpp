@@ -16,6 +16,7 @@
 
 #include "actors/base/log.hpp"
 #include "actors/base/spin_scheduler.hpp"
+#include "actors/base/writable.hpp"
 #include "actors/cluster/connect.hpp"
 #include "actors/node/option_check.hpp"
 #include "actors/supervision/fault_plan.hpp"
@@ -256,7 +257,8 @@ void node_config::add_fault_options() {
            "faults to inject, e.g. kill:worker-1@3000,hang:worker-0@5000+4000,"
            "cut:worker-1@8000+2000")
       .add(fault.random_kills, "random-kills",
-           "kill this many distinct children at random times")
+           "kill this many children at random times (each once before any"
+           " twice; at most 10000)")
       .add(fault.random_targets, "random-targets", "worker | server | any")
       .add(fault.random_from_ms, "random-from-ms",
            "random kills happen after this (ms from the agent's start)")
@@ -366,6 +368,8 @@ caf::error node_config::finish() {
                            log_level);
   if (auto err = check_caf_settings())
     return err;
+  if (auto err = check_addresses())
+    return err;
   auto mode = parse_consistency(mode_text);
   if (!mode)
     return std::move(mode.error());
@@ -415,13 +419,16 @@ caf::error node_config::finish() {
     set("scheduler.max-threads", size_t{2});
   if (auto err = validate(agent))
     return err;
+  if (role_name == "agent" && !agent.logs.empty()) // made if missing
+    if (auto why = unwritable_folder(agent.logs); !why.empty())
+      return caf::make_error(errc::invalid_config, "--agent.logs: " + why);
   if (auto err = validate(fault))
     return err;
   if (auto err = check_faults())
     return err;
-  if (auto err = check_checkpoints())
+  if (auto err = check_tls()) // first: a refused node makes no folder
     return err;
-  if (auto err = check_tls())
+  if (auto err = check_checkpoints())
     return err;
   share_settings();
   return caf::none;
@@ -513,8 +520,14 @@ caf::error node_config::check_options(std::vector<std::string>& args) {
   const std::string flag = "--config-file=";
   std::string file;
   for (auto& a : args)
-    if (a.rfind(flag, 0) == 0)
+    if (a.rfind(flag, 0) == 0) {
+      if (!file.empty()) // CAF reads the first, and we checked the last
+        return caf::make_error(errc::invalid_config,
+                               "--config-file given twice (" + file + ", " +
+                                   a.substr(flag.size()) +
+                                   "): one INI file a node");
       file = a.substr(flag.size());
+    }
   if (file == "\"\"") // --config-file= (plain_flags)
     return caf::make_error(errc::invalid_config,
                            "--config-file= names no file: name an INI file,"

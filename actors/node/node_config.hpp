@@ -117,6 +117,7 @@ private:
   /// CAF's own options that troupe needs in bounds: scheduler threads,
   /// heartbeats below the connection timeout.
   caf::error check_caf_settings() const;
+  caf::error check_addresses() const;
   caf::error check_modes() const;
   caf::error check_devices() const;
   caf::error check_faults() const;

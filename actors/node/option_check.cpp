@@ -183,6 +183,16 @@ std::string closest_name(const std::string& name,
 
 caf::error check_ini_text(const std::string& text, const std::string& file,
                           const caf::config_option_set& opts) {
+  // CAF's reader takes neither (it said "trailing_character" at a line's
+  // end, or an unknown key that looked like a known one).
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0)
+    return bad(file, "starts with a byte order mark (UTF-8 BOM): save it"
+                     " without one");
+  if (auto cr = text.find('\r'); cr != std::string::npos)
+    return bad(file + ":" +
+                   std::to_string(
+                       1 + std::count(text.begin(), text.begin() + cr, '\n')),
+               "Windows line ends (CR LF): save it with LF alone (dos2unix)");
   auto groups = groups_of(opts);
   std::istringstream in{text};
   std::string line, group = "global"; // keys before any [section]

@@ -22,15 +22,19 @@ caf::error validate(const optimizer_settings& x) {
     return caf::make_error(errc::invalid_config,
                            "--optimizer.on must be server or worker, got",
                            x.on);
+  // A float past 3.4e38 is infinite: it trained to nothing, or diverged
+  // with a hint to lower the rate.
   if (!(x.lr >= 0.0f) || !std::isfinite(x.lr))
-    return bad("--optimizer.lr must be >= 0");
+    return bad("--optimizer.lr must be finite and >= 0");
   if (!(x.momentum >= 0.0f && x.momentum < 1.0f))
     return bad("--optimizer.momentum must be in [0, 1)");
-  if (!(x.weight_decay >= 0.0f))
-    return bad("--optimizer.weight-decay must be >= 0");
+  if (!(x.weight_decay >= 0.0f) || !std::isfinite(x.weight_decay))
+    return bad("--optimizer.weight-decay must be finite and >= 0");
   if (!(x.beta1 >= 0.0f && x.beta1 < 1.0f && x.beta2 >= 0.0f &&
-        x.beta2 < 1.0f && x.eps > 0.0f))
-    return bad("--optimizer.beta1/beta2 must be in [0, 1), eps > 0");
+        x.beta2 < 1.0f && x.eps > 0.0f) ||
+      !std::isfinite(x.eps))
+    return bad("--optimizer.beta1/beta2 must be in [0, 1), eps finite and >"
+               " 0 (as a float: 1e-45 or more)");
   if (!(x.lr_decay > 0.0f && x.lr_decay <= 1.0f))
     return bad("--optimizer.lr-decay must be in (0, 1]");
   return caf::none;

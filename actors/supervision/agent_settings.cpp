@@ -28,6 +28,10 @@ caf::error validate(const fault_settings& x) {
                            "--fault.random-targets must be worker, server or"
                            " any, got",
                            x.random_targets);
+  if (x.random_kills > max_random_kills) // one action each, made at start
+    return caf::make_error(errc::invalid_config,
+                           "--fault.random-kills must be at most 10000, got",
+                           x.random_kills);
   if (x.random_to_ms <= x.random_from_ms && x.random_kills > 0)
     return caf::make_error(errc::invalid_config,
                            "--fault.random-to-ms must be above"

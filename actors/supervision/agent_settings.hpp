@@ -33,12 +33,16 @@ struct agent_settings {
 /// One error naming the --agent.* flag that is wrong, or none.
 caf::error validate(const agent_settings& x);
 
+/// Most random kills one agent plans.
+constexpr uint32_t max_random_kills = 10000;
+
 /// Fault injection carried out by a node agent (INI group "fault"); see
 /// actors/supervision/fault_plan.hpp. Off by default.
 struct fault_settings {
   /// Planned faults, e.g. "kill:worker-1@3000,hang:worker-0@5000+4000".
   std::string plan;
-  /// Random kills of distinct children. Default 0.
+  /// Random kills: each child of the targets once, in a random order,
+  /// before any twice. Default 0; at most max_random_kills.
   uint32_t random_kills = 0;
   /// Whom random kills target: worker, server or any. Default worker.
   std::string random_targets = "worker";

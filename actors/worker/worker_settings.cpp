@@ -50,6 +50,12 @@ caf::error validate(const worker_settings& x) {
     return caf::make_error(errc::invalid_config,
                            "--worker.keys and --worker.key-floats must be"
                            " > 0");
+  // Each is held whole by the worker (std::bad_alloc beyond memory).
+  if (uint64_t{x.keys} * x.key_floats > max_workload_floats)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.keys x --worker.key-floats must be at"
+                           " most 2^30 floats (4 GiB), got",
+                           uint64_t{x.keys} * x.key_floats);
   return caf::none;
 }
 

@@ -292,6 +292,55 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
                     " or agent, got chief");
 }
 
+BOOST_AUTO_TEST_CASE(addresses_bounds_and_combinations_that_cannot_work) {
+  auto rejected = [](std::vector<std::string> args, const std::string& says) {
+    node_config cfg;
+    auto err = parse(cfg, args);
+    BOOST_CHECK_MESSAGE(err, "accepted: " << args.back());
+    if (err)
+      BOOST_CHECK_MESSAGE(describe(err).find(says) != std::string::npos,
+                          describe(err));
+  };
+  // An empty host listened on every address and announced "" to peers
+  // (troupe-node's "--host=" reaches CAF as below: plain_flags).
+  rejected({"--host=\"\""}, "--host= names no host");
+  rejected({"--scheduler-host=\"\""}, "--scheduler-host= names no host");
+  // Port 0 is "any free" for the scheduler only: the others waited for
+  // 127.0.0.1:0 until their request timeout.
+  for (auto role : {"server", "worker", "agent"})
+    rejected({std::string{"--role="} + role, "--scheduler-port=0",
+              "--agent.workers=1"},
+             "--scheduler-port=0: a " + std::string{role} + " must be given");
+  node_config sched;
+  BOOST_CHECK(!parse(sched, {"--role=scheduler", "--scheduler-port=0"}));
+  // One port for several children: all but one failed to listen, and were
+  // restarted until given up.
+  rejected({"--role=agent", "--agent.workers=2", "--port=47111"},
+           "--port=47111 with an agent of 2 children");
+  rejected({"--role=agent", "--agent.servers=2", "--server.road-port=47112"},
+           "--server.road-port=47112 with --agent.servers=2");
+  node_config one;
+  BOOST_CHECK(
+      !parse(one, {"--role=agent", "--agent.workers=1", "--port=47111"}));
+  // A stage that applied the optimizer itself pushed NaNs.
+  rejected({"--worker.task=stage", "--cluster.servers=2",
+            "--optimizer.name=sgd", "--optimizer.on=worker"},
+           "--optimizer.on=server");
+  // Counts that ended in std::bad_alloc.
+  rejected({"--fault.random-kills=4294967295"}, "--fault.random-kills");
+  rejected({"--worker.key-floats=4294967295"}, "--worker.keys x");
+  // Floats past 3.4e38 are infinite: chance-level accuracy, or a divergence
+  // blamed on the rate.
+  rejected({"--optimizer.weight-decay=1e39"}, "--optimizer.weight-decay");
+  rejected({"--optimizer.name=adam", "--optimizer.eps=1e39"}, "eps finite");
+  rejected({"--optimizer.lr=1e39"}, "--optimizer.lr must be finite");
+  // CAF took its default policy for any other word.
+  rejected({"--scheduler.policy=foo"}, "--scheduler.policy");
+  // A log folder that cannot be: its children could not start.
+  rejected({"--role=agent", "--agent.workers=1", "--agent.logs=/proc/troupe"},
+           "--agent.logs: cannot make /proc/troupe");
+}
+
 BOOST_AUTO_TEST_CASE(the_device_flag_names_devices_of_one_kind) {
   auto rejected = [](std::vector<std::string> args, const std::string& text) {
     node_config cfg;

@@ -127,6 +127,26 @@ BOOST_AUTO_TEST_CASE(a_missing_config_file_is_an_error) {
                         " is a folder: name an INI file");
 }
 
+BOOST_AUTO_TEST_CASE(windows_line_ends_a_bom_and_two_files_are_named) {
+  // CAF's reader said "trailing_character" at column 10 of line 1, or
+  // "unknown key 'scheduler-port' (did you mean 'scheduler-port'?)".
+  BOOST_CHECK_EQUAL(ini_error("scheduler-port = 4300\n[cluster]\r\n"),
+                    "invalid_config: FILE:2: Windows line ends (CR LF): save"
+                    " it with LF alone (dos2unix)");
+  BOOST_CHECK_EQUAL(ini_error("\xEF\xBB\xBFscheduler-port = 4300\n"),
+                    "invalid_config: FILE: starts with a byte order mark"
+                    " (UTF-8 BOM): save it without one");
+  // CAF read the first file, and the check the last.
+  temp_dir dir;
+  std::ofstream{dir / "a.ini"} << "[cluster]\nvnodse = 64\n";
+  std::ofstream{dir / "b.ini"} << "";
+  BOOST_CHECK_EQUAL(flag_error({"--config-file=" + dir / "a.ini",
+                                "--config-file=" + dir / "b.ini"}),
+                    "invalid_config: --config-file given twice (" +
+                        dir / "a.ini" + ", " + dir / "b.ini" +
+                        "): one INI file a node");
+}
+
 BOOST_AUTO_TEST_CASE(a_word_that_is_no_flag_is_an_error) {
   // At fbf4dac CAF ran on past these: `--role=worker foo` was a worker.
   BOOST_CHECK_EQUAL(flag_error({"--role=worker", "foo"}),
