@@ -150,7 +150,8 @@ int give_passphrase(char* buf, int size, int, void* pass) {
 } // namespace
 
 std::string check_tls_identity(const tls_files& f,
-                               const std::string& passphrase) {
+                               const std::string& passphrase,
+                               const std::string& capath) {
   ERR_clear_error();
   std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx{
       SSL_CTX_new(TLS_method()), &SSL_CTX_free};
@@ -180,7 +181,9 @@ std::string check_tls_identity(const tls_files& f,
     return "--openssl.key=" + f.key +
            " is not the key of --openssl.certificate=" + f.certificate + " (" +
            openssl_reason() + ")";
-  if (SSL_CTX_load_verify_locations(ctx.get(), f.cafile.c_str(), nullptr) != 1)
+  if (SSL_CTX_load_verify_locations(ctx.get(), f.cafile.c_str(),
+                                    capath.empty() ? nullptr
+                                                   : capath.c_str()) != 1)
     return "--openssl.cafile=" + f.cafile +
            ": no CA certificates OpenSSL can load (" + openssl_reason() + ")";
   // Peers trust that CA alone: a certificate it did not sign (another
@@ -234,7 +237,8 @@ bool tick_cut_handshake(const caf::error& err) {
 
 caf::expected<caf::actor> connect_scheduler(caf::actor_system& sys,
                                             const std::string& host,
-                                            uint16_t port, uint32_t wait_ms) {
+                                            uint16_t port, uint32_t wait_ms,
+                                            const std::atomic<bool>* stop) {
   using clock = std::chrono::steady_clock;
   auto deadline = clock::now() + std::chrono::milliseconds{wait_ms};
   caf::error last;
@@ -245,9 +249,9 @@ caf::expected<caf::actor> connect_scheduler(caf::actor_system& sys,
     if (h)
       return std::move(*h);
     last = std::move(h.error());
-    if (tick_cut_handshake(last) && clock::now() < deadline)
+    if (tick_cut_handshake(last) && clock::now() < deadline && !(stop && *stop))
       continue; // a tick has just passed: a whole interval for the next
-    if (clock::now() + delay > deadline)
+    if (clock::now() + delay > deadline || (stop && *stop))
       break;
     std::this_thread::sleep_for(delay); // back-off while it starts
   }

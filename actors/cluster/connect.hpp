@@ -5,6 +5,7 @@
 // connect_scheduler.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -36,11 +37,13 @@ tls_files tls_files_in(const std::string& dir);
 
 /// Whether OpenSSL can load `f` as CAF's TLS sessions will (the chain,
 /// the key, with `passphrase` if it is encrypted, that key belonging to the
-/// certificate, the trusted CAs): "" if so, else one line naming the file
-/// and OpenSSL's reason. CAF 0.17 finds out only at its first session, and
-/// then throws in its multiplexer: the node hung.
+/// certificate, the trusted CAs of the cafile and of `capath`, which the
+/// certificate must verify against): "" if so, else one line naming the
+/// file and OpenSSL's reason. CAF 0.17 finds out only at its first
+/// session, and then throws in its multiplexer: the node hung.
 std::string check_tls_identity(const tls_files& f,
-                               const std::string& passphrase);
+                               const std::string& passphrase,
+                               const std::string& capath = "");
 
 /// The three --openssl.* flags that name tls_files_in(dir).
 std::vector<std::string> tls_flags_for(const std::string& dir);
@@ -85,9 +88,11 @@ void connect_actor(Self* self, std::string host, uint16_t port,
 }
 
 /// Connects to a scheduler at host:port, retrying for up to `wait_ms`
-/// while it starts. Errors say where and why.
-caf::expected<caf::actor> connect_scheduler(caf::actor_system& sys,
-                                            const std::string& host,
-                                            uint16_t port, uint32_t wait_ms);
+/// while it starts, or until `*stop` turns true (SIGTERM to a node that
+/// waits: it ended only when the wait did). Errors say where and why.
+caf::expected<caf::actor>
+connect_scheduler(caf::actor_system& sys, const std::string& host,
+                  uint16_t port, uint32_t wait_ms,
+                  const std::atomic<bool>* stop = nullptr);
 
 } // namespace troupe

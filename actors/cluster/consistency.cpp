@@ -21,8 +21,8 @@ caf::expected<consistency> parse_consistency(const std::string& text) {
     return consistency{kind::ssp, static_cast<uint32_t>(s)};
   }
   return caf::make_error(errc::invalid_config,
-                         "mode must be sync, sync_device, async or ssp:S"
-                         " (S >= 0), got",
+                         "--server.mode must be sync, sync_device, async or"
+                         " ssp:S (S: 0 to 999999999 rounds), got",
                          text);
 }
 

@@ -3,7 +3,13 @@
 // them).
 #include "actors/node/node_config.hpp"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <string>
 
 #include "actors/supervision/fault_plan.hpp"
@@ -12,6 +18,33 @@
 #include "messages/errors.hpp"
 
 namespace troupe {
+
+namespace {
+
+/// Why this machine cannot listen on `host` ("" if it can): a name that
+/// does not resolve, or an address none of its interfaces holds.
+std::string unlistenable(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), "0", &hints, &found); rc != 0)
+    return std::string{"no such host ("} + ::gai_strerror(rc) + ")";
+  std::string why = "no address";
+  for (auto* a = found; a != nullptr && !why.empty(); a = a->ai_next) {
+    int fd =
+        ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0)
+      continue;
+    bool bound = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    why = bound ? "" : std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return why;
+}
+
+} // namespace
 
 caf::error node_config::check_caf_settings() const {
   auto policy = caf::get_or(*this, "scheduler.policy", caf::atom("sharing"));
@@ -62,21 +95,42 @@ caf::error node_config::check_addresses() const {
                              std::string{flag} +
                                  "= names no host: give an address (127.0.0.1"
                                  " where the flag is left out)");
+  // Where it listens must be this machine's: else it exited 1 at its
+  // first listen, after it joined, and its agent restarted it into the
+  // same line. Servers and stages listen on --host and --port (an agent's
+  // children, on its --host); other workers listen nowhere.
   bool joins =
       role_name == "server" || role_name == "worker" || role_name == "agent";
+  bool stages = worker.task == "stage";
+  uint32_t listeners = role_name == "server"   ? 1
+                       : role_name == "worker" ? (stages ? 1 : 0)
+                       : role_name == "agent"
+                           ? agent.servers + (stages ? agent.workers : 0)
+                           : 0;
+  auto [flag, listen] = role_name == "scheduler"
+                            ? std::pair{"--scheduler-host", &scheduler_host}
+                            : std::pair{"--host", &host};
+  if (listeners > 0 || role_name == "scheduler")
+    if (auto why = unlistenable(*listen); !why.empty())
+      return caf::make_error(errc::invalid_config,
+                             std::string{flag} + "=" + *listen +
+                                 ": cannot listen there: " + why +
+                                 " (give an address of this machine: `ip"
+                                 " addr` lists them)");
   if (joins && scheduler_port == 0)
     return caf::make_error(errc::invalid_config,
                            "--scheduler-port=0: a " + role_name +
                                " must be given the port the scheduler listens"
                                " on (0, any free port, is for"
                                " --role=scheduler)");
-  auto children = agent.servers + agent.workers;
-  if (role_name == "agent" && children > 1 && port != 0)
+  if (role_name == "agent" && listeners > 1 && port != 0)
     return caf::make_error(errc::invalid_config,
                            "--port=" + std::to_string(port) +
-                               " with an agent of " + std::to_string(children) +
-                               " children: each would listen on it; leave it"
-                               " out (each takes a free port)");
+                               " with an agent of " +
+                               std::to_string(listeners) +
+                               " children that listen (servers, stages):"
+                               " each would listen on it; leave it out (each"
+                               " takes a free port)");
   if (role_name == "agent" && agent.servers > 1 && server.road_port != 0)
     return caf::make_error(
         errc::invalid_config,

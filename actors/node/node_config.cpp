@@ -419,9 +419,6 @@ caf::error node_config::finish() {
     set("scheduler.max-threads", size_t{2});
   if (auto err = validate(agent))
     return err;
-  if (role_name == "agent" && !agent.logs.empty()) // made if missing
-    if (auto why = unwritable_folder(agent.logs); !why.empty())
-      return caf::make_error(errc::invalid_config, "--agent.logs: " + why);
   if (auto err = validate(fault))
     return err;
   if (auto err = check_faults())
@@ -430,6 +427,9 @@ caf::error node_config::finish() {
     return err;
   if (auto err = check_checkpoints())
     return err;
+  if (role_name == "agent" && !agent.logs.empty()) // made if missing
+    if (auto why = unwritable_folder(agent.logs); !why.empty())
+      return caf::make_error(errc::invalid_config, "--agent.logs: " + why);
   share_settings();
   return caf::none;
 }
@@ -480,7 +480,7 @@ caf::error node_config::check_tls() {
   }
   if (auto why =
           check_tls_identity({openssl_certificate, openssl_key, openssl_cafile},
-                             openssl_passphrase);
+                             openssl_passphrase, openssl_capath);
       !why.empty())
     return caf::make_error(errc::invalid_config, why);
   load<caf::openssl::manager>();

@@ -116,7 +116,9 @@ int run_scheduler(caf::actor_system& sys, const node_config& cfg) {
 int run_server(caf::actor_system& sys, const node_config& cfg) {
   stop_on_signals();
   auto sched = connect_scheduler(sys, cfg.scheduler_host, cfg.scheduler_port,
-                                 cfg.kv.request_timeout_ms);
+                                 cfg.kv.request_timeout_ms, &stop_requested);
+  if (!sched && stop_requested)
+    return 0; // told to stop before it joined
   if (!sched)
     return fail("connecting to the scheduler", sched.error());
   auto srv = sys.spawn(shard_server, cfg.server, *sched,

@@ -410,7 +410,9 @@ int run_agent(caf::actor_system& sys, const agent_run_settings& cfg,
     return 2;
   }
   auto sched = connect_scheduler(sys, cfg.scheduler_host, cfg.scheduler_port,
-                                 cfg.connect_wait_ms);
+                                 cfg.connect_wait_ms, &stop);
+  if (!sched && stop)
+    return 0; // told to stop before it joined: nothing started
   if (!sched) {
     stderr_line() << "*** agent: connecting to the scheduler failed: "
                   << describe(sched.error()) << '\n';

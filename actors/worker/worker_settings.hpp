@@ -41,10 +41,10 @@ struct train_settings {
 /// One error naming the --train.* flag that is wrong, or none.
 caf::error validate(const train_settings& x);
 
-/// Settings of a worker process (INI group "worker").
 /// Most floats of the built-in workload's arrays together (4 GiB).
 constexpr uint64_t max_workload_floats = uint64_t{1} << 30;
 
+/// Settings of a worker process (INI group "worker").
 struct worker_settings {
   /// train (Fashion-MNIST), counter (push/pull check) or stage (one stage
   /// of a model-parallel pipeline: --pipeline.*). Default train.

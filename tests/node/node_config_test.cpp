@@ -125,7 +125,7 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
       BOOST_CHECK_MESSAGE(describe(err).find(flag) != std::string::npos,
                           describe(err));
   };
-  rejected({"--server.mode=fast"}, "mode");
+  rejected({"--server.mode=fast"}, "--server.mode must be");
   rejected({"--log-level=loud"}, "--log-level");
   rejected({"--cluster.slice-floats=0"}, "--cluster.slice-floats");
   rejected({"--pipeline.stages=1"}, "--pipeline.stages");
@@ -315,13 +315,24 @@ BOOST_AUTO_TEST_CASE(addresses_bounds_and_combinations_that_cannot_work) {
   BOOST_CHECK(!parse(sched, {"--role=scheduler", "--scheduler-port=0"}));
   // One port for several children: all but one failed to listen, and were
   // restarted until given up.
-  rejected({"--role=agent", "--agent.workers=2", "--port=47111"},
-           "--port=47111 with an agent of 2 children");
+  rejected({"--role=agent", "--agent.workers=2", "--worker.task=stage",
+            "--port=47111"},
+           "--port=47111 with an agent of 2 children that listen");
+  rejected({"--role=agent", "--agent.servers=2", "--agent.workers=1",
+            "--port=47111"},
+           "--port=47111 with an agent of 2 children that listen");
   rejected({"--role=agent", "--agent.servers=2", "--server.road-port=47112"},
            "--server.road-port=47112 with --agent.servers=2");
-  node_config one;
-  BOOST_CHECK(
-      !parse(one, {"--role=agent", "--agent.workers=1", "--port=47111"}));
+  node_config one; // one listens: the server (train workers listen nowhere)
+  BOOST_CHECK(!parse(one, {"--role=agent", "--agent.servers=1",
+                           "--agent.workers=2", "--port=47111"}));
+  // A host not this machine's where it listens; a train worker listens
+  // nowhere (a shared INI may name another machine's --host).
+  rejected({"--role=server", "--scheduler-port=1", "--host=192.0.2.7"},
+           "--host=192.0.2.7: cannot listen there");
+  node_config trainer;
+  BOOST_CHECK(!parse(
+      trainer, {"--role=worker", "--scheduler-port=1", "--host=192.0.2.7"}));
   // A stage that applied the optimizer itself pushed NaNs.
   rejected({"--worker.task=stage", "--cluster.servers=2",
             "--optimizer.name=sgd", "--optimizer.on=worker"},

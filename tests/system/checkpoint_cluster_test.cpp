@@ -301,7 +301,8 @@ BOOST_AUTO_TEST_CASE(resume_without_a_checkpoint_says_so_and_exits) {
   // exit 2 (a configuration an agent does not restart).
   for (auto dir : {d.path, d.path + "/missing"})
     for (auto role : {"--role=scheduler", "--role=server"}) {
-      child_process p{node_args({role, "--scheduler-port=0", "--port=0",
+      // (A server's scheduler port is one it would dial: it never does.)
+      child_process p{node_args({role, "--scheduler-port=1", "--port=0",
                                  "--checkpoint.dir=" + dir, "--resume"})};
       auto rc = p.wait_exit(20s);
       BOOST_REQUIRE_MESSAGE(rc, p.output());

@@ -222,14 +222,14 @@ BOOST_AUTO_TEST_CASE(a_worker_restarted_after_another_finished_takes_its_rank) {
 }
 
 BOOST_AUTO_TEST_CASE(bad_flags_get_one_clear_line_and_a_nonzero_exit) {
-  check_refused(
-      {{{node_bin, "--role=chief"}, "--role must be"},
-       {{node_bin, "--role=server", "--server.mode=ssp:x"}, "mode must be"},
-       {{node_bin, "--role=worker", "--kv.request-timeout-ms=0"},
-        "--kv.request-timeout-ms"},
-       {{node_bin, "--role=server", "--road.frame-spin-us=20000"},
-        "--road.frame-spin-us must be 0..10000"},
-       {{node_bin, "--role=server", "--no-such-flag=1"}, "***"}});
+  check_refused({{{node_bin, "--role=chief"}, "--role must be"},
+                 {{node_bin, "--role=server", "--server.mode=ssp:x"},
+                  "--server.mode must be"},
+                 {{node_bin, "--role=worker", "--kv.request-timeout-ms=0"},
+                  "--kv.request-timeout-ms"},
+                 {{node_bin, "--role=server", "--road.frame-spin-us=20000"},
+                  "--road.frame-spin-us must be 0..10000"},
+                 {{node_bin, "--role=server", "--no-such-flag=1"}, "***"}});
 }
 
 BOOST_AUTO_TEST_CASE(a_bad_ini_file_gets_one_line_naming_file_line_and_key) {
@@ -283,9 +283,13 @@ BOOST_AUTO_TEST_CASE(a_port_that_cannot_be_listened_on_is_named) {
         "cannot listen on 127.0.0.1:" + port +
             ": another process holds the port, or the host is no address of"
             " this machine"},
+       // An address of no interface here: said before anything, exit 2.
        {node_args({"--role=scheduler", "--scheduler-port=0",
                    "--scheduler-host=192.0.2.1"}),
-        "cannot listen on 192.0.2.1:0: another process holds the port"}});
+        "--scheduler-host=192.0.2.1: cannot listen there: Cannot assign"
+        " requested address (give an address of this machine"},
+       {node_args({"--role=server", "--scheduler-port=1", "--host=192.0.2.7"}),
+        "--host=192.0.2.7: cannot listen there: Cannot assign"}});
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_without_a_scheduler_gives_up_clearly) {
