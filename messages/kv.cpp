@@ -252,6 +252,12 @@ frame encode_failure(const caf::error& err) {
   auto troupe = err.category() == caf::atom("troupe");
   b.setCode(troupe ? err.code() : 0);
   auto text = describe(err);
+  // A troupe code travels apart: its words alone, or the receiver's error
+  // said "non_finite: non_finite: worker 0 pushed ...".
+  auto code = troupe ? std::string{to_string(static_cast<errc>(err.code()))}
+                     : std::string{};
+  if (troupe && text.rfind(code, 0) == 0)
+    text.erase(0, std::min(text.size(), code.size() + 2)); // and ": "
   if (text.size() > max_failure_chars)
     text.resize(max_failure_chars);
   b.setContext(text);
@@ -268,6 +274,8 @@ caf::error decode_failure(bytes_view f) {
     std::string what{text.cStr()};
     if (r.getCode() == 0 || r.getCode() > static_cast<uint8_t>(last_errc))
       out = caf::make_error(caf::sec::runtime_error, std::move(what));
+    else if (what.empty())
+      out = caf::make_error(static_cast<errc>(r.getCode()));
     else
       out = caf::make_error(static_cast<errc>(r.getCode()), std::move(what));
     return caf::error{};

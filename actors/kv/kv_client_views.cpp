@@ -442,10 +442,17 @@ caf::error check_arrays(self_ptr self, const arrays& xs) {
   for (auto& x : xs) {
     auto i = self->state.sizes.find(x.key);
     if (i == self->state.sizes.end())
-      return caf::make_error(errc::unknown_key, x.key);
+      return caf::make_error(errc::unknown_key,
+                             "key " + std::to_string(x.key) +
+                                 " was never declared (a worker's"
+                                 " parameters(), or kv init)");
     if (i->second != x.values.size())
-      return caf::make_error(errc::bad_shape, x.key, i->second,
-                             static_cast<uint64_t>(x.values.size()));
+      return caf::make_error(errc::bad_shape,
+                             "key " + std::to_string(x.key) + " holds " +
+                                 std::to_string(i->second) + " floats, " +
+                                 std::to_string(x.values.size()) +
+                                 " were given (a worker's step() must return"
+                                 " each array of its parameters() size)");
     if (auto err = check_placed(self, x.key, x.values.size()))
       return err;
   }

@@ -87,8 +87,19 @@ BOOST_AUTO_TEST_CASE(undeclared_keys_and_wrong_lengths_are_refused) {
   cluster c{"async", 1, 1};
   init_all(c, 4);
   auto& w = c.worker(0);
-  BOOST_CHECK(w.push(0, filled(99, 4, 1.0f)).error() == errc::unknown_key);
-  BOOST_CHECK(w.push(0, filled(1, 5, 1.0f)).error() == errc::bad_shape);
+  auto unknown = w.push(0, filled(99, 4, 1.0f));
+  BOOST_CHECK(unknown.error() == errc::unknown_key);
+  // The words say what is wrong (they read "unknown_key: 99", "bad_shape:
+  // 1 4 5").
+  BOOST_CHECK_EQUAL(describe(unknown.error()),
+                    "unknown_key: key 99 was never declared (a worker's"
+                    " parameters(), or kv init)");
+  auto shape = w.push(0, filled(1, 5, 1.0f));
+  BOOST_CHECK(shape.error() == errc::bad_shape);
+  BOOST_CHECK_EQUAL(describe(shape.error()),
+                    "bad_shape: key 1 holds 4 floats, 5 were given (a"
+                    " worker's step() must return each array of its"
+                    " parameters() size)");
   BOOST_CHECK(w.pull(0, {99}).error() == errc::unknown_key);
   BOOST_CHECK(w.init(filled(1, 5, 0.0f)).error() == errc::size_conflict);
   auto got = w.pull(0, {1}); // nothing was applied
