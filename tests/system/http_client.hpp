@@ -65,16 +65,16 @@ inline uint16_t free_ports(int n) {
 }
 
 /// A connection to loopback `port` with `text` sent on it (a receive gives
-/// up after 5 s); closed by the destructor.
+/// up after `wait_s`); closed by the destructor.
 struct http_client {
   int fd = -1;
-  http_client(uint16_t port, const std::string& text) {
+  http_client(uint16_t port, const std::string& text, int wait_s = 5) {
     fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
     sa.sin_port = htons(port);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    timeval limit{5, 0};
+    timeval limit{wait_s, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
     if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
       ::close(fd);
