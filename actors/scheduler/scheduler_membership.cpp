@@ -307,8 +307,12 @@ frame admit(self_ptr self, const register_request& req, caf::actor handle) {
   self->state.ranks_of_agents.learn(host_of(handle.node()), req.pid, req.kind,
                                     info.rank);
   ++self->state.joined[req.kind];
-  TROUPE_LOG(info, "scheduler", to_string(req.kind), " ", info.rank,
-             " joined (pid ", req.pid, ", ", req.host, ":", req.port, ")");
+  // A worker publishes nothing of its own (its host and port are empty).
+  TROUPE_LOG(
+      info, "scheduler", to_string(req.kind), " ", info.rank, " joined (pid ",
+      req.pid,
+      req.host.empty() ? "" : ", " + req.host + ":" + std::to_string(req.port),
+      ")");
   publish(self);
   bool again = !self->state.seen.emplace(req.kind, info.rank).second;
   record(self, again ? "rejoined" : "joined", info,
