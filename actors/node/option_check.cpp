@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -152,11 +153,16 @@ caf::error check_entry(const caf::config_option_set& opts,
   auto parsed = caf::config_value::parse(value);
   if (!parsed)
     return bad(where, "cannot read the value of " + name + ": " + value);
-  if (caf::holds_alternative<std::string>(*parsed) && value.front() != '"')
+  std::string type{opt->type_name().begin(), opt->type_name().end()};
+  if (caf::holds_alternative<std::string>(*parsed) && value.front() != '"') {
+    // CAF's words (--scheduler.policy) take single quotes, strings double.
+    if (type.find("atom") != std::string::npos)
+      return bad(where, "words are in single quotes in an INI file: " + key +
+                            "='" + value + "'");
     return bad(where, "strings are quoted in an INI file: " + key + "=\"" +
                           value + "\"");
+  }
   if (opt->check(*parsed)) {
-    std::string type{opt->type_name().begin(), opt->type_name().end()};
     return bad(where,
                name + " takes " + what_it_takes(type) + ", got " + value);
   }
@@ -196,6 +202,8 @@ caf::error check_ini_text(const std::string& text, const std::string& file,
   auto groups = groups_of(opts);
   std::istringstream in{text};
   std::string line, group = "global"; // keys before any [section]
+  std::map<std::string, size_t> seen; // group.key -> its line
+
   for (size_t no = 1; std::getline(in, line); ++no) {
     auto where = file + ":" + std::to_string(no);
     auto s = trim(strip_comment(line));
@@ -223,6 +231,11 @@ caf::error check_ini_text(const std::string& text, const std::string& file,
     if (auto err = check_entry(opts, group, key, value,
                                file + ":" + std::to_string(first)))
       return err;
+    // CAF takes the last silently: one of the two was meant.
+    if (auto [at, fresh] = seen.emplace(group + "." + key, first); !fresh)
+      return bad(file + ":" + std::to_string(first),
+                 key + " in [" + group + "] is given twice (line " +
+                     std::to_string(at->second) + " too): keep one");
   }
   return caf::none;
 }

@@ -114,6 +114,21 @@ BOOST_AUTO_TEST_CASE(a_value_of_the_wrong_type_names_the_key_and_the_type) {
   BOOST_CHECK_EQUAL(ini_error("[server]\nmode=async\n"),
                     "invalid_config: FILE:2: strings are quoted in an INI "
                     "file: mode=\"async\"");
+  // A bare word where a word is taken: single quotes (the hint said double
+  // ones, which the next check refused).
+  BOOST_CHECK_EQUAL(ini_error("[scheduler]\npolicy=stealing\n"),
+                    "invalid_config: FILE:2: words are in single quotes in an"
+                    " INI file: policy='stealing'");
+}
+
+BOOST_AUTO_TEST_CASE(a_key_given_twice_is_named_with_both_lines) {
+  // CAF took the last, silently. Two sections of one name are fine.
+  BOOST_CHECK_EQUAL(
+      ini_error("[cluster]\nservers=2\n[kv]\n[cluster]\nservers=3\n"),
+      "invalid_config: FILE:5: servers in [cluster] is given twice (line 2"
+      " too): keep one");
+  BOOST_CHECK_EQUAL(ini_error("[cluster]\nservers=2\n[cluster]\nworkers=3\n"),
+                    "");
 }
 
 BOOST_AUTO_TEST_CASE(a_missing_config_file_is_an_error) {
