@@ -176,6 +176,23 @@ caf::error node_config::check_modes() const {
                            " apply the optimizer, and --optimizer.name=sum"
                            " would add the gradients to the weights; pick"
                            " sgd, momentum, nesterov or adam");
+  // A stage's settings that need nothing but flags: said before it joins
+  // (they were found after it had connected, and none was tested).
+  bool stage = worker.task == "stage";
+  if (stage && train.batch % pipeline.micro_batches != 0)
+    return caf::make_error(errc::invalid_config, "--train.batch", train.batch,
+                           "must be a multiple of --pipeline.micro-batches",
+                           pipeline.micro_batches);
+  if (stage && pipeline.replicas > 1 && scheduler.servers == 0)
+    return caf::make_error(errc::invalid_config, "--pipeline.replicas",
+                           pipeline.replicas,
+                           "needs shard servers (--cluster.servers > 0),"
+                           " which keep the replicas' stages in sync");
+  if (stage && pipeline.fault_in == pipeline_settings::fault_at::push &&
+      scheduler.servers == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--pipeline.fault-kill=S@K:push needs shard"
+                           " servers (--cluster.servers > 0)");
   if (worker.task == "stage" && scheduler.servers > 0 &&
       optimizer.on == "worker")
     return caf::make_error(errc::invalid_config,

@@ -400,8 +400,6 @@ caf::error node_config::finish() {
     return err;
   if (auto err = validate(optimizer))
     return err;
-  if (auto err = check_modes())
-    return err;
   if (auto err = validate(train))
     return err;
   if (auto err = validate(worker))
@@ -412,6 +410,8 @@ caf::error node_config::finish() {
   if (auto err = check_devices())
     return err;
   if (auto err = validate(pipeline))
+    return err;
+  if (auto err = check_modes()) // once each group's own checks passed
     return err;
   if (worker.overlap && role_name == "worker" &&
       caf::get_or(*this, "scheduler.max-threads", size_t{1}) < 2)

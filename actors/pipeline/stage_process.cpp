@@ -59,12 +59,6 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
   auto cut = cut_for(p, m->layer_count(), cut_model(*m, p.stages));
   if (!cut)
     return fail("cutting the model", cut.error());
-  if (cfg.train.batch % p.micro_batches != 0)
-    return fail(
-        "--train.batch",
-        caf::make_error(errc::invalid_config, "--train.batch", cfg.train.batch,
-                        "must be a multiple of --pipeline.micro-batches",
-                        p.micro_batches));
   // Checked by every stage before it joins, though the last writes it: a
   // stage that exits alone leaves the others waiting for it.
   if (auto bad = unwritable(cfg.train.metrics_file); !bad.empty())
@@ -82,13 +76,6 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
   if (!port) {
     kill();
     return fail("publishing the stage", port.error());
-  }
-  if (p.fault_in == pipeline_settings::fault_at::push && cfg.servers == 0) {
-    kill();
-    return fail("--pipeline.fault-kill",
-                caf::make_error(errc::invalid_config,
-                                "S@K:push needs shard"
-                                " servers (--cluster.servers > 0)"));
   }
   auto join = cfg.kv;
   join.publish_host = cfg.host;
@@ -111,14 +98,6 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
                                 p.stages, "x --pipeline.replicas", p.replicas,
                                 ": run exactly that many stage processes"
                                 " (--cluster.workers)"));
-  }
-  if (p.replicas > 1 && cfg.servers == 0) {
-    kill();
-    return fail("joining the cluster",
-                caf::make_error(errc::invalid_config, "--pipeline.replicas",
-                                p.replicas,
-                                "needs shard servers (--cluster.servers > 0),"
-                                " which keep the replicas' stages in sync"));
   }
   auto rank = member % p.stages;
   caf::scoped_actor self{sys};

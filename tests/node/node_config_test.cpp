@@ -327,6 +327,16 @@ BOOST_AUTO_TEST_CASE(addresses_bounds_and_combinations_that_cannot_work) {
   node_config trainer;
   BOOST_CHECK(!parse(
       trainer, {"--role=worker", "--scheduler-port=1", "--host=192.0.2.7"}));
+  // A stage's flags that cannot work, before it joins.
+  rejected({"--worker.task=stage", "--cluster.servers=0", "--train.batch=64",
+            "--pipeline.micro-batches=3"},
+           "--train.batch 64 must be a multiple of --pipeline.micro-batches 3");
+  rejected(
+      {"--worker.task=stage", "--cluster.servers=0", "--pipeline.replicas=2"},
+      "--pipeline.replicas 2 needs shard servers");
+  rejected({"--worker.task=stage", "--cluster.servers=0",
+            "--pipeline.fault-kill=1@5:push"},
+           "--pipeline.fault-kill=S@K:push needs shard servers");
   // A stage that applied the optimizer itself pushed NaNs.
   rejected({"--worker.task=stage", "--cluster.servers=2",
             "--optimizer.name=sgd", "--optimizer.on=worker"},
