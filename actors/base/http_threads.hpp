@@ -20,7 +20,10 @@ namespace troupe {
 /// or POST, 404 to a path without a handler) then overflowed what was
 /// left, and one `curl -I` ended the node with SIGSEGV. This process's
 /// pthread_attr_setstacksize raises a size below 1 MiB to 1 MiB before
-/// glibc's own (http_threads.cpp); no size asked for is lowered.
+/// glibc's own (http_threads.cpp); no size asked for is lowered. It works
+/// from the executable (libtroupe is static), exported because a shared
+/// library it links (civetweb) asks for the name; a wholly static link
+/// would clash with libc's. http_threads_test checks it.
 std::vector<std::string> http_options(const std::string& listen);
 
 /// The least stack a thread of this process is given where one is asked
