@@ -1,6 +1,8 @@
 // Names and rendering of troupe's error codes.
 #include "messages/errors.hpp"
 
+#include <algorithm>
+
 #include <caf/message.hpp>
 
 namespace troupe {
@@ -73,6 +75,16 @@ std::string describe(const caf::error& err) {
   if (err.category() == caf::atom("troupe"))
     return render_troupe_error(err.code(), err.context());
   return caf::to_string(err);
+}
+
+std::string describe_words(const caf::error& err) {
+  auto text = describe(err);
+  if (!err || err.category() != caf::atom("troupe"))
+    return text;
+  auto code = to_string(static_cast<errc>(err.code()));
+  if (text.rfind(code, 0) == 0)
+    text.erase(0, std::min(text.size(), code.size() + 2)); // and ": "
+  return text;
 }
 
 } // namespace troupe

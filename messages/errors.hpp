@@ -83,6 +83,11 @@ std::string render_troupe_error(uint8_t code, const caf::message& ctx);
 /// One readable line for any error, without an actor system at hand.
 std::string describe(const caf::error& err);
 
+/// describe() without a troupe error's leading code ("worker 0 pushed a
+/// NaN ..." for "non_finite: worker 0 pushed a NaN ..."), for words that
+/// go inside another error or travel beside their code.
+std::string describe_words(const caf::error& err);
+
 } // namespace troupe
 
 CAF_ERROR_CODE_ENUM(troupe::errc, "troupe")

@@ -251,13 +251,9 @@ frame encode_failure(const caf::error& err) {
   auto b = msg.initRoot<schema::Failure>();
   auto troupe = err.category() == caf::atom("troupe");
   b.setCode(troupe ? err.code() : 0);
-  auto text = describe(err);
   // A troupe code travels apart: its words alone, or the receiver's error
   // said "non_finite: non_finite: worker 0 pushed ...".
-  auto code = troupe ? std::string{to_string(static_cast<errc>(err.code()))}
-                     : std::string{};
-  if (troupe && text.rfind(code, 0) == 0)
-    text.erase(0, std::min(text.size(), code.size() + 2)); // and ": "
+  auto text = describe_words(err);
   if (text.size() > max_failure_chars)
     text.resize(max_failure_chars);
   b.setContext(text);

@@ -289,7 +289,12 @@ BOOST_AUTO_TEST_CASE(a_port_that_cannot_be_listened_on_is_named) {
         "--scheduler-host=192.0.2.1: cannot listen there: Cannot assign"
         " requested address (give an address of this machine"},
        {node_args({"--role=server", "--scheduler-port=1", "--host=192.0.2.7"}),
-        "--host=192.0.2.7: cannot listen there: Cannot assign"}});
+        "--host=192.0.2.7: cannot listen there: Cannot assign"},
+       // A road port asked for and taken: it fell back to CAF with a
+       // warning.
+       {node_args({"--role=server", s.flag(), "--server.road-port=" + port}),
+        "--server.road-port=" + port +
+            ": road: cannot listen on 127.0.0.1:" + port}});
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_without_a_scheduler_gives_up_clearly) {
