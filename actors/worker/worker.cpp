@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <set>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
@@ -89,9 +90,42 @@ void finish_up(worker_ptr self) { // 7
           [self](caf::error& err) { stop(self, err); });
 }
 
+/// Step `clock` of the logic (step_taking, or step where `first`), its
+/// arrays checked against parameters(): one per key. A key left out was
+/// left out of every round, silently (the rest trained).
+caf::expected<arrays> run_step(worker_ptr self, uint64_t clock, arrays& weights,
+                               bool first = false) {
+  auto& st = self->state;
+  auto out = first ? st.logic->step(clock, weights)
+                   : st.logic->step_taking(clock, weights);
+  if (!out)
+    return out;
+  std::vector<bool> seen(st.keys.size());
+  for (auto& a : *out) {
+    auto at = st.position.find(a.key);
+    if (at == st.position.end())
+      return caf::make_error(errc::unknown_key,
+                             "step() returned key " + std::to_string(a.key) +
+                                 ", which parameters() did not declare");
+    if (seen[at->second])
+      return caf::make_error(errc::bad_shape, "step() returned key " +
+                                                  std::to_string(a.key) +
+                                                  " twice");
+    seen[at->second] = true;
+  }
+  for (size_t i = 0; i < seen.size(); ++i)
+    if (!seen[i])
+      return caf::make_error(errc::bad_shape,
+                             "step() returned no array for key " +
+                                 std::to_string(st.keys[i]) +
+                                 ", which parameters() declared: return one"
+                                 " per key");
+  return out;
+}
+
 void on_weights(worker_ptr self, arrays& weights) { // 4, 5
   auto& st = self->state;
-  auto out = st.logic->step_taking(st.clock, weights);
+  auto out = run_step(self, st.clock, weights);
   if (!out) {
     stop(self, std::move(out.error()));
     return;
@@ -124,7 +158,7 @@ void push_piped(worker_ptr self, uint64_t clock, arrays out);
 /// Runs step `clock` on `weights` (the step may take them) and keeps what
 /// it pushes until the push before it is answered.
 void compute_piped(worker_ptr self, uint64_t clock, arrays& weights) {
-  auto out = self->state.logic->step_taking(clock, weights);
+  auto out = run_step(self, clock, weights);
   if (!out) {
     stop(self, std::move(out.error()));
     return;
@@ -168,7 +202,7 @@ void push_piped(worker_ptr self, uint64_t clock, arrays out) {
 void start_piped(worker_ptr self, arrays& weights) {
   auto& st = self->state;
   auto clock = st.clock;
-  auto out = st.logic->step(clock, weights);
+  auto out = run_step(self, clock, weights, true);
   if (!out) {
     stop(self, std::move(out.error()));
     return;
@@ -350,6 +384,24 @@ void on_initialised(worker_ptr self) { // 2
             [self](caf::error& err) { stop(self, err); });
 }
 
+/// parameters() names each key once, with at least one float (the kv
+/// client's refusal read as a malformed message: "key listed twice").
+caf::error check_parameters(const arrays& params) {
+  std::set<uint64_t> seen;
+  for (auto& p : params) {
+    auto key = std::to_string(p.key);
+    if (!seen.insert(p.key).second)
+      return caf::make_error(errc::invalid_config,
+                             "parameters() lists key " + key + " twice");
+    if (p.values.empty())
+      return caf::make_error(errc::invalid_config,
+                             "parameters() gives key " + key +
+                                 " no values: an array holds one float or"
+                                 " more");
+  }
+  return caf::none;
+}
+
 /// Blocks must name each key of parameters() once.
 caf::error check_blocks(const worker_state& st) {
   std::map<uint64_t, size_t> seen;
@@ -382,7 +434,7 @@ caf::behavior worker(worker_ptr self, caf::actor kv,
   }
   if (opts.overlap && !opts.pipeline)
     st.blocks = st.logic->blocks();
-  if (auto err = check_blocks(st)) {
+  if (auto err = check_parameters(params); err || (err = check_blocks(st))) {
     self->quit(std::move(err));
     return {};
   }

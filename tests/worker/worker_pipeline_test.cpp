@@ -294,3 +294,69 @@ BOOST_AUTO_TEST_CASE(blocks_handed_over_wrong_stop_the_worker) {
   BOOST_CHECK(reasons.at(0) == errc::invalid_config);
   BOOST_CHECK(l->seen.empty());
 }
+
+namespace {
+
+/// Parameters and steps given as they are, right or wrong.
+struct given_logic : worker_logic {
+  std::vector<named_array> params;
+  std::function<std::vector<named_array>()> out;
+  std::vector<named_array> parameters() override { return params; }
+  void start(uint32_t, uint32_t) override {}
+  bool done(uint64_t clock) override { return clock >= 3; }
+  caf::expected<std::vector<named_array>>
+  step(uint64_t, const std::vector<named_array>&) override {
+    return out();
+  }
+  void finish(const std::vector<named_array>&) override {}
+};
+
+/// Why a worker of `l` ended on a one-server async cluster (30 s at most).
+caf::error ended(std::shared_ptr<given_logic> l, bool pipeline) {
+  cluster c{"async", 1, 1};
+  worker_options opts;
+  opts.pipeline = pipeline;
+  auto w = spawn_worker(c.b, c.workers.front()->handle(), l, opts);
+  c.self->monitor(w);
+  auto reason = troupe::test::await_down(c.self, std::chrono::seconds{30});
+  BOOST_REQUIRE_MESSAGE(reason, "the worker did not end in 30 s");
+  return *reason;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_step_that_leaves_a_key_out_stops_the_worker) {
+  // It ran to the end: the key left out kept its first values, silently.
+  for (bool pipeline : {false, true}) {
+    auto l = std::make_shared<given_logic>();
+    l->params = {named_array{1, {0.0f}}, named_array{2, {0.0f}}};
+    l->out = [] { return std::vector<named_array>{named_array{1, {1.0f}}}; };
+    auto why = ended(l, pipeline);
+    BOOST_CHECK(why == errc::bad_shape);
+    BOOST_CHECK_EQUAL(describe(why),
+                      "bad_shape: step() returned no array for key 2, which"
+                      " parameters() declared: return one per key");
+  }
+  auto l = std::make_shared<given_logic>();
+  l->params = {named_array{1, {0.0f}}};
+  l->out = [] {
+    return std::vector<named_array>{named_array{1, {1.0f}},
+                                    named_array{1, {1.0f}}};
+  };
+  BOOST_CHECK_EQUAL(describe(ended(l, false)),
+                    "bad_shape: step() returned key 1 twice");
+}
+
+BOOST_AUTO_TEST_CASE(parameters_named_twice_or_empty_are_refused_at_start) {
+  // They read as a malformed message: "key listed twice", "key size out of
+  // range".
+  auto l = std::make_shared<given_logic>();
+  l->out = [] { return std::vector<named_array>{}; };
+  l->params = {named_array{1, {0.0f}}, named_array{1, {0.0f}}};
+  BOOST_CHECK_EQUAL(describe(ended(l, false)),
+                    "invalid_config: parameters() lists key 1 twice");
+  l->params = {named_array{7, {}}};
+  BOOST_CHECK_EQUAL(describe(ended(l, false)),
+                    "invalid_config: parameters() gives key 7 no values: an"
+                    " array holds one float or more");
+}
