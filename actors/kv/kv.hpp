@@ -24,7 +24,17 @@ namespace troupe {
 caf::actor spawn_kv_client(caf::actor_system& sys, caf::actor scheduler,
                            kv_settings cfg);
 
-/// Blocking calls on a kv client; one caller thread at a time.
+/// Blocking calls on a kv client; one caller thread at a time, and the
+/// object outlives every call (destroying it while a call waits in another
+/// thread is undefined).
+///
+/// Clocks: a worker pushes clocks in order, one each, from resume_clock()
+/// (0 on a first run): push(c) after push(c - 1). A push of a clock the
+/// servers already hold for this rank is taken for a resend, acknowledged
+/// and not added again (that is what makes resending safe), so a clock
+/// pushed twice, or one below the servers', is not an error but is not
+/// added either. In sync mode, pull(c) waits for round c - 1, which needs
+/// this worker's push(c - 1).
 class kv {
 public:
   /// Spawns a kv client for this worker; it joins in the background.

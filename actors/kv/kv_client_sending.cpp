@@ -42,6 +42,21 @@ void start_tick(self_ptr self) {
 
 namespace {
 
+/// A request server `rank` left unanswered for `wait`: what it may mean.
+caf::error no_answer(uint32_t rank, std::chrono::milliseconds wait) {
+  return caf::make_error(
+      errc::timeout,
+      "server " + std::to_string(rank) + " did not answer within " +
+          std::to_string(wait.count()) +
+          " ms (--kv.request-timeout-ms): it is hung or overloaded, or, in"
+          " sync mode, a pull waits for a round that lacks a push (pull(c)"
+          " needs every live worker's push(c - 1), this one's too)");
+}
+
+} // namespace
+
+namespace {
+
 /// Lets queued requests of `w` go while `limit` allows.
 void drain(send_window& w, size_t limit) {
   while (!w.queued.empty() && w.fits(w.queued.front().first, limit)) {
@@ -266,9 +281,9 @@ void caf_send(self_ptr self, std::shared_ptr<kv_request> req, Atom atom,
             on_reply(reply);
             done();
           },
-          [g, r, done](caf::error& err) {
+          [g, r, done, wait = timeout_of(self)](caf::error& err) {
             if (err == caf::sec::request_timeout)
-              g->fail(caf::make_error(errc::timeout, "server", r));
+              g->fail(no_answer(r, wait));
             else
               g->fail(std::move(err));
             done();
@@ -302,7 +317,7 @@ void expire_calls(self_ptr self, std::chrono::steady_clock::time_point now) {
   for (auto i = st.calls.begin(); i != st.calls.end();)
     if (i->second.deadline <= now) {
       if (auto g = i->second.g.lock())
-        g->fail(caf::make_error(errc::timeout, "server", i->second.rank));
+        g->fail(no_answer(i->second.rank, timeout_of(self)));
       auto link = st.roads.find(i->second.rank);
       if (link != st.roads.end()) {
         link->second.conn->forget_landing(i->first);

@@ -130,4 +130,26 @@ BOOST_AUTO_TEST_CASE(workers_that_step_in_other_clock_counts_are_refused) {
   BOOST_CHECK(bool(same.init(filled(1, 4, 0.0f))));
 }
 
+BOOST_AUTO_TEST_CASE(a_sync_pull_whose_round_lacks_a_push_says_why_it_waits) {
+  // It said "timeout: server 0" after --kv.request-timeout-ms.
+  cluster c{"sync", 1, 1, 16u << 20, add_update, 1000, "auto", 1, 2};
+  init_all(c, 4);
+  kv_settings ks;
+  ks.request_timeout_ms = 1000;
+  kv other{c.b, c.remote_sched, ks};
+  BOOST_REQUIRE(other.init(filled(1, 4, 0.0f)));
+  BOOST_REQUIRE(other.push(0, filled(1, 4, 1.0f)));
+  auto got = other.pull(1, {1}); // round 0 lacks worker 0's push
+  BOOST_REQUIRE(!got);
+  BOOST_CHECK(got.error() == errc::timeout);
+  BOOST_CHECK_MESSAGE(describe(got.error())
+                                  .find("server 0 did not answer within 1000 ms"
+                                        " (--kv.request-timeout-ms)") !=
+                              std::string::npos &&
+                          describe(got.error())
+                                  .find("pull(c) needs every live worker's"
+                                        " push(c - 1)") != std::string::npos,
+                      describe(got.error()));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
