@@ -57,21 +57,29 @@ struct recording_logic : worker_logic {
   }
 };
 
-/// Runs `steps` steps of one worker on a one-server cluster in `mode`;
-/// the logic once its worker finished (bounded: 30 s).
-std::shared_ptr<recording_logic> run(const std::string& mode, uint64_t steps,
-                                     bool pipeline) {
+/// Why a worker of `logic` ended, the only one of a one-server cluster in
+/// `mode` (30 s at most).
+caf::error ended(std::shared_ptr<worker_logic> logic, bool pipeline,
+                 const std::string& mode = "async") {
   cluster c{mode, 1, 1};
-  auto logic = std::make_shared<recording_logic>(steps);
-  auto done = logic->final.get_future();
   worker_options opts;
   opts.pipeline = pipeline;
   auto w = spawn_worker(c.b, c.workers.front()->handle(), logic, opts);
   c.self->monitor(w);
   auto reason = troupe::test::await_down(c.self, std::chrono::seconds{30});
-  BOOST_REQUIRE_MESSAGE(reason, "the worker did not finish in 30 s");
-  BOOST_REQUIRE_MESSAGE(troupe::test::normal_exit(*reason),
-                        "worker failed: " << describe(*reason));
+  BOOST_REQUIRE_MESSAGE(reason, "the worker did not end in 30 s");
+  return *reason;
+}
+
+/// Runs `steps` steps of one worker on a one-server cluster in `mode`;
+/// the logic once its worker finished (bounded: 30 s).
+std::shared_ptr<recording_logic> run(const std::string& mode, uint64_t steps,
+                                     bool pipeline) {
+  auto logic = std::make_shared<recording_logic>(steps);
+  auto done = logic->final.get_future();
+  auto reason = ended(logic, pipeline, mode);
+  BOOST_REQUIRE_MESSAGE(troupe::test::normal_exit(reason),
+                        "worker failed: " << describe(reason));
   BOOST_REQUIRE(done.wait_for(std::chrono::seconds{0}) ==
                 std::future_status::ready);
   auto final = done.get();
@@ -310,18 +318,6 @@ struct given_logic : worker_logic {
   }
   void finish(const std::vector<named_array>&) override {}
 };
-
-/// Why a worker of `l` ended on a one-server async cluster (30 s at most).
-caf::error ended(std::shared_ptr<given_logic> l, bool pipeline) {
-  cluster c{"async", 1, 1};
-  worker_options opts;
-  opts.pipeline = pipeline;
-  auto w = spawn_worker(c.b, c.workers.front()->handle(), l, opts);
-  c.self->monitor(w);
-  auto reason = troupe::test::await_down(c.self, std::chrono::seconds{30});
-  BOOST_REQUIRE_MESSAGE(reason, "the worker did not end in 30 s");
-  return *reason;
-}
 
 } // namespace
 
