@@ -21,14 +21,17 @@ namespace troupe {
 
 namespace {
 
-/// Why this machine cannot listen on `host` ("" if it can): a name that
-/// does not resolve, or an address none of its interfaces holds.
-std::string unlistenable(const std::string& host) {
+/// Why this machine cannot listen on `host`:`port` ("" if it can): a name
+/// that does not resolve, an address none of its interfaces holds, or a
+/// port taken (0: any free port).
+std::string unlistenable(const std::string& host, uint16_t port = 0) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* found = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), "0", &hints, &found); rc != 0)
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints,
+                             &found);
+      rc != 0)
     return std::string{"no such host ("} + ::gai_strerror(rc) + ")";
   std::string why = "no address";
   for (auto* a = found; a != nullptr && !why.empty(); a = a->ai_next) {
@@ -36,6 +39,8 @@ std::string unlistenable(const std::string& host) {
         ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0)
       continue;
+    int one = 1; // as the listeners do: a port in TIME_WAIT is free
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     bool bound = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;
     why = bound ? "" : std::strerror(errno);
     ::close(fd);
@@ -131,6 +136,18 @@ caf::error node_config::check_addresses() const {
                                " children that listen (servers, stages):"
                                " each would listen on it; leave it out (each"
                                " takes a free port)");
+  // A road port given and taken: the server warned and ran on CAF,
+  // quietly replacing a port the user chose.
+  bool one_server =
+      role_name == "server" || (role_name == "agent" && agent.servers == 1);
+  if (one_server && server.road_port != 0)
+    if (auto why = unlistenable(host, server.road_port); !why.empty())
+      return caf::make_error(
+          errc::invalid_config,
+          "--server.road-port=" + std::to_string(server.road_port) +
+              ": cannot listen on " + host + ": " + why +
+              ": give another port, or leave it out (a"
+              " free one)");
   if (role_name == "agent" && agent.servers > 1 && server.road_port != 0)
     return caf::make_error(
         errc::invalid_config,

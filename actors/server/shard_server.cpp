@@ -102,14 +102,11 @@ void on_registered(self_ptr self, const frame& f) {
 void start(self_ptr self, const std::string& host, uint16_t port) {
   if (!load_resume(self)) // before joining: fail early
     return;
-  auto road = open_road(self, host);
-  if (!road) // it said why
-    return;
   register_request req{role::server,
                        host,
                        port,
                        static_cast<uint32_t>(::getpid()),
-                       *road,
+                       open_road(self, host),
                        0,
                        self->state.cfg.optimizer};
   req.road.machine = machine_id(); // also without a road: who reaches us

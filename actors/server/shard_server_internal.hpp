@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -70,10 +69,8 @@ void sweep_held(self_ptr self);
 
 // -- the fast road (shard_server_road.cpp) ------------------------------------
 
-/// Opens the fast road; without it, workers use CAF. Nothing (and the
-/// server quits with invalid_config) where --server.road-port named a port
-/// that cannot be listened on.
-std::optional<road_info> open_road(self_ptr self, const std::string& host);
+/// Opens the fast road; without it, workers use CAF.
+road_info open_road(self_ptr self, const std::string& host);
 
 /// A request from the fast road, or a replica operation on it.
 void accept_road(self_ptr self, road_message_ptr m);

@@ -63,7 +63,7 @@ caf::error replier::check_sender(member_id claimed) const {
 
 namespace server_impl {
 
-std::optional<road_info> open_road(self_ptr self, const std::string& host) {
+road_info open_road(self_ptr self, const std::string& host) {
   auto addr = self->address();
   // The reader runs the server itself when it is idle: one thread hop
   // less per request (a client's reader only reads, so the server's
@@ -93,18 +93,10 @@ std::optional<road_info> open_road(self_ptr self, const std::string& host) {
   auto road = road_listener::start(
       host, cfg.road_port, cfg.road_send_timeout_ms, cfg.roads,
       self->state.road_keys, on_msg, self->state.intake);
-  if (!road && cfg.road_port != 0) { // asked for: no quiet fallback
-    self->quit(caf::make_error(
-        errc::invalid_config,
-        "--server.road-port=" + std::to_string(cfg.road_port) + ": " +
-            describe_words(road.error()) +
-            ": give another port, or leave it out (a free one)"));
-    return std::nullopt;
-  }
   if (!road) {
     TROUPE_LOG(warning, who(self), "no fast road (",
                self->system().render(road.error()), "): workers use CAF");
-    return road_info{};
+    return {};
   }
   self->state.road = std::move(*road);
   return self->state.road->info();

@@ -78,10 +78,12 @@ bool has_pid(const std::vector<node_info>& nodes, pid_t pid) {
   return rank_of(nodes, pid).has_value();
 }
 
-/// A command line that must be refused: a nonzero exit, saying `says`.
+/// A command line that must be refused: exit `code` (0: any nonzero
+/// one), saying `says`.
 struct bad_case {
   std::vector<std::string> args; // the program first
   std::string says;
+  int code = 0;
 };
 
 void check_refused(const std::vector<bad_case>& cases) {
@@ -90,6 +92,8 @@ void check_refused(const std::vector<bad_case>& cases) {
     auto rc = p.wait_exit(20s);
     BOOST_REQUIRE(rc);
     BOOST_CHECK_NE(*rc, 0);
+    if (c.code != 0)
+      BOOST_CHECK_MESSAGE(*rc == c.code, "exit " << *rc << ": " << p.output());
     BOOST_CHECK_MESSAGE(p.output().find(c.says) != std::string::npos,
                         p.output());
   }
@@ -287,14 +291,16 @@ BOOST_AUTO_TEST_CASE(a_port_that_cannot_be_listened_on_is_named) {
        {node_args({"--role=scheduler", "--scheduler-port=0",
                    "--scheduler-host=192.0.2.1"}),
         "--scheduler-host=192.0.2.1: cannot listen there: Cannot assign"
-        " requested address (give an address of this machine"},
+        " requested address (give an address of this machine",
+        2},
        {node_args({"--role=server", "--scheduler-port=1", "--host=192.0.2.7"}),
-        "--host=192.0.2.7: cannot listen there: Cannot assign"},
+        "--host=192.0.2.7: cannot listen there: Cannot assign", 2},
        // A road port asked for and taken: it fell back to CAF with a
        // warning.
        {node_args({"--role=server", s.flag(), "--server.road-port=" + port}),
         "--server.road-port=" + port +
-            ": road: cannot listen on 127.0.0.1:" + port}});
+            ": cannot listen on 127.0.0.1: Address already in use",
+        2}});
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_without_a_scheduler_gives_up_clearly) {
