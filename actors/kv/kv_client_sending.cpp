@@ -53,10 +53,6 @@ caf::error no_answer(uint32_t rank, std::chrono::milliseconds wait) {
           " needs every live worker's push(c - 1), this one's too)");
 }
 
-} // namespace
-
-namespace {
-
 /// Lets queued requests of `w` go while `limit` allows.
 void drain(send_window& w, size_t limit) {
   while (!w.queued.empty() && w.fits(w.queued.front().first, limit)) {

@@ -451,8 +451,9 @@ caf::error check_arrays(self_ptr self, const arrays& xs) {
                              "key " + std::to_string(x.key) + " holds " +
                                  std::to_string(i->second) + " floats, " +
                                  std::to_string(x.values.size()) +
-                                 " were given (a worker's step() must return"
-                                 " each array of its parameters() size)");
+                                 " were given (an array is pushed at its"
+                                 " declared size: a worker's step() returns"
+                                 " each of its parameters() size)");
     if (auto err = check_placed(self, x.key, x.values.size()))
       return err;
   }

@@ -88,7 +88,9 @@ struct stage_run_settings {
 
 /// Joins the cluster of `scheduler` as one stage of a pipeline and trains
 /// to the end; returns a process exit code (one line on stderr if it
-/// failed).
+/// failed). `cfg` is as node_config::finish() checked it (node_config's
+/// stage()): the batch splits into the micro-batches, replicas and
+/// `:push` faults have servers.
 int run_stage(caf::actor_system& sys, caf::actor scheduler,
               const stage_run_settings& cfg);
 

@@ -465,20 +465,35 @@ caf::error worker_logic::step_blocked(uint64_t clock, arrays& weights,
   auto out = step_taking(clock, weights);
   if (!out)
     return std::move(out.error());
+  // The blocks name each key of parameters() once (check_blocks): as
+  // run_step, one array per key.
   std::map<uint64_t, named_array*> by_key;
   for (auto& a : *out)
-    by_key[a.key] = &a;
+    if (!by_key.emplace(a.key, &a).second)
+      return caf::make_error(errc::bad_shape, "step() returned key " +
+                                                  std::to_string(a.key) +
+                                                  " twice");
   auto bs = blocks();
-  for (size_t b = 0; b < bs.size(); ++b) {
-    arrays part;
+  std::vector<arrays> parts(bs.size());
+  for (size_t b = 0; b < bs.size(); ++b)
     for (auto key : bs[b]) {
       auto i = by_key.find(key);
       if (i == by_key.end())
-        return caf::make_error(errc::bad_shape, "step returned no key", key);
-      part.push_back(std::move(*i->second));
+        return caf::make_error(errc::bad_shape,
+                               "step() returned no array for key " +
+                                   std::to_string(key) +
+                                   ", which parameters() declared: return"
+                                   " one per key");
+      parts[b].push_back(std::move(*i->second));
+      by_key.erase(i);
     }
-    emit(b, std::move(part));
-  }
+  if (!by_key.empty())
+    return caf::make_error(errc::unknown_key,
+                           "step() returned key " +
+                               std::to_string(by_key.begin()->first) +
+                               ", which parameters() did not declare");
+  for (size_t b = 0; b < bs.size(); ++b)
+    emit(b, std::move(parts[b]));
   return caf::none;
 }
 

@@ -97,9 +97,9 @@ BOOST_AUTO_TEST_CASE(undeclared_keys_and_wrong_lengths_are_refused) {
   auto shape = w.push(0, filled(1, 5, 1.0f));
   BOOST_CHECK(shape.error() == errc::bad_shape);
   BOOST_CHECK_EQUAL(describe(shape.error()),
-                    "bad_shape: key 1 holds 4 floats, 5 were given (a"
-                    " worker's step() must return each array of its"
-                    " parameters() size)");
+                    "bad_shape: key 1 holds 4 floats, 5 were given (an array"
+                    " is pushed at its declared size: a worker's step()"
+                    " returns each of its parameters() size)");
   BOOST_CHECK(w.pull(0, {99}).error() == errc::unknown_key);
   BOOST_CHECK(w.init(filled(1, 5, 0.0f)).error() == errc::size_conflict);
   auto got = w.pull(0, {1}); // nothing was applied

@@ -341,6 +341,13 @@ BOOST_AUTO_TEST_CASE(a_step_that_leaves_a_key_out_stops_the_worker) {
   };
   BOOST_CHECK_EQUAL(describe(ended(l, false)),
                     "bad_shape: step() returned key 1 twice");
+  l->out = [] {
+    return std::vector<named_array>{named_array{1, {1.0f}},
+                                    named_array{9, {1.0f}}};
+  };
+  BOOST_CHECK_EQUAL(describe(ended(l, true)),
+                    "unknown_key: step() returned key 9, which parameters()"
+                    " did not declare");
 }
 
 BOOST_AUTO_TEST_CASE(parameters_named_twice_or_empty_are_refused_at_start) {
