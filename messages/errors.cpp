@@ -1,8 +1,6 @@
 // Names and rendering of troupe's error codes.
 #include "messages/errors.hpp"
 
-#include <algorithm>
-
 #include <caf/message.hpp>
 
 namespace troupe {
@@ -58,14 +56,26 @@ std::string to_string(errc x) {
   return "errc(" + std::to_string(static_cast<int>(x)) + ")";
 }
 
-std::string render_troupe_error(uint8_t code, const caf::message& ctx) {
-  // "code: a b c", strings without quotes: one readable line.
-  auto out = to_string(static_cast<errc>(code));
+namespace {
+
+/// "a b c": a context's elements, strings without quotes.
+std::string words_of(const caf::message& ctx) {
+  std::string out;
   for (size_t i = 0; i < ctx.size(); ++i) {
-    out += i == 0 ? ": " : " ";
+    out += i == 0 ? "" : " ";
     out += ctx.match_element<std::string>(i) ? ctx.get_as<std::string>(i)
                                              : ctx.stringify(i);
   }
+  return out;
+}
+
+} // namespace
+
+std::string render_troupe_error(uint8_t code, const caf::message& ctx) {
+  // "code: a b c": one readable line.
+  auto out = to_string(static_cast<errc>(code));
+  if (ctx.size() > 0)
+    out += ": " + words_of(ctx);
   return out;
 }
 
@@ -78,13 +88,9 @@ std::string describe(const caf::error& err) {
 }
 
 std::string describe_words(const caf::error& err) {
-  auto text = describe(err);
   if (!err || err.category() != caf::atom("troupe"))
-    return text;
-  auto code = to_string(static_cast<errc>(err.code()));
-  if (text.rfind(code, 0) == 0)
-    text.erase(0, std::min(text.size(), code.size() + 2)); // and ": "
-  return text;
+    return describe(err);
+  return words_of(err.context());
 }
 
 } // namespace troupe

@@ -90,36 +90,43 @@ void finish_up(worker_ptr self) { // 7
           [self](caf::error& err) { stop(self, err); });
 }
 
-/// Step `clock` of the logic (step_taking, or step where `first`), its
-/// arrays checked against parameters(): one per key. A key left out was
-/// left out of every round, silently (the rest trained).
-caf::expected<arrays> run_step(worker_ptr self, uint64_t clock, arrays& weights,
-                               bool first = false) {
-  auto& st = self->state;
-  auto out = first ? st.logic->step(clock, weights)
-                   : st.logic->step_taking(clock, weights);
-  if (!out)
-    return out;
-  std::vector<bool> seen(st.keys.size());
-  for (auto& a : *out) {
-    auto at = st.position.find(a.key);
-    if (at == st.position.end())
+/// What a step returned holds one array for each of `keys` (those of
+/// parameters()): a key left out was left out of every round, silently
+/// (the rest trained); one returned twice or never declared, the same.
+caf::error check_step(const std::vector<uint64_t>& keys, const arrays& out) {
+  std::vector<bool> seen(keys.size());
+  for (auto& a : out) {
+    auto at = std::find(keys.begin(), keys.end(), a.key);
+    auto key = std::to_string(a.key);
+    if (at == keys.end())
       return caf::make_error(errc::unknown_key,
-                             "step() returned key " + std::to_string(a.key) +
+                             "step() returned key " + key +
                                  ", which parameters() did not declare");
-    if (seen[at->second])
-      return caf::make_error(errc::bad_shape, "step() returned key " +
-                                                  std::to_string(a.key) +
-                                                  " twice");
-    seen[at->second] = true;
+    if (seen[at - keys.begin()])
+      return caf::make_error(errc::bad_shape,
+                             "step() returned key " + key + " twice");
+    seen[at - keys.begin()] = true;
   }
   for (size_t i = 0; i < seen.size(); ++i)
     if (!seen[i])
       return caf::make_error(errc::bad_shape,
                              "step() returned no array for key " +
-                                 std::to_string(st.keys[i]) +
+                                 std::to_string(keys[i]) +
                                  ", which parameters() declared: return one"
                                  " per key");
+  return caf::none;
+}
+
+/// Step `clock` of the logic (step_taking, or step where `first`), its
+/// arrays checked against parameters() (check_step).
+caf::expected<arrays> run_step(worker_ptr self, uint64_t clock, arrays& weights,
+                               bool first = false) {
+  auto& st = self->state;
+  auto out = first ? st.logic->step(clock, weights)
+                   : st.logic->step_taking(clock, weights);
+  if (out)
+    if (auto err = check_step(st.keys, *out))
+      return err;
   return out;
 }
 
@@ -465,35 +472,22 @@ caf::error worker_logic::step_blocked(uint64_t clock, arrays& weights,
   auto out = step_taking(clock, weights);
   if (!out)
     return std::move(out.error());
-  // The blocks name each key of parameters() once (check_blocks): as
-  // run_step, one array per key.
+  // The blocks name each key of parameters() once (check_blocks).
+  auto bs = blocks();
+  std::vector<uint64_t> keys;
+  for (auto& b : bs)
+    keys.insert(keys.end(), b.begin(), b.end());
+  if (auto err = check_step(keys, *out))
+    return err;
   std::map<uint64_t, named_array*> by_key;
   for (auto& a : *out)
-    if (!by_key.emplace(a.key, &a).second)
-      return caf::make_error(errc::bad_shape, "step() returned key " +
-                                                  std::to_string(a.key) +
-                                                  " twice");
-  auto bs = blocks();
-  std::vector<arrays> parts(bs.size());
-  for (size_t b = 0; b < bs.size(); ++b)
-    for (auto key : bs[b]) {
-      auto i = by_key.find(key);
-      if (i == by_key.end())
-        return caf::make_error(errc::bad_shape,
-                               "step() returned no array for key " +
-                                   std::to_string(key) +
-                                   ", which parameters() declared: return"
-                                   " one per key");
-      parts[b].push_back(std::move(*i->second));
-      by_key.erase(i);
-    }
-  if (!by_key.empty())
-    return caf::make_error(errc::unknown_key,
-                           "step() returned key " +
-                               std::to_string(by_key.begin()->first) +
-                               ", which parameters() did not declare");
-  for (size_t b = 0; b < bs.size(); ++b)
-    emit(b, std::move(parts[b]));
+    by_key[a.key] = &a;
+  for (size_t b = 0; b < bs.size(); ++b) {
+    arrays part;
+    for (auto key : bs[b])
+      part.push_back(std::move(*by_key.at(key)));
+    emit(b, std::move(part));
+  }
   return caf::none;
 }
 
