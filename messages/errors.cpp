@@ -2,6 +2,7 @@
 #include "messages/errors.hpp"
 
 #include <caf/message.hpp>
+#include <caf/sec.hpp>
 
 namespace troupe {
 
@@ -84,6 +85,12 @@ std::string describe(const caf::error& err) {
     return "no error";
   if (err.category() == caf::atom("troupe"))
     return render_troupe_error(err.code(), err.context());
+  // One of CAF's codes with our words (the worker's code threw, say):
+  // "runtime_error: WORDS", not system_error(runtime_error, ("WORDS")).
+  if (err.category() == caf::atom("system") &&
+      err.context().match_elements<std::string>())
+    return caf::to_string(static_cast<caf::sec>(err.code())) + ": " +
+           err.context().get_as<std::string>(0);
   return caf::to_string(err);
 }
 

@@ -3,9 +3,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <exception>
 #include <map>
 #include <optional>
 #include <set>
+
+#include <cxxabi.h>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
@@ -427,8 +431,35 @@ caf::error check_blocks(const worker_state& st) {
   return caf::none;
 }
 
+/// What `e`, thrown by the worker's code (a worker_logic of the user's),
+/// was: its type and what(), for the worker's last line, where CAF's own
+/// handler ends it with a bare system_error(runtime_error).
+caf::error thrown(const std::exception_ptr& e) {
+  auto type = [](const std::type_info& t) {
+    int status = 0;
+    char* name = abi::__cxa_demangle(t.name(), nullptr, nullptr, &status);
+    std::string out = status == 0 && name != nullptr ? name : t.name();
+    std::free(name);
+    return out;
+  };
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return caf::make_error(caf::sec::runtime_error,
+                           "the worker's code threw " + type(typeid(x)) +
+                               ": " + x.what());
+  } catch (...) {
+    auto* t = abi::__cxa_current_exception_type();
+    return caf::make_error(caf::sec::runtime_error,
+                           "the worker's code threw " +
+                               (t != nullptr ? type(*t) : "something"));
+  }
+}
+
 caf::behavior worker(worker_ptr self, caf::actor kv,
                      std::shared_ptr<worker_logic> logic, worker_options opts) {
+  self->set_exception_handler(
+      [](caf::scheduled_actor*, std::exception_ptr& e) { return thrown(e); });
   auto& st = self->state;
   st.kv = kv;
   st.logic = std::move(logic);

@@ -363,3 +363,23 @@ BOOST_AUTO_TEST_CASE(parameters_named_twice_or_empty_are_refused_at_start) {
                     "invalid_config: parameters() gives key 7 no values: an"
                     " array holds one float or more");
 }
+
+BOOST_AUTO_TEST_CASE(an_exception_from_the_workers_code_names_itself) {
+  // It ended with a bare system_error(runtime_error), the what() only in
+  // CAF's warning above it.
+  for (bool pipeline : {false, true}) {
+    auto l = std::make_shared<given_logic>();
+    l->params = {named_array{1, {0.0f}}};
+    l->out = []() -> std::vector<named_array> {
+      throw std::runtime_error{"no batch left"};
+    };
+    BOOST_CHECK_EQUAL(describe(ended(l, pipeline)),
+                      "runtime_error: the worker's code threw"
+                      " std::runtime_error: no batch left");
+  }
+  struct no_parameters : given_logic {
+    std::vector<named_array> parameters() override { throw 7; }
+  };
+  BOOST_CHECK_EQUAL(describe(ended(std::make_shared<no_parameters>(), false)),
+                    "runtime_error: the worker's code threw int");
+}
