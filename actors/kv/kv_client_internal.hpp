@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -188,8 +189,15 @@ caf::result<bool> told_to_leave(self_ptr self, uint32_t dead, uint64_t keep,
 /// in our view: none is left, or the view has not placed it yet.
 caf::error check_placed(self_ptr self, uint64_t key, uint64_t n);
 
-/// Fails if an array of `xs` is undeclared, of another size, or unplaced.
+/// Fails if an array of `xs` is undeclared, of another size, or unplaced,
+/// or if two name one key.
 caf::error check_arrays(self_ptr self, const arrays& xs);
+
+/// unknown_key: `key` was never declared, in words a worker's author reads.
+caf::error never_declared(uint64_t key);
+
+/// A key that two arrays of `xs` name, if any.
+std::optional<uint64_t> key_twice(const arrays& xs);
 
 /// The slices of `xs`, grouped by owning server: views into `xs`.
 std::map<uint32_t, std::vector<slice_view>> slices_by_server(self_ptr self,

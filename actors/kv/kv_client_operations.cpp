@@ -272,7 +272,7 @@ void do_pull(self_ptr self, uint64_t clock, const std::vector<uint64_t>& keys,
   for (auto k : keys) {
     auto i = self->state.sizes.find(k);
     if (i == self->state.sizes.end()) {
-      reply(caf::make_error(errc::unknown_key, k));
+      reply(never_declared(k));
       return;
     }
     if (auto err = check_placed(self, k, i->second)) {
@@ -450,6 +450,12 @@ void init_in_place_of_the_gone(self_ptr self,
 /// this again.
 void do_init(self_ptr self, std::shared_ptr<const arrays> xs,
              uint32_t clocks_per_step, reply_to<arrays> reply) {
+  if (auto key = key_twice(*xs)) { // the scheduler reads it as corruption
+    reply(caf::make_error(errc::invalid_config,
+                          "key " + std::to_string(*key) +
+                              " is declared twice in one init"));
+    return;
+  }
   declare_request req{self->state.rank, {}, clocks_per_step};
   std::vector<uint64_t> keys;
   for (auto& x : *xs) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -438,14 +439,35 @@ caf::error check_placed(self_ptr self, uint64_t key, uint64_t n) {
   return caf::none;
 }
 
+caf::error never_declared(uint64_t key) {
+  return caf::make_error(errc::unknown_key,
+                         "key " + std::to_string(key) +
+                             " was never declared (a worker's"
+                             " parameters(), or kv init)");
+}
+
+std::optional<uint64_t> key_twice(const arrays& xs) {
+  std::vector<uint64_t> keys;
+  keys.reserve(xs.size());
+  for (auto& x : xs)
+    keys.push_back(x.key);
+  std::sort(keys.begin(), keys.end());
+  auto i = std::adjacent_find(keys.begin(), keys.end());
+  if (i == keys.end())
+    return std::nullopt;
+  return *i;
+}
+
 caf::error check_arrays(self_ptr self, const arrays& xs) {
+  if (auto key = key_twice(xs)) // the servers would read it as corruption
+    return caf::make_error(errc::bad_shape,
+                           "key " + std::to_string(*key) +
+                               " is given twice in one push (a worker's"
+                               " step() returns one array per key)");
   for (auto& x : xs) {
     auto i = self->state.sizes.find(x.key);
     if (i == self->state.sizes.end())
-      return caf::make_error(errc::unknown_key,
-                             "key " + std::to_string(x.key) +
-                                 " was never declared (a worker's"
-                                 " parameters(), or kv init)");
+      return never_declared(x.key);
     if (i->second != x.values.size())
       return caf::make_error(errc::bad_shape,
                              "key " + std::to_string(x.key) + " holds " +

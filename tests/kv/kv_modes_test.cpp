@@ -100,7 +100,23 @@ BOOST_AUTO_TEST_CASE(undeclared_keys_and_wrong_lengths_are_refused) {
                     "bad_shape: key 1 holds 4 floats, 5 were given (an array"
                     " is pushed at its declared size: a worker's step()"
                     " returns each of its parameters() size)");
-  BOOST_CHECK(w.pull(0, {99}).error() == errc::unknown_key);
+  auto unread = w.pull(0, {99}); // it read "unknown_key: 99"
+  BOOST_CHECK(unread.error() == errc::unknown_key);
+  BOOST_CHECK_EQUAL(describe(unread.error()),
+                    "unknown_key: key 99 was never declared (a worker's"
+                    " parameters(), or kv init)");
+  // A key twice in one push read as wire corruption (malformed_message).
+  auto twice = filled(1, 4, 1.0f);
+  twice.push_back(twice.front());
+  auto doubled = w.push(0, twice);
+  BOOST_CHECK(doubled.error() == errc::bad_shape);
+  BOOST_CHECK_EQUAL(describe(doubled.error()),
+                    "bad_shape: key 1 is given twice in one push (a worker's"
+                    " step() returns one array per key)");
+  auto declared_twice = w.init(twice);
+  BOOST_CHECK(declared_twice.error() == errc::invalid_config);
+  BOOST_CHECK_EQUAL(describe(declared_twice.error()),
+                    "invalid_config: key 1 is declared twice in one init");
   BOOST_CHECK(w.init(filled(1, 5, 0.0f)).error() == errc::size_conflict);
   auto got = w.pull(0, {1}); // nothing was applied
   BOOST_REQUIRE(got);
