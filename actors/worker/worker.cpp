@@ -445,9 +445,9 @@ caf::error thrown(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& x) {
-    return caf::make_error(caf::sec::runtime_error,
-                           "the worker's code threw " + type(typeid(x)) +
-                               ": " + x.what());
+    return caf::make_error(caf::sec::runtime_error, "the worker's code threw " +
+                                                        type(typeid(x)) + ": " +
+                                                        x.what());
   } catch (...) {
     auto* t = abi::__cxa_current_exception_type();
     return caf::make_error(caf::sec::runtime_error,
