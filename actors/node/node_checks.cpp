@@ -225,6 +225,14 @@ caf::error node_config::check_modes() const {
                            " stage that dies in its push of a committed"
                            " mini-batch leaves it on the other stages' keys"
                            " alone (docs/pipelines.md)");
+  // Options that do nothing with the rest, said rather than ignored.
+  bool runs_workers =
+      role_name == "worker" || (role_name == "agent" && agent.workers > 0);
+  if (runs_workers && worker.pipeline && given("worker.watch-us"))
+    return caf::make_error(errc::invalid_config,
+                           "--worker.watch-us does nothing with"
+                           " --worker.pipeline (a pipelined worker runs on"
+                           " a thread of its own): drop one");
   if (worker.task == "counter" && optimizer.name != "sum")
     return caf::make_error(errc::invalid_config,
                            "--worker.task=counter needs --optimizer.name=sum"
@@ -299,6 +307,13 @@ caf::error node_config::check_faults() const {
 
 caf::error node_config::check_checkpoints() const {
   auto& ck = server.checkpoint;
+  for (auto name : {"every-ms", "fault-tear"})
+    if (ck.dir.empty() && given(std::string{"checkpoint."} + name))
+      return caf::make_error(errc::invalid_config,
+                             std::string{"--checkpoint."} + name +
+                                 " does nothing without --checkpoint.dir"
+                                 " (the folder the cluster's checkpoints go"
+                                 " to): give both, or neither");
   if (ck.resume && ck.dir.empty())
     return validate(ck); // says --resume needs --checkpoint.dir
   // The scheduler and servers read the checkpoint before they join; a

@@ -515,7 +515,7 @@ stage_run_settings node_config::stage() const {
 
 caf::error node_config::check_options(std::vector<std::string>& args) {
   args = plain_flags(std::move(args), custom_options_, switches_off_);
-  if (auto err = check_flags(args, custom_options_))
+  if (auto err = check_flags(args, custom_options_, &given_))
     return err;
   const std::string flag = "--config-file=";
   std::string file;
@@ -538,7 +538,7 @@ caf::error node_config::check_options(std::vector<std::string>& args) {
     else
       return caf::none;
   }
-  return check_ini_file(file, custom_options_);
+  return check_ini_file(file, custom_options_, &given_);
 }
 
 } // namespace troupe

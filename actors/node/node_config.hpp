@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,11 @@ private:
   size_t first_troupe_option_ = 0;
   /// The switches given as --SWITCH=false (check_options), for finish().
   std::vector<std::string> switches_off_;
+  /// The options given as flags or in the INI file ("group.key"), as
+  /// check_options found them: for an option that does nothing with the
+  /// others given, where its default would not say so.
+  std::set<std::string> given_;
+  bool given(const std::string& name) const { return given_.count(name) > 0; }
 };
 
 /// A node's command line, read as troupe-node reads it (its main and a

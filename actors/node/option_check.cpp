@@ -188,7 +188,8 @@ std::string closest_name(const std::string& name,
 }
 
 caf::error check_ini_text(const std::string& text, const std::string& file,
-                          const caf::config_option_set& opts) {
+                          const caf::config_option_set& opts,
+                          std::set<std::string>* given) {
   // CAF's reader takes neither (it said "trailing_character" at a line's
   // end, or an unknown key that looked like a known one).
   if (text.rfind("\xEF\xBB\xBF", 0) == 0)
@@ -199,6 +200,16 @@ caf::error check_ini_text(const std::string& text, const std::string& file,
                    std::to_string(
                        1 + std::count(text.begin(), text.begin() + cr, '\n')),
                "Windows line ends (CR LF): save it with LF alone (dos2unix)");
+  // A binary file (a checkpoint named by mistake) was echoed raw.
+  auto binary = std::find_if(text.begin(), text.end(), [](char c) {
+    return c != '\t' && c != '\n' && static_cast<unsigned char>(c) < 0x20;
+  });
+  if (binary != text.end())
+    return bad(file + ":" +
+                   std::to_string(1 + std::count(text.begin(), binary, '\n')),
+               "holds a control byte (" +
+                   std::to_string(static_cast<unsigned char>(*binary)) +
+                   "): not an INI text file");
   auto groups = groups_of(opts);
   std::istringstream in{text};
   std::string line, group = "global"; // keys before any [section]
@@ -231,17 +242,24 @@ caf::error check_ini_text(const std::string& text, const std::string& file,
     if (auto err = check_entry(opts, group, key, value,
                                file + ":" + std::to_string(first)))
       return err;
+    if (group == "global" && key == "config-file") // CAF reads no second
+      return bad(file + ":" + std::to_string(first),
+                 "config-file in an INI file is not read: a node reads one"
+                 " INI file, the one --config-file names");
     // CAF takes the last silently: one of the two was meant.
     if (auto [at, fresh] = seen.emplace(group + "." + key, first); !fresh)
       return bad(file + ":" + std::to_string(first),
                  key + " in [" + group + "] is given twice (line " +
                      std::to_string(at->second) + " too): keep one");
+    if (given != nullptr)
+      given->insert(group + "." + key);
   }
   return caf::none;
 }
 
 caf::error check_ini_file(const std::string& path,
-                          const caf::config_option_set& opts) {
+                          const caf::config_option_set& opts,
+                          std::set<std::string>* given) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) // an ifstream opens one
     return caf::make_error(errc::invalid_config,
@@ -253,7 +271,7 @@ caf::error check_ini_file(const std::string& path,
                            "cannot read the config file " + path);
   std::ostringstream text;
   text << in.rdbuf();
-  return check_ini_text(text.str(), path, opts);
+  return check_ini_text(text.str(), path, opts, given);
 }
 
 std::vector<std::string> plain_flags(std::vector<std::string> args,
@@ -289,7 +307,8 @@ std::vector<std::string> plain_flags(std::vector<std::string> args,
 }
 
 caf::error check_flags(const std::vector<std::string>& args,
-                       const caf::config_option_set& opts) {
+                       const caf::config_option_set& opts,
+                       std::set<std::string>* given) {
   for (auto& arg : args) {
     if (arg.size() < 3 || arg.compare(0, 2, "--") != 0)
       return caf::make_error(
@@ -309,6 +328,8 @@ caf::error check_flags(const std::vector<std::string>& args,
           "unknown flag --" + name +
               did_you_mean(name, flag_names(opts), "--", "") +
               "; troupe-node --help lists them all");
+    if (given != nullptr)
+      given->emplace(opt->full_name().begin(), opt->full_name().end());
     if (eq == std::string::npos) {
       if (!opt->is_flag())
         return caf::make_error(errc::invalid_config, "--" + name +

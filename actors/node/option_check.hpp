@@ -5,6 +5,7 @@
 // where a known name is close.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,19 +16,24 @@ namespace troupe {
 
 /// Checks the INI text `text` (read from `file`, for the messages) against
 /// `opts`: every section a known group, every key one of its options,
-/// every value of the option's type.
+/// every value of the option's type. Adds the name of each option it
+/// sets ("group.key") to `given`, if any.
 caf::error check_ini_text(const std::string& text, const std::string& file,
-                          const caf::config_option_set& opts);
+                          const caf::config_option_set& opts,
+                          std::set<std::string>* given = nullptr);
 
 /// Checks the INI file at `path` (a missing file is an error too).
 caf::error check_ini_file(const std::string& path,
-                          const caf::config_option_set& opts);
+                          const caf::config_option_set& opts,
+                          std::set<std::string>* given = nullptr);
 
 /// Checks the `--group.key=value` flags of `args` against `opts`: each a
 /// known option, each value of its type, and nothing else (CAF 0.17 runs on
-/// past a word that is no flag).
+/// past a word that is no flag). Adds the full name of each option it
+/// sets ("group.key") to `given`, if any.
 caf::error check_flags(const std::vector<std::string>& args,
-                       const caf::config_option_set& opts);
+                       const caf::config_option_set& opts,
+                       std::set<std::string>* given = nullptr);
 
 /// `args` as CAF 0.17's parser takes what they plainly mean: --NAME= of a
 /// string option as --NAME="" (none; a shell's --NAME="" gives --NAME=),

@@ -162,6 +162,71 @@ BOOST_AUTO_TEST_CASE(windows_line_ends_a_bom_and_two_files_are_named) {
                         "): one INI file a node");
 }
 
+BOOST_AUTO_TEST_CASE(a_binary_file_or_a_nested_config_file_is_named) {
+  // A checkpoint named by mistake was echoed raw in the error.
+  BOOST_CHECK_EQUAL(ini_error(std::string{"[cluster]\nservers=2\n\x01\x00"
+                                          "\xff\x07junk",
+                                          28}),
+                    "invalid_config: FILE:3: holds a control byte (1): not an"
+                    " INI text file");
+  // CAF reads one file: the second was silently left unread.
+  BOOST_CHECK_EQUAL(ini_error("config-file = \"/etc/more.ini\"\n"),
+                    "invalid_config: FILE:1: config-file in an INI file is"
+                    " not read: a node reads one INI file, the one"
+                    " --config-file names");
+}
+
+/// What finish() says of `args` and an INI file holding `ini` (checked
+/// and read as troupe-node does): "" if it takes them.
+std::string finish_error(std::vector<std::string> args,
+                         const std::string& ini = "") {
+  temp_dir dir;
+  std::ofstream{dir / "t.ini"} << ini;
+  args.push_back("--config-file=" + dir / "t.ini");
+  node_config cfg;
+  cfg.load<caf::io::middleman>();
+  auto err = cfg.check_options(args);
+  if (!err)
+    err = cfg.parse(std::move(args));
+  if (!err)
+    err = cfg.finish();
+  return err ? describe(err) : std::string{};
+}
+
+BOOST_AUTO_TEST_CASE(an_option_that_does_nothing_with_the_rest_is_named) {
+  // Each was taken and did nothing, without a word.
+  temp_dir ck;
+  for (auto every : {"--checkpoint.every-ms=500", "--checkpoint.fault-tear=2"})
+    BOOST_CHECK_MESSAGE(
+        finish_error({"--role=scheduler", every})
+                .find(" does nothing without --checkpoint.dir") !=
+            std::string::npos,
+        finish_error({"--role=scheduler", every}));
+  BOOST_CHECK_EQUAL(
+      finish_error({"--role=scheduler"}, "[checkpoint]\nevery-ms = 500\n"),
+      "invalid_config: --checkpoint.every-ms does nothing without"
+      " --checkpoint.dir (the folder the cluster's checkpoints go to): give"
+      " both, or neither");
+  BOOST_CHECK_EQUAL(
+      finish_error({"--role=scheduler", "--checkpoint.every-ms=500",
+                    "--checkpoint.dir=" + ck.path}),
+      "");
+  const std::vector<std::string> pipelined = {
+      "--role=worker", "--server.mode=async", "--worker.pipeline"};
+  auto watched = pipelined;
+  watched.push_back("--worker.watch-us=500");
+  BOOST_CHECK_EQUAL(finish_error(watched),
+                    "invalid_config: --worker.watch-us does nothing with"
+                    " --worker.pipeline (a pipelined worker runs on a thread"
+                    " of its own): drop one");
+  BOOST_CHECK_EQUAL(finish_error(pipelined), "");
+  // A server takes the workers' INI file as it is: it never watches.
+  BOOST_CHECK_EQUAL(finish_error({"--role=server", "--server.mode=async"},
+                                 "[worker]\npipeline = true\n"
+                                 "watch-us = 500\n"),
+                    "");
+}
+
 BOOST_AUTO_TEST_CASE(a_word_that_is_no_flag_is_an_error) {
   // At fbf4dac CAF ran on past these: `--role=worker foo` was a worker.
   BOOST_CHECK_EQUAL(flag_error({"--role=worker", "foo"}),
