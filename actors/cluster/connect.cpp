@@ -139,8 +139,17 @@ std::string openssl_reason() {
   return code == 0 ? std::string{"no reason given"} : std::string{buf};
 }
 
-int give_passphrase(char* buf, int size, int, void* pass) {
-  auto& p = *static_cast<const std::string*>(pass);
+/// The passphrase OpenSSL may ask for, and whether it did (a key that is
+/// not encrypted never asks).
+struct passphrase_ask {
+  const std::string& passphrase;
+  bool asked = false;
+};
+
+int give_passphrase(char* buf, int size, int, void* ask) {
+  auto& a = *static_cast<passphrase_ask*>(ask);
+  a.asked = true;
+  auto& p = a.passphrase;
   if (p.empty() || p.size() >= static_cast<size_t>(size))
     return 0; // none given: an encrypted key fails to load
   std::copy(p.begin(), p.end(), buf);
@@ -157,17 +166,16 @@ std::string check_tls_identity(const tls_files& f,
       SSL_CTX_new(TLS_method()), &SSL_CTX_free};
   if (!ctx)
     return "OpenSSL cannot make a TLS context: " + openssl_reason();
+  passphrase_ask ask{passphrase};
   SSL_CTX_set_default_passwd_cb(ctx.get(), give_passphrase);
-  SSL_CTX_set_default_passwd_cb_userdata(ctx.get(),
-                                         const_cast<std::string*>(&passphrase));
+  SSL_CTX_set_default_passwd_cb_userdata(ctx.get(), &ask);
   if (SSL_CTX_use_certificate_chain_file(ctx.get(), f.certificate.c_str()) != 1)
     return "--openssl.certificate=" + f.certificate +
            ": not a certificate OpenSSL can load (" + openssl_reason() + ")";
   std::unique_ptr<BIO, decltype(&BIO_free)> in{BIO_new_file(f.key.c_str(), "r"),
                                                &BIO_free};
   std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key{
-      in ? PEM_read_bio_PrivateKey(in.get(), nullptr, give_passphrase,
-                                   const_cast<std::string*>(&passphrase))
+      in ? PEM_read_bio_PrivateKey(in.get(), nullptr, give_passphrase, &ask)
          : nullptr,
       &EVP_PKEY_free};
   if (!key)
@@ -176,6 +184,10 @@ std::string check_tls_identity(const tls_files& f,
            (passphrase.empty() ? "; an encrypted key needs"
                                  " --openssl.passphrase)"
                                : ")");
+  if (!passphrase.empty() && !ask.asked) // it protects nothing
+    return "--openssl.passphrase is given, but --openssl.key=" + f.key +
+           " is not encrypted: drop the passphrase, or encrypt the key"
+           " (openssl pkey -in KEY -aes256 -out KEY.enc)";
   if (SSL_CTX_use_PrivateKey(ctx.get(), key.get()) != 1 ||
       SSL_CTX_check_private_key(ctx.get()) != 1)
     return "--openssl.key=" + f.key +

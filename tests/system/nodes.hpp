@@ -82,7 +82,15 @@ struct scheduler_process {
                  {"--role=scheduler", "--scheduler-port=0",
                   "--cluster.servers=" + std::to_string(servers),
                   "--cluster.workers=" + std::to_string(workers)});
-    proc = std::make_unique<child_process>(node_args(std::move(extra)));
+    listening(std::make_unique<child_process>(node_args(std::move(extra))));
+  }
+  /// A scheduler started by the caller (its own TLS flags, say).
+  explicit scheduler_process(std::unique_ptr<child_process> p) {
+    listening(std::move(p));
+  }
+  /// Waits (bounded) until `p` listens, and takes it and its port.
+  void listening(std::unique_ptr<child_process> p) {
+    proc = std::move(p);
     auto line = proc->wait_for_line("scheduler listening on", 20s);
     BOOST_REQUIRE_MESSAGE(line, "no scheduler: " << proc->output());
     port = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));

@@ -168,4 +168,55 @@ BOOST_AUTO_TEST_CASE(
   }
 }
 
+BOOST_AUTO_TEST_CASE(
+    an_encrypted_key_needs_its_passphrase_and_a_plain_one_none) {
+  auto certs = tls_flags();
+  troupe::test::temp_dir dir;
+  auto locked = dir / "node.key.enc";
+  child_process seal{{"/usr/bin/openssl", "pkey", "-in",
+                      test_certs + "/node.key", "-aes256", "-passout",
+                      "pass:open sesame", "-out", locked}};
+  auto sealed = seal.wait_exit(20s);
+  BOOST_REQUIRE_MESSAGE(sealed && *sealed == 0, seal.output());
+  struct bad_case {
+    std::vector<std::string> flags;
+    std::string says;
+  };
+  const bad_case cases[] = {
+      {{certs[0], "--openssl.key=" + locked, certs[2]},
+       "; an encrypted key needs --openssl.passphrase)"},
+      {{certs[0], "--openssl.key=" + locked, certs[2],
+        "--openssl.passphrase=open sesam"},
+       "--openssl.key=" + locked + ": not a private key OpenSSL can load"},
+      // The passphrase was taken and protected nothing, without a word.
+      {{certs[0], certs[1], certs[2], "--openssl.passphrase=open sesame"},
+       "--openssl.passphrase is given, but " + certs[1] + " is not encrypted"}};
+  for (auto& c : cases) {
+    std::vector<std::string> args{node_bin, "--role=scheduler",
+                                  "--scheduler-port=0"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    child_process p{args};
+    auto rc = p.wait_exit(20s);
+    BOOST_REQUIRE(rc);
+    BOOST_CHECK_EQUAL(*rc, 2);
+    BOOST_CHECK_MESSAGE(p.output().find(c.says) != std::string::npos,
+                        p.output());
+  }
+  // With its passphrase the scheduler's sessions use the key: a cluster of
+  // plain keys trains with it.
+  auto args = node_args({"--role=scheduler", "--scheduler-port=0",
+                         "--cluster.servers=1", "--cluster.workers=1", certs[0],
+                         "--openssl.key=" + locked, certs[2],
+                         "--openssl.passphrase=open sesame"},
+                        false);
+  scheduler_process s{std::make_unique<child_process>(args)};
+  auto srv = start_server(s, "sync");
+  auto w = start_counter(s, 10);
+  auto rc = w->wait_exit(60s);
+  BOOST_REQUIRE_MESSAGE(rc, "worker did not finish: " << w->output());
+  BOOST_CHECK_MESSAGE(*rc == 0 &&
+                          w->output().find("sums exact") != std::string::npos,
+                      w->output());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
