@@ -127,6 +127,10 @@ public:
                      milliseconds{f.random_to_ms}, seed);
     if (!random.empty())
       TROUPE_LOG(info, "agent", f.random_kills, " random kills, seed ", seed);
+    else if (f.random_kills > 0) // another agent's children may be targets
+      TROUPE_LOG(warning, "agent", "--fault.random-kills=", f.random_kills,
+                 ": this agent runs no ", f.random_targets,
+                 " (--fault.random-targets): no random kill here");
     planned.insert(planned.end(), random.begin(), random.end());
     std::stable_sort(planned.begin(), planned.end(),
                      [](const fault_action& a, const fault_action& b) {

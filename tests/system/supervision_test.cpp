@@ -365,9 +365,17 @@ BOOST_AUTO_TEST_CASE(an_agents_events_name_the_schedulers_rank) {
 
 BOOST_AUTO_TEST_CASE(an_agent_stops_its_children_when_the_scheduler_dies) {
   auto s = std::make_unique<scheduler_process>(1, 0);
-  auto agent = start_agent(*s, 1, 0, {});
+  // Random kills of workers where the agent runs none were planned
+  // silently: none.
+  auto agent = start_agent(*s, 1, 0, {"--fault.random-kills=2"});
   auto server = child_pid(*agent, "server-0");
   BOOST_REQUIRE(agent->wait_for_line("server listening on", 20s));
+  BOOST_CHECK_MESSAGE(
+      agent->wait_for_line("--fault.random-kills=2: this agent runs no"
+                           " worker (--fault.random-targets): no random kill"
+                           " here",
+                           20s),
+      agent->output());
   s->proc->signal(SIGKILL);
   auto rc = agent->wait_exit(30s);
   BOOST_REQUIRE_MESSAGE(rc, agent->output());
