@@ -217,6 +217,24 @@ std::string load_fashion_mnist(const std::string& dir, const std::string& split,
          fashion_mnist_dir + ")";
 }
 
+std::string splits_match(const std::string& dir, const dataset& train,
+                         const dataset& test) {
+  auto size = [](const dataset& d) {
+    auto& s = d.images.shape();
+    std::string out;
+    for (size_t i = 1; i < s.size(); ++i)
+      out += (i > 1 ? "x" : "") + std::to_string(s[i]);
+    return out;
+  };
+  if (size(train) == size(test))
+    return "";
+  return "the images in " + dir + " are of two sizes: t10k " + size(test) +
+         ", train " + size(train) +
+         "; both splits must be of one (Debian's dataset-fashion-mnist has"
+         " them in " +
+         fashion_mnist_dir + ")";
+}
+
 size_t classes_of(const dataset& d) {
   if (d.labels.empty())
     return 0;

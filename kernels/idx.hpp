@@ -38,6 +38,12 @@ std::string read_idx_labels(const std::string& path,
 std::string load_fashion_mnist(const std::string& dir, const std::string& split,
                                dataset& out);
 
+/// Whether the images of `train` and `test` (the splits of `dir`) are of
+/// one size: "" if so, else one line saying both (the test images were
+/// read in steps of the train images' size, past their end).
+std::string splits_match(const std::string& dir, const dataset& train,
+                         const dataset& test);
+
 /// The classes of `d`: its largest label + 1 (0 if it has none).
 size_t classes_of(const dataset& d);
 

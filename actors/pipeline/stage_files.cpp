@@ -20,10 +20,13 @@ std::string load_stage_data(const train_settings& t, uint32_t stage,
     return why;
   bool first = stage == 0;
   bool last = stage + 1 == stages;
-  if (first || last)
+  if (first || last) {
     if (auto why = load_fashion_mnist(t.data_dir, "t10k", out.test);
         !why.empty())
       return why;
+    if (auto why = splits_match(t.data_dir, out.train, out.test); !why.empty())
+      return why;
+  }
   out.train_n = out.train.labels.size();
   out.cols = out.train_n ? out.train.images.size() / out.train_n : 0;
   out.classes = std::max(classes_of(out.train), classes_of(out.test));

@@ -76,6 +76,8 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
     return bad_config(e);
   if (auto e = load_fashion_mnist(cfg.train.data_dir, "t10k", test); !e.empty())
     return bad_config(e);
+  if (auto e = splits_match(cfg.train.data_dir, train, test); !e.empty())
+    return bad_config(e);
   if (auto e = model_fits(cfg.train.model, net->input_size(),
                           net->output_size(), train.images.cols(),
                           std::max(classes_of(train), classes_of(test)));
