@@ -391,11 +391,17 @@ caf::expected<checkpoint_data> read_checkpoint(const std::string& path) {
   return x;
 }
 
-size_t remove_old_checkpoints(const std::string& dir, uint64_t keep_from) {
+namespace {
+
+/// Removes the checkpoint files of `dir` for which `doomed(gen, named, tmp)`
+/// holds: `gen` the generation the name gives (`named`: it gives one),
+/// `tmp` whether it is a temporary file. Returns how many it removed.
+template <class Doomed>
+size_t remove_checkpoint_files(const std::string& dir, Doomed doomed) {
   auto* d = ::opendir(dir.c_str());
   if (d == nullptr)
     return 0;
-  std::vector<std::string> doomed;
+  std::vector<std::string> paths;
   while (auto* e = ::readdir(d)) {
     std::string name = e->d_name;
     if (name.rfind(file_prefix, 0) != 0)
@@ -404,14 +410,30 @@ size_t remove_old_checkpoints(const std::string& dir, uint64_t keep_from) {
     unsigned long long gen = 0;
     bool named =
         std::sscanf(name.c_str() + std::strlen(file_prefix), "%llu", &gen) == 1;
-    if ((named && gen < keep_from) || (tmp && !named))
-      doomed.push_back(dir + "/" + name);
+    if (doomed(uint64_t{gen}, named, tmp))
+      paths.push_back(dir + "/" + name);
   }
   ::closedir(d);
   size_t n = 0;
-  for (auto& p : doomed)
+  for (auto& p : paths)
     n += ::unlink(p.c_str()) == 0 ? 1 : 0;
   return n;
+}
+
+} // namespace
+
+size_t remove_old_checkpoints(const std::string& dir, uint64_t keep_from) {
+  return remove_checkpoint_files(
+      dir, [keep_from](uint64_t gen, bool named, bool tmp) {
+        return (named && gen < keep_from) || (tmp && !named);
+      });
+}
+
+size_t remove_generation(const std::string& dir, uint64_t generation) {
+  return remove_checkpoint_files(
+      dir, [generation](uint64_t gen, bool named, bool tmp) {
+        return named && gen == generation && !tmp;
+      });
 }
 
 } // namespace troupe

@@ -122,4 +122,11 @@ caf::expected<checkpoint_data> read_checkpoint(const std::string& path);
 /// being written and stays. Returns how many files it removed.
 size_t remove_old_checkpoints(const std::string& dir, uint64_t keep_from);
 
+/// Removes the whole files of generation `generation` from `dir`: those of
+/// a checkpoint that failed, which no manifest names (on a disk near full
+/// they kept every later one from fitting). Its temporary files may be
+/// writes still under way: remove_old_checkpoints takes them once the
+/// generation is old. Returns how many it removed.
+size_t remove_generation(const std::string& dir, uint64_t generation);
+
 } // namespace troupe

@@ -10,8 +10,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
+#include "actors/base/writable.hpp"
 #include "actors/supervision/fault_plan.hpp"
 #include "actors/supervision/netns.hpp"
 #include "messages/checkpoint.hpp"
@@ -316,21 +318,70 @@ caf::error node_config::check_checkpoints() const {
                                  " to): give both, or neither");
   if (ck.resume && ck.dir.empty())
     return validate(ck); // says --resume needs --checkpoint.dir
-  // The scheduler and servers read the checkpoint before they join; a
-  // missing one is said here, once, before any listens, and its folder
-  // is not made. (Workers ask the servers; theirs may be elsewhere.)
-  if (ck.resume && (role_name == "scheduler" || role_name == "server"))
-    if (auto m = read_manifest(ck.dir); !m)
-      return caf::make_error(errc::invalid_config,
-                             "no checkpoint to resume from in " + ck.dir +
-                                 " (" + describe(m.error()) +
-                                 "); start without --resume");
   if (!ck.dir.empty() && optimizer.on == "worker")
     return caf::make_error(errc::invalid_config,
                            "--checkpoint.dir needs --optimizer.on=server: with"
                            " the optimizer on the workers the servers hold no"
                            " weights to checkpoint");
-  return validate(ck); // creates the folder
+  // The scheduler and servers read the checkpoint before they join; a
+  // missing one is said here, once, before any listens, and its folder
+  // is not made. (Workers ask the servers; theirs may be elsewhere.)
+  bool reads = role_name == "scheduler" || role_name == "server";
+  if (reads && !ck.dir.empty())
+    if (auto err = check_manifest())
+      return err;
+  if (auto err = validate(ck)) // creates the folder
+    return err;
+  // The scheduler writes the manifest, servers their files: a folder they
+  // cannot write in failed every checkpoint, and the job ended 0.
+  bool writes = reads || (role_name == "agent" && agent.servers > 0);
+  if (writes && !ck.dir.empty())
+    if (auto why = unwritable_folder(ck.dir); !why.empty())
+      return caf::make_error(errc::invalid_config, "--checkpoint.dir: " + why);
+  return caf::none;
+}
+
+caf::error node_config::check_manifest() const {
+  auto& ck = server.checkpoint;
+  std::error_code ec;
+  bool there = std::filesystem::exists(ck.dir + "/" + manifest_name, ec);
+  if (ck.resume && !there)
+    return caf::make_error(errc::invalid_config,
+                           "no checkpoint to resume from in " + ck.dir +
+                               " (no " + ck.dir + "/" + manifest_name +
+                               "); start without --resume");
+  if (!there)
+    return caf::none;
+  auto m = read_manifest(ck.dir);
+  // A fresh job numbered from 1 when the manifest could not be read, and
+  // wrote over the files it named; "start without --resume" led there.
+  if (!m && ck.resume)
+    return caf::make_error(
+        errc::invalid_config,
+        "the checkpoint in " + ck.dir + " cannot be resumed: its " +
+            manifest_name + " is damaged (" + describe_words(m.error()) +
+            "), and its files cannot be read without it; restore it, or"
+            " start without --resume in another --checkpoint.dir");
+  if (!m)
+    return caf::make_error(
+        errc::invalid_config,
+        ck.dir + " holds a damaged " + manifest_name + " (" +
+            describe_words(m.error()) +
+            "): this job would write over the checkpoint files it names;"
+            " move them away, or give another --checkpoint.dir");
+  // The servers refuse other flags than the checkpoint's; a scheduler
+  // given them waited for servers that never came.
+  auto on_servers = server.mode; // as share_settings() names it
+  on_servers.on_device = false;
+  auto mode = to_string(on_servers);
+  if (ck.resume && role_name == "scheduler" && given("server.mode") &&
+      m->mode != mode)
+    return caf::make_error(errc::invalid_config,
+                           "the checkpoint in " + ck.dir +
+                               " was written with --server.mode=" + m->mode +
+                               ", and this job runs --server.mode=" + mode +
+                               ": use the same flags to resume");
+  return caf::none;
 }
 
 } // namespace troupe

@@ -123,6 +123,9 @@ private:
   caf::error check_devices() const;
   caf::error check_faults() const;
   caf::error check_checkpoints() const;
+  /// A manifest in --checkpoint.dir: there with --resume, readable, of the
+  /// flags given (the scheduler's and servers' part of check_checkpoints).
+  caf::error check_manifest() const;
   /// --openssl.*: all of certificate, key and cafile, or none; each file
   /// readable. With them, loads CAF's openssl module (mutual TLS).
   caf::error check_tls();

@@ -38,6 +38,11 @@ void checkpoint_done(self_ptr self, const caf::error& err, uint64_t gen) {
 }
 
 void checkpoint_failed(self_ptr self, uint64_t gen, const caf::error& err) {
+  // What the servers wrote of it is named by no manifest: it would only
+  // take room the next one needs.
+  auto removed = remove_generation(self->state.cfg.checkpoint.dir, gen);
+  TROUPE_LOG(warning, "scheduler", "checkpoint ", gen, " failed (",
+             describe(err), "); ", removed, " files of it removed");
   record(self, event_record{now_ms(), "checkpoint-failed", role::scheduler, 0,
                             0, str("generation ", gen, ": ", describe(err)),
                             "scheduler"});

@@ -98,7 +98,7 @@ void write_checkpoint(self_ptr self, pending_checkpoint& p) {
                    f = encode(p.data), path, midway] {
         auto err = write_checked_file(path, f, midway);
         caf::anon_send(me, checkpoint_atom_v, serial,
-                       err ? describe(err) : std::string{});
+                       err ? describe_words(err) : std::string{});
       });
 }
 

@@ -193,15 +193,24 @@ private:
               TROUPE_LOG(info, "agent", "the final checkpoint (generation ",
                          gen, ") is written: stopping the servers");
             },
-            [](const caf::error& err) {
-              // No --checkpoint.dir, or other agents' workers still train
-              // (theirs ends the job): nothing to wait for.
-              if (err == errc::invalid_config || err == errc::timeout)
+            [this](const caf::error& err) {
+              // No --checkpoint.dir, other agents' workers still train
+              // (theirs ends the job), or no key to keep: nothing to wait
+              // for.
+              if (err == errc::invalid_config || err == errc::timeout ||
+                  err == errc::unknown_key) {
                 TROUPE_LOG(debug, "agent", "no final checkpoint to wait for (",
                            describe(err), "): stopping the servers");
-              else
-                TROUPE_LOG(warning, "agent", "no final checkpoint (",
-                           describe(err), "): stopping the servers");
+                return;
+              }
+              // The servers stop with the job's weights: a job whose
+              // checkpoints were asked for and not written did not end well.
+              TROUPE_LOG(warning, "agent", "no final checkpoint (",
+                         describe(err), "): stopping the servers");
+              job_failed_.push_back(
+                  "the job's final checkpoint was not written (" +
+                  describe(err) +
+                  "): its trained weights are not in --checkpoint.dir");
             });
   }
 

@@ -543,6 +543,26 @@ BOOST_AUTO_TEST_CASE(old_generations_and_leftovers_are_removed) {
   BOOST_CHECK_EQUAL(remove_old_checkpoints(dir / "missing", 10), 0u);
 }
 
+BOOST_AUTO_TEST_CASE(a_failed_generation_is_removed_and_no_other) {
+  // Its whole files were left until two later generations had been
+  // written: on a disk near full they kept every later one from fitting.
+  // A temporary file may be a write under way: it stays.
+  temp_dir dir;
+  for (uint64_t gen : {1, 2, 12})
+    for (uint32_t server : {0, 1})
+      BOOST_REQUIRE(!write_checked_file(dir / checkpoint_file_name(gen, server),
+                                        noise(8)));
+  write_bytes(dir / (checkpoint_file_name(2, 2) + ".tmp"), {1});
+  BOOST_CHECK_EQUAL(remove_generation(dir.path, 2), 2u);
+  BOOST_CHECK(names_in(dir.path) ==
+              (std::set<std::string>{
+                  checkpoint_file_name(1, 0), checkpoint_file_name(1, 1),
+                  checkpoint_file_name(12, 0), checkpoint_file_name(12, 1),
+                  checkpoint_file_name(2, 2) + ".tmp"}));
+  BOOST_CHECK_EQUAL(remove_generation(dir.path, 2), 0u);
+  BOOST_CHECK_EQUAL(remove_generation(dir / "missing", 2), 0u);
+}
+
 BOOST_AUTO_TEST_CASE(read_manifest_finds_the_manifest_or_says_it_is_bad) {
   temp_dir dir;
   auto none = read_manifest(dir.path);

@@ -11,10 +11,15 @@
 #include "tests/test_support.hpp"
 
 #include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <set>
@@ -94,6 +99,44 @@ uint64_t resumed_at(child_process& w) {
 
 bool is(const event_record& e, const char* kind) {
   return e.kind == kind;
+}
+
+/// A tmpfs of 64 KiB at a fresh folder, read-only with `flags` MS_RDONLY:
+/// a disk that is full, or cannot be written. Unmounted at the end.
+struct small_disk {
+  temp_dir d;
+  std::string path = d.path + "/disk";
+  bool mounted = false;
+  explicit small_disk(unsigned long flags = 0) {
+    std::filesystem::create_directories(path);
+    mounted = ::mount("tmpfs", path.c_str(), "tmpfs", flags, "size=64k") == 0;
+    BOOST_REQUIRE_MESSAGE(mounted, "mount: " << std::strerror(errno));
+  }
+  ~small_disk() {
+    if (mounted)
+      ::umount2(path.c_str(), MNT_DETACH);
+  }
+  /// The checkpoint files in it.
+  size_t files() const {
+    size_t n = 0;
+    for (auto& e : std::filesystem::directory_iterator{path})
+      n += e.path().filename().string().rfind("ckpt-", 0) == 0 ? 1 : 0;
+    return n;
+  }
+};
+
+/// Whether this process may mount a tmpfs (root); why not, for the skip.
+boost::test_tools::assertion_result can_mount(boost::unit_test::test_unit_id) {
+  temp_dir d;
+  bool ok = ::geteuid() == 0 &&
+            ::mount("tmpfs", d.path.c_str(), "tmpfs", 0, "size=64k") == 0;
+  boost::test_tools::assertion_result r{ok};
+  if (ok)
+    ::umount2(d.path.c_str(), MNT_DETACH);
+  else
+    r.message() << "skipped: cannot mount a tmpfs (needs root): "
+                << std::strerror(errno);
+  return r;
 }
 
 } // namespace
@@ -323,6 +366,105 @@ BOOST_AUTO_TEST_CASE(resume_without_a_checkpoint_says_so_and_exits) {
   BOOST_CHECK_MESSAGE(
       flagless.wait_for_line("--resume needs --checkpoint.dir", 2s),
       flagless.output());
+}
+
+BOOST_AUTO_TEST_CASE(a_damaged_manifest_is_named_and_its_files_kept) {
+  // It read as "no checkpoint ... start without --resume", and a fresh job
+  // numbered from 1 and wrote over the files it named.
+  temp_dir d;
+  std::ofstream{d.path + "/MANIFEST"} << "not a manifest at all";
+  auto file = d.path + "/ckpt-00000001-server-0.bin";
+  std::ofstream{file} << "the only copy";
+  for (bool resume : {true, false})
+    for (auto role : {"--role=scheduler", "--role=server"}) {
+      std::vector<std::string> args{role, "--scheduler-port=1", "--port=0",
+                                    "--checkpoint.dir=" + d.path};
+      if (resume)
+        args.push_back("--resume");
+      child_process p{node_args(args)};
+      auto rc = p.wait_exit(20s);
+      BOOST_REQUIRE_MESSAGE(rc, p.output());
+      BOOST_CHECK_MESSAGE(*rc == 2, p.output());
+      auto said = resume ? "the checkpoint in " + d.path +
+                               " cannot be resumed: its MANIFEST is damaged ("
+                         : d.path + " holds a damaged MANIFEST (";
+      BOOST_CHECK_MESSAGE(p.output().find(said) != std::string::npos &&
+                              p.output().find("listening") == std::string::npos,
+                          p.output());
+    }
+  std::ifstream in{file};
+  std::string kept;
+  std::getline(in, kept);
+  BOOST_CHECK_EQUAL(kept, "the only copy");
+}
+
+BOOST_AUTO_TEST_CASE(a_scheduler_of_another_mode_than_its_checkpoint_says_so) {
+  // The servers refused the mode, and the scheduler waited for them for
+  // ever (its workers timed out declaring).
+  temp_dir d;
+  checkpoint_manifest m;
+  m.generation = 1;
+  m.mode = "sync";
+  m.optimizer = "sum@server";
+  BOOST_REQUIRE(!write_checked_file(d.path + "/MANIFEST", encode(m)));
+  child_process p{node_args({"--role=scheduler", "--scheduler-port=0",
+                             "--checkpoint.dir=" + d.path, "--resume",
+                             "--server.mode=async"})};
+  auto rc = p.wait_exit(20s);
+  BOOST_REQUIRE_MESSAGE(rc, p.output());
+  BOOST_CHECK_MESSAGE(
+      *rc == 2 &&
+          p.output().find("the checkpoint in " + d.path +
+                          " was written with --server.mode=sync, and this"
+                          " job runs --server.mode=async: use the same"
+                          " flags to resume") != std::string::npos,
+      p.output());
+}
+
+BOOST_AUTO_TEST_CASE(a_folder_that_cannot_be_written_is_refused_at_start,
+                     *boost::unit_test::precondition(can_mount)) {
+  // Every checkpoint failed, in the servers' logs alone, and the job ended
+  // with exit 0.
+  small_disk ro{MS_RDONLY};
+  for (auto role : {"--role=scheduler", "--role=server"}) {
+    child_process p{node_args({role, "--scheduler-port=1", "--port=0",
+                               "--checkpoint.dir=" + ro.path})};
+    auto rc = p.wait_exit(20s);
+    BOOST_REQUIRE_MESSAGE(rc, p.output());
+    BOOST_CHECK_MESSAGE(*rc == 2 &&
+                            p.output().find("--checkpoint.dir: cannot"
+                                            " write in " +
+                                            ro.path +
+                                            ": Read-only file"
+                                            " system") != std::string::npos,
+                        p.output());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_final_checkpoint_that_fails_fails_the_job,
+                     *boost::unit_test::precondition(can_mount)) {
+  // A disk too small for one checkpoint (3 x 40000 floats a server): the
+  // job ended 0 with its weights nowhere, and each failed generation left
+  // the files written before the failure (they kept later ones out).
+  small_disk full;
+  std::vector<std::string> flags = {"--checkpoint.dir=" + full.path,
+                                    "--checkpoint.every-ms=0"};
+  scheduler_process s{1, 1, flags};
+  flags.insert(flags.end(), {"--worker.task=counter", "--optimizer.name=sum",
+                             "--worker.steps=30", "--worker.keys=3",
+                             "--worker.key-floats=40000"});
+  auto agent = start_agent(s, 1, 1, flags);
+  auto rc = agent->wait_exit(120s);
+  BOOST_REQUIRE_MESSAGE(rc, agent->output());
+  BOOST_CHECK_EQUAL(*rc, 1);
+  BOOST_CHECK_MESSAGE(
+      agent->output().find("*** agent: the job's final checkpoint was not"
+                           " written (") != std::string::npos &&
+          agent->output().find("No space left on device") != std::string::npos,
+      agent->output());
+  BOOST_CHECK_MESSAGE(s.proc->wait_for_line("checkpoint 1 failed (", 20s),
+                      s.proc->output());
+  BOOST_CHECK_EQUAL(full.files(), 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
