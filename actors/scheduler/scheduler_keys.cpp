@@ -14,8 +14,10 @@ namespace troupe::sched {
 namespace {
 
 /// Resuming: `req` must step in the checkpoint's clock count and declare
-/// its keys at their checkpointed sizes. A key the checkpoint lacks is
-/// allowed (declared after the cut) and starts from its initialiser.
+/// its keys at their checkpointed sizes. Keys the checkpoint lacks are
+/// allowed where it holds none of the request's (a worker, a stage, that
+/// declared after the cut) and start from their initialiser; beside keys
+/// it holds they are another model's (a worker declares its keys at once).
 caf::error check_resumed_layout(self_ptr self, const declare_request& req) {
   auto& st = self->state;
   auto& dir = st.cfg.checkpoint.dir;
@@ -37,6 +39,26 @@ caf::error check_resumed_layout(self_ptr self, const declare_request& req) {
               " floats; the checkpoint in ", dir, " holds it with ", i->second,
               ": resume with the model (--train.model) and the flags the job",
               " was started with"));
+  }
+  std::vector<uint64_t> lacking;
+  for (auto& k : req.keys)
+    if (st.resume_sizes.count(k.key) == 0)
+      lacking.push_back(k.key);
+  // mlp:784-10-10 resumed from mlp:784-10 took the first layer's weights
+  // and trained the second afresh, without a word.
+  if (!st.resume_sizes.empty() && !lacking.empty() &&
+      lacking.size() < req.keys.size()) {
+    std::string keys;
+    for (size_t i = 0; i < lacking.size() && i < 8; ++i)
+      keys += (i > 0 ? ", " : "") + std::to_string(lacking[i]);
+    if (lacking.size() > 8)
+      keys += ", ...";
+    return caf::make_error(
+        errc::invalid_config,
+        str("worker ", req.worker, " declares keys the checkpoint in ", dir,
+            " lacks (", keys, ") beside keys it holds: another model; resume",
+            " with the model (--train.model) and the flags the job was",
+            " started with"));
   }
   return caf::none;
 }

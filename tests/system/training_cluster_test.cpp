@@ -259,6 +259,12 @@ BOOST_AUTO_TEST_CASE(a_resume_with_another_step_layout_or_model_is_refused) {
   check_resume_refused(dir.path, {"--train.model=mlp:784-64-10"},
                        "floats; the checkpoint in " + dir.path +
                            " holds it with");
+  // A layer more, of the same sizes up to it: the first layers took the
+  // checkpoint's weights, and the last trained afresh, without a word.
+  check_resume_refused(dir.path, {"--train.model=mlp:784-256-128-10-10"},
+                       "declares keys the checkpoint in " + dir.path +
+                           " lacks (7, 8) beside keys it holds: another"
+                           " model");
   // Slices of another size would find nothing to restore: the scheduler
   // refuses at once.
   child_process sched{node_args({"--role=scheduler", "--scheduler-port=0",
