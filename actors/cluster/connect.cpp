@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <thread>
 
@@ -178,12 +180,17 @@ std::string check_tls_identity(const tls_files& f,
       in ? PEM_read_bio_PrivateKey(in.get(), nullptr, give_passphrase, &ask)
          : nullptr,
       &EVP_PKEY_free};
-  if (!key)
+  if (!key) {
+    // The hint only for a key that says it is encrypted: a torn one got it.
+    std::ifstream in{f.key};
+    std::string text{std::istreambuf_iterator<char>{in}, {}};
+    bool encrypted = text.find("ENCRYPTED") != std::string::npos;
     return "--openssl.key=" + f.key + ": not a private key OpenSSL can load (" +
            openssl_reason() +
-           (passphrase.empty() ? "; an encrypted key needs"
-                                 " --openssl.passphrase)"
-                               : ")");
+           (passphrase.empty() && encrypted ? "; an encrypted key needs"
+                                              " --openssl.passphrase)"
+                                            : ")");
+  }
   if (!passphrase.empty() && !ask.asked) // it protects nothing
     return "--openssl.passphrase is given, but --openssl.key=" + f.key +
            " is not encrypted: drop the passphrase, or encrypt the key"
@@ -209,14 +216,20 @@ std::string check_tls_identity(const tls_files& f,
       X509_STORE_CTX_init(check.get(), SSL_CTX_get_cert_store(ctx.get()),
                           SSL_CTX_get0_certificate(ctx.get()), chain) != 1)
     return "OpenSSL cannot check --openssl.certificate: " + openssl_reason();
-  if (X509_verify_cert(check.get()) != 1)
+  if (X509_verify_cert(check.get()) != 1) {
+    auto code = X509_STORE_CTX_get_error(check.get());
+    // Out of date, it is the right CA's: the other hint misled.
+    bool dated = code == X509_V_ERR_CERT_HAS_EXPIRED ||
+                 code == X509_V_ERR_CERT_NOT_YET_VALID;
     return "--openssl.certificate=" + f.certificate +
            " does not verify against --openssl.cafile=" + f.cafile + " (" +
-           X509_verify_cert_error_string(
-               X509_STORE_CTX_get_error(check.get())) +
-           "): every peer trusts that CA alone and would refuse it; give the"
-           " CA that signed it, or a certificate it signed"
-           " (deploy/make-certs.sh)";
+           X509_verify_cert_error_string(code) +
+           (dated ? "): every peer would refuse it; make new certificates"
+                    " (deploy/make-certs.sh), or set this machine's clock"
+                  : "): every peer trusts that CA alone and would refuse it;"
+                    " give the CA that signed it, or a certificate it signed"
+                    " (deploy/make-certs.sh)");
+  }
   return "";
 }
 

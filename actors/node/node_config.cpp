@@ -465,6 +465,11 @@ caf::error node_config::check_tls() {
                                missing + " (deploy/make-certs.sh makes them)");
   }
   for (auto& f : files) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(f.path, ec)) // it read as no PEM file
+      return caf::make_error(errc::invalid_config,
+                             std::string{f.flag} + "=" + f.path +
+                                 " is a folder: name a PEM file");
     std::ifstream in{f.path};
     if (!in)
       return caf::make_error(errc::invalid_config,

@@ -26,6 +26,14 @@ std::string trim(const std::string& s) {
   return s.substr(first, last - first + 1);
 }
 
+/// `s` as an error shows it: cut short past 100 bytes (a 5 MiB key made a
+/// 5 MiB line).
+std::string shown(const std::string& s) {
+  if (s.size() <= 120)
+    return s;
+  return s.substr(0, 100) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
 /// `line` without its comment: from the first ';' outside a quoted string.
 std::string strip_comment(const std::string& line) {
   bool quoted = false;
@@ -147,24 +155,24 @@ caf::error check_entry(const caf::config_option_set& opts,
                        const std::string& value, const std::string& where) {
   auto* opt = opts.qualified_name_lookup(group, key);
   if (opt == nullptr)
-    return bad(where, "unknown key '" + key + "' in [" + group + "]" +
+    return bad(where, "unknown key '" + shown(key) + "' in [" + group + "]" +
                           did_you_mean(key, keys_of(opts, group), "'", "'"));
   auto name = group + "." + key;
   auto parsed = caf::config_value::parse(value);
   if (!parsed)
-    return bad(where, "cannot read the value of " + name + ": " + value);
+    return bad(where, "cannot read the value of " + name + ": " + shown(value));
   std::string type{opt->type_name().begin(), opt->type_name().end()};
   if (caf::holds_alternative<std::string>(*parsed) && value.front() != '"') {
     // CAF's words (--scheduler.policy) take single quotes, strings double.
     if (type.find("atom") != std::string::npos)
       return bad(where, "words are in single quotes in an INI file: " + key +
-                            "='" + value + "'");
+                            "='" + shown(value) + "'");
     return bad(where, "strings are quoted in an INI file: " + key + "=\"" +
-                          value + "\"");
+                          shown(value) + "\"");
   }
   if (opt->check(*parsed)) {
-    return bad(where,
-               name + " takes " + what_it_takes(type) + ", got " + value);
+    return bad(where, name + " takes " + what_it_takes(type) + ", got " +
+                          shown(value));
   }
   return caf::none;
 }
@@ -173,6 +181,8 @@ caf::error check_entry(const caf::config_option_set& opts,
 
 std::string closest_name(const std::string& name,
                          const std::vector<std::string>& names) {
+  if (name.size() > 120) // no typo, and its distances would be slow
+    return {};
   std::string best;
   size_t best_d = SIZE_MAX;
   for (auto& n : names) {
@@ -195,14 +205,11 @@ caf::error check_ini_text(const std::string& text, const std::string& file,
   if (text.rfind("\xEF\xBB\xBF", 0) == 0)
     return bad(file, "starts with a byte order mark (UTF-8 BOM): save it"
                      " without one");
-  if (auto cr = text.find('\r'); cr != std::string::npos)
-    return bad(file + ":" +
-                   std::to_string(
-                       1 + std::count(text.begin(), text.begin() + cr, '\n')),
-               "Windows line ends (CR LF): save it with LF alone (dos2unix)");
-  // A binary file (a checkpoint named by mistake) was echoed raw.
+  // A binary file (a checkpoint named by mistake) was echoed raw, or
+  // named as one of Windows line ends.
   auto binary = std::find_if(text.begin(), text.end(), [](char c) {
-    return c != '\t' && c != '\n' && static_cast<unsigned char>(c) < 0x20;
+    return c != '\t' && c != '\n' && c != '\r' &&
+           static_cast<unsigned char>(c) < 0x20;
   });
   if (binary != text.end())
     return bad(file + ":" +
@@ -210,6 +217,11 @@ caf::error check_ini_text(const std::string& text, const std::string& file,
                "holds a control byte (" +
                    std::to_string(static_cast<unsigned char>(*binary)) +
                    "): not an INI text file");
+  if (auto cr = text.find('\r'); cr != std::string::npos)
+    return bad(file + ":" +
+                   std::to_string(
+                       1 + std::count(text.begin(), text.begin() + cr, '\n')),
+               "Windows line ends (CR LF): save it with LF alone (dos2unix)");
   auto groups = groups_of(opts);
   std::istringstream in{text};
   std::string line, group = "global"; // keys before any [section]
@@ -222,16 +234,16 @@ caf::error check_ini_text(const std::string& text, const std::string& file,
       continue;
     if (s.front() == '[') {
       if (s.back() != ']')
-        return bad(where, "a section header must be [name], got " + s);
+        return bad(where, "a section header must be [name], got " + shown(s));
       group = trim(s.substr(1, s.size() - 2));
       if (std::find(groups.begin(), groups.end(), group) == groups.end())
-        return bad(where, "unknown section [" + group + "]" +
+        return bad(where, "unknown section [" + shown(group) + "]" +
                               did_you_mean(group, groups, "[", "]"));
       continue;
     }
     auto eq = s.find('=');
     if (eq == std::string::npos)
-      return bad(where, "expected key=value or [section], got " + s);
+      return bad(where, "expected key=value or [section], got " + shown(s));
     auto key = trim(s.substr(0, eq));
     auto value = trim(s.substr(eq + 1));
     auto first = no;
@@ -314,18 +326,18 @@ caf::error check_flags(const std::vector<std::string>& args,
       return caf::make_error(
           errc::invalid_config,
           arg.rfind('-', 0) == 0
-              ? "unknown flag " + arg +
+              ? "unknown flag " + shown(arg) +
                     ": flags are --NAME or --NAME=VALUE; troupe-node"
                     " --help lists them all"
-              : "troupe-node takes flags only (--NAME=VALUE), got '" + arg +
-                    "'");
+              : "troupe-node takes flags only (--NAME=VALUE), got '" +
+                    shown(arg) + "'");
     auto eq = arg.find('=');
     auto name = arg.substr(2, eq == std::string::npos ? eq : eq - 2);
     auto* opt = opts.cli_long_name_lookup(name);
     if (opt == nullptr)
       return caf::make_error(
           errc::invalid_config,
-          "unknown flag --" + name +
+          "unknown flag --" + shown(name) +
               did_you_mean(name, flag_names(opts), "--", "") +
               "; troupe-node --help lists them all");
     if (given != nullptr)
@@ -342,7 +354,7 @@ caf::error check_flags(const std::vector<std::string>& args,
       std::string type{opt->type_name().begin(), opt->type_name().end()};
       return caf::make_error(errc::invalid_config, "--" + name + " takes " +
                                                        what_it_takes(type) +
-                                                       ", got " + value);
+                                                       ", got " + shown(value));
     }
   }
   return caf::none;

@@ -169,6 +169,18 @@ BOOST_AUTO_TEST_CASE(a_binary_file_or_a_nested_config_file_is_named) {
                                           28}),
                     "invalid_config: FILE:3: holds a control byte (1): not an"
                     " INI text file");
+  // Binary with a CR first read as Windows line ends.
+  BOOST_CHECK_EQUAL(ini_error("a = 1\r\n\x02"),
+                    "invalid_config: FILE:2: holds a control byte (2): not an"
+                    " INI text file");
+  // A 5000-byte key made a 5000-byte line.
+  BOOST_CHECK_EQUAL(ini_error(std::string(5000, 'k') + " = 1\n"),
+                    "invalid_config: FILE:1: unknown key '" +
+                        std::string(100, 'k') +
+                        "... (5000 bytes)' in [global]");
+  BOOST_CHECK_EQUAL(flag_error({"--" + std::string(300, 'f') + "=1"}),
+                    "invalid_config: unknown flag --" + std::string(100, 'f') +
+                        "... (300 bytes); troupe-node --help lists them all");
   // CAF reads one file: the second was silently left unread.
   BOOST_CHECK_EQUAL(ini_error("config-file = \"/etc/more.ini\"\n"),
                     "invalid_config: FILE:1: config-file in an INI file is"

@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,25 @@ BOOST_AUTO_TEST_CASE(
   auto fake = dir / "fake.pem";
   std::ofstream{fake} << "-----BEGIN CERTIFICATE-----\ngarbage\n"
                          "-----END CERTIFICATE-----\n";
+  // A key cut short, and a certificate of the right CA out of date: they
+  // got the hints of an encrypted key, and of another CA.
+  auto torn = dir / "torn.key";
+  {
+    std::ifstream key{test_certs + "/node.key"};
+    std::string text{std::istreambuf_iterator<char>{key}, {}};
+    std::ofstream{torn} << text.substr(0, text.size() / 2);
+  }
+  auto expired = dir / "expired.pem";
+  for (auto cmd : std::vector<std::vector<std::string>>{
+           {"/usr/bin/openssl", "req", "-new", "-key", test_certs + "/node.key",
+            "-subj", "/CN=troupe-node", "-out", dir / "node.csr"},
+           {"/usr/bin/openssl", "x509", "-req", "-in", dir / "node.csr", "-CA",
+            test_certs + "/ca.pem", "-CAkey", test_certs + "/ca.key",
+            "-set_serial", "7", "-days", "-1", "-out", expired}}) {
+    child_process made{cmd};
+    auto rc = made.wait_exit(20s);
+    BOOST_REQUIRE_MESSAGE(rc && *rc == 0, made.output());
+  }
   struct bad_case {
     std::vector<std::string> flags;
     std::string says;
@@ -154,7 +174,14 @@ BOOST_AUTO_TEST_CASE(
        "--openssl.certificate=" + rogue_certs +
            "/node.pem does not verify against " + certs[2] + " ("},
       {{certs[0], certs[1], "--openssl.cafile=" + test_certs + "/node.pem"},
-       "does not verify against --openssl.cafile=" + test_certs + "/node.pem"}};
+       "does not verify against --openssl.cafile=" + test_certs + "/node.pem"},
+      {{"--openssl.certificate=" + dir.path, certs[1], certs[2]},
+       "--openssl.certificate=" + dir.path + " is a folder: name a PEM file"},
+      {{certs[0], "--openssl.key=" + torn, certs[2]},
+       "--openssl.key=" + torn + ": not a private key OpenSSL can load ("},
+      {{"--openssl.certificate=" + expired, certs[1], certs[2]},
+       "(certificate has expired): every peer would refuse it; make new"
+       " certificates (deploy/make-certs.sh), or set this machine's clock"}};
   for (auto& c : cases) {
     std::vector<std::string> args{node_bin, "--role=scheduler",
                                   "--scheduler-port=0"};
@@ -164,6 +191,9 @@ BOOST_AUTO_TEST_CASE(
     BOOST_REQUIRE(rc);
     BOOST_CHECK_EQUAL(*rc, 2);
     BOOST_CHECK_MESSAGE(p.output().find(c.says) != std::string::npos,
+                        p.output());
+    // Only a key that says it is encrypted gets that hint.
+    BOOST_CHECK_MESSAGE(p.output().find("passphrase") == std::string::npos,
                         p.output());
   }
 }
