@@ -303,7 +303,7 @@ void push_through_servers(driver_ptr self, uint64_t gen, uint64_t k) {
 void answer_sync(driver_ptr self, driver_state::sync_promise rp) {
   auto& st = self->state;
   if (!hybrid(self)) {
-    rp.deliver(st.stage, checkpoint_steps(st.dir, st.rank));
+    rp.deliver(st.stage, whole_checkpoint_steps(st.dir, st.rank));
     return;
   }
   self->request(st.kv, timeout(self), clock_atom_v)

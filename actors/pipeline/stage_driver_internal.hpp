@@ -48,6 +48,12 @@ std::string checkpoint_path(const std::string& dir, uint32_t stage,
 /// The steps stage `stage` has checkpoints of in `dir` (0 always: the
 /// seed's weights), ascending.
 std::vector<uint64_t> checkpoint_steps(const std::string& dir, uint32_t stage);
+/// As checkpoint_steps, less the steps whose file does not read whole (torn,
+/// corrupt: each said in a warning), so that the stages agree on one every
+/// stage can load. A torn newest file had the stage fail the same way at
+/// every restart, and the others wait out --pipeline.stage-wait-ms.
+std::vector<uint64_t> whole_checkpoint_steps(const std::string& dir,
+                                             uint32_t stage);
 /// Writes `x` to its file and removes all but the two newest of its stage.
 caf::error write_stage_checkpoint(const std::string& dir,
                                   const stage_checkpoint& x);

@@ -73,6 +73,26 @@ std::vector<uint64_t> checkpoint_steps(const std::string& dir, uint32_t stage) {
   return out;
 }
 
+std::vector<uint64_t> whole_checkpoint_steps(const std::string& dir,
+                                             uint32_t stage) {
+  auto steps = checkpoint_steps(dir, stage);
+  std::vector<uint64_t> out;
+  for (auto step : steps) {
+    if (step == 0) { // the seed's weights, in no file
+      out.push_back(step);
+      continue;
+    }
+    auto f = read_checked_file(checkpoint_path(dir, stage, step));
+    if (f)
+      out.push_back(step);
+    else
+      TROUPE_LOG(warning, "stage " + std::to_string(stage),
+                 "checkpoint of step ", step,
+                 " is passed over: ", describe(f.error()));
+  }
+  return out;
+}
+
 caf::error write_stage_checkpoint(const std::string& dir,
                                   const stage_checkpoint& x) {
   std::error_code ec;

@@ -132,6 +132,19 @@ BOOST_AUTO_TEST_CASE(checkpoints_round_trip_and_the_two_newest_stay) {
   BOOST_CHECK((checkpoint_steps(dir, 1) == std::vector<uint64_t>{0, 40, 60}));
 }
 
+BOOST_AUTO_TEST_CASE(a_torn_newest_checkpoint_is_passed_over) {
+  // It was offered to the other stages, and the stage failed to load it at
+  // every restart while they waited out --pipeline.stage-wait-ms.
+  temp_dir d;
+  auto dir = d.path;
+  for (uint64_t step : {20, 40})
+    BOOST_REQUIRE(!write_stage_checkpoint(dir, sample(1, step)));
+  std::filesystem::resize_file(checkpoint_path(dir, 1, 40), 100);
+  BOOST_CHECK((checkpoint_steps(dir, 1) == std::vector<uint64_t>{0, 20, 40}));
+  BOOST_CHECK((whole_checkpoint_steps(dir, 1) == std::vector<uint64_t>{0, 20}));
+  BOOST_CHECK(read_stage_checkpoint(dir, sample(1, 20)));
+}
+
 BOOST_AUTO_TEST_CASE(
     a_checkpoint_of_another_model_or_a_corrupt_one_is_refused) {
   temp_dir d;
