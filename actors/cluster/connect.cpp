@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <memory>
 #include <thread>
 
@@ -182,9 +181,12 @@ std::string check_tls_identity(const tls_files& f,
       &EVP_PKEY_free};
   if (!key) {
     // The hint only for a key that says it is encrypted: a torn one got it.
-    std::ifstream in{f.key};
-    std::string text{std::istreambuf_iterator<char>{in}, {}};
-    bool encrypted = text.find("ENCRYPTED") != std::string::npos;
+    // (PEM says so in its first lines.)
+    std::ifstream pem{f.key};
+    std::string head(4096, '\0');
+    pem.read(head.data(), static_cast<std::streamsize>(head.size()));
+    head.resize(static_cast<size_t>(pem.gcount()));
+    bool encrypted = head.find("ENCRYPTED") != std::string::npos;
     return "--openssl.key=" + f.key + ": not a private key OpenSSL can load (" +
            openssl_reason() +
            (passphrase.empty() && encrypted ? "; an encrypted key needs"

@@ -228,8 +228,8 @@ caf::error node_config::check_modes() const {
                            " mini-batch leaves it on the other stages' keys"
                            " alone (docs/pipelines.md)");
   // Options that do nothing with the rest, said rather than ignored.
-  bool runs_workers =
-      role_name == "worker" || (role_name == "agent" && agent.workers > 0);
+  bool runs_workers = role_name == "worker" || role_name.empty() || // custom
+                      (role_name == "agent" && agent.workers > 0);
   if (runs_workers && worker.pipeline && given("worker.watch-us"))
     return caf::make_error(errc::invalid_config,
                            "--worker.watch-us does nothing with"
@@ -326,7 +326,8 @@ caf::error node_config::check_checkpoints() const {
   // The scheduler and servers read the checkpoint before they join; a
   // missing one is said here, once, before any listens, and its folder
   // is not made. (Workers ask the servers; theirs may be elsewhere.)
-  bool reads = role_name == "scheduler" || role_name == "server";
+  bool reads = role_name == "scheduler" || role_name == "server" ||
+               (role_name == "agent" && agent.servers > 0);
   if (reads && !ck.dir.empty())
     if (auto err = check_manifest())
       return err;
@@ -334,8 +335,7 @@ caf::error node_config::check_checkpoints() const {
     return err;
   // The scheduler writes the manifest, servers their files: a folder they
   // cannot write in failed every checkpoint, and the job ended 0.
-  bool writes = reads || (role_name == "agent" && agent.servers > 0);
-  if (writes && !ck.dir.empty())
+  if (reads && !ck.dir.empty())
     if (auto why = unwritable_folder(ck.dir); !why.empty())
       return caf::make_error(errc::invalid_config, "--checkpoint.dir: " + why);
   return caf::none;

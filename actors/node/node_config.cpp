@@ -522,6 +522,7 @@ caf::error node_config::check_options(std::vector<std::string>& args) {
   args = plain_flags(std::move(args), custom_options_, switches_off_);
   if (auto err = check_flags(args, custom_options_, &given_))
     return err;
+  given_.insert(switches_off_.begin(), switches_off_.end()); // --X=false
   const std::string flag = "--config-file=";
   std::string file;
   for (auto& a : args)

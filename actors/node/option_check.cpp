@@ -26,8 +26,8 @@ std::string trim(const std::string& s) {
   return s.substr(first, last - first + 1);
 }
 
-/// `s` as an error shows it: cut short past 100 bytes (a 5 MiB key made a
-/// 5 MiB line).
+/// `s` as an error shows it: past 120 bytes, its first 100 and its size (a
+/// 5 MiB key made a 5 MiB line).
 std::string shown(const std::string& s) {
   if (s.size() <= 120)
     return s;

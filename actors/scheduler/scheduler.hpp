@@ -229,6 +229,12 @@ struct scheduler_state {
   /// The last generation written while no worker was live (the job's
   /// final state); 0 = none.
   uint64_t final_checkpoint = 0;
+  /// Why the last checkpoint taken while no worker was live failed, for
+  /// the agents that ask for the job's final one after it ended.
+  caf::error final_failure;
+  /// Generations that failed since the last one written: files of theirs
+  /// a slow server renamed after the failure go with the next manifest.
+  std::vector<uint64_t> failed_generations;
   bool checkpointing = false;
   std::function<void(caf::error)> abort_checkpoint; // fails the attempt
   std::vector<caf::response_promise> checkpoint_waiting;

@@ -26,8 +26,11 @@ void checkpoint_done(self_ptr self, const caf::error& err, uint64_t gen) {
   auto& st = self->state;
   st.checkpointing = false;
   st.abort_checkpoint = nullptr;
-  if (!err && nodes_of(self, role::worker).empty())
-    st.final_checkpoint = gen;
+  if (nodes_of(self, role::worker).empty()) {
+    if (!err)
+      st.final_checkpoint = gen;
+    st.final_failure = err;
+  }
   auto waiting = std::move(st.checkpoint_waiting);
   st.checkpoint_waiting.clear();
   for (auto& rp : waiting)
@@ -41,6 +44,7 @@ void checkpoint_failed(self_ptr self, uint64_t gen, const caf::error& err) {
   // What the servers wrote of it is named by no manifest: it would only
   // take room the next one needs.
   auto removed = remove_generation(self->state.cfg.checkpoint.dir, gen);
+  self->state.failed_generations.push_back(gen);
   TROUPE_LOG(warning, "scheduler", "checkpoint ", gen, " failed (",
              describe(err), "); ", removed, " files of it removed");
   record(self, event_record{now_ms(), "checkpoint-failed", role::scheduler, 0,
@@ -66,6 +70,11 @@ void write_manifest(self_ptr self, uint64_t gen, uint64_t at,
     return;
   }
   auto removed = remove_old_checkpoints(ck.dir, gen - 1); // keep two
+  // A failed one's files that a server renamed after the failure (the
+  // previous failed generation would be kept as one of the two).
+  for (auto failed : self->state.failed_generations)
+    removed += remove_generation(ck.dir, failed);
+  self->state.failed_generations.clear();
   record(self, event_record{now_ms(), "checkpoint", role::scheduler, 0, 0,
                             str("generation ", gen, " at version ", at, ": ",
                                 files.size(), " files in ", ck.dir, ", ",
@@ -271,6 +280,8 @@ caf::result<uint64_t> on_final_checkpoint(self_ptr self) {
   }
   if (st.final_checkpoint != 0)
     return st.final_checkpoint;
+  if (st.final_failure) // its own words (no key to keep: unknown_key)
+    return st.final_failure;
   return caf::make_error(errc::bad_file,
                          "the job's final checkpoint failed or was never"
                          " taken");

@@ -12,6 +12,7 @@
 #include <ctime>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -60,9 +61,11 @@ caf::behavior agent_link(caf::event_based_actor* self, caf::actor scheduler,
   };
 }
 
-/// How long an agent whose workers finished waits for the job's final
-/// checkpoint before it stops its servers.
+/// How long an agent whose workers finished waits for one answer about the
+/// job's final checkpoint (the scheduler answers once it is written or
+/// failed), and how often it asks while other agents' workers still train.
 constexpr auto final_checkpoint_wait = std::chrono::seconds{30};
+constexpr auto final_checkpoint_poll = std::chrono::milliseconds{500};
 
 /// "worker-1" -> (worker, 1).
 std::pair<role, uint32_t> parse_child(const std::string& name) {
@@ -164,7 +167,7 @@ public:
     if (stop_requested)
       TROUPE_LOG(info, "agent", "stop requested: stopping every child");
     else if (!scheduler_down)
-      await_final_checkpoint();
+      await_final_checkpoint(scheduler_down, stop_requested);
     sup_.stop_all(milliseconds{3000}); // 4, 5
     if (scheduler_down) {
       stderr_line()
@@ -181,37 +184,70 @@ public:
 private:
   /// The workers finished: the scheduler checkpoints the job's final state
   /// when its last worker leaves, from our servers. They stop once it is
-  /// written (or failed, or none is kept), not while it is under way.
-  void await_final_checkpoint() {
+  /// written (or failed, or none is kept), not while it is under way, nor
+  /// while other agents' workers still train on them (their slices would
+  /// move, and the final checkpoint be taken without them): meanwhile the
+  /// agent goes on supervising.
+  void await_final_checkpoint(const std::atomic<bool>& scheduler_down,
+                              const std::atomic<bool>& stop_requested) {
     if (cfg_.agent.servers == 0)
       return;
     caf::scoped_actor self{sys_};
-    self->request(link_, final_checkpoint_wait, checkpoint_atom_v,
-                  finish_atom_v)
-        .receive(
-            [](uint64_t gen) {
-              TROUPE_LOG(info, "agent", "the final checkpoint (generation ",
-                         gen, ") is written: stopping the servers");
-            },
-            [this](const caf::error& err) {
-              // No --checkpoint.dir, other agents' workers still train
-              // (theirs ends the job), or no key to keep: nothing to wait
-              // for.
-              if (err == errc::invalid_config || err == errc::timeout ||
-                  err == errc::unknown_key) {
-                TROUPE_LOG(debug, "agent", "no final checkpoint to wait for (",
-                           describe(err), "): stopping the servers");
-                return;
-              }
-              // The servers stop with the job's weights: a job whose
-              // checkpoints were asked for and not written did not end well.
-              TROUPE_LOG(warning, "agent", "no final checkpoint (",
-                         describe(err), "): stopping the servers");
-              job_failed_.push_back(
-                  "the job's final checkpoint was not written (" +
-                  describe(err) +
-                  "): its trained weights are not in --checkpoint.dir");
-            });
+    bool told = false;
+    for (;;) {
+      std::optional<caf::error> failed;
+      bool again = false;
+      self->request(link_, final_checkpoint_wait, checkpoint_atom_v,
+                    finish_atom_v)
+          .receive(
+              [](uint64_t gen) {
+                TROUPE_LOG(info, "agent", "the final checkpoint (generation ",
+                           gen, ") is written: stopping the servers");
+              },
+              [&](const caf::error& err) {
+                // Other agents' workers still train, or it is under way.
+                again =
+                    err == errc::timeout || err == caf::sec::request_timeout;
+                if (!again)
+                  failed = err;
+              });
+      if (failed)
+        return final_checkpoint_failed(*failed);
+      if (!again)
+        return;
+      if (!told)
+        TROUPE_LOG(info, "agent",
+                   "our workers are done; our servers stay for the job's"
+                   " final checkpoint (other workers still train, or it is"
+                   " under way)");
+      told = true;
+      auto until = steady_clock::now() + final_checkpoint_poll;
+      while (!stop_requested && !scheduler_down &&
+             steady_clock::now() < until) {
+        inject_due_faults();
+        sup_.run_once(milliseconds{50});
+      }
+      if (stop_requested || scheduler_down)
+        return;
+    }
+  }
+
+  /// The scheduler's answer `err` to the final checkpoint: the job failed
+  /// where its checkpoints were asked for and not written (the servers stop
+  /// with its weights).
+  void final_checkpoint_failed(const caf::error& err) {
+    // No --checkpoint.dir, or no key to keep: nothing to wait for.
+    if (err == errc::invalid_config || err == errc::unknown_key) {
+      TROUPE_LOG(debug, "agent", "no final checkpoint to wait for (",
+                 describe(err), "): stopping the servers");
+      return;
+    }
+    TROUPE_LOG(warning, "agent", "no final checkpoint (", describe(err),
+               "): stopping the servers");
+    job_failed_.push_back("the job's final checkpoint was not written (" +
+                          describe(err) +
+                          "): its trained weights are not in"
+                          " --checkpoint.dir");
   }
 
   /// `flag`, or for --metrics.port=P (P > 0) the port of the agent's
