@@ -103,6 +103,16 @@ void say_listening(const char* role_name, const std::string& host,
 int run_scheduler(caf::actor_system& sys, const node_config& cfg) {
   stop_on_signals();
   auto sched = sys.spawn(scheduler, cfg.scheduler);
+  // It reads the checkpoint it resumes from as it starts: one it cannot
+  // load ends it here, not after "listening" (its first answer comes once
+  // it started).
+  bool started = false;
+  caf::scoped_actor(sys)
+      ->request(sched, caf::infinite, events_atom_v)
+      .receive([&started](const frame&) { started = true; },
+               [](const caf::error&) {});
+  if (!started)
+    return wait_for(sys, sched, "scheduler"); // says why it ended
   auto port =
       publish_actor(sys, sched, cfg.scheduler_port, cfg.scheduler_host, true);
   if (!port) {

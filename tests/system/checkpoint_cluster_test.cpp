@@ -436,6 +436,21 @@ BOOST_AUTO_TEST_CASE(a_scheduler_of_another_mode_than_its_checkpoint_says_so) {
                           " job runs --server.mode=async: use the same"
                           " flags to resume") != std::string::npos,
       p.output());
+  // A file the manifest names, torn: said before "listening" (it came
+  // after), exit 1 as every torn checkpoint.
+  m.files = {checkpoint_file_name(1, 0)};
+  BOOST_REQUIRE(!write_checked_file(d.path + "/MANIFEST", encode(m)));
+  std::ofstream{d.path + "/" + m.files[0]} << "torn";
+  child_process torn{node_args({"--role=scheduler", "--scheduler-port=0",
+                                "--checkpoint.dir=" + d.path, "--resume"})};
+  rc = torn.wait_exit(20s);
+  BOOST_REQUIRE_MESSAGE(rc, torn.output());
+  BOOST_CHECK_MESSAGE(
+      *rc == 1 &&
+          torn.output().find(m.files[0] + ": too short to be a troupe"
+                                          " checkpoint") != std::string::npos &&
+          torn.output().find("listening") == std::string::npos,
+      torn.output());
 }
 
 BOOST_AUTO_TEST_CASE(a_folder_that_cannot_be_written_is_refused_at_start,
