@@ -66,6 +66,26 @@ std::vector<std::string> counter_worker(const scheduler_process& s,
   return args;
 }
 
+/// TLS flags a scheduler must refuse at start, and what it must say.
+struct bad_case {
+  std::vector<std::string> flags;
+  std::string says;
+};
+
+/// Checks that a scheduler given `c.flags` exits 2 saying `c.says`; its
+/// output.
+std::string refused(const bad_case& c) {
+  std::vector<std::string> args{node_bin, "--role=scheduler",
+                                "--scheduler-port=0"};
+  args.insert(args.end(), c.flags.begin(), c.flags.end());
+  child_process p{args};
+  auto rc = p.wait_exit(20s);
+  BOOST_REQUIRE(rc);
+  BOOST_CHECK_EQUAL(*rc, 2);
+  BOOST_CHECK_MESSAGE(p.output().find(c.says) != std::string::npos, p.output());
+  return p.output();
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(tls_cluster_tests)
@@ -142,10 +162,6 @@ BOOST_AUTO_TEST_CASE(
     auto rc = made.wait_exit(20s);
     BOOST_REQUIRE_MESSAGE(rc && *rc == 0, made.output());
   }
-  struct bad_case {
-    std::vector<std::string> flags;
-    std::string says;
-  };
   const bad_case cases[] = {
       {{"--openssl.certificate=/nonexistent/node.pem", certs[1], certs[2]},
        "--openssl.certificate=/nonexistent/node.pem: cannot read it"},
@@ -183,18 +199,9 @@ BOOST_AUTO_TEST_CASE(
        "(certificate has expired): every peer would refuse it; make new"
        " certificates (deploy/make-certs.sh), or set this machine's clock"}};
   for (auto& c : cases) {
-    std::vector<std::string> args{node_bin, "--role=scheduler",
-                                  "--scheduler-port=0"};
-    args.insert(args.end(), c.flags.begin(), c.flags.end());
-    child_process p{args};
-    auto rc = p.wait_exit(20s);
-    BOOST_REQUIRE(rc);
-    BOOST_CHECK_EQUAL(*rc, 2);
-    BOOST_CHECK_MESSAGE(p.output().find(c.says) != std::string::npos,
-                        p.output());
+    auto out = refused(c);
     // Only a key that says it is encrypted gets that hint.
-    BOOST_CHECK_MESSAGE(p.output().find("passphrase") == std::string::npos,
-                        p.output());
+    BOOST_CHECK_MESSAGE(out.find("passphrase") == std::string::npos, out);
   }
 }
 
@@ -208,10 +215,6 @@ BOOST_AUTO_TEST_CASE(
                       "pass:open sesame", "-out", locked}};
   auto sealed = seal.wait_exit(20s);
   BOOST_REQUIRE_MESSAGE(sealed && *sealed == 0, seal.output());
-  struct bad_case {
-    std::vector<std::string> flags;
-    std::string says;
-  };
   const bad_case cases[] = {
       {{certs[0], "--openssl.key=" + locked, certs[2]},
        "; an encrypted key needs --openssl.passphrase)"},
@@ -221,17 +224,8 @@ BOOST_AUTO_TEST_CASE(
       // The passphrase was taken and protected nothing, without a word.
       {{certs[0], certs[1], certs[2], "--openssl.passphrase=open sesame"},
        "--openssl.passphrase is given, but " + certs[1] + " is not encrypted"}};
-  for (auto& c : cases) {
-    std::vector<std::string> args{node_bin, "--role=scheduler",
-                                  "--scheduler-port=0"};
-    args.insert(args.end(), c.flags.begin(), c.flags.end());
-    child_process p{args};
-    auto rc = p.wait_exit(20s);
-    BOOST_REQUIRE(rc);
-    BOOST_CHECK_EQUAL(*rc, 2);
-    BOOST_CHECK_MESSAGE(p.output().find(c.says) != std::string::npos,
-                        p.output());
-  }
+  for (auto& c : cases)
+    refused(c);
   // With its passphrase the scheduler's sessions use the key: a cluster of
   // plain keys trains with it.
   auto args = node_args({"--role=scheduler", "--scheduler-port=0",
