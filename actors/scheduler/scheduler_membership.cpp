@@ -307,6 +307,13 @@ frame admit(self_ptr self, const register_request& req, caf::actor handle) {
   self->state.ranks_of_agents.learn(host_of(handle.node()), req.pid, req.kind,
                                     info.rank);
   ++self->state.joined[req.kind];
+  // The first server after every server died: the declared arrays had no
+  // place, and every view said so ("declared slices without a place": no
+  // server could join again). They take one now; their values went with
+  // the last server (remove_member recorded the loss).
+  if (req.kind == role::server && self->state.placement.empty() &&
+      !self->state.keys.empty())
+    replace_placement(self);
   // A worker publishes nothing of its own (its host and port are empty).
   TROUPE_LOG(
       info, "scheduler", to_string(req.kind), " ", info.rank, " joined (pid ",
@@ -397,6 +404,10 @@ void remove_member(self_ptr self,
   if (info.kind == role::server)
     replace_placement(self);
   publish(self);
+  // No server is left to hold the declared arrays, nor a replica of them
+  // (a server that leaves done, at the job's end, loses nothing).
+  bool last = info.kind == role::server && server_ranks(self).empty() &&
+              !self->state.keys.empty() && std::string_view{kind} != "left";
   // A worker that did not finish (crashed, or ended saying why) is cut as
   // a crash: a stage's replica is cut with it (scheduler_cuts.cpp).
   if (info.kind == role::worker)
@@ -405,6 +416,16 @@ void remove_member(self_ptr self,
     servers_changed(self);
   abort_checkpoint_for(self, info);
   record(self, kind, info, str(why, "; view ", self->state.epoch));
+  if (last) {
+    TROUPE_LOG(error, "scheduler", "server ", info.rank,
+               " was the last: the values of every declared array are lost"
+               " (a server that joins takes them afresh)");
+    record(self, event_record{now_ms(), "lost", role::server, info.rank, 0,
+                              str("server ", info.rank,
+                                  " was the last, and no replica is left: the"
+                                  " values of every declared array are lost"),
+                              "scheduler"});
+  }
   if (promoted > 0)
     record(self,
            event_record{now_ms(), "promoted", role::server,

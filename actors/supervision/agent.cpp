@@ -194,41 +194,58 @@ private:
       return;
     caf::scoped_actor self{sys_};
     bool told = false;
-    for (;;) {
+    auto stopped = [&] { return stop_requested || scheduler_down; };
+    // Supervises for `d` (our servers may die meanwhile), or until stopped.
+    auto supervise = [&](milliseconds d) {
+      auto until = steady_clock::now() + d;
+      while (!stopped() && steady_clock::now() < until) {
+        inject_due_faults();
+        sup_.run_once(milliseconds{50});
+      }
+    };
+    while (!stopped()) {
+      // The scheduler answers once the checkpoint is written or failed; a
+      // scheduler that dies never does: wait in slices, watching for that
+      // (it held the agent 30 s, then read as "other workers still train").
+      auto h =
+          self->request(link_, caf::infinite, checkpoint_atom_v, finish_atom_v);
       std::optional<caf::error> failed;
-      bool again = false;
-      self->request(link_, final_checkpoint_wait, checkpoint_atom_v,
-                    finish_atom_v)
-          .receive(
-              [](uint64_t gen) {
-                TROUPE_LOG(info, "agent", "the final checkpoint (generation ",
-                           gen, ") is written: stopping the servers");
-              },
-              [&](const caf::error& err) {
-                // Other agents' workers still train, or it is under way.
-                again =
-                    err == errc::timeout || err == caf::sec::request_timeout;
-                if (!again)
-                  failed = err;
-              });
+      bool answered = false, again = false;
+      auto start = steady_clock::now();
+      while (!answered && !stopped() &&
+             steady_clock::now() - start < final_checkpoint_wait) {
+        caf::blocking_actor::accept_one_cond once;
+        self->varargs_receive(
+            once, h.id(),
+            [&](uint64_t gen) {
+              answered = true;
+              TROUPE_LOG(info, "agent", "the final checkpoint (generation ",
+                         gen, ") is written: stopping the servers");
+            },
+            [&](caf::error& err) {
+              answered = true;
+              // Other agents' workers still train.
+              again = err == errc::timeout;
+              if (!again)
+                failed = std::move(err);
+            },
+            caf::after(milliseconds{0}) >> [] {});
+        if (!answered)
+          supervise(milliseconds{50});
+      }
+      if (stopped())
+        return;
       if (failed)
         return final_checkpoint_failed(*failed);
-      if (!again)
+      if (answered && !again)
         return;
-      if (!told)
+      if (!told) // still training elsewhere, or a long checkpoint
         TROUPE_LOG(info, "agent",
                    "our workers are done; our servers stay for the job's"
                    " final checkpoint (other workers still train, or it is"
                    " under way)");
       told = true;
-      auto until = steady_clock::now() + final_checkpoint_poll;
-      while (!stop_requested && !scheduler_down &&
-             steady_clock::now() < until) {
-        inject_due_faults();
-        sup_.run_once(milliseconds{50});
-      }
-      if (stop_requested || scheduler_down)
-        return;
+      supervise(final_checkpoint_poll);
     }
   }
 

@@ -198,6 +198,39 @@ BOOST_AUTO_TEST_CASE(a_fault_plan_from_flags_kills_and_the_agent_restarts) {
   BOOST_CHECK_EQUAL(*rc, 0);
 }
 
+BOOST_AUTO_TEST_CASE(a_cluster_whose_every_server_died_takes_a_new_one) {
+  // The arrays had no place once the only server died, and every view said
+  // so: each restarted server and worker failed with "declared slices
+  // without a place" until the agent gave them up. Now the new server takes
+  // them, the loss is an event, and the job ends; a trainer's check would
+  // name the loss (exit 4), the counter's counts what was kept.
+  scheduler_process s{1, 1};
+  event_reader log{s.port};
+  auto agent = start_agent(s, 1, 1,
+                           {"--worker.task=counter", "--optimizer.name=sum",
+                            "--worker.steps=100000", "--worker.keys=2",
+                            "--worker.key-floats=4096"});
+  auto server = child_pid(*agent, "server-0");
+  // Once the arrays are placed (declared, on the one server): its kill.
+  BOOST_REQUIRE(log.wait_for_view(
+      [](const cluster_view& v) { return !v.placement.empty(); }));
+  ::kill(server, SIGKILL);
+  auto rc = agent->wait_exit(120s);
+  BOOST_REQUIRE_MESSAGE(rc, agent->output());
+  BOOST_CHECK_MESSAGE(*rc == 0 && agent->output().find("sums exact") !=
+                                      std::string::npos,
+                      agent->output());
+  BOOST_CHECK_MESSAGE(agent->output().find("without a place") ==
+                          std::string::npos,
+                      agent->output());
+  auto evs = log.events();
+  BOOST_CHECK_MESSAGE(std::count_if(evs.begin(), evs.end(),
+                                    [](const event_record& e) {
+                                      return is(e, "lost", role::server);
+                                    }) == 1,
+                      dump(evs));
+}
+
 BOOST_AUTO_TEST_CASE(a_restart_policy_that_gives_up_says_why_in_one_line) {
   // The cluster's one server never comes (the agent starts none): each
   // start of the worker waits 500 ms for the scheduler's answer to its
