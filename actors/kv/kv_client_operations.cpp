@@ -399,6 +399,14 @@ void send_inits(self_ptr self, const arrays& xs,
   for (auto& x : xs)
     if (std::find(mine.begin(), mine.end(), x.key) != mine.end())
       own.push_back(x);
+  // A view without servers (the last one died) places nothing: fail as a
+  // push does, and go again with a view that does (the kv client threw
+  // out_of_range here, and its caller waited out its timeout).
+  for (auto& x : own)
+    if (auto err = check_placed(self, x.key, x.values.size())) {
+      g->fail(std::move(err));
+      return;
+    }
   std::vector<kv_request> msgs;
   for (auto& [rank, slices] : slices_by_server(self, own))
     for (auto& part : cut_parts(self, std::move(slices))) {
