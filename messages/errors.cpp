@@ -7,12 +7,17 @@
 namespace troupe {
 
 caf::error scheduler_gone() {
-  return caf::make_error(errc::peer_down,
-                         "the scheduler is gone (it died, or this node lost"
-                         " its network), so this node stops; if the scheduler"
-                         " died, restart the whole cluster, with --resume to"
-                         " continue from the last checkpoint in"
-                         " --checkpoint.dir");
+  // A node stopped (SIGSTOP, a long pause) past the heartbeat timeout is
+  // cut off too, while the scheduler lives: it read as if the scheduler had
+  // died, and told a cluster that went on to start again.
+  return caf::make_error(
+      errc::peer_down,
+      "the scheduler is gone (it died, this node lost its network, or this"
+      " node was stopped longer than --middleman.connection-timeout and the"
+      " cluster went on without it), so this node stops; if the scheduler"
+      " still runs, start this node again (its agent does) and it rejoins;"
+      " if the scheduler died, restart the whole cluster, with --resume to"
+      " continue from the last checkpoint in --checkpoint.dir");
 }
 
 std::string to_string(errc x) {
