@@ -26,6 +26,13 @@ void check_barriers(self_ptr self) {
     // live ones are enough (a dead node never blocks a barrier).
     bool enough = b.arrived.size() >= expected || st.joined[b.kind] >= expected;
     if (all_live_arrived && enough && !live.empty()) {
+      // Those that joined and died meanwhile do not hold it (they come back
+      // as restarts), but the rest go on without them: say so.
+      if (live.size() < expected)
+        TROUPE_LOG(warning, "scheduler", "barrier '", i->first,
+                   "' passed with ", live.size(), " of ", expected, " ",
+                   to_string(b.kind), "s (--cluster.", to_string(b.kind),
+                   "s=", expected, "): the others died after they joined");
       for (auto& rp : b.waiting)
         rp.deliver(st.epoch);
       st.passed.insert(i->first);

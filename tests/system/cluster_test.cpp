@@ -152,6 +152,30 @@ BOOST_AUTO_TEST_CASE(a_killed_server_and_a_killed_worker_leave_the_view) {
       obs.wait_for([](const cluster_view& v) { return v.workers.empty(); }));
 }
 
+BOOST_AUTO_TEST_CASE(a_barrier_passed_without_a_dead_worker_says_so) {
+  // A worker that joined and died before the servers came did not hold the
+  // start barrier (a dead node never does), and the other trained alone,
+  // without a word.
+  scheduler_process s{1, 2};
+  watcher obs{s.port};
+  auto w0 = start_counter(s, 200);
+  auto w1 = start_counter(s, 200);
+  BOOST_REQUIRE(obs.wait_for(
+      [](const cluster_view& v) { return v.workers.size() == 2; }));
+  w1->signal(SIGKILL);
+  BOOST_REQUIRE(obs.wait_for(
+      [](const cluster_view& v) { return v.workers.size() == 1; }));
+  auto s0 = start_server(s, "sync");
+  auto rc = w0->wait_exit(60s);
+  BOOST_REQUIRE_MESSAGE(rc, w0->output());
+  BOOST_CHECK_MESSAGE(s.proc->wait_for_line("barrier 'start' passed with 1 of"
+                                            " 2 workers (--cluster.workers=2):"
+                                            " the others died after they"
+                                            " joined",
+                                            10s),
+                      s.proc->output());
+}
+
 BOOST_AUTO_TEST_CASE(
     a_hung_worker_leaves_the_view_after_the_heartbeat_timeout) {
   scheduler_process s{1, 1};
