@@ -371,9 +371,7 @@ caf::error node_config::check_manifest() const {
             " move them away, or give another --checkpoint.dir");
   // The servers refuse other flags than the checkpoint's; a scheduler
   // given them waited for servers that never came.
-  auto on_servers = server.mode; // as share_settings() names it
-  on_servers.on_device = false;
-  auto mode = to_string(on_servers);
+  auto mode = checkpoint_mode(); // ck.mode is set after the checks
   if (ck.resume && role_name == "scheduler" && given("server.mode") &&
       m->mode != mode)
     return caf::make_error(errc::invalid_config,

@@ -332,6 +332,12 @@ void node_config::add_pipeline_options() {
            " servers; S@K:eval, in the evaluation after K");
 }
 
+std::string node_config::checkpoint_mode() const {
+  auto on_servers = server.mode;
+  on_servers.on_device = false;
+  return to_string(on_servers);
+}
+
 std::chrono::microseconds node_config::scheduler_watch() const {
   bool stepping = role_name == "worker" && !worker.pipeline;
   return std::chrono::microseconds{stepping ? worker.watch_us : 0};
@@ -498,11 +504,7 @@ void node_config::share_settings() {
   server.roads = road;
   server.max_message_bytes = kv.max_message_bytes;
   auto& ck = server.checkpoint;
-  // The servers' mode: sync_device is sync there (its checkpoints cut the
-  // rounds as sync's do, and resume under either).
-  auto on_servers = server.mode;
-  on_servers.on_device = false;
-  ck.mode = to_string(on_servers);
+  ck.mode = checkpoint_mode();
   ck.optimizer = optimizer.name + "@" + optimizer.on;
   server.optimizer = optimizer_fingerprint(optimizer);
   scheduler.checkpoint = ck;

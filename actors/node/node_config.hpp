@@ -77,6 +77,10 @@ struct node_config : caf::actor_system_config {
   /// sleeps: --worker.watch-us for an unpipelined worker, else 0.
   std::chrono::microseconds scheduler_watch() const;
 
+  /// The servers' mode as checkpoints name it: sync_device is sync there
+  /// (its checkpoints cut the rounds as sync's do, and resume under either).
+  std::string checkpoint_mode() const;
+
   /// What the built-in trainer of this worker runs under.
   trainer_settings trainer() const;
 

@@ -160,10 +160,8 @@ public:
   /// Runs until finished (4) or stopped (5); the exit code.
   int run(const std::atomic<bool>& scheduler_down,
           const std::atomic<bool>& stop_requested) {
-    while (!stop_requested && !scheduler_down && !workers_finished()) {
-      inject_due_faults();
-      sup_.run_once(milliseconds{50});
-    }
+    while (!stop_requested && !scheduler_down && !workers_finished())
+      supervise_once();
     if (stop_requested)
       TROUPE_LOG(info, "agent", "stop requested: stopping every child");
     else if (!scheduler_down)
@@ -182,6 +180,12 @@ public:
   }
 
 private:
+  /// One round of supervision: faults due, children that exited (50 ms).
+  void supervise_once() {
+    inject_due_faults();
+    sup_.run_once(milliseconds{50});
+  }
+
   /// The workers finished: the scheduler checkpoints the job's final state
   /// when its last worker leaves, from our servers. They stop once it is
   /// written (or failed, or none is kept), not while it is under way, nor
@@ -198,10 +202,8 @@ private:
     // Supervises for `d` (our servers may die meanwhile), or until stopped.
     auto supervise = [&](milliseconds d) {
       auto until = steady_clock::now() + d;
-      while (!stopped() && steady_clock::now() < until) {
-        inject_due_faults();
-        sup_.run_once(milliseconds{50});
-      }
+      while (!stopped() && steady_clock::now() < until)
+        supervise_once();
     };
     while (!stopped()) {
       // The scheduler answers once the checkpoint is written or failed; a
