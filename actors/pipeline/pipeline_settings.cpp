@@ -99,6 +99,35 @@ caf::error validate(pipeline_settings& x) {
     x.fault_stage = stage;
     x.fault_step = step;
   }
+  x.lose_sync_stage = pipeline_settings::none;
+  x.lose_sync_replica = pipeline_settings::any_replica;
+  if (!x.fault_lose_sync.empty()) {
+    // Digits only, at most 9 (sscanf's %u wraps 4294967297 to 1).
+    auto number = [](const std::string& t, uint32_t& out) {
+      if (t.empty() || t.size() > 9 ||
+          t.find_first_not_of("0123456789") != std::string::npos)
+        return false;
+      out = static_cast<uint32_t>(std::stoul(t));
+      return true;
+    };
+    uint32_t stage = 0, replica = 0;
+    auto& text = x.fault_lose_sync;
+    auto slash = text.find('/');
+    bool of_replica = slash != std::string::npos;
+    bool ok = of_replica ? number(text.substr(0, slash), stage) &&
+                               number(text.substr(slash + 1), replica)
+                         : number(text, stage);
+    if (!ok || stage >= x.stages || (of_replica && replica >= x.replicas))
+      return caf::make_error(errc::invalid_config,
+                             "--pipeline.fault-lose-sync must be"
+                             " STAGE[/REPLICA] with STAGE below"
+                             " --pipeline.stages and REPLICA below"
+                             " --pipeline.replicas, got",
+                             text);
+    x.lose_sync_stage = stage;
+    if (of_replica)
+      x.lose_sync_replica = replica;
+  }
   if (x.checkpoint_every == 0)
     return caf::make_error(errc::invalid_config,
                            "--pipeline.checkpoint-every must be at least 1");

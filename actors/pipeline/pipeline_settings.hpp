@@ -70,6 +70,14 @@ struct pipeline_settings {
   /// after it.
   enum class fault_at { step, push, eval };
   fault_at fault_in = fault_at::step;
+  /// Fault injection, "S" or "S/R": stage S (of replica R) leaves the
+  /// first sync its lead asks unanswered, as a connection cut loses an
+  /// answer; the lead asks again (sync_ask_every). "" = off.
+  std::string fault_lose_sync;
+  /// fault_lose_sync, parsed by validate(); lose_sync_stage = none: off.
+  static constexpr uint32_t none = ~uint32_t{0};
+  uint32_t lose_sync_stage = none;
+  uint32_t lose_sync_replica = any_replica;
 };
 
 /// Checks `x` and parses its schedule and cut; one error names the flag

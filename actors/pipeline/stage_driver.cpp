@@ -441,6 +441,9 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
                                                : &s.kill_in_step;
           *kill = p.fault_step;
         }
+        st.lose_sync = p.lose_sync_stage == rank &&
+                       (p.lose_sync_replica == pipeline_settings::any_replica ||
+                        p.lose_sync_replica == st.replica);
         st.stage = self->spawn(stage_actor, s);
         if (s.roads)
           s.roads->deliver_to(st.stage);
@@ -481,10 +484,27 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
           return not_the_lead(self, "a sync");
         auto rp =
             self->make_response_promise<caf::actor, std::vector<uint64_t>>();
-        if (st.ready && st.lead_known)
+        if (st.lose_sync) { // the promise goes unkept, as on a cut
+          st.lose_sync = false;
+          TROUPE_LOG(warning, who(self),
+                     "fault injection: leaves the lead's sync ", epoch,
+                     " unanswered (--pipeline.fault-lose-sync)");
+          return rp;
+        }
+        if (st.ready && st.lead_known) {
           answer_sync(self, rp);
-        else // once the stage is built (and declared) and the lead known
-          st.early_syncs.push_back({from, rp});
+          return rp;
+        }
+        // Once the stage is built (and declared) and the lead known; the
+        // lead asks again every sync_ask_every: its newest ask replaces
+        // the one before (whose request timed out there).
+        for (auto& e : st.early_syncs)
+          if (e.from == from) {
+            e.rp.deliver(caf::make_error(errc::timeout, "asked again"));
+            e.rp = rp;
+            return rp;
+          }
+        st.early_syncs.push_back({from, rp});
         return rp;
       },
       [self](sync_atom, uint64_t epoch, uint32_t rank) {

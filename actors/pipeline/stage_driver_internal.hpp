@@ -97,6 +97,9 @@ struct driver_state {
   /// --pipeline.fault-kill=S@K:push, claimed here: the push of K dies
   /// halfway (kv_client_state::kill_in_push). ~0 = none.
   uint64_t kill_in_push = ~uint64_t{0};
+  /// --pipeline.fault-lose-sync names this stage: its next sync from the
+  /// lead is left unanswered (once).
+  bool lose_sync = false;
   cluster_view view;
   // The last stage: each mini-batch's mean loss, and the evaluations
   // under way by the mini-batches they follow.
@@ -159,6 +162,9 @@ struct driver_state {
     std::vector<uint64_t> steps;
   };
   std::map<uint32_t, answer> answers;
+  /// Since when each stage of the sync was asked, unanswered (its warning
+  /// comes once a request timeout passed without an answer).
+  std::map<uint32_t, std::chrono::steady_clock::time_point> asked_since;
   uint64_t lead_step = 0;
   std::set<uint32_t> done;
   std::chrono::steady_clock::time_point missing_since{};
@@ -177,6 +183,15 @@ using driver_ptr = caf::stateful_actor<driver_state>*;
 
 /// How long the lead waits before it asks a stage again.
 constexpr std::chrono::milliseconds sync_retry{500};
+
+/// How long the lead waits for one answer to a sync before it asks again
+/// (at most the request timeout). An answer can be lost with a connection:
+/// on a loaded machine peers are cut at --middleman.connection-timeout, and
+/// a request in flight on the cut connection neither completes nor fails.
+/// Waiting the whole request timeout for it held the replica back, and in
+/// sync mode the other replicas' rounds timed out waiting for its pushes
+/// (pipeline_hybrid_test under load).
+constexpr std::chrono::milliseconds sync_ask_every{1000};
 
 /// "stage S" (or "replica R stage S"), for logs.
 std::string who(driver_ptr self);

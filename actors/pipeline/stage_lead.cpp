@@ -160,23 +160,37 @@ void lead_start(driver_ptr self, uint64_t epoch) {
   }
 }
 
-/// The lead: asks driver `rank` (at `n`) for its stage and checkpoints.
+/// The lead: asks driver `rank` (at `n`) for its stage and checkpoints,
+/// again every sync_ask_every while no answer came; says so once a request
+/// timeout passed without one.
 void ask(driver_ptr self, uint64_t epoch, const caf::actor& d, uint32_t rank) {
-  self->request(d, timeout(self), sync_atom_v, epoch)
+  self->request(d, std::min<caf::timespan>(sync_ask_every, timeout(self)),
+                sync_atom_v, epoch)
       .then(
           [self, epoch, rank](caf::actor& stage, std::vector<uint64_t>& steps) {
             auto& st = self->state;
-            if (st.syncing != epoch)
+            // An answer to an earlier ask of this sync starts nothing again.
+            if (st.syncing != epoch || st.answers.count(rank) != 0)
               return;
             st.answers[rank] = {std::move(stage), std::move(steps)};
             if (st.answers.size() == st.stages)
               lead_start(self, epoch);
           },
           [self, epoch, rank](caf::error& err) {
+            auto& st = self->state;
+            if (st.syncing != epoch || st.answers.count(rank) != 0)
+              return;
+            auto now = std::chrono::steady_clock::now();
+            auto& since = st.asked_since[rank];
+            if (err == caf::sec::request_timeout &&
+                now - since < timeout(self)) {
+              reach(self, epoch, rank); // its answer may have been lost
+              return;
+            }
             TROUPE_LOG(warning, who(self), "stage ", rank,
                        " did not answer: ", describe(err));
-            if (self->state.syncing == epoch)
-              self->delayed_send(self, sync_retry, sync_atom_v, epoch, rank);
+            since = now;
+            self->delayed_send(self, sync_retry, sync_atom_v, epoch, rank);
           });
 }
 
@@ -191,8 +205,11 @@ void lead_sync(driver_ptr self, uint64_t epoch) {
   st.syncing = epoch;
   st.members = members;
   st.answers.clear();
-  for (auto& m : members)
+  st.asked_since.clear();
+  for (auto& m : members) {
+    st.asked_since[m.first] = std::chrono::steady_clock::now();
     reach(self, epoch, m.first);
+  }
 }
 
 /// The lead: connects to driver `rank` of sync `epoch` and asks it.

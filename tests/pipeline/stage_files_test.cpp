@@ -91,6 +91,21 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
   BOOST_REQUIRE(!validate(y));
   BOOST_CHECK(y.fault_stage == 2 && y.fault_replica == 0 && y.fault_step == 8 &&
               y.fault_in == at::eval);
+  for (auto f : {"3", "x", "-1", "1/", "/0", "1/1", "1/0/0", "1@2", "1 ",
+                 "4294967297"}) {
+    y = x;
+    y.fault_lose_sync = f;
+    refused(y, "--pipeline.fault-lose-sync");
+  }
+  y = x;
+  BOOST_CHECK(y.lose_sync_stage == pipeline_settings::none); // off
+  y.fault_lose_sync = "2";
+  BOOST_REQUIRE(!validate(y));
+  BOOST_CHECK(y.lose_sync_stage == 2 &&
+              y.lose_sync_replica == pipeline_settings::any_replica);
+  y.fault_lose_sync = "1/0";
+  BOOST_REQUIRE(!validate(y));
+  BOOST_CHECK(y.lose_sync_stage == 1 && y.lose_sync_replica == 0);
 }
 
 BOOST_AUTO_TEST_CASE(a_cut_must_fit_the_model) {

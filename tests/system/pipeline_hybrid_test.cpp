@@ -188,6 +188,24 @@ BOOST_AUTO_TEST_CASE(two_replicas_of_three_stages_train_as_two_workers) {
       killed.path);
   BOOST_CHECK_MESSAGE(with_kill == hybrid,
                       "a stage's kill changed the weights");
+  // Replica 0's stage 2 leaves its lead's first sync unanswered, as a cut
+  // connection loses an answer: the lead asks again within a second. It
+  // waited the whole request timeout before (10 s), while replica 1 waited
+  // for it in the servers' rounds, whose pulls timed out at that.
+  temp_dir lost;
+  std::string lost_out;
+  auto with_lost =
+      run_job(6,
+              shared_flags("sync", data.path, lost.path) + stage_flags("1f1b") +
+                  std::vector<std::string>{"--pipeline.fault-lose-sync=2/0"},
+              lost.path, nullptr, &lost_out);
+  BOOST_CHECK_MESSAGE(occurrences(lost_out, "fault injection: leaves the"
+                                            " lead's sync") == 1 &&
+                          occurrences(lost_out, " did not answer") == 0 &&
+                          occurrences(lost_out, "stage failed") == 0,
+                      lost_out);
+  BOOST_CHECK_MESSAGE(with_lost == hybrid,
+                      "a lost answer to a sync changed the weights");
   BOOST_REQUIRE(!plain.empty());
   BOOST_REQUIRE_EQUAL(plain.size(), hybrid.size());
   // ||a - b|| / ||a|| per array, as pipeline_exactness_test measures.
