@@ -427,12 +427,14 @@ void remove_member(self_ptr self,
                               "scheduler"});
   }
   if (promoted > 0)
-    record(self,
-           event_record{now_ms(), "promoted", role::server,
-                        backup_of(info.rank, servers_before), 0,
-                        str("backup of server ", info.rank, " took its ",
-                            promoted, " slices; view ", self->state.epoch),
-                        "scheduler"});
+    record(self, event_record{now_ms(), "promoted", role::server,
+                              backup_of(info.rank, servers_before), 0,
+                              str("backup of server ", info.rank, " took its ",
+                                  promoted,
+                                  " slices (from their replica; afresh where"
+                                  " it holds none, --server.replicas=0); view ",
+                                  self->state.epoch),
+                              "scheduler"});
   check_barriers(self);
 }
 

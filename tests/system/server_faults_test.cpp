@@ -282,48 +282,64 @@ BOOST_AUTO_TEST_CASE(servers_told_to_stop_leave_the_view_instead_of_crashing) {
   // recorded a crash. Now the server leaves the view first ("done"); and a
   // server leaving starts no checkpoint, as the last worker done does (the
   // job's final state: taken once).
-  temp_dir d;
-  std::vector<std::string> flags{"--checkpoint.dir=" + d.path,
-                                 "--checkpoint.every-ms=0"};
-  scheduler_process s{2, 1, flags};
-  scheduler_client sched{s.port};
-  std::vector<std::unique_ptr<child_process>> servers;
-  servers.push_back(start_server(s, "async", flags));
-  servers.push_back(start_server(s, "async", flags));
-  auto w = start_counter(s, 20, {"--worker.key-floats=2000"});
-  auto wrc = w->wait_exit(60s);
-  BOOST_REQUIRE_MESSAGE(wrc && *wrc == 0, w->output());
-  auto is_checkpoint = [](const event_record& e) {
-    return is(e, "checkpoint") || is(e, "checkpoint-failed");
-  };
-  auto final_one = sched.wait_for_event(is_checkpoint);
-  BOOST_REQUIRE_MESSAGE(final_one && is(*final_one, "checkpoint"),
-                        dump(sched.events()));
-  auto view = sched.view();
-  for (auto& p : servers) {
-    auto me = std::find_if(view.servers.begin(), view.servers.end(),
-                           [&p](const node_info& n) {
-                             return n.pid == static_cast<uint32_t>(p->pid());
-                           });
-    BOOST_REQUIRE(me != view.servers.end());
-    auto rank = me->rank;
-    p->signal(SIGTERM);
-    auto rc = p->wait_exit(30s);
-    BOOST_REQUIRE_MESSAGE(rc, p->output());
-    BOOST_CHECK_EQUAL(*rc, 0);
-    auto gone = sched.wait_for_event([rank](const event_record& e) {
-      return e.about == role::server && e.rank == rank &&
-             (is(e, "left") || is(e, "crashed"));
-    });
-    BOOST_REQUIRE_MESSAGE(gone, dump(sched.events()));
-    BOOST_CHECK_MESSAGE(is(*gone, "left") && gone->detail.rfind("done", 0) == 0,
-                        to_json(*gone));
+  // With --server.replicas=0, the server left takes the other's slices
+  // afresh: after the job, nothing reads them. Every such job ended with
+  // an error that values were lost, and a "lost" event.
+  for (std::string replicas : {"1", "0"}) {
+    BOOST_TEST_MESSAGE("--server.replicas=" << replicas);
+    temp_dir d;
+    std::vector<std::string> flags{"--checkpoint.dir=" + d.path,
+                                   "--checkpoint.every-ms=0",
+                                   "--server.replicas=" + replicas};
+    scheduler_process s{2, 1, flags};
+    scheduler_client sched{s.port};
+    std::vector<std::unique_ptr<child_process>> servers;
+    servers.push_back(start_server(s, "async", flags));
+    servers.push_back(start_server(s, "async", flags));
+    auto w = start_counter(s, 20, {"--worker.key-floats=2000"});
+    auto wrc = w->wait_exit(60s);
+    BOOST_REQUIRE_MESSAGE(wrc && *wrc == 0, w->output());
+    auto is_checkpoint = [](const event_record& e) {
+      return is(e, "checkpoint") || is(e, "checkpoint-failed");
+    };
+    auto final_one = sched.wait_for_event(is_checkpoint);
+    BOOST_REQUIRE_MESSAGE(final_one && is(*final_one, "checkpoint"),
+                          dump(sched.events()));
+    auto view = sched.view();
+    for (auto& p : servers) {
+      auto me = std::find_if(view.servers.begin(), view.servers.end(),
+                             [&p](const node_info& n) {
+                               return n.pid == static_cast<uint32_t>(p->pid());
+                             });
+      BOOST_REQUIRE(me != view.servers.end());
+      auto rank = me->rank;
+      p->signal(SIGTERM);
+      auto rc = p->wait_exit(30s);
+      BOOST_REQUIRE_MESSAGE(rc, p->output());
+      BOOST_CHECK_EQUAL(*rc, 0);
+      auto gone = sched.wait_for_event([rank](const event_record& e) {
+        return e.about == role::server && e.rank == rank &&
+               (is(e, "left") || is(e, "crashed"));
+      });
+      BOOST_REQUIRE_MESSAGE(gone, dump(sched.events()));
+      BOOST_CHECK_MESSAGE(is(*gone, "left") &&
+                              gone->detail.rfind("done", 0) == 0,
+                          to_json(*gone));
+    }
+    // A checkpoint a leave started either ended before the last server left
+    // or was failed by its leaving, in the same step as its "left" event.
+    auto evs = sched.events();
+    BOOST_CHECK_MESSAGE(
+        std::count_if(evs.begin(), evs.end(), is_checkpoint) == 1, dump(evs));
+    BOOST_CHECK_MESSAGE(
+        std::none_of(evs.begin(), evs.end(),
+                     [](const event_record& e) { return is(e, "lost"); }),
+        dump(evs));
+    for (auto& p : servers)
+      BOOST_CHECK_MESSAGE(p->output().find("came with no replica") ==
+                              std::string::npos,
+                          p->output());
   }
-  // A checkpoint a leave started either ended before the last server left
-  // or was failed by its leaving, in the same step as its "left" event.
-  auto evs = sched.events();
-  BOOST_CHECK_MESSAGE(std::count_if(evs.begin(), evs.end(), is_checkpoint) == 1,
-                      dump(evs));
 }
 
 BOOST_AUTO_TEST_CASE(a_server_stopping_when_the_scheduler_dies_exits_cleanly) {
