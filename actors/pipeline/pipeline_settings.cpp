@@ -1,7 +1,6 @@
 // Checks of the pipeline settings.
 #include "actors/pipeline/pipeline_settings.hpp"
 
-#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -12,6 +11,27 @@
 namespace troupe {
 
 namespace {
+
+/// `t` as a number below 10^`digits` (digits only: sscanf's %u took
+/// "-1", and wrapped 4294967297 to 1).
+template <class T> bool digits_of(const std::string& t, T& out, size_t digits) {
+  if (t.empty() || t.size() > digits ||
+      t.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  out = static_cast<T>(std::stoull(t));
+  return true;
+}
+
+/// "S" or "S/R" (a stage of any replica, or of replica R) of the fault
+/// flags; false if it is neither.
+bool stage_of(const std::string& t, uint32_t& stage, uint32_t& replica) {
+  auto slash = t.find('/');
+  replica = pipeline_settings::any_replica;
+  if (slash == std::string::npos)
+    return digits_of(t, stage, 9);
+  return digits_of(t.substr(0, slash), stage, 9) &&
+         digits_of(t.substr(slash + 1), replica, 9);
+}
 
 /// "2,3" -> {2, 3}; an error for anything but increasing positive numbers.
 caf::error parse_cut(const std::string& text, std::vector<size_t>& out) {
@@ -68,9 +88,6 @@ caf::error validate(pipeline_settings& x) {
   x.fault_step = pipeline_settings::no_fault;
   x.fault_replica = pipeline_settings::any_replica;
   if (!x.fault_kill.empty()) {
-    unsigned stage = 0, replica = 0;
-    unsigned long long step = 0;
-    char tail = 0;
     std::string text = x.fault_kill;
     auto ends_with = [&text](std::string_view end) { // and cuts it off
       bool yes = text.size() > end.size() &&
@@ -83,50 +100,37 @@ caf::error validate(pipeline_settings& x) {
     x.fault_in = ends_with(":push")   ? at::push
                  : ends_with(":eval") ? at::eval
                                       : at::step;
-    bool of_replica = std::sscanf(text.c_str(), "%u/%u@%llu%c", &stage,
-                                  &replica, &step, &tail) == 3;
-    if ((!of_replica &&
-         std::sscanf(text.c_str(), "%u@%llu%c", &stage, &step, &tail) != 2) ||
-        stage >= x.stages || (of_replica && replica >= x.replicas))
+    auto sign = text.find('@');
+    uint32_t stage = 0, replica = 0;
+    uint64_t step = 0;
+    if (sign == std::string::npos ||
+        !stage_of(text.substr(0, sign), stage, replica) ||
+        !digits_of(text.substr(sign + 1), step, 18) || stage >= x.stages ||
+        (replica != pipeline_settings::any_replica && replica >= x.replicas))
       return caf::make_error(errc::invalid_config,
                              "--pipeline.fault-kill must be"
                              " STAGE[/REPLICA]@MINI_BATCH[:push|:eval] with"
                              " STAGE below --pipeline.stages and REPLICA below"
                              " --pipeline.replicas, got",
                              x.fault_kill);
-    if (of_replica)
-      x.fault_replica = replica;
+    x.fault_replica = replica;
     x.fault_stage = stage;
     x.fault_step = step;
   }
   x.lose_sync_stage = pipeline_settings::none;
   x.lose_sync_replica = pipeline_settings::any_replica;
   if (!x.fault_lose_sync.empty()) {
-    // Digits only, at most 9 (sscanf's %u wraps 4294967297 to 1).
-    auto number = [](const std::string& t, uint32_t& out) {
-      if (t.empty() || t.size() > 9 ||
-          t.find_first_not_of("0123456789") != std::string::npos)
-        return false;
-      out = static_cast<uint32_t>(std::stoul(t));
-      return true;
-    };
     uint32_t stage = 0, replica = 0;
-    auto& text = x.fault_lose_sync;
-    auto slash = text.find('/');
-    bool of_replica = slash != std::string::npos;
-    bool ok = of_replica ? number(text.substr(0, slash), stage) &&
-                               number(text.substr(slash + 1), replica)
-                         : number(text, stage);
-    if (!ok || stage >= x.stages || (of_replica && replica >= x.replicas))
+    if (!stage_of(x.fault_lose_sync, stage, replica) || stage >= x.stages ||
+        (replica != pipeline_settings::any_replica && replica >= x.replicas))
       return caf::make_error(errc::invalid_config,
                              "--pipeline.fault-lose-sync must be"
                              " STAGE[/REPLICA] with STAGE below"
                              " --pipeline.stages and REPLICA below"
                              " --pipeline.replicas, got",
-                             text);
+                             x.fault_lose_sync);
     x.lose_sync_stage = stage;
-    if (of_replica)
-      x.lose_sync_replica = replica;
+    x.lose_sync_replica = replica;
   }
   if (x.checkpoint_every == 0)
     return caf::make_error(errc::invalid_config,

@@ -64,9 +64,28 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
   y = x;
   y.checkpoint_every = 0;
   refused(y, "--pipeline.checkpoint-every");
-  for (auto f : {"3@10", "1", "1@", "x@2", "1@2x", "1@2:pull", ":push",
-                 "1@:push", "1@2:push:push", "1/1@2", "1/@2", "1/0/0@2",
-                 "1@2:eval:push", "1@2:push:eval", "1@:eval", "1@2eval"}) {
+  for (auto f : {"3@10",
+                 "1",
+                 "1@",
+                 "x@2",
+                 "1@2x",
+                 "1@2:pull",
+                 ":push",
+                 "1@:push",
+                 "1@2:push:push",
+                 "1/1@2",
+                 "1/@2",
+                 "1/0/0@2",
+                 "1@2:eval:push",
+                 "1@2:push:eval",
+                 "1@:eval",
+                 "1@2eval",
+                 "4294967297@2",
+                 "-1@2",
+                 "1@-2",
+                 "1@ 2",
+                 "1@99999999999999999999",
+                 "+1@2"}) {
     y = x;
     y.fault_kill = f;
     refused(y, "--pipeline.fault-kill");
