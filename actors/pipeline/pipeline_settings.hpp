@@ -80,6 +80,14 @@ struct pipeline_settings {
   uint32_t lose_sync_replica = any_replica;
 };
 
+/// True if a fault flag's stage `stage` of replica `replica` (any_replica:
+/// of any) names stage `rank` of replica `of_replica`.
+inline bool fault_names(uint32_t stage, uint32_t replica, uint32_t rank,
+                        uint32_t of_replica) {
+  return stage == rank &&
+         (replica == pipeline_settings::any_replica || replica == of_replica);
+}
+
 /// Checks `x` and parses its schedule and cut; one error names the flag
 /// that is wrong.
 caf::error validate(pipeline_settings& x);

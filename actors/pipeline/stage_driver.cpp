@@ -432,18 +432,16 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
                      " (an epoch is ", st.steps_per_epoch, ", the last ",
                      st.total_steps, "): it never fires");
         if (p.fault_step != pipeline_settings::no_fault &&
-            (!in_eval || evaluates) && p.fault_stage == rank &&
-            (p.fault_replica == pipeline_settings::any_replica ||
-             p.fault_replica == st.replica) &&
+            (!in_eval || evaluates) &&
+            fault_names(p.fault_stage, p.fault_replica, rank, st.replica) &&
             claim_fault(st.dir, rank, p.fault_step)) {
           auto kill = p.fault_in == at::push   ? &st.kill_in_push
                       : p.fault_in == at::eval ? &s.kill_in_eval
                                                : &s.kill_in_step;
           *kill = p.fault_step;
         }
-        st.lose_sync = p.lose_sync_stage == rank &&
-                       (p.lose_sync_replica == pipeline_settings::any_replica ||
-                        p.lose_sync_replica == st.replica);
+        st.lose_sync = fault_names(p.lose_sync_stage, p.lose_sync_replica, rank,
+                                   st.replica);
         st.stage = self->spawn(stage_actor, s);
         if (s.roads)
           s.roads->deliver_to(st.stage);
