@@ -161,6 +161,14 @@ caf::error node_config::check_addresses() const {
 }
 
 caf::error node_config::check_modes() const {
+  // A scheduler of none refused every worker ("the cluster is full") and
+  // waited for ever: its servers had nobody to train for.
+  if (scheduler.workers == 0)
+    return caf::make_error(errc::invalid_config,
+                           "--cluster.workers=0: the scheduler would refuse"
+                           " every worker, and the job could never start;"
+                           " give the number of workers (or pipeline stages)"
+                           " the job has, 1 at least");
   if (optimizer.on == "worker" && server.mode.kind != consistency::kind_t::sync)
     return caf::make_error(errc::invalid_config,
                            "--optimizer.on=worker needs --server.mode=sync:"

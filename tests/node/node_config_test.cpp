@@ -341,6 +341,11 @@ BOOST_AUTO_TEST_CASE(addresses_bounds_and_combinations_that_cannot_work) {
   rejected({"--worker.task=stage", "--cluster.servers=2",
             "--optimizer.name=sgd", "--optimizer.on=worker"},
            "--optimizer.on=server");
+  // No worker could join: the servers waited for ever.
+  rejected({"--cluster.workers=0", "--cluster.servers=2"},
+           "--cluster.workers=0: the scheduler would refuse every worker");
+  rejected({"--role=scheduler", "--scheduler-port=0", "--cluster.workers=0"},
+           "--cluster.workers=0");
   // Counts that ended in std::bad_alloc.
   rejected({"--fault.random-kills=4294967295"}, "--fault.random-kills");
   rejected({"--worker.key-floats=4294967295"}, "--worker.keys x");

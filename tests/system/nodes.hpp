@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -137,7 +138,9 @@ start_agent(const scheduler_process& s, uint32_t servers, uint32_t workers,
                 "--agent.servers=" + std::to_string(servers),
                 "--agent.workers=" + std::to_string(workers),
                 "--cluster.servers=" + std::to_string(servers),
-                "--cluster.workers=" + std::to_string(workers),
+                // A servers-only agent's job has its workers elsewhere
+                // (--cluster.workers=0 is refused).
+                "--cluster.workers=" + std::to_string(std::max(workers, 1u)),
                 "--log-level=info"});
   auto p = std::make_unique<child_process>(node_args(std::move(extra)));
   BOOST_REQUIRE_MESSAGE(p->wait_for_line("agent starting", 20s), p->output());

@@ -165,9 +165,10 @@ BOOST_AUTO_TEST_CASE(a_hung_worker_leaves_the_view_and_training_goes_on) {
 }
 
 BOOST_AUTO_TEST_CASE(a_fault_plan_from_flags_kills_and_the_agent_restarts) {
-  scheduler_process s{1, 0};
+  scheduler_process s{1, 1};
   event_reader log{s.port};
-  // A servers-only agent runs until stopped: the plan's time always comes.
+  // A servers-only agent (its job's worker never comes) runs until
+  // stopped: the plan's time always comes.
   auto agent = start_agent(
       s, 1, 0, {"--fault.plan=kill:server-0@300,kill:worker-3@200"});
   // A child it does not run is said at the start (deploy/cluster.sh gives
@@ -415,7 +416,7 @@ BOOST_AUTO_TEST_CASE(an_agents_events_name_the_schedulers_rank) {
 }
 
 BOOST_AUTO_TEST_CASE(an_agent_stops_its_children_when_the_scheduler_dies) {
-  auto s = std::make_unique<scheduler_process>(1, 0);
+  auto s = std::make_unique<scheduler_process>(1, 1);
   // Random kills of workers where the agent runs none were planned
   // silently: none.
   auto agent = start_agent(*s, 1, 0, {"--fault.random-kills=2"});
