@@ -3,6 +3,8 @@
 #include "actors/cluster/connect.hpp"
 
 #include <dlfcn.h>
+#include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 
 #include <openssl/err.h>
@@ -15,6 +17,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <thread>
 
 #include <caf/io/middleman.hpp>
@@ -25,7 +28,7 @@
 #include "actors/base/log.hpp"
 #include "messages/errors.hpp"
 
-// Two faults of CAF 0.17's TLS sessions (libcaf_openssl), mended here by
+// Three faults of CAF 0.17's TLS sessions (libcaf_openssl), mended here by
 // wrapping the four OpenSSL calls they make: the dynamic linker picks these
 // before libssl's for every library of the process, and every program that
 // publishes or connects over TLS links this file.
@@ -39,7 +42,15 @@
 // 2. A connection in its handshake keeps the multiplexer busy (a full core)
 //    until the handshake ends, and a peer that connects and stays silent
 //    never ends it. A handshake now has tls_handshake_limit: past it, the
-//    socket is shut, and CAF drops the connection at its next call.
+//    socket is shut, and CAF drops the connection at its next call. Where
+//    the node connects, the spin now waits for the peer (await_peer).
+// 3. CAF builds a TLS context for each connection it accepts (the key and
+//    certificates read again) and signs its part of the handshake at once:
+//    about 10 ms of the multiplexer each. A peer that gave up while the
+//    connection waited in the listen queue (a heartbeat tick cuts a
+//    handshake: tick_cut_handshake) cost as much, and a queue of those
+//    kept the multiplexer from the live ones. The first SSL_accept of a
+//    connection whose peer has closed its end now fails at once.
 namespace {
 
 constexpr auto tls_handshake_limit = std::chrono::seconds{3};
@@ -83,6 +94,19 @@ void before_ssl_call(SSL* ssl) {
   }
 }
 
+/// The spin of fault 2 where this node connects: the handshake waits for
+/// the peer's next flight, and CAF calls again at once. Waiting here for up
+/// to 1 ms leaves the core to the peer (on a busy machine, eight nodes
+/// spinning so starved the ones they waited for that no handshake ended
+/// within a heartbeat interval). The node chose the peer, so no stranger
+/// can hold it. Where a node accepts, the spin only yields the core.
+void await_peer(int fd) {
+  if (fd < 0)
+    return;
+  pollfd p{fd, POLLIN, 0};
+  ::poll(&p, 1, 1);
+}
+
 } // namespace
 
 extern "C" {
@@ -102,14 +126,23 @@ int SSL_write(SSL* ssl, const void* buf, int num) {
 
 int SSL_accept(SSL* ssl) {
   static auto next = next_ssl_function<int (*)(SSL*)>("SSL_accept");
+  bool first = SSL_get_ex_data(ssl, started_index()) == nullptr;
   before_ssl_call(ssl);
-  return next(ssl);
+  if (first && troupe::peer_closed(SSL_get_fd(ssl)))
+    return -1; // SSL_get_error says SSL_ERROR_SYSCALL: CAF drops it
+  auto rc = next(ssl);
+  if (rc <= 0 && SSL_want_read(ssl))
+    ::sched_yield(); // a stranger may hold it: no wait here
+  return rc;
 }
 
 int SSL_connect(SSL* ssl) {
   static auto next = next_ssl_function<int (*)(SSL*)>("SSL_connect");
   before_ssl_call(ssl);
-  return next(ssl);
+  auto rc = next(ssl);
+  if (rc <= 0 && SSL_want_read(ssl))
+    await_peer(SSL_get_fd(ssl));
+  return rc;
 }
 
 } // extern "C"
@@ -262,6 +295,20 @@ bool tick_cut_handshake(const caf::error& err) {
   return err == caf::sec::connection_timeout;
 }
 
+bool peer_closed(int fd) {
+  if (fd < 0)
+    return false;
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP)) != 0;
+}
+
+std::chrono::milliseconds pause_after_cuts(int cuts, uint32_t random) {
+  if (cuts <= 1)
+    return std::chrono::milliseconds{0}; // a whole interval for the next
+  uint32_t bound = 100u << std::min(cuts - 2, 4); // 100 ms .. 1.6 s
+  return std::chrono::milliseconds{random % (bound + 1)};
+}
+
 caf::expected<caf::actor> connect_scheduler(caf::actor_system& sys,
                                             const std::string& host,
                                             uint16_t port, uint32_t wait_ms,
@@ -269,6 +316,8 @@ caf::expected<caf::actor> connect_scheduler(caf::actor_system& sys,
   using clock = std::chrono::steady_clock;
   auto deadline = clock::now() + std::chrono::milliseconds{wait_ms};
   caf::error last;
+  std::minstd_rand random{std::random_device{}()};
+  int cuts = 0; // tries in a row a heartbeat tick cut
   for (auto delay = std::chrono::milliseconds{20};;
        delay = std::min(delay * 2, std::chrono::milliseconds{500})) {
     auto h = speaks_tls(sys) ? caf::openssl::remote_actor(sys, host, port)
@@ -276,11 +325,12 @@ caf::expected<caf::actor> connect_scheduler(caf::actor_system& sys,
     if (h)
       return std::move(*h);
     last = std::move(h.error());
-    if (tick_cut_handshake(last) && clock::now() < deadline && !(stop && *stop))
-      continue; // a tick has just passed: a whole interval for the next
-    if (clock::now() + delay > deadline || (stop && *stop))
+    cuts = tick_cut_handshake(last) ? cuts + 1 : 0;
+    // While it starts, back-off; a busy one, a random wait (a storm else).
+    auto pause = cuts > 0 ? pause_after_cuts(cuts, random()) : delay;
+    if (clock::now() + pause > deadline || (stop && *stop))
       break;
-    std::this_thread::sleep_for(delay); // back-off while it starts
+    std::this_thread::sleep_for(pause);
   }
   return caf::make_error(errc::not_connected, "no scheduler at " + host + ":" +
                                                   std::to_string(port) + " (" +

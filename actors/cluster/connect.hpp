@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -63,6 +64,23 @@ caf::expected<uint16_t> publish_actor(caf::actor_system& sys,
 /// connect_retry_test.cpp shows it). The tick that cut it has just
 /// passed, so a new try at once has a whole interval for its handshake.
 bool tick_cut_handshake(const caf::error& err);
+
+/// How long connect_scheduler waits before its next try when the last
+/// `cuts` tries in a row were cut by a tick (tick_cut_handshake): none
+/// after the first (the tick has just passed), then a random part of a
+/// bound that doubles from 100 ms up to 1.6 s. Trying again at once every
+/// time was a storm: eight nodes starting on two cores opened 40
+/// connections a second, the scheduler spent its multiplexer on TLS
+/// sessions of tries already given up, first come first served, and no
+/// handshake ended within an interval any more (pipeline_hybrid_test hung
+/// that way). `random` is any number; the wait is `random` modulo the
+/// bound, so that nodes cut together spread out.
+std::chrono::milliseconds pause_after_cuts(int cuts, uint32_t random);
+
+/// Whether the peer of the connected socket `fd` has closed its end (its
+/// data may still be unread): a TLS session of such a connection is not
+/// begun (see connect.cpp).
+bool peer_closed(int fd);
 
 /// Connects `self` to the actor published at host:port over this node's
 /// connector (TLS where it speaks it), with `limit` per try. A try a

@@ -2,7 +2,8 @@
 // new connection whose handshake is still pending when a heartbeat tick
 // comes fails with connection_timeout at that tick, long before
 // --middleman.connection-timeout. connect_actor tries again at once, and
-// the new try has a whole interval for its handshake.
+// the new try has a whole interval for its handshake; connect_scheduler
+// waits a random while after the second cut in a row (a storm else).
 #define BOOST_TEST_MODULE connect_retry_tests
 #include <boost/test/unit_test.hpp>
 
@@ -12,10 +13,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -173,6 +176,72 @@ BOOST_AUTO_TEST_CASE(connect_actor_tries_again_at_once_after_a_cut) {
   BOOST_CHECK_EQUAL(f.get(), "connected");
   BOOST_CHECK_EQUAL(busy_first.accepted, 2); // the cut try, then the next
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(tries_cut_again_and_again_wait_a_random_while) {
+  // The first cut: at once. Then a random part of a doubling bound, so
+  // that nodes cut together do not all come back together.
+  for (uint32_t r : {0u, 1u, 99u, 4096u, 0xffffffffu})
+    BOOST_CHECK_EQUAL(pause_after_cuts(1, r).count(), 0);
+  std::vector<long> bounds;
+  for (int cuts = 2; cuts <= 12; ++cuts) {
+    long most = 0;
+    std::set<long> seen;
+    for (uint32_t r = 0; r < 5000; ++r) {
+      auto p = pause_after_cuts(cuts, r * 2654435761u).count();
+      BOOST_REQUIRE_GE(p, 0);
+      most = std::max(most, p);
+      seen.insert(p);
+    }
+    BOOST_CHECK_GT(seen.size(), 50u); // spread, not one value
+    bounds.push_back(most);
+  }
+  BOOST_CHECK_EQUAL(bounds.front(), 100); // the second cut in a row
+  BOOST_CHECK_EQUAL(bounds[1], 200);
+  for (size_t i = 4; i < bounds.size(); ++i)
+    BOOST_CHECK_EQUAL(bounds[i], 1600); // no longer than that
+}
+
+BOOST_AUTO_TEST_CASE(connect_scheduler_gets_through_three_cuts_in_a_row) {
+  auto cfg = config();
+  caf::actor_system sys{*cfg};
+  auto echo =
+      sys.spawn([]() -> caf::behavior { return {[](int x) { return x; }}; });
+  auto port = publish_actor(sys, echo, 0, "127.0.0.1", true);
+  BOOST_REQUIRE(port);
+  auto cfg2 = config();
+  caf::actor_system other{*cfg2};
+  relay busy_first{*port, 3};
+  auto got = connect_scheduler(other, "127.0.0.1", busy_first.port, 20000);
+  BOOST_CHECK_MESSAGE(got, (got ? "" : other.render(got.error())));
+  BOOST_CHECK_EQUAL(busy_first.accepted, 4); // three cut, the fourth in
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(a_peer_that_closed_its_end_is_seen_before_its_data) {
+  // What a TLS listener checks before it begins a session: a try given up
+  // while it waited in the listen queue, its first bytes still unread.
+  int listener = loopback_socket(0, true);
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  int client = loopback_socket(ntohs(a.sin_port), false);
+  int served = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  BOOST_REQUIRE_GE(served, 0);
+  BOOST_CHECK(!peer_closed(served));
+  const char hello[] = "\x16\x03\x01 a client hello";
+  BOOST_REQUIRE_EQUAL(::write(client, hello, sizeof hello),
+                      ssize_t(sizeof hello));
+  pollfd p{served, POLLIN, 0};
+  BOOST_REQUIRE_EQUAL(::poll(&p, 1, 5000), 1);
+  BOOST_CHECK(!peer_closed(served)); // data, and still there
+  ::close(client);
+  pollfd q{served, POLLRDHUP, 0};
+  BOOST_REQUIRE_EQUAL(::poll(&q, 1, 5000), 1);
+  BOOST_CHECK(peer_closed(served)); // gone, its data unread
+  BOOST_CHECK(!peer_closed(-1));
+  ::close(served);
+  ::close(listener);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
