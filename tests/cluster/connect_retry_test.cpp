@@ -125,6 +125,25 @@ struct relay {
   }
 };
 
+/// An actor that echoes ints, published on a free loopback port of one
+/// actor system, and another system to connect from.
+struct published_echo {
+  std::unique_ptr<node_config> cfg = config(), cfg2 = config();
+  caf::actor_system sys{*cfg};
+  caf::actor_system other{*cfg2};
+  caf::actor echo =
+      sys.spawn([]() -> caf::behavior { return {[](int x) { return x; }}; });
+  uint16_t port = 0;
+  published_echo() {
+    auto p = publish_actor(sys, echo, 0, "127.0.0.1", true);
+    BOOST_REQUIRE(p);
+    port = *p;
+  }
+  ~published_echo() {
+    caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+  }
+};
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(connect_retry_tests)
@@ -151,15 +170,9 @@ BOOST_AUTO_TEST_CASE(caf_cuts_a_pending_handshake_at_a_heartbeat_tick) {
 }
 
 BOOST_AUTO_TEST_CASE(connect_actor_tries_again_at_once_after_a_cut) {
-  auto cfg = config();
-  caf::actor_system sys{*cfg};
-  auto echo =
-      sys.spawn([]() -> caf::behavior { return {[](int x) { return x; }}; });
-  auto port = publish_actor(sys, echo, 0, "127.0.0.1", true);
-  BOOST_REQUIRE(port);
-  auto cfg2 = config();
-  caf::actor_system other{*cfg2};
-  relay busy_first{*port, 1};
+  published_echo e;
+  auto& other = e.other;
+  relay busy_first{e.port, 1};
   std::promise<std::string> result;
   other.spawn([&](caf::event_based_actor* self) {
     connect_actor(
@@ -175,7 +188,6 @@ BOOST_AUTO_TEST_CASE(connect_actor_tries_again_at_once_after_a_cut) {
   BOOST_REQUIRE(f.wait_for(20s) == std::future_status::ready);
   BOOST_CHECK_EQUAL(f.get(), "connected");
   BOOST_CHECK_EQUAL(busy_first.accepted, 2); // the cut try, then the next
-  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
 }
 
 BOOST_AUTO_TEST_CASE(tries_cut_again_and_again_wait_a_random_while) {
@@ -203,19 +215,11 @@ BOOST_AUTO_TEST_CASE(tries_cut_again_and_again_wait_a_random_while) {
 }
 
 BOOST_AUTO_TEST_CASE(connect_scheduler_gets_through_three_cuts_in_a_row) {
-  auto cfg = config();
-  caf::actor_system sys{*cfg};
-  auto echo =
-      sys.spawn([]() -> caf::behavior { return {[](int x) { return x; }}; });
-  auto port = publish_actor(sys, echo, 0, "127.0.0.1", true);
-  BOOST_REQUIRE(port);
-  auto cfg2 = config();
-  caf::actor_system other{*cfg2};
-  relay busy_first{*port, 3};
-  auto got = connect_scheduler(other, "127.0.0.1", busy_first.port, 20000);
-  BOOST_CHECK_MESSAGE(got, (got ? "" : other.render(got.error())));
+  published_echo e;
+  relay busy_first{e.port, 3};
+  auto got = connect_scheduler(e.other, "127.0.0.1", busy_first.port, 20000);
+  BOOST_CHECK_MESSAGE(got, (got ? "" : e.other.render(got.error())));
   BOOST_CHECK_EQUAL(busy_first.accepted, 4); // three cut, the fourth in
-  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
 }
 
 BOOST_AUTO_TEST_CASE(a_peer_that_closed_its_end_is_seen_before_its_data) {
