@@ -50,6 +50,10 @@ struct Register {
   # The optimizer it applies or expects, as "NAME@ON lr=..." (servers and
   # trainers; "" = says nothing): the scheduler refuses a node whose
   # optimizer disagrees with the members' (docs/trust.md).
+  mode @7 :Text;
+  # Its --server.mode as the servers run it ("sync", "async", "ssp:S"; a
+  # worker's sync_device is "sync"); "" = says nothing (a kv user's own
+  # settings): the scheduler refuses a node whose mode is not its own.
 }
 
 struct SlicePlace {

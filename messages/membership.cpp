@@ -431,6 +431,7 @@ frame encode(const register_request& x) {
   write_road(b.initRoad(), x.road);
   b.setStageGroup(x.stage_group);
   b.setOptimizer(x.optimizer);
+  b.setMode(x.mode);
   return to_frame(msg);
 }
 
@@ -512,6 +513,9 @@ caf::error decode(const frame& f, register_request& x) {
     if (r.getOptimizer().size() > max_host_chars) // as long as a host
       return bad("optimizer too long");
     x.optimizer = r.getOptimizer().cStr();
+    if (r.getMode().size() > max_host_chars)
+      return bad("mode too long");
+    x.mode = r.getMode().cStr();
     return read_road(r.getRoad(), x.road);
   });
 }

@@ -96,6 +96,9 @@ struct register_request {
   /// The optimizer it applies or expects (optimizer_fingerprint); "" says
   /// nothing (a custom worker, the counter task, a stage).
   std::string optimizer;
+  /// Its --server.mode as the servers run it (sync_device: sync); "" says
+  /// nothing (a kv client of the caller's own settings).
+  std::string mode;
 };
 
 /// Scheduler -> node: its rank and the first view that has it.

@@ -245,7 +245,8 @@ void join(self_ptr self) {
                        static_cast<uint32_t>(::getpid()),
                        road_info{0, machine_id(), ""},
                        cfg.stage_group,
-                       cfg.optimizer};
+                       cfg.optimizer,
+                       cfg.mode};
   self->request(self->state.scheduler, timeout_of(self), register_atom_v,
                 encode(req))
       .then(

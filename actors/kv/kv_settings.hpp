@@ -81,6 +81,9 @@ struct kv_settings {
   /// The optimizer this worker expects (optimizer_fingerprint), sent at
   /// registration; "" says nothing. Set by the trainer.
   std::string optimizer;
+  /// Its --server.mode as the servers run it (sync_device: sync), sent at
+  /// registration; "" says nothing. Set by node_config.
+  std::string mode;
   /// How this process's roads wait for bytes (group "road").
   road_settings roads;
   /// Faults injected into this client's pushes (group "fault").

@@ -509,6 +509,7 @@ void node_config::share_settings() {
   server.max_message_bytes = kv.max_message_bytes;
   auto& ck = server.checkpoint;
   ck.mode = checkpoint_mode();
+  kv.mode = ck.mode; // said at registration, as the servers say theirs
   ck.optimizer = optimizer.name + "@" + optimizer.on;
   server.optimizer = optimizer_fingerprint(optimizer);
   scheduler.checkpoint = ck;

@@ -108,7 +108,8 @@ void start(self_ptr self, const std::string& host, uint16_t port) {
                        static_cast<uint32_t>(::getpid()),
                        open_road(self, host),
                        0,
-                       self->state.cfg.optimizer};
+                       self->state.cfg.optimizer,
+                       self->state.cfg.checkpoint.mode};
   req.road.machine = machine_id(); // also without a road: who reaches us
 
   self->request(self->state.scheduler,

@@ -35,9 +35,10 @@ struct silent_initialiser {
     auto sched = c.remote_sched;
     register_reply reg;
     (*self)
-        ->request(sched, 10s, register_atom_v,
-                  encode(register_request{
-                      role::worker, "", 0, 1, {0, machine_id(), ""}, 0, ""}))
+        ->request(
+            sched, 10s, register_atom_v,
+            encode(register_request{
+                role::worker, "", 0, 1, {0, machine_id(), ""}, 0, "", ""}))
         .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, reg)); },
                  [](const caf::error& err) { BOOST_FAIL(describe(err)); });
     rank = reg.rank;

@@ -53,9 +53,10 @@ BOOST_AUTO_TEST_CASE(the_scheduler_admits_no_more_workers_than_configured) {
   auto enrol = [&c] {
     caf::expected<frame> out{caf::make_error(caf::sec::unexpected_response)};
     c.self
-        ->request(c.remote_sched, 10s, register_atom_v,
-                  encode(register_request{
-                      role::worker, "", 0, 1, {0, machine_id(), ""}, 0, ""}))
+        ->request(
+            c.remote_sched, 10s, register_atom_v,
+            encode(register_request{
+                role::worker, "", 0, 1, {0, machine_id(), ""}, 0, "", ""}))
         .receive([&](frame& f) { out = std::move(f); },
                  [&](caf::error& err) { out = std::move(err); });
     return out;
@@ -136,7 +137,7 @@ BOOST_AUTO_TEST_CASE(a_barrier_waits_for_workers_that_have_not_joined_yet) {
     register_reply reply;
     who->request(sched, 10s, register_atom_v,
                  encode(register_request{
-                     role::worker, "", 0, 1, {0, machine_id(), ""}, 0, ""}))
+                     role::worker, "", 0, 1, {0, machine_id(), ""}, 0, "", ""}))
         .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, reply)); },
                  [](const caf::error& err) { BOOST_FAIL(describe(err)); });
     return reply.rank;

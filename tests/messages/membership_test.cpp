@@ -49,14 +49,15 @@ BOOST_AUTO_TEST_SUITE(membership_tests)
 
 BOOST_AUTO_TEST_CASE(every_message_survives_a_round_trip) {
   register_request rq{
-      role::server,       "10.0.0.1", 4301, 42, {4402, "m", "s"}, 0,
-      "sgd@server lr=0.1"};
+      role::server,        "10.0.0.1", 4301, 42, {4402, "m", "s"}, 0,
+      "sgd@server lr=0.1", "ssp:3"};
   register_request rq2;
   BOOST_REQUIRE(!decode(encode(rq), rq2));
   BOOST_CHECK(rq2.kind == role::server && rq2.host == "10.0.0.1");
   BOOST_CHECK(rq2.port == 4301 && rq2.pid == 42);
   BOOST_CHECK_EQUAL(rq2.stage_group, 0u);
   BOOST_CHECK_EQUAL(rq2.optimizer, "sgd@server lr=0.1");
+  BOOST_CHECK_EQUAL(rq2.mode, "ssp:3");
   rq.kind = role::worker;
   rq.stage_group = 3; // a pipeline stage: replicas of 3 stages
   BOOST_REQUIRE(!decode(encode(rq), rq2));

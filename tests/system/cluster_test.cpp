@@ -99,6 +99,28 @@ void check_refused(const std::vector<bad_case>& cases) {
   }
 }
 
+/// The scheduler's answer to `req` from `fake`: its error, or none.
+caf::error register_as(caf::scoped_actor& fake, const caf::actor& sched,
+                       const register_request& req) {
+  caf::error out;
+  fake->request(sched, 10s, register_atom_v, encode(req))
+      .receive([](const frame&) {}, [&](caf::error& err) { out = err; });
+  return out;
+}
+
+/// A member of `kind` on this machine that says `optimizer` and `mode` (a
+/// server: at 127.0.0.1:4999).
+register_request member(role kind, const std::string& optimizer,
+                        const std::string& mode) {
+  register_request req{kind, "",        0,   1, {0, machine_id(), ""},
+                       0,    optimizer, mode};
+  if (kind == role::server) {
+    req.host = "127.0.0.1";
+    req.port = 4999;
+  }
+  return req;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(cluster_tests)
@@ -106,7 +128,7 @@ BOOST_AUTO_TEST_SUITE(cluster_tests)
 BOOST_AUTO_TEST_CASE(a_cluster_of_processes_sums_pushes_exactly_in_each_mode) {
   for (std::string mode : {"sync", "ssp:1", "async"}) {
     BOOST_TEST_MESSAGE("mode " << mode);
-    scheduler_process s{2, 2};
+    scheduler_process s{2, 2, {"--server.mode=" + mode}};
     auto s0 = start_server(s, mode);
     auto s1 = start_server(s, mode);
     auto w0 = start_counter(s, 15);
@@ -178,7 +200,7 @@ BOOST_AUTO_TEST_CASE(a_barrier_passed_without_a_dead_worker_says_so) {
 
 BOOST_AUTO_TEST_CASE(
     a_hung_worker_leaves_the_view_after_the_heartbeat_timeout) {
-  scheduler_process s{1, 1};
+  scheduler_process s{1, 1, {"--server.mode=async"}};
   auto s0 = start_server(s, "async");
   auto w0 = start_counter(s, 100000000);
   watcher obs{s.port};
@@ -202,7 +224,7 @@ BOOST_AUTO_TEST_CASE(a_worker_restarted_after_another_finished_takes_its_rank) {
   // clock, its share) and not the finished one's: with the finished one's
   // it would be done at once and the dead worker's clocks never pushed.
   constexpr uint32_t steps = 400;
-  scheduler_process s{1, 2};
+  scheduler_process s{1, 2, {"--server.mode=async"}};
   auto s0 = start_server(s, "async");
   std::vector<std::string> small{"--worker.key-floats=2000"};
   watcher obs{s.port};
@@ -377,7 +399,7 @@ BOOST_AUTO_TEST_CASE(a_worker_gives_up_on_a_server_that_never_speaks) {
   scheduler_client c{s.port};
   caf::scoped_actor fake{*c.sys}; // registers as the server, stays quiet
   register_request req{role::server,          "127.0.0.1", silent.port, 1,
-                       {0, machine_id(), ""}, 0,           ""};
+                       {0, machine_id(), ""}, 0,           "",          ""};
   fake->request(c.sched, 10s, register_atom_v, encode(req))
       .receive([](const frame&) {},
                [](caf::error& err) { BOOST_FAIL(describe(err)); });
@@ -419,14 +441,11 @@ BOOST_AUTO_TEST_CASE(a_loopback_server_is_refused_where_a_peer_is_elsewhere) {
   scheduler_client c{s.port};
   caf::scoped_actor fake{*c.sys};
   auto join = [&](const register_request& req) {
-    caf::error out;
-    fake->request(c.sched, 10s, register_atom_v, encode(req))
-        .receive([](const frame&) {}, [&](caf::error& err) { out = err; });
-    return out;
+    return register_as(fake, c.sched, req);
   };
   const std::string elsewhere = "another-boot-id/net:[4026531840]";
   auto err =
-      join({role::server, "127.0.0.1", 4999, 1, {0, elsewhere, ""}, 0, ""});
+      join({role::server, "127.0.0.1", 4999, 1, {0, elsewhere, ""}, 0, "", ""});
   BOOST_CHECK(err == errc::invalid_config);
   BOOST_CHECK_MESSAGE(describe(err).find("this server advertises 127.0.0.1") !=
                               std::string::npos &&
@@ -444,7 +463,7 @@ BOOST_AUTO_TEST_CASE(a_loopback_server_is_refused_where_a_peer_is_elsewhere) {
   auto srv = start_server(s, "sync");
   BOOST_REQUIRE(c.wait_for_view(
       [](const cluster_view& v) { return v.servers.size() == 1; }));
-  err = join({role::worker, "", 0, 2, {0, elsewhere, ""}, 0, ""});
+  err = join({role::worker, "", 0, 2, {0, elsewhere, ""}, 0, "", ""});
   BOOST_CHECK(err == errc::invalid_config);
   BOOST_CHECK_MESSAGE(describe(err).find("server 0 advertises 127.0.0.1") !=
                           std::string::npos,
@@ -465,15 +484,7 @@ BOOST_AUTO_TEST_CASE(a_node_whose_optimizer_disagrees_is_refused_at_join) {
   scheduler_client c{s.port};
   caf::scoped_actor fake{*c.sys};
   auto join = [&](role kind, const std::string& optimizer) {
-    caf::error out;
-    register_request req{kind, "", 0, 1, {0, machine_id(), ""}, 0, optimizer};
-    if (kind == role::server) {
-      req.host = "127.0.0.1";
-      req.port = 4999;
-    }
-    fake->request(c.sched, 10s, register_atom_v, encode(req))
-        .receive([](const frame&) {}, [&](caf::error& err) { out = err; });
-    return out;
+    return register_as(fake, c.sched, member(kind, optimizer, ""));
   };
   const std::string adam = "adam@server lr=0.001 weight-decay=0"
                            " betas=0.9,0.999 eps=1e-08";
@@ -504,6 +515,45 @@ BOOST_AUTO_TEST_CASE(a_node_whose_optimizer_disagrees_is_refused_at_join) {
   BOOST_CHECK_MESSAGE(srv.output().find("this server's optimizer is sgd@server"
                                         " lr=0.1") != std::string::npos,
                       srv.output());
+}
+
+BOOST_AUTO_TEST_CASE(a_node_whose_mode_is_not_the_schedulers_is_refused) {
+  // Async servers under sync workers trained silently to 0.845 where
+  // either mode alone reached 0.863; a restarted worker resumes at the
+  // clock its own mode picks.
+  scheduler_process s{2, 2, {"--server.mode=ssp:2"}};
+  scheduler_client c{s.port};
+  caf::scoped_actor fake{*c.sys};
+  auto join = [&](role kind, const std::string& mode) {
+    return register_as(fake, c.sched, member(kind, "", mode));
+  };
+  auto err = join(role::server, "sync");
+  BOOST_CHECK(err == errc::invalid_config);
+  BOOST_CHECK_EQUAL(describe(err),
+                    "invalid_config: this server runs --server.mode=sync, the"
+                    " scheduler ssp:2: give every node the same"
+                    " --server.mode (the servers keep workers in step by it,"
+                    " and checkpoints are cut by it)");
+  err = join(role::worker, "ssp:3");
+  BOOST_CHECK(err == errc::invalid_config);
+  BOOST_CHECK_MESSAGE(describe(err).find("this worker runs --server.mode=ssp:3,"
+                                         " the scheduler ssp:2") !=
+                          std::string::npos,
+                      describe(err));
+  // The same mode joins; so does a kv user's own client, which says none.
+  BOOST_CHECK(!join(role::server, "ssp:2"));
+  BOOST_CHECK(!join(role::worker, ""));
+  // A worker process refused so exits 2, which its agent does not
+  // restart; it says why.
+  child_process w{node_args({"--role=worker", s.flag(), "--worker.task=counter",
+                             "--server.mode=async"})};
+  auto rc = w.wait_exit(30s);
+  BOOST_REQUIRE_MESSAGE(rc, w.output());
+  BOOST_CHECK_EQUAL(*rc, 2);
+  BOOST_CHECK_MESSAGE(w.output().find("this worker runs --server.mode=async,"
+                                      " the scheduler ssp:2") !=
+                          std::string::npos,
+                      w.output());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -15,13 +15,14 @@ BOOST_AUTO_TEST_SUITE(custom_worker_tests)
 BOOST_AUTO_TEST_CASE(the_linear_regression_example_converges_on_two_workers) {
   for (std::string mode : {"sync", "async"}) {
     BOOST_TEST_MESSAGE("mode " << mode);
-    scheduler_process s{1, 2};
+    scheduler_process s{1, 2, {"--server.mode=" + mode}};
     auto srv =
         start_server(s, mode, {"--optimizer.name=sgd", "--optimizer.lr=0.1"});
     std::vector<std::unique_ptr<child_process>> workers;
     for (int i = 0; i < 2; ++i)
-      workers.push_back(std::make_unique<child_process>(node_args(
-          {s.flag(), "--worker.steps=150"}, true, TROUPE_EXAMPLE_BIN)));
+      workers.push_back(std::make_unique<child_process>(
+          node_args({s.flag(), "--worker.steps=150", "--server.mode=" + mode},
+                    true, TROUPE_EXAMPLE_BIN)));
     for (auto& w : workers) {
       auto rc = w->wait_exit(120s);
       BOOST_REQUIRE_MESSAGE(rc, "example did not finish: " << w->output());

@@ -17,7 +17,7 @@ BOOST_AUTO_TEST_SUITE(message_faults_tests)
 BOOST_AUTO_TEST_CASE(lost_and_doubled_pushes_are_applied_exactly_once) {
   for (std::string mode : {"sync", "async", "ssp:1"}) {
     BOOST_TEST_MESSAGE("mode " << mode);
-    scheduler_process s{2, 2};
+    scheduler_process s{2, 2, {"--server.mode=" + mode}};
     auto s0 = start_server(s, mode);
     auto s1 = start_server(s, mode);
     std::vector<std::unique_ptr<child_process>> workers;

@@ -73,12 +73,34 @@ node_args(std::vector<std::string> args, bool tls = true,
   return args;
 }
 
+/// The value of the last --server.mode= in `flags`, or "".
+inline std::string mode_in(const std::vector<std::string>& flags) {
+  std::string out;
+  const std::string flag = "--server.mode=";
+  for (auto& f : flags)
+    if (f.rfind(flag, 0) == 0)
+      out = f.substr(flag.size());
+  return out;
+}
+
+/// `flags` and --server.mode=`mode`.
+inline std::vector<std::string> with_mode(std::vector<std::string> flags,
+                                          const std::string& mode) {
+  flags.push_back("--server.mode=" + mode);
+  return flags;
+}
+
 /// A scheduler process and its port.
 struct scheduler_process {
   std::unique_ptr<child_process> proc;
   uint16_t port = 0;
+  /// Its --server.mode, which every node must be given (the scheduler
+  /// refuses others): start_counter and start_agent pass it on.
+  std::string mode = "sync";
   scheduler_process(uint32_t servers, uint32_t workers,
                     std::vector<std::string> extra = {}) {
+    if (auto m = mode_in(extra); !m.empty())
+      mode = m;
     extra.insert(extra.begin(),
                  {"--role=scheduler", "--scheduler-port=0",
                   "--cluster.servers=" + std::to_string(servers),
@@ -113,11 +135,22 @@ start_server(const scheduler_process& s, const std::string& mode,
   return p;
 }
 
+/// `flags` with the scheduler's --server.mode in front where they name
+/// none.
+inline std::vector<std::string> in_mode_of(const scheduler_process& s,
+                                           std::vector<std::string> flags) {
+  if (mode_in(flags).empty())
+    flags.insert(flags.begin(), "--server.mode=" + s.mode);
+  return flags;
+}
+
 /// A worker of the counter workload (every worker adds 1 per clock to 3
-/// arrays of 40000 floats), with `extra` flags; starts at once.
+/// arrays of 40000 floats), with `extra` flags (and the scheduler's mode);
+/// starts at once.
 inline std::unique_ptr<child_process>
 start_counter(const scheduler_process& s, uint32_t steps,
               std::vector<std::string> extra = {}) {
+  extra = in_mode_of(s, std::move(extra));
   extra.insert(extra.begin(),
                {"--role=worker", "--worker.task=counter", s.flag(),
                 "--worker.steps=" + std::to_string(steps), "--worker.keys=3",
@@ -133,6 +166,7 @@ inline const std::string config_file = TROUPE_SOURCE_DIR "/deploy/local.ini";
 inline std::unique_ptr<child_process>
 start_agent(const scheduler_process& s, uint32_t servers, uint32_t workers,
             std::vector<std::string> extra) {
+  extra = in_mode_of(s, std::move(extra));
   extra.insert(extra.begin(),
                {"--role=agent", "--config-file=" + config_file, s.flag(),
                 "--agent.servers=" + std::to_string(servers),

@@ -60,13 +60,13 @@ bool alive(child_process& p) {
 }
 
 /// The test process as a cluster node: an actor system with fast
-/// heartbeats, connected to the scheduler.
+/// heartbeats, connected to scheduler `s`, whose mode its kv clients say.
 struct test_node {
   node_config cfg;
   std::unique_ptr<caf::actor_system> sys;
   caf::actor sched;
 
-  test_node(uint16_t port, const std::string& road) {
+  test_node(const scheduler_process& s, const std::string& road) {
     cfg.load<caf::io::middleman>();
     cfg.set("middleman.heartbeat-interval", caf::timespan{100ms});
     cfg.set("middleman.connection-timeout", caf::timespan{1s});
@@ -74,10 +74,11 @@ struct test_node {
     cfg.kv.road_text = road;
     use_test_tls(cfg);
     BOOST_REQUIRE(!cfg.finish());
+    cfg.kv.mode = s.mode; // else its own default: sync, refused
     sys = std::make_unique<caf::actor_system>(cfg);
-    auto s = connect_scheduler(*sys, "127.0.0.1", port, 10000);
-    BOOST_REQUIRE_MESSAGE(s, why(s));
-    sched = *s;
+    auto found = connect_scheduler(*sys, "127.0.0.1", s.port, 10000);
+    BOOST_REQUIRE_MESSAGE(found, why(found));
+    sched = *found;
   }
 
   /// The scheduler's view once `pred` holds (asked again until then).
@@ -123,9 +124,9 @@ constexpr uint32_t big_floats = 16u << 20;
 /// no ring of the dead server's road stays mapped here.
 void kill_server_mid_transfer(const std::string& road) {
   BOOST_TEST_MESSAGE("road " << road);
-  scheduler_process s{1, 1};
+  scheduler_process s{1, 1, {"--server.mode=async"}};
   auto server = start_server(s, "async");
-  test_node node{s.port, road};
+  test_node node{s, road};
   kv store{*node.sys, node.sched, node.cfg.kv};
   auto init = store.init({named_array{1, std::vector<float>(big_floats)}});
   BOOST_REQUIRE_MESSAGE(init, why(init));
@@ -188,9 +189,9 @@ BOOST_AUTO_TEST_CASE(a_server_killed_mid_transfer_fails_what_was_in_flight) {
 }
 
 BOOST_AUTO_TEST_CASE(a_call_after_the_only_server_died_fails_at_once) {
-  scheduler_process s{1, 1};
+  scheduler_process s{1, 1, {"--server.mode=async"}};
   auto server = start_server(s, "async");
-  test_node node{s.port, "auto"};
+  test_node node{s, "auto"};
   kv store{*node.sys, node.sched, node.cfg.kv};
   auto init = store.init({named_array{1, std::vector<float>(4097)}});
   BOOST_REQUIRE_MESSAGE(init, why(init));
@@ -219,12 +220,12 @@ BOOST_AUTO_TEST_CASE(a_call_after_the_only_server_died_fails_at_once) {
 }
 
 BOOST_AUTO_TEST_CASE(a_killed_worker_leaves_no_ring_mapped_in_the_server) {
-  scheduler_process s{1, 1};
+  scheduler_process s{1, 1, {"--server.mode=async"}};
   auto server = start_server(s, "async");
   child_process worker{
       node_args({"--role=worker", "--worker.task=counter", s.flag(),
-                 "--worker.steps=100000000", "--worker.keys=2",
-                 "--worker.key-floats=4194304"})};
+                 "--server.mode=async", "--worker.steps=100000000",
+                 "--worker.keys=2", "--worker.key-floats=4194304"})};
   // Mid-run: 32 MiB of frames went through the server's rings.
   BOOST_REQUIRE_MESSAGE(
       poll_until([&] { return ring_rss_kb(server->pid()) >= 32768; }, 30s),
@@ -247,17 +248,17 @@ namespace {
 /// connections on their road ports while the workers run, checks the sums
 /// are exact and returns the ring mappings seen.
 size_t run_workers_on_the_middleman(std::vector<std::string> server_flags) {
-  scheduler_process s{2, 2};
+  scheduler_process s{2, 2, {"--server.mode=async"}};
   std::vector<std::unique_ptr<child_process>> servers;
   servers.push_back(start_server(s, "async", server_flags));
   servers.push_back(start_server(s, "async", server_flags));
   std::vector<std::unique_ptr<child_process>> workers;
   for (int i = 0; i < 2; ++i)
-    workers.push_back(std::make_unique<child_process>(
-        node_args({"--role=worker", "--worker.task=counter", s.flag(),
-                   "--worker.steps=10", "--worker.keys=2",
-                   "--worker.key-floats=1048576", "--kv.road=middleman"})));
-  test_node node{s.port, "middleman"};
+    workers.push_back(std::make_unique<child_process>(node_args(
+        {"--role=worker", "--worker.task=counter", s.flag(),
+         "--server.mode=async", "--worker.steps=10", "--worker.keys=2",
+         "--worker.key-floats=1048576", "--kv.road=middleman"})));
+  test_node node{s, "middleman"};
   auto view = node.view_when(
       [](const cluster_view& v) { return v.servers.size() == 2; });
   size_t samples = 0;

@@ -53,7 +53,7 @@ BOOST_AUTO_TEST_CASE(a_server_killed_mid_push_loses_no_acknowledged_update) {
   for (std::string mode : {"sync", "async", "ssp:1"}) {
     for (std::string road : {"auto", "middleman"}) {
       BOOST_TEST_MESSAGE("mode " << mode << ", road " << road);
-      scheduler_process s{2, 2};
+      scheduler_process s{2, 2, {"--server.mode=" + mode}};
       scheduler_client sched{s.port};
       // The road (or CAF) carries the workers' frames and the replicas.
       std::vector<std::string> flags{"--kv.road=" + road,
@@ -106,7 +106,7 @@ BOOST_AUTO_TEST_CASE(
   // the survivor, and the sums stay exact.
   for (std::string road : {"auto", "middleman"}) {
     BOOST_TEST_MESSAGE("road " << road);
-    scheduler_process s{2, 2};
+    scheduler_process s{2, 2, {"--server.mode=async"}};
     scheduler_client sched{s.port};
     std::vector<std::string> flags{"--kv.road=" + road,
                                    "--server.replica-road=" + road};
@@ -148,7 +148,7 @@ BOOST_AUTO_TEST_CASE(
     temp_dir d;
     std::vector<std::string> flags{"--checkpoint.dir=" + d.path,
                                    "--checkpoint.every-ms=0"};
-    scheduler_process s{2, 2, flags};
+    scheduler_process s{2, 2, with_mode(flags, mode)};
     scheduler_client sched{s.port};
     auto s0 = start_server(s, mode, flags);
     auto s1 = start_server(s, mode, flags);
@@ -224,7 +224,7 @@ BOOST_AUTO_TEST_CASE(
 caf::expected<std::vector<named_array>>
 push_across_a_kill(const std::vector<std::string>& server_flags,
                    std::vector<event_record>& events) {
-  scheduler_process s{2, 1};
+  scheduler_process s{2, 1, {"--server.mode=async"}};
   scheduler_client sched{s.port};
   auto s0 = start_server(s, "async", server_flags);
   auto s1 = start_server(s, "async", server_flags);
@@ -291,7 +291,7 @@ BOOST_AUTO_TEST_CASE(servers_told_to_stop_leave_the_view_instead_of_crashing) {
     std::vector<std::string> flags{"--checkpoint.dir=" + d.path,
                                    "--checkpoint.every-ms=0",
                                    "--server.replicas=" + replicas};
-    scheduler_process s{2, 1, flags};
+    scheduler_process s{2, 1, with_mode(flags, "async")};
     scheduler_client sched{s.port};
     std::vector<std::unique_ptr<child_process>> servers;
     servers.push_back(start_server(s, "async", flags));
@@ -347,7 +347,7 @@ BOOST_AUTO_TEST_CASE(a_server_stopping_when_the_scheduler_dies_exits_cleanly) {
   // scheduler (stopped here, so the request waits) dies meanwhile, as it
   // does when a deploy script stops everything at once. The server was
   // stopping anyway: it exits 0, not as a server whose scheduler failed.
-  scheduler_process s{1, 1};
+  scheduler_process s{1, 1, {"--server.mode=async"}};
   scheduler_client sched{s.port};
   auto srv = start_server(s, "async");
   // Joined (it has its rank): a server not yet joined quits at once.

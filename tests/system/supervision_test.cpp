@@ -69,7 +69,8 @@ BOOST_AUTO_TEST_CASE(a_killed_worker_is_restarted_rejoins_and_training_ends) {
   for (std::string mode : {"sync", "async", "ssp:2", "sync+overlap"}) {
     BOOST_TEST_MESSAGE("mode " << mode);
     bool overlap = mode == "sync+overlap";
-    scheduler_process s{2, 2};
+    auto servers_mode = overlap ? std::string{"sync"} : mode;
+    scheduler_process s{2, 2, {"--server.mode=" + servers_mode}};
     event_reader log{s.port};
     // Three epochs, not two: the restart takes about 1.3 s (start, data),
     // in which the survivor trains alone and the victim's steps are lost
@@ -77,7 +78,7 @@ BOOST_AUTO_TEST_CASE(a_killed_worker_is_restarted_rejoins_and_training_ends) {
     // final accuracy hung on how fast the rest of the cluster was (ssp:2:
     // 0.80-0.85, below 0.80 in 3 of 30 runs once training got faster).
     auto flags = short_training(3);
-    flags.push_back("--server.mode=" + (overlap ? "sync" : mode));
+    flags.push_back("--server.mode=" + servers_mode);
     if (overlap)
       flags.push_back("--worker.overlap");
     if (mode != "sync" && !overlap) { // each push is an update: lr / workers
@@ -314,7 +315,7 @@ BOOST_AUTO_TEST_CASE(a_finished_job_whose_check_failed_ends_once_nonzero) {
   // was a second counter with 300 steps, and the sums differed only if
   // it was still live when the first one counted: under load it left
   // first, its cut of 300 was in the log, and the sums came out exact.)
-  scheduler_process s{1, 2};
+  scheduler_process s{1, 2, {"--server.mode=async"}};
   event_reader log{s.port};
   auto agent = start_agent(s, 1, 1,
                            {"--worker.task=counter", "--optimizer.name=sum",
@@ -376,7 +377,7 @@ BOOST_AUTO_TEST_CASE(an_agents_events_name_the_schedulers_rank) {
   // The test's own counter joins first, as worker 0; the agent's worker-0
   // is then worker 1 to the scheduler. Killed, its agent's events about it
   // (exited, restarting, restarted) say worker 1, as the scheduler's do.
-  scheduler_process s{1, 2};
+  scheduler_process s{1, 2, {"--server.mode=async"}};
   event_reader log{s.port};
   auto counter = std::vector<std::string>{
       "--optimizer.name=sum", "--server.mode=async", "--worker.keys=3",

@@ -332,7 +332,7 @@ BOOST_AUTO_TEST_CASE(two_workers_train_fashion_mnist_well_past_chance) {
 BOOST_AUTO_TEST_CASE(pipelined_async_workers_train_past_chance) {
   // Each worker computes step t + 1 while push t is in flight: its
   // gradients are one step older, and training still gets far past chance.
-  scheduler_process s{1, 2};
+  scheduler_process s{1, 2, {"--server.mode=async"}};
   auto srv = start_server(s, "async",
                           {"--optimizer.name=momentum", "--optimizer.lr=0.025",
                            "--optimizer.momentum=0.7"});
