@@ -29,6 +29,19 @@ cp "$work/ca/ca.key" "$work/key-only/"
 expect "ca.key without ca.pem" 2 "ca.key but no ca.pem" "$make" "$work/key-only"
 check "... ca.key kept" cmp -s "$work/ca/ca.key" "$work/key-only/ca.key"
 
+# ECDSA P-256 keys (cheaper handshakes); a folder with RSA keys (made
+# before) keeps them, and a certificate added there verifies against them.
+check "new keys are P-256" \
+  grep -q "ASN1 OID: prime256v1" <(openssl pkey -in "$work/ca/node.key" -noout -text)
+mkdir "$work/rsa"
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=old CA" \
+  -keyout "$work/rsa/ca.key" -out "$work/rsa/ca.pem" 2>/dev/null
+before=$(md5sum <"$work/rsa/ca.key")
+"$make" "$work/rsa" added >/dev/null
+check "an RSA CA: kept" [ "$before" = "$(md5sum <"$work/rsa/ca.key")" ]
+check "... and an EC certificate it signed verifies" \
+  openssl verify -CAfile "$work/rsa/ca.pem" "$work/rsa/added.pem"
+
 # A path with a space: one flag a line, and three flags in tls_flags.
 mapfile -t flags <<<"$out"
 check "three flags, one a line" [ "${#flags[@]}" = 3 ]
