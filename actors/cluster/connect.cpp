@@ -16,7 +16,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -29,7 +32,7 @@
 #include "messages/errors.hpp"
 
 // Three faults of CAF 0.17's TLS sessions (libcaf_openssl), mended here by
-// wrapping the four OpenSSL calls they make: the dynamic linker picks these
+// wrapping seven OpenSSL calls they make: the dynamic linker picks these
 // before libssl's for every library of the process, and every program that
 // publishes or connects over TLS links this file.
 //
@@ -51,7 +54,9 @@
 //    connection waited in the listen queue (a heartbeat tick cuts a
 //    handshake: tick_cut_handshake) cost as much, and a queue of those kept
 //    the multiplexer from the live ones. The first SSL_accept of a
-//    connection whose peer has closed its end now fails at once.
+//    connection whose peer has closed its end now fails at once, and the
+//    key, the certificate chain and the CA store are decoded once and then
+//    shared while their files hold the same bytes (reused_files).
 namespace {
 
 constexpr auto tls_handshake_limit = std::chrono::seconds{3};
@@ -108,9 +113,128 @@ void await_peer(int fd) {
   ::poll(&p, 1, 1);
 }
 
+/// The bytes of `path`, or none where it cannot be read (then nothing is
+/// shared: the call itself says why it fails). Reading is cheap; decoding
+/// is what costs (OpenSSL 3 tries one decoder after another).
+std::optional<std::string> contents_of(const char* path) {
+  if (!path)
+    return std::nullopt;
+  std::ifstream in{path, std::ios::binary};
+  std::string bytes{std::istreambuf_iterator<char>{in}, {}};
+  if (!in.good() && !in.eof())
+    return std::nullopt;
+  return bytes;
+}
+
+/// What a decoded file came from: its path and its bytes, so that a file
+/// written anew (a rotated certificate) is decoded anew.
+struct file_seen {
+  std::string path, bytes;
+  bool is(const char* p, const std::optional<std::string>& b) const {
+    return b && path == p && bytes == *b;
+  }
+};
+
+/// The last key, chain and CA store CAF's sessions loaded (a node has one
+/// identity), each with the file it came from. Sessions
+/// start on the multiplexer's thread, checks on others: one lock.
+struct reused_files {
+  std::mutex lock;
+  file_seen key_file;
+  int key_type = 0;
+  EVP_PKEY* key = nullptr;
+  file_seen chain_file;
+  X509* leaf = nullptr;
+  STACK_OF(X509) * chain = nullptr;
+  file_seen ca_file;
+  X509_STORE* store = nullptr;
+};
+
+reused_files& reused() {
+  static auto* r = new reused_files; // kept to the end: sessions outlive main
+  return *r;
+}
+
 } // namespace
 
 extern "C" {
+
+// Fault 3: CAF decodes these files for every session. They are decoded by
+// libssl once and kept; a context gets what is kept while its file is
+// unchanged. Each still checks what it checked: the key against the
+// certificate (SSL_CTX_use_PrivateKey), the chain as it was read.
+
+int SSL_CTX_use_PrivateKey_file(SSL_CTX* ctx, const char* file, int type) {
+  static auto next = next_ssl_function<int (*)(SSL_CTX*, const char*, int)>(
+      "SSL_CTX_use_PrivateKey_file");
+  auto bytes = contents_of(file);
+  auto& r = reused();
+  std::lock_guard<std::mutex> guard{r.lock};
+  if (r.key && r.key_file.is(file, bytes) && r.key_type == type)
+    return SSL_CTX_use_PrivateKey(ctx, r.key);
+  auto rc = next(ctx, file, type);
+  auto* key = SSL_CTX_get0_privatekey(ctx);
+  if (rc == 1 && bytes && key && EVP_PKEY_up_ref(key) == 1) {
+    EVP_PKEY_free(r.key);
+    r.key = key;
+    r.key_file = {file, std::move(*bytes)};
+    r.key_type = type;
+  }
+  return rc;
+}
+
+int SSL_CTX_use_certificate_chain_file(SSL_CTX* ctx, const char* file) {
+  static auto next = next_ssl_function<int (*)(SSL_CTX*, const char*)>(
+      "SSL_CTX_use_certificate_chain_file");
+  auto bytes = contents_of(file);
+  auto& r = reused();
+  std::lock_guard<std::mutex> guard{r.lock};
+  if (r.leaf && r.chain_file.is(file, bytes)) {
+    if (SSL_CTX_use_certificate(ctx, r.leaf) != 1 ||
+        SSL_CTX_set1_chain(ctx, r.chain) != 1)
+      return 0;
+    return 1;
+  }
+  auto rc = next(ctx, file);
+  auto* leaf = SSL_CTX_get0_certificate(ctx);
+  STACK_OF(X509)* chain = nullptr;
+  if (rc == 1 && bytes && leaf && SSL_CTX_get0_chain_certs(ctx, &chain) == 1 &&
+      X509_up_ref(leaf) == 1) {
+    X509_free(r.leaf);
+    sk_X509_pop_free(r.chain, X509_free);
+    r.leaf = leaf;
+    r.chain = chain ? X509_chain_up_ref(chain) : nullptr;
+    r.chain_file = {file, std::move(*bytes)};
+  }
+  return rc;
+}
+
+int SSL_CTX_load_verify_locations(SSL_CTX* ctx, const char* cafile,
+                                  const char* capath) {
+  static auto next =
+      next_ssl_function<int (*)(SSL_CTX*, const char*, const char*)>(
+          "SSL_CTX_load_verify_locations");
+  // A CA folder (--openssl.capath) is read as peers come, by hash, into
+  // the store: a store of one is not shared, so that each context sees the
+  // folder as it is.
+  if (capath && *capath)
+    return next(ctx, cafile, capath);
+  auto bytes = contents_of(cafile);
+  auto& r = reused();
+  std::lock_guard<std::mutex> guard{r.lock};
+  if (r.store && r.ca_file.is(cafile, bytes)) {
+    SSL_CTX_set1_cert_store(ctx, r.store);
+    return 1;
+  }
+  auto rc = next(ctx, cafile, capath);
+  auto* store = SSL_CTX_get_cert_store(ctx);
+  if (rc == 1 && bytes && store && X509_STORE_up_ref(store) == 1) {
+    X509_STORE_free(r.store);
+    r.store = store;
+    r.ca_file = {cafile, std::move(*bytes)};
+  }
+  return rc;
+}
 
 int SSL_read(SSL* ssl, void* buf, int num) {
   static auto next = next_ssl_function<int (*)(SSL*, void*, int)>("SSL_read");
