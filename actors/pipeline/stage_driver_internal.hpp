@@ -54,6 +54,10 @@ std::vector<uint64_t> checkpoint_steps(const std::string& dir, uint32_t stage);
 /// every restart, and the others wait out --pipeline.stage-wait-ms.
 std::vector<uint64_t> whole_checkpoint_steps(const std::string& dir,
                                              uint32_t stage);
+/// Removes stage `stage`'s checkpoints from `dir`, then `dir` if that
+/// leaves it empty (the last stage of a job to end): the end of a job
+/// whose folder no later job finds.
+void remove_stage_checkpoints(const std::string& dir, uint32_t stage);
 /// Writes `x` to its file and removes all but the two newest of its stage.
 caf::error write_stage_checkpoint(const std::string& dir,
                                   const stage_checkpoint& x);

@@ -110,6 +110,14 @@ caf::error write_stage_checkpoint(const std::string& dir,
   return caf::none;
 }
 
+void remove_stage_checkpoints(const std::string& dir, uint32_t stage) {
+  std::error_code ec;
+  for (auto step : checkpoint_steps(dir, stage))
+    if (step > 0)
+      fs::remove(checkpoint_path(dir, stage, step), ec);
+  fs::remove(dir, ec); // only if empty: another stage's files, a fault mark
+}
+
 caf::expected<std::vector<named_array>>
 read_stage_checkpoint(const std::string& dir, const stage_checkpoint& want) {
   auto path = checkpoint_path(dir, want.stage, want.step);

@@ -166,6 +166,27 @@ BOOST_AUTO_TEST_CASE(checkpoints_round_trip_and_the_two_newest_stay) {
   BOOST_CHECK((checkpoint_steps(dir, 1) == std::vector<uint64_t>{0, 40, 60}));
 }
 
+BOOST_AUTO_TEST_CASE(
+    a_stage_at_its_end_takes_its_files_and_the_last_the_folder) {
+  temp_dir d;
+  auto dir = (std::filesystem::path{d.path} / "job").string();
+  for (uint32_t stage : {0, 1})
+    for (uint64_t step : {20, 40})
+      BOOST_REQUIRE(!write_stage_checkpoint(dir, sample(stage, step)));
+  remove_stage_checkpoints(dir, 0);
+  BOOST_CHECK((checkpoint_steps(dir, 0) == std::vector<uint64_t>{0}));
+  BOOST_CHECK((checkpoint_steps(dir, 1) == std::vector<uint64_t>{0, 20, 40}));
+  remove_stage_checkpoints(dir, 1);
+  BOOST_CHECK(!std::filesystem::exists(dir));
+  // A file that is no stage's (a fault mark) keeps the folder.
+  BOOST_REQUIRE(!write_stage_checkpoint(dir, sample(0, 20)));
+  std::ofstream{std::filesystem::path{dir} / "fault-0-7"} << "killed once\n";
+  remove_stage_checkpoints(dir, 0);
+  BOOST_CHECK((checkpoint_steps(dir, 0) == std::vector<uint64_t>{0}));
+  BOOST_CHECK(
+      std::filesystem::exists(std::filesystem::path{dir} / "fault-0-7"));
+}
+
 BOOST_AUTO_TEST_CASE(a_torn_newest_checkpoint_is_passed_over) {
   // It was offered to the other stages, and the stage failed to load it at
   // every restart while they waited out --pipeline.stage-wait-ms.

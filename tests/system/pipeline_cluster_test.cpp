@@ -146,6 +146,23 @@ BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
   BOOST_CHECK_GT(j.value("train_loss", 0.0), 0.0);
 }
 
+BOOST_AUTO_TEST_CASE(a_job_without_a_checkpoint_folder_leaves_none_behind) {
+  // Its stages checkpoint into a folder of the job's own in the temporary
+  // folder, which no later job finds: every job left one there, and in it
+  // the stages' last checkpoints. The processes' TMPDIR is a folder of
+  // this test's, to see what stays.
+  temp_dir tmp;
+  ::setenv("TMPDIR", tmp.path.c_str(), 1);
+  auto out = run_job("", {}, 40);
+  ::unsetenv("TMPDIR");
+  BOOST_CHECK_MESSAGE(out.find("final test accuracy: ") != std::string::npos,
+                      out);
+  std::string left;
+  for (auto& e : fs::recursive_directory_iterator{tmp.path})
+    left += " " + e.path().string();
+  BOOST_CHECK_MESSAGE(left.empty(), "left in TMPDIR:" << left);
+}
+
 BOOST_AUTO_TEST_CASE(an_adam_stage_killed_keeps_its_moments_exactly) {
   // Each stage applies adam to its own weights, and keeps its moments in
   // its checkpoints beside them (3 arrays for each of its weights' arrays):
