@@ -1,6 +1,10 @@
 // What a troupe-node's exit code says, for the agent that supervises it.
 #pragma once
 
+#include <caf/error.hpp>
+
+#include "messages/errors.hpp"
+
 namespace troupe {
 
 /// Done: not restarted.
@@ -19,6 +23,16 @@ constexpr int exit_job_failed = 4;
 /// longer than its bound; one line said which. Not restarted, since a restart
 /// would wait for it again; the agent ends non-zero, naming it.
 constexpr int exit_job_stuck = 5;
+
+/// The exit code of a process whose work ended with `err`: exit_job_stuck
+/// for a member the job cannot do without (member_missing),
+/// exit_bad_config for a setting that cannot work (it fails the same after
+/// a restart), else exit_failed (restarted).
+inline int exit_code_of(const caf::error& err) {
+  if (err == errc::member_missing)
+    return exit_job_stuck;
+  return err == errc::invalid_config ? exit_bad_config : exit_failed;
+}
 
 /// An exit that ends the job without a restart although it is not done: the
 /// code, the agent's closing words after the child's name, its log line

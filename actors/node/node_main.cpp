@@ -77,9 +77,7 @@ int wait_for(caf::actor_system& sys, const caf::actor& a, const char* what) {
           down = true;
           if (dm.reason && dm.reason != caf::exit_reason::user_shutdown) {
             fail(what, dm.reason);
-            // A setting that cannot work fails the same after a restart.
-            rc = dm.reason == errc::invalid_config ? exit_bad_config
-                                                   : exit_failed;
+            rc = exit_code_of(dm.reason);
           }
         },
         caf::after(std::chrono::milliseconds{100}) >>

@@ -26,11 +26,7 @@ namespace {
 int fail(const std::string& what, const caf::error& err) {
   stderr_line() << "*** stage failed: " << what << ": " << describe(err)
                 << '\n';
-  if (err == errc::member_missing)
-    return exit_job_stuck;
-  return err == errc::invalid_config || err == errc::device_failed
-             ? exit_bad_config
-             : exit_failed;
+  return err == errc::device_failed ? exit_bad_config : exit_code_of(err);
 }
 
 /// The checkpoint folder: --pipeline.checkpoint-dir, else one of this job

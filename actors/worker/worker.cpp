@@ -569,8 +569,7 @@ int run_worker(caf::actor_system& sys, caf::actor scheduler,
   self->receive([&rc](const caf::down_msg& dm) {
     if (dm.reason && dm.reason != caf::exit_reason::normal) {
       stderr_line() << "*** worker failed: " << describe(dm.reason) << '\n';
-      // A setting that cannot work fails the same after a restart.
-      rc = dm.reason == errc::invalid_config ? exit_bad_config : exit_failed;
+      rc = exit_code_of(dm.reason);
     }
   });
   if (rc == 0 && !cfg.allow_loss)

@@ -51,9 +51,7 @@ std::string first_difference(const std::vector<named_array>& xs, float expected,
 
 int fail(const char* what, const caf::error& err) {
   stderr_line() << "*** " << what << " failed: " << describe(err) << '\n';
-  // A setting that cannot work (refused at registration) fails the same
-  // after a restart: not restarted.
-  return err == errc::invalid_config ? exit_bad_config : exit_failed;
+  return exit_code_of(err); // refused at registration: not restarted
 }
 
 /// Tells the scheduler, and waits until it heard, that this process of
