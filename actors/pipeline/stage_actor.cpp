@@ -74,8 +74,9 @@ bool take(stage_ptr self, stage_state::box& box, uint32_t micro,
 
 /// A kernel's refusal ("bad input: ...") fails the mini-batch. Anything
 /// else is the device's (a GPU out of memory, a CUDA error): the stage
-/// ends, and its driver's supervision restarts the pipeline from the last
-/// commit, as for a crash.
+/// ends, and its driver with it (linked), so its process exits 2 and is
+/// not restarted (stage_process.cpp), and its replica ends as for a stage
+/// given up. (A worker whose device fails is restarted: docs/gpu.md.)
 caf::error failed(stage_ptr self, const stage_work& w, const std::string& why) {
   auto text = who(self) + ": " + to_string(w) + " failed: " + why;
   if (why.rfind("bad input", 0) == 0)
