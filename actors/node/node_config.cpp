@@ -329,7 +329,8 @@ void node_config::add_pipeline_options() {
       .add(pipeline.fault_kill, "fault-kill",
            "fault injection: S@K, stage S kills its process in mini-batch K"
            " (once; S/R@K: of replica R); S@K:push, in its push of K to the"
-           " servers; S@K:eval, in the evaluation after K")
+           " servers; S@K:eval, in the evaluation after K; S@K:device, its"
+           " step fails as a device's would (exit 1, restarted)")
       .add(pipeline.fault_lose_sync, "fault-lose-sync",
            "fault injection: S (or S/R: of replica R), stage S leaves its"
            " lead's first sync unanswered, as a cut connection loses an"

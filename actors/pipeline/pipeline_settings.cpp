@@ -97,9 +97,10 @@ caf::error validate(pipeline_settings& x) {
       return yes;
     };
     using at = pipeline_settings::fault_at;
-    x.fault_in = ends_with(":push")   ? at::push
-                 : ends_with(":eval") ? at::eval
-                                      : at::step;
+    x.fault_in = ends_with(":push")     ? at::push
+                 : ends_with(":eval")   ? at::eval
+                 : ends_with(":device") ? at::device
+                                        : at::step;
     auto sign = text.find('@');
     uint32_t stage = 0, replica = 0;
     uint64_t step = 0;
@@ -107,12 +108,13 @@ caf::error validate(pipeline_settings& x) {
         !stage_of(text.substr(0, sign), stage, replica) ||
         !digits_of(text.substr(sign + 1), step, 18) || stage >= x.stages ||
         (replica != pipeline_settings::any_replica && replica >= x.replicas))
-      return caf::make_error(errc::invalid_config,
-                             "--pipeline.fault-kill must be"
-                             " STAGE[/REPLICA]@MINI_BATCH[:push|:eval] with"
-                             " STAGE below --pipeline.stages and REPLICA below"
-                             " --pipeline.replicas, got",
-                             x.fault_kill);
+      return caf::make_error(
+          errc::invalid_config,
+          "--pipeline.fault-kill must be"
+          " STAGE[/REPLICA]@MINI_BATCH[:push|:eval|:device] with"
+          " STAGE below --pipeline.stages and REPLICA below"
+          " --pipeline.replicas, got",
+          x.fault_kill);
     x.fault_replica = replica;
     x.fault_stage = stage;
     x.fault_step = step;

@@ -58,7 +58,10 @@ struct pipeline_settings {
   /// it, or of replica R with "S/R@K". "S@K:push" (with servers): after K
   /// is committed, in the middle of its push of K, once its first server
   /// took its part. "S@K:eval": in the evaluation after mini-batch K (at
-  /// an epoch's end, or the last), at its first chunk. "" = off.
+  /// an epoch's end, or the last), at its first chunk. "S@K:device": no
+  /// kill, but its forward there fails as a device's would (a GPU's
+  /// transient fault): the process exits 1, and its agent restarts it.
+  /// "" = off.
   std::string fault_kill;
   /// fault_kill, parsed by validate(); fault_step = no_fault: off.
   static constexpr uint64_t no_fault = ~uint64_t{0};
@@ -67,8 +70,8 @@ struct pipeline_settings {
   uint32_t fault_replica = any_replica;
   uint64_t fault_step = no_fault;
   /// Where in mini-batch fault_step: its middle, its push, the evaluation
-  /// after it.
-  enum class fault_at { step, push, eval };
+  /// after it; or its middle, as a device's failure.
+  enum class fault_at { step, push, eval, device };
   fault_at fault_in = fault_at::step;
   /// Fault injection, "S" or "S/R": stage S (of replica R) leaves the
   /// first sync its lead asks unanswered, as a connection cut loses an

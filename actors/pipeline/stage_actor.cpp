@@ -74,9 +74,10 @@ bool take(stage_ptr self, stage_state::box& box, uint32_t micro,
 
 /// A kernel's refusal ("bad input: ...") fails the mini-batch. Anything
 /// else is the device's (a GPU out of memory, a CUDA error): the stage
-/// ends, and its driver with it (linked), so its process exits 2 and is
-/// not restarted (stage_process.cpp), and its replica ends as for a stage
-/// given up. (A worker whose device fails is restarted: docs/gpu.md.)
+/// ends, and its driver with it (linked), so its process exits 1 and its
+/// agent restarts it (stage_process.cpp): the pipeline starts again from
+/// the stages' checkpoints, as after a crash. A device that fails every
+/// time is given up after the agent's restarts.
 caf::error failed(stage_ptr self, const stage_work& w, const std::string& why) {
   auto text = who(self) + ": " + to_string(w) + " failed: " + why;
   if (why.rfind("bad input", 0) == 0)
@@ -118,7 +119,14 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
       x = in.values.data();
     }
     synthetic_work(self, w);
-    if (auto r = m.forward(w.micro, x, rows); !r.ok())
+    auto r = m.forward(w.micro, x, rows);
+    if (r.ok() && st.step == st.cfg.device_error_in_step &&
+        w.micro == std::min<uint32_t>(1, st.cfg.micros - 1)) {
+      TROUPE_LOG(warning, who(self), "fault injection: a device error in",
+                 " mini-batch ", st.step);
+      r.error = "fault injection: a device error";
+    }
+    if (!r.ok())
       return failed(self, w, r.error);
     if (!is_last(self))
       send_tensor(self, true, w.micro, m.output(w.micro));
@@ -233,8 +241,7 @@ caf::error apply_update(stage_ptr self) {
                    std::to_string(i) + ": " + to_string(k);
   if (auto up = down.ok() ? st.model->upload_parameters() : down; !up.ok()) {
     // The device broke (or the optimizer refused an array, which the
-    // checked flags rule out): the stage ends, and with it its process
-    // (exit 2, not restarted: the same device would fail again).
+    // checked flags rule out): the stage ends, as in failed().
     auto err = caf::make_error(errc::device_failed,
                                who(self) + ": the update: " + up.error);
     self->quit(err);

@@ -125,6 +125,9 @@ struct stage_settings {
   uint64_t kill_in_step = ~uint64_t{0};
   /// ... or at the first chunk of the evaluation after this mini-batch.
   uint64_t kill_in_eval = ~uint64_t{0};
+  /// ... or, in place of the kill in the step, its forward there fails as
+  /// a device's would.
+  uint64_t device_error_in_step = ~uint64_t{0};
   /// Where its layers run (actors/device/stage_device.hpp): the CPU, or a
   /// GPU through the plugin. `backend`, if set, is those layers opened
   /// already (the stage driver opens them, to report a device that cannot

@@ -21,12 +21,16 @@ namespace troupe {
 namespace {
 
 /// One line; exit_bad_config (not restarted: the same flags fail again)
-/// for a flag, model, data or device that cannot be had, exit_job_stuck
-/// (not restarted either) for a stage missing too long, else exit_failed.
-int fail(const std::string& what, const caf::error& err) {
+/// for a flag, model, data or (`starting`) device that cannot be had,
+/// exit_job_stuck (not restarted either) for a stage missing too long,
+/// else exit_failed: a device that fails in a step is restarted, as a
+/// worker's is.
+int fail(const std::string& what, const caf::error& err,
+         bool starting = false) {
   stderr_line() << "*** stage failed: " << what << ": " << describe(err)
                 << '\n';
-  return err == errc::device_failed ? exit_bad_config : exit_code_of(err);
+  return starting && err == errc::device_failed ? exit_bad_config
+                                                : exit_code_of(err);
 }
 
 /// The checkpoint folder: --pipeline.checkpoint-dir, else one of this job
@@ -118,7 +122,7 @@ int run_stage(caf::actor_system& sys, caf::actor scheduler,
                         p.micro_batches, to_string(p.schedule));
             std::fflush(stdout);
           },
-          [&](caf::error& err) { rc = fail("starting", err); });
+          [&](caf::error& err) { rc = fail("starting", err, true); });
   if (rc != 0) {
     kill();
     return rc;

@@ -80,6 +80,8 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
                  "1@2:push:eval",
                  "1@:eval",
                  "1@2eval",
+                 "1@2:device:eval",
+                 "1@:device",
                  "4294967297@2",
                  "-1@2",
                  "1@-2",
@@ -110,6 +112,10 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
   BOOST_REQUIRE(!validate(y));
   BOOST_CHECK(y.fault_stage == 2 && y.fault_replica == 0 && y.fault_step == 8 &&
               y.fault_in == at::eval);
+  y.fault_kill = "0@3:device";
+  BOOST_REQUIRE(!validate(y));
+  BOOST_CHECK(y.fault_stage == 0 && y.fault_step == 3 &&
+              y.fault_in == at::device);
   for (auto f : {"3", "x", "-1", "1/", "/0", "1/1", "1/0/0", "1@2", "1 ",
                  "4294967297"}) {
     y = x;

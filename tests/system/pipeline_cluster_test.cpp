@@ -2,7 +2,8 @@
 // one model train it to the end, and a stage killed in the middle of a
 // mini-batch is restarted by its agent while the others drop that
 // mini-batch and start again from the stages' checkpoints: the final
-// weights are those of a run without the kill, bit for bit. Wrong flags,
+// weights are those of a run without the kill, bit for bit; so too after
+// a device's failure in a step. Wrong flags,
 // missing data and a metrics file that cannot be written are refused in
 // one line, with exit 2 (not restarted); a stage that never comes ends the
 // others after --pipeline.stage-wait-ms, one given up by its agent (after
@@ -121,6 +122,23 @@ BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
           std::string::npos,
       "the pipeline did not start again from mini-batch 40");
   check_same_weights(plain.path, killed.path, "the kill");
+  // A device's failure in the same place (a GPU's transient fault): the
+  // process exits 1 and is restarted, as a worker's is. It exited 2 at
+  // 06858d7, its agent gave it up, and the job ended unfinished.
+  temp_dir device;
+  auto c = run_job(device.path, {"--pipeline.fault-kill=1@47:device"});
+  BOOST_TEST_MESSAGE("with the device error:\n" << c);
+  BOOST_CHECK_MESSAGE(
+      c.find("*** stage failed: stage: device_failed: ") != std::string::npos &&
+          c.find("fault injection: a device error") != std::string::npos,
+      "no device error");
+  BOOST_CHECK_MESSAGE(occurrences(c, " restarted (pid ") == 1,
+                      "stage 1 was not restarted once");
+  BOOST_CHECK_MESSAGE(
+      c.find("every stage is back; resuming at mini-batch 40") !=
+          std::string::npos,
+      "the pipeline did not start again from mini-batch 40");
+  check_same_weights(plain.path, device.path, "the device error");
   // Each stage computes with one BLAS thread: the stages share the cores.
   for (uint32_t s = 0; s < stages; ++s) {
     auto at =
