@@ -190,10 +190,9 @@ int SSL_CTX_use_certificate_chain_file(SSL_CTX* ctx, const char* file) {
   auto& r = reused();
   std::lock_guard<std::mutex> guard{r.lock};
   if (r.leaf && r.chain_file.is(file, bytes)) {
-    if (SSL_CTX_use_certificate(ctx, r.leaf) != 1 ||
-        SSL_CTX_set1_chain(ctx, r.chain) != 1)
-      return 0;
-    return 1;
+    bool ok = SSL_CTX_use_certificate(ctx, r.leaf) == 1 &&
+              SSL_CTX_set1_chain(ctx, r.chain) == 1;
+    return ok ? 1 : 0;
   }
   auto rc = next(ctx, file);
   auto* leaf = SSL_CTX_get0_certificate(ctx);

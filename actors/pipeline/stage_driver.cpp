@@ -444,11 +444,11 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
             (!in_eval || evaluates) &&
             fault_names(p.fault_stage, p.fault_replica, rank, st.replica) &&
             claim_fault(st.dir, rank, p.fault_step)) {
-          auto kill = p.fault_in == at::push     ? &st.kill_in_push
-                      : p.fault_in == at::eval   ? &s.kill_in_eval
-                      : p.fault_in == at::device ? &s.device_error_in_step
-                                                 : &s.kill_in_step;
-          *kill = p.fault_step;
+          auto fault = p.fault_in == at::push     ? &st.kill_in_push
+                       : p.fault_in == at::eval   ? &s.kill_in_eval
+                       : p.fault_in == at::device ? &s.device_error_in_step
+                                                  : &s.kill_in_step;
+          *fault = p.fault_step;
         }
         st.lose_sync = fault_names(p.lose_sync_stage, p.lose_sync_replica, rank,
                                    st.replica);

@@ -78,6 +78,17 @@ std::string run_job(const std::string& dir, std::vector<std::string> extra = {},
   return agent->output();
 }
 
+/// The job's output `out` says it started again from mini-batch 40, the
+/// checkpoint before the fault (`what`) in mini-batch 47.
+void check_resumed_at_40(const std::string& out, const char* what) {
+  BOOST_CHECK_MESSAGE(
+      out.find("every stage is back; resuming at mini-batch 40") !=
+          std::string::npos,
+      "after " << what
+               << ", the pipeline did not start again from mini-batch 40: "
+               << out);
+}
+
 /// The job's weights in `a` equal those in `b`, array by array.
 void check_same_weights(const std::string& a, const std::string& b,
                         const char* what, uint64_t steps = job_steps);
@@ -117,10 +128,7 @@ BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
   BOOST_CHECK_MESSAGE(b.find("fault injection: killing its process") !=
                           std::string::npos,
                       "the stage did not kill itself");
-  BOOST_CHECK_MESSAGE(
-      b.find("every stage is back; resuming at mini-batch 40") !=
-          std::string::npos,
-      "the pipeline did not start again from mini-batch 40");
+  check_resumed_at_40(b, "the kill");
   check_same_weights(plain.path, killed.path, "the kill");
   // A device's failure in the same place (a GPU's transient fault): the
   // process exits 1 and is restarted, as a worker's is. It exited 2 at
@@ -134,10 +142,7 @@ BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
       "no device error");
   BOOST_CHECK_MESSAGE(occurrences(c, " restarted (pid ") == 1,
                       "stage 1 was not restarted once");
-  BOOST_CHECK_MESSAGE(
-      c.find("every stage is back; resuming at mini-batch 40") !=
-          std::string::npos,
-      "the pipeline did not start again from mini-batch 40");
+  check_resumed_at_40(c, "the device error");
   check_same_weights(plain.path, device.path, "the device error");
   // Each stage computes with one BLAS thread: the stages share the cores.
   for (uint32_t s = 0; s < stages; ++s) {
@@ -192,10 +197,7 @@ BOOST_AUTO_TEST_CASE(an_adam_stage_killed_keeps_its_moments_exactly) {
   auto a = run_job(plain.path, adam);
   adam.push_back("--pipeline.fault-kill=1@47");
   auto b = run_job(killed.path, adam);
-  BOOST_CHECK_MESSAGE(
-      b.find("every stage is back; resuming at mini-batch 40") !=
-          std::string::npos,
-      "the pipeline did not start again from mini-batch 40: " << b);
+  check_resumed_at_40(b, "the kill");
   auto w = final_weights(plain.path);
   for (uint32_t s = 0; s < stages; ++s) // w and b per layer, m, v of each
     BOOST_CHECK_MESSAGE(w[s].size() >= 6 && w[s].size() % 6 == 0,
