@@ -54,6 +54,11 @@ struct Register {
   # Its --server.mode as the servers run it ("sync", "async", "ssp:S"; a
   # worker's sync_device is "sync"); "" = says nothing (a kv user's own
   # settings): the scheduler refuses a node whose mode is not its own.
+  work @8 :Text;
+  # Workers: what decides how many clocks it runs, as its flags say it
+  # ("--worker.steps=20 --worker.keys=4"); "" = says nothing. In sync and
+  # ssp the scheduler refuses a worker whose work is not a live worker's:
+  # the one that ends first would leave the others' rounds short.
 }
 
 struct SlicePlace {

@@ -432,6 +432,7 @@ frame encode(const register_request& x) {
   b.setStageGroup(x.stage_group);
   b.setOptimizer(x.optimizer);
   b.setMode(x.mode);
+  b.setWork(x.work);
   return to_frame(msg);
 }
 
@@ -516,6 +517,9 @@ caf::error decode(const frame& f, register_request& x) {
     if (r.getMode().size() > max_host_chars)
       return bad("mode too long");
     x.mode = r.getMode().cStr();
+    if (r.getWork().size() > max_host_chars)
+      return bad("work too long");
+    x.work = r.getWork().cStr();
     return read_road(r.getRoad(), x.road);
   });
 }

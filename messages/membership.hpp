@@ -99,6 +99,9 @@ struct register_request {
   /// Its --server.mode as the servers run it (sync_device: sync); "" says
   /// nothing (a kv client of the caller's own settings).
   std::string mode;
+  /// A worker: what decides how many clocks it runs, in its flags' words
+  /// (kv_settings::work); "" says nothing.
+  std::string work;
 };
 
 /// Scheduler -> node: its rank and the first view that has it.

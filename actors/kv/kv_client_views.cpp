@@ -246,7 +246,8 @@ void join(self_ptr self) {
                        road_info{0, machine_id(), ""},
                        cfg.stage_group,
                        cfg.optimizer,
-                       cfg.mode};
+                       cfg.mode,
+                       cfg.work};
   self->request(self->state.scheduler, timeout_of(self), register_atom_v,
                 encode(req))
       .then(

@@ -84,6 +84,12 @@ struct kv_settings {
   /// Its --server.mode as the servers run it (sync_device: sync), sent at
   /// registration; "" says nothing. Set by node_config.
   std::string mode;
+  /// What decides how many clocks this worker runs, in its flags' words
+  /// ("--worker.steps=20 --worker.keys=4"), sent at registration: in sync
+  /// and ssp the scheduler refuses a worker whose work is not a live
+  /// worker's, as the one that ended first would leave the others' rounds
+  /// short; "" says nothing. Set by the task (a custom worker: by main).
+  std::string work;
   /// How this process's roads wait for bytes (group "road").
   road_settings roads;
   /// Faults injected into this client's pushes (group "fault").

@@ -123,6 +123,8 @@ struct scheduler_state {
     uint32_t stage_group = 0;
     /// Its optimizer (register_request::optimizer); "" = said nothing.
     std::string optimizer;
+    /// A worker's work (register_request::work); "" = said nothing.
+    std::string work;
   };
   struct barrier {
     role kind = role::worker;

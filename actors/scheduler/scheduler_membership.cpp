@@ -277,6 +277,26 @@ caf::error check_mode(self_ptr self, const register_request& req) {
           " workers in step by it, and checkpoints are cut by it)"));
 }
 
+/// Refuses a worker, in sync and ssp, whose work (the flags that decide
+/// how many clocks it runs) is not a live worker's where both said theirs.
+/// At ee5f66d counter workers of 5 and 10 steps in sync: the first waited
+/// at the end barrier, the second's pull of clock 6 for its round, until
+/// its 10 s timeout; then the first reported a false MISMATCH. In async a
+/// worker that ends first holds no one back.
+caf::error check_work(self_ptr self, const register_request& req) {
+  auto& mode = self->state.cfg.checkpoint.mode;
+  if (req.work.empty() || mode == "async")
+    return caf::none;
+  for (auto& m : self->state.members)
+    if (m.info.kind == role::worker && !m.work.empty() && m.work != req.work)
+      return caf::make_error(
+          errc::invalid_config,
+          str("this worker runs ", req.work, ", worker ", m.info.rank, " ",
+              m.work, ": give every worker the same flags (in ", mode,
+              " a worker that ends first leaves the others' rounds short)"));
+  return caf::none;
+}
+
 caf::result<frame> on_register(self_ptr self, const frame& f) {
   register_request req;
   if (auto err = decode(f, req)) { // 2
@@ -294,6 +314,8 @@ caf::result<frame> on_register(self_ptr self, const frame& f) {
   if (auto err = check_optimizer(self, req))
     return err;
   if (auto err = check_mode(self, req))
+    return err;
+  if (auto err = check_work(self, req))
     return err;
   if (req.stage_group != 0 &&
       (req.kind != role::worker || req.stage_group > self->state.cfg.workers))
@@ -323,7 +345,8 @@ frame admit(self_ptr self, const register_request& req, caf::actor handle) {
   if (req.kind == role::worker) {
     self->state.given_up.joined(info.rank, free_worker_ranks(self));
   }
-  self->state.members.push_back({info, handle, req.stage_group, req.optimizer});
+  self->state.members.push_back(
+      {info, handle, req.stage_group, req.optimizer, req.work});
   self->state.ranks_of_agents.learn(host_of(handle.node()), req.pid, req.kind,
                                     info.rank);
   ++self->state.joined[req.kind];

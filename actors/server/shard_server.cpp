@@ -109,7 +109,8 @@ void start(self_ptr self, const std::string& host, uint16_t port) {
                        open_road(self, host),
                        0,
                        self->state.cfg.optimizer,
-                       self->state.cfg.checkpoint.mode};
+                       self->state.cfg.checkpoint.mode,
+                       ""};        // a server's clocks are its workers'
   req.road.machine = machine_id(); // also without a road: who reaches us
 
   self->request(self->state.scheduler,

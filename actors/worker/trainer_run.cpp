@@ -95,13 +95,18 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
                    "worker 0"};
     caf::anon_send(scheduler, event_atom_v, encode(e));
   };
+  // Its clocks: epochs x (samples / workers) / batch (trainer.cpp).
+  auto work = "--train.epochs=" + std::to_string(cfg.train.epochs) +
+              " --train.batch=" + std::to_string(cfg.train.batch) + " on " +
+              std::to_string(train.labels.size()) + " samples";
   auto logic = make_trainer(cfg, std::move(*net), std::move(train),
                             std::move(test), progress, std::move(devices));
   worker_options opts;
   opts.pipeline = cfg.worker.pipeline;
   opts.overlap = cfg.worker.overlap;
-  auto join = cfg.kv; // says which optimizer it expects
+  auto join = cfg.kv; // says which optimizer it expects, and its work
   join.optimizer = optimizer_fingerprint(cfg.optimizer);
+  join.work = work;
   return run_worker(sys, std::move(scheduler), join, logic, opts);
 }
 

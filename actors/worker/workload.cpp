@@ -114,7 +114,10 @@ caf::expected<push_accounting> final_accounting(caf::actor_system& sys,
 int run_counter_workload(caf::actor_system& sys, caf::actor scheduler,
                          const worker_settings& w, const kv_settings& kv_cfg,
                          bool resumed) {
-  kv store{sys, scheduler, kv_cfg};
+  auto join = kv_cfg; // says its work: in sync every worker runs as many
+  join.work = "--worker.steps=" + std::to_string(w.steps) +
+              " --worker.keys=" + std::to_string(w.keys);
+  kv store{sys, scheduler, join};
   std::vector<named_array> arrays;
   std::vector<uint64_t> keys;
   for (uint32_t k = 0; k < w.keys; ++k) {

@@ -111,6 +111,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto logic = std::make_shared<linear_regression>(cfg.worker.steps);
-  auto rc = troupe::run_worker(sys, *sched, cfg.kv, logic);
+  // Said at joining: in sync the scheduler refuses a worker of other steps,
+  // which would leave the others' rounds short.
+  auto join = cfg.kv;
+  join.work = "--worker.steps=" + std::to_string(cfg.worker.steps);
+  auto rc = troupe::run_worker(sys, *sched, join, logic);
   return rc != 0 ? rc : (logic->converged() ? 0 : 1);
 }

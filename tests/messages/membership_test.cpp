@@ -48,9 +48,15 @@ cluster_view sample_view() {
 BOOST_AUTO_TEST_SUITE(membership_tests)
 
 BOOST_AUTO_TEST_CASE(every_message_survives_a_round_trip) {
-  register_request rq{
-      role::server,        "10.0.0.1", 4301, 42, {4402, "m", "s"}, 0,
-      "sgd@server lr=0.1", "ssp:3"};
+  register_request rq{role::server,
+                      "10.0.0.1",
+                      4301,
+                      42,
+                      {4402, "m", "s"},
+                      0,
+                      "sgd@server lr=0.1",
+                      "ssp:3",
+                      "--worker.steps=7"};
   register_request rq2;
   BOOST_REQUIRE(!decode(encode(rq), rq2));
   BOOST_CHECK(rq2.kind == role::server && rq2.host == "10.0.0.1");
@@ -58,10 +64,16 @@ BOOST_AUTO_TEST_CASE(every_message_survives_a_round_trip) {
   BOOST_CHECK_EQUAL(rq2.stage_group, 0u);
   BOOST_CHECK_EQUAL(rq2.optimizer, "sgd@server lr=0.1");
   BOOST_CHECK_EQUAL(rq2.mode, "ssp:3");
+  BOOST_CHECK_EQUAL(rq2.work, "--worker.steps=7");
   rq.kind = role::worker;
   rq.stage_group = 3; // a pipeline stage: replicas of 3 stages
   BOOST_REQUIRE(!decode(encode(rq), rq2));
   BOOST_CHECK_EQUAL(rq2.stage_group, 3u);
+  rq.work.assign(256, 'x'); // longer than a host name: refused
+  BOOST_CHECK(decode(encode(rq), rq2) == errc::malformed_message);
+  rq.work.pop_back();
+  BOOST_REQUIRE(!decode(encode(rq), rq2));
+  BOOST_CHECK_EQUAL(rq2.work.size(), 255u);
 
   register_reply rr{3, sample_view(), {}}, rr2;
   BOOST_REQUIRE(!decode(encode(rr), rr2));

@@ -111,9 +111,9 @@ caf::error register_as(caf::scoped_actor& fake, const caf::actor& sched,
 /// A member of `kind` on this machine that says `optimizer` and `mode` (a
 /// server: at 127.0.0.1:4999).
 register_request member(role kind, const std::string& optimizer,
-                        const std::string& mode) {
-  register_request req{kind, "",        0,   1, {0, machine_id(), ""},
-                       0,    optimizer, mode};
+                        const std::string& mode, const std::string& work = "") {
+  register_request req{kind, "",        0,    1,   {0, machine_id(), ""},
+                       0,    optimizer, mode, work};
   if (kind == role::server) {
     req.host = "127.0.0.1";
     req.port = 4999;
@@ -398,8 +398,9 @@ BOOST_AUTO_TEST_CASE(a_worker_gives_up_on_a_server_that_never_speaks) {
   scheduler_process s{1, 1};
   scheduler_client c{s.port};
   caf::scoped_actor fake{*c.sys}; // registers as the server, stays quiet
-  register_request req{role::server,          "127.0.0.1", silent.port, 1,
-                       {0, machine_id(), ""}, 0,           "",          ""};
+  register_request req{
+      role::server, "127.0.0.1", silent.port, 1, {0, machine_id(), ""}, 0,
+      "",           "",          ""};
   fake->request(c.sched, 10s, register_atom_v, encode(req))
       .receive([](const frame&) {},
                [](caf::error& err) { BOOST_FAIL(describe(err)); });
@@ -444,8 +445,8 @@ BOOST_AUTO_TEST_CASE(a_loopback_server_is_refused_where_a_peer_is_elsewhere) {
     return register_as(fake, c.sched, req);
   };
   const std::string elsewhere = "another-boot-id/net:[4026531840]";
-  auto err =
-      join({role::server, "127.0.0.1", 4999, 1, {0, elsewhere, ""}, 0, "", ""});
+  auto err = join(
+      {role::server, "127.0.0.1", 4999, 1, {0, elsewhere, ""}, 0, "", "", ""});
   BOOST_CHECK(err == errc::invalid_config);
   BOOST_CHECK_MESSAGE(describe(err).find("this server advertises 127.0.0.1") !=
                               std::string::npos &&
@@ -463,7 +464,7 @@ BOOST_AUTO_TEST_CASE(a_loopback_server_is_refused_where_a_peer_is_elsewhere) {
   auto srv = start_server(s, "sync");
   BOOST_REQUIRE(c.wait_for_view(
       [](const cluster_view& v) { return v.servers.size() == 1; }));
-  err = join({role::worker, "", 0, 2, {0, elsewhere, ""}, 0, "", ""});
+  err = join({role::worker, "", 0, 2, {0, elsewhere, ""}, 0, "", "", ""});
   BOOST_CHECK(err == errc::invalid_config);
   BOOST_CHECK_MESSAGE(describe(err).find("server 0 advertises 127.0.0.1") !=
                           std::string::npos,
@@ -554,6 +555,64 @@ BOOST_AUTO_TEST_CASE(a_node_whose_mode_is_not_the_schedulers_is_refused) {
                                       " the scheduler ssp:2") !=
                           std::string::npos,
                       w.output());
+}
+
+BOOST_AUTO_TEST_CASE(a_worker_of_other_steps_is_refused_in_sync) {
+  // At ee5f66d counter workers of 5 and 10 steps in sync: the first waited
+  // at the end barrier, the second for a round that lacked the first's
+  // push, until its 10 s timeout; then the first said a false MISMATCH.
+  scheduler_process s{1, 4};
+  scheduler_client c{s.port};
+  caf::scoped_actor fake{*c.sys};
+  auto join = [&](const std::string& work) {
+    return register_as(fake, c.sched, member(role::worker, "", "", work));
+  };
+  BOOST_REQUIRE(!join("--worker.steps=5 --worker.keys=2"));
+  auto err = join("--worker.steps=10 --worker.keys=2");
+  BOOST_CHECK(err == errc::invalid_config);
+  BOOST_CHECK_EQUAL(describe(err),
+                    "invalid_config: this worker runs --worker.steps=10"
+                    " --worker.keys=2, worker 0 --worker.steps=5"
+                    " --worker.keys=2: give every worker the same flags (in"
+                    " sync a worker that ends first leaves the others' rounds"
+                    " short)");
+  // The same work joins; so does a custom worker that says none.
+  BOOST_CHECK(!join("--worker.steps=5 --worker.keys=2"));
+  BOOST_CHECK(!join(""));
+  // A counter process of other steps exits 2, which its agent does not
+  // restart, and says why; the one of the same steps joined.
+  child_process w{node_args({"--role=worker", s.flag(), "--worker.task=counter",
+                             "--server.mode=sync", "--worker.steps=10",
+                             "--worker.keys=2"})};
+  auto rc = w.wait_exit(30s);
+  BOOST_REQUIRE_MESSAGE(rc, w.output());
+  BOOST_CHECK_EQUAL(*rc, 2);
+  BOOST_CHECK_MESSAGE(w.output().find("this worker runs --worker.steps=10"
+                                      " --worker.keys=2, worker 0") !=
+                          std::string::npos,
+                      w.output());
+  // A trainer says its epochs, batch and samples.
+  child_process t{node_args(
+      {"--role=worker", s.flag(), "--server.mode=sync", "--train.epochs=3"})};
+  rc = t.wait_exit(60s);
+  BOOST_REQUIRE_MESSAGE(rc, t.output());
+  BOOST_CHECK_EQUAL(*rc, 2);
+  BOOST_CHECK_MESSAGE(t.output().find("this worker runs --train.epochs=3"
+                                      " --train.batch=64 on 60000 samples,") !=
+                          std::string::npos,
+                      t.output());
+}
+
+BOOST_AUTO_TEST_CASE(workers_of_other_steps_join_in_async) {
+  // In async a worker that ends first holds no one back.
+  scheduler_process s{1, 2, {"--server.mode=async"}};
+  scheduler_client c{s.port};
+  caf::scoped_actor fake{*c.sys};
+  auto join = [&](const std::string& work) {
+    return register_as(fake, c.sched, member(role::worker, "", "", work));
+  };
+  BOOST_CHECK(!join("--worker.steps=5 --worker.keys=2"));
+  BOOST_CHECK(!join("--worker.steps=10 --worker.keys=2"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
