@@ -58,6 +58,8 @@ std::string to_string(errc x) {
     return "device_failed";
   case errc::member_missing:
     return "member_missing";
+  case errc::values_lost:
+    return "values_lost";
   }
   return "errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

@@ -65,10 +65,16 @@ enum class errc : uint8_t {
   /// The job ends (exit_job_stuck): bring the member back, and start the
   /// job again, which resumes from its checkpoints.
   member_missing,
+  /// The job lost values (the scheduler's event log holds a "lost" event:
+  /// a dead server's slices came back with no replica): what it would
+  /// train on from them is not what it trained. A worker that checks its
+  /// job for losses (run_worker, unless --cluster.allow-loss) ends at once
+  /// (exit_job_failed), rather than at its end.
+  values_lost,
 };
 
 /// The last code of errc (decoders refuse codes past it).
-constexpr errc last_errc = errc::member_missing;
+constexpr errc last_errc = errc::values_lost;
 
 /// What a member gets when the scheduler dies: the job is over, and says
 /// how to continue it.

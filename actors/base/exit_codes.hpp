@@ -14,9 +14,10 @@ constexpr int exit_failed = 1;
 /// Bad configuration (a flag, a file, a device that is not there): one line
 /// said what. Not restarted: the agent gives the child up at once.
 constexpr int exit_bad_config = 2;
-/// The job reached its end, but its result failed a check (the counter's
-/// sums, lost values): not restarted, since running the end again cannot
-/// change the result; the agent ends non-zero, naming it.
+/// The job's result failed a check: the counter's sums at its end, or
+/// lost values (said as soon as the scheduler hears of them): not
+/// restarted, since running it again cannot change the result; the agent
+/// ends non-zero, naming it.
 constexpr int exit_job_failed = 4;
 /// The job cannot go on: a member it cannot do without (a stage of a
 /// pipeline) was given up by its agent, or has been out of the cluster
@@ -26,11 +27,14 @@ constexpr int exit_job_stuck = 5;
 
 /// The exit code of a process whose work ended with `err`: exit_job_stuck
 /// for a member the job cannot do without (member_missing),
-/// exit_bad_config for a setting that cannot work (it fails the same after
-/// a restart), else exit_failed (restarted).
+/// exit_job_failed for a job that lost values (values_lost: a restart
+/// cannot bring them back), exit_bad_config for a setting that cannot work
+/// (it fails the same after a restart), else exit_failed (restarted).
 inline int exit_code_of(const caf::error& err) {
   if (err == errc::member_missing)
     return exit_job_stuck;
+  if (err == errc::values_lost)
+    return exit_job_failed;
   return err == errc::invalid_config ? exit_bad_config : exit_failed;
 }
 
@@ -47,8 +51,8 @@ struct job_end {
 
 inline constexpr job_end job_ends[] = {
     {exit_job_failed,
-     " reached the end, and its check failed (its output says what"
-     " differed)",
+     " failed its job's check (the sums differed at the end, or the job"
+     " lost values: its output says which)",
      " finished, and its check failed", "check-failed"},
     {exit_job_stuck,
      " could not go on: a member the job needs is gone (given up, or out"

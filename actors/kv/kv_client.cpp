@@ -224,6 +224,7 @@ caf::behavior kv_client(kv_client_actor* self, kv_settings cfg,
           do_clock(self, std::move(r));
         });
       },
+      [self](event_atom, const frame& f) { on_loss(self, f); },
       [self](view_atom) { return on_view_request(self); },
       [self](register_atom) { join(self); }, // again, the cluster was full
   };

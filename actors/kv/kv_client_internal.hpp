@@ -176,6 +176,10 @@ void reconnect(self_ptr self, uint32_t rank);
 /// The one down handler: the scheduler (4) or a server.
 void on_down(self_ptr self, const caf::down_msg& dm);
 
+/// The scheduler's word of a "lost" event `f`: ends the client with
+/// values_lost where cfg.ends_on_loss, else logs it once.
+void on_loss(self_ptr self, const frame& f);
+
 /// (leave_atom, dead, keep, why) from the scheduler: a pipeline stage whose
 /// replica lost stage worker `dead`, cut at `keep`
 /// (kv_settings::stage_group). If we pushed a clock from `keep` on, answers

@@ -315,6 +315,25 @@ caf::result<bool> told_to_leave(self_ptr self, uint32_t dead, uint64_t keep,
   return rp;
 }
 
+void on_loss(self_ptr self, const frame& f) {
+  auto& st = self->state;
+  auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  event_record e;
+  if (from != st.scheduler.address() || decode(f, e) || e.kind != "lost" ||
+      st.stopping)
+    return; // only the scheduler's word counts
+  auto what = str("the job lost values (the first loss, from ", e.source, ": ",
+                  e.detail,
+                  "): what it trains on from here is not what"
+                  " it trained; --cluster.allow-loss accepts that");
+  if (!st.cfg.ends_on_loss) {
+    TROUPE_LOG(warning, who(self), what);
+    return;
+  }
+  TROUPE_LOG(error, who(self), what, "; it ends now");
+  stop(self, caf::make_error(errc::values_lost, what));
+}
+
 void on_down(self_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
   if (dm.source == st.scheduler.address()) { // 4

@@ -68,6 +68,12 @@ struct kv_settings {
   /// back with no replica) still ends with exit 0 (--cluster.allow-loss;
   /// node_config copies it here). Default: it ends non-zero, saying so.
   bool allow_loss = false;
+  /// End this client at once (errc::values_lost) when the scheduler tells
+  /// of a "lost" event, rather than let its worker train on to the same
+  /// failure at its end. Set by run_worker unless allow_loss; the counter
+  /// task checks its sums instead (a server also reports slices that held
+  /// nothing acknowledged yet). Default off.
+  bool ends_on_loss = false;
   /// Where this worker process published an actor of its own, which the
   /// view then names beside its rank (a pipeline stage's driver: its
   /// neighbours find it there); "" and 0 = none. Set by the process.

@@ -7,6 +7,7 @@
 #include "actors/base/log.hpp"
 #include "actors/base/metrics.hpp"
 #include "actors/scheduler/scheduler_internal.hpp"
+#include "messages/type_ids.hpp"
 
 namespace troupe::sched {
 
@@ -60,11 +61,23 @@ void record(self_ptr self, event_record e) {
     evs.erase(evs.begin(), evs.begin() + max_events / 2);
     self->state.events_dropped += max_events / 2;
   }
+  bool first_loss = e.kind == "lost" && self->state.first_loss.kind.empty();
+  if (first_loss)
+    self->state.first_loss = e;
   evs.push_back(std::move(e));
+  if (first_loss)
+    for (auto& m : self->state.members)
+      if (m.info.kind == role::worker)
+        tell_loss(self, m.handle);
   auto polls = std::move(self->state.event_polls);
   self->state.event_polls.clear();
   for (auto& [after, rp] : polls)
     rp.deliver(events_after(self, after));
+}
+
+void tell_loss(self_ptr self, const caf::actor& to) {
+  if (!self->state.first_loss.kind.empty())
+    self->send(to, event_atom_v, encode(self->state.first_loss));
 }
 
 void record(self_ptr self, const char* kind, const node_info& n,

@@ -153,6 +153,11 @@ void record(self_ptr self, event_record e);
 void record(self_ptr self, const char* kind, const node_info& n,
             std::string detail);
 
+/// Tells worker `to` of the job's first "lost" event, if there was one:
+/// a worker whose job checks for losses ends at once (errc::values_lost)
+/// rather than train on to the same failure at its end.
+void tell_loss(self_ptr self, const caf::actor& to);
+
 void on_event(self_ptr self, const frame& f);
 
 /// The events after the first `n`, now if there are any, else once the

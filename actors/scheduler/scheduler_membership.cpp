@@ -375,7 +375,9 @@ frame admit(self_ptr self, const register_request& req, caf::actor handle) {
       req.kind == role::server ? key : member_token(key, {req.kind, info.rank});
   auto reply = encode(
       register_reply{info.rank, current_view(self), secret_bytes(road_key)});
-  flush_parked(self); // declares waiting for this server
+  flush_parked(self);           // declares waiting for this server
+  if (req.kind == role::worker) // a restart after the loss, say
+    tell_loss(self, handle);
   return reply;
 }
 

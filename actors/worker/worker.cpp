@@ -561,7 +561,9 @@ caf::actor spawn_worker(caf::actor_system& sys, caf::actor kv_client,
 int run_worker(caf::actor_system& sys, caf::actor scheduler,
                const kv_settings& cfg, std::shared_ptr<worker_logic> logic,
                worker_options opts) {
-  auto kv = spawn_kv_client(sys, scheduler, cfg);
+  auto ends = cfg; // a loss ends it at once, as at its end below
+  ends.ends_on_loss = !cfg.allow_loss;
+  auto kv = spawn_kv_client(sys, scheduler, ends);
   auto w = spawn_worker(sys, kv, std::move(logic), opts);
   caf::scoped_actor self{sys};
   self->monitor(w);

@@ -473,30 +473,56 @@ BOOST_AUTO_TEST_CASE(a_diverging_job_stops_with_one_line_and_a_nonzero_exit) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(a_job_that_lost_values_ends_nonzero_unless_allowed) {
+BOOST_AUTO_TEST_CASE(a_job_that_lost_values_ends_at_once_unless_allowed) {
   // At bc0f027 a job whose dead server's slices came back with no replica
-  // printed its accuracy and exited 0. The "lost" event here is the one a
-  // server reports then (shard_server_views.cpp), sent by the test.
+  // printed its accuracy and exited 0; at ee5f66d it trained on to its end
+  // and exited 4 there. The "lost" event here is the one a server reports
+  // then (shard_server_views.cpp), sent by the test once both trainers
+  // are in: the scheduler tells them of it.
+  const std::string said = "*** worker failed: values_lost: the job lost"
+                           " values (the first loss, from server 0: 7 slices"
+                           " of a dead server came with no replica";
   for (bool allowed : {false, true}) {
     std::vector<std::string> extra;
     if (allowed)
       extra.push_back("--cluster.allow-loss");
     one_epoch job{extra};
     scheduler_client client{job.s.port};
+    BOOST_REQUIRE_MESSAGE(client.wait_for_view([](const cluster_view& v) {
+      return v.workers.size() == 2;
+    }),
+                          said_so_far(job));
     caf::scoped_actor self{*client.sys};
     self->send(client.sched, event_atom_v,
                encode(event_record{now_ms(), "lost", role::server, 0, 0,
                                    "7 slices of a dead server came with no"
                                    " replica: their values are lost",
                                    "server 0"}));
+    int finals = 0; // rank 0's "final test accuracy"
     for (auto* w : {job.w0.get(), job.w1.get()}) {
       auto rc = w->wait_exit(120s);
       BOOST_REQUIRE_MESSAGE(rc, said_so_far(job));
-      bool says = w->output().find("*** the job lost values (1 lost event;") !=
-                  std::string::npos;
-      BOOST_CHECK_MESSAGE(allowed ? *rc == 0 && !says : *rc != 0 && says,
-                          "allowed " << allowed << ": " << w->output());
+      auto& out = w->output();
+      bool says = out.find(said) != std::string::npos;
+      finals += occurrences(out, "final test accuracy");
+      // Not allowed: exit 4 (not restarted) at once, before the end.
+      BOOST_CHECK_MESSAGE(allowed ? *rc == 0 && !says : *rc == 4 && says,
+                          "allowed " << allowed << ": " << out);
     }
+    BOOST_CHECK_MESSAGE(finals == (allowed ? 1 : 0),
+                        "allowed " << allowed << ": " << said_so_far(job));
+    if (allowed)
+      continue;
+    // A worker that joins after the loss (its agent's restart, say) is
+    // told of it as it joins.
+    auto late = start_trainer(job.s, {"--optimizer.name=momentum",
+                                      "--optimizer.lr=0.02", "--train.epochs=1",
+                                      "--train.eval-samples=2000"});
+    auto rc = late->wait_exit(60s);
+    BOOST_REQUIRE_MESSAGE(rc, late->output());
+    BOOST_CHECK_EQUAL(*rc, 4);
+    BOOST_CHECK_MESSAGE(late->output().find(said) != std::string::npos,
+                        late->output());
   }
 }
 
