@@ -41,7 +41,7 @@ struct raw_worker {
         ->request(
             c.remote_sched, 10s, register_atom_v,
             encode(register_request{
-                role::worker, "", 0, 1, {0, machine_id(), ""}, 0, "", ""}))
+                role::worker, "", 0, 1, {0, machine_id(), ""}, 0, "", "", ""}))
         .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, joined)); },
                  [](const caf::error& err) { BOOST_FAIL(describe(err)); });
     // The servers' own handles, asked from their own nodes

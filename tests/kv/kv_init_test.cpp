@@ -38,7 +38,7 @@ struct silent_initialiser {
         ->request(
             sched, 10s, register_atom_v,
             encode(register_request{
-                role::worker, "", 0, 1, {0, machine_id(), ""}, 0, "", ""}))
+                role::worker, "", 0, 1, {0, machine_id(), ""}, 0, "", "", ""}))
         .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, reg)); },
                  [](const caf::error& err) { BOOST_FAIL(describe(err)); });
     rank = reg.rank;

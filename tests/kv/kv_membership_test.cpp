@@ -56,7 +56,7 @@ BOOST_AUTO_TEST_CASE(the_scheduler_admits_no_more_workers_than_configured) {
         ->request(
             c.remote_sched, 10s, register_atom_v,
             encode(register_request{
-                role::worker, "", 0, 1, {0, machine_id(), ""}, 0, "", ""}))
+                role::worker, "", 0, 1, {0, machine_id(), ""}, 0, "", "", ""}))
         .receive([&](frame& f) { out = std::move(f); },
                  [&](caf::error& err) { out = std::move(err); });
     return out;
@@ -135,9 +135,10 @@ BOOST_AUTO_TEST_CASE(a_barrier_waits_for_workers_that_have_not_joined_yet) {
   caf::scoped_actor first{sys}, second{sys};
   auto join = [&](caf::scoped_actor& who) {
     register_reply reply;
-    who->request(sched, 10s, register_atom_v,
-                 encode(register_request{
-                     role::worker, "", 0, 1, {0, machine_id(), ""}, 0, "", ""}))
+    who->request(
+           sched, 10s, register_atom_v,
+           encode(register_request{
+               role::worker, "", 0, 1, {0, machine_id(), ""}, 0, "", "", ""}))
         .receive([&](const frame& f) { BOOST_REQUIRE(!decode(f, reply)); },
                  [](const caf::error& err) { BOOST_FAIL(describe(err)); });
     return reply.rank;
