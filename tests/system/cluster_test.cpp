@@ -121,6 +121,17 @@ register_request member(role kind, const std::string& optimizer,
   return req;
 }
 
+/// Starts a node of `args`, which the scheduler must refuse: it exits 2
+/// (its agent does not restart it) and says `says`.
+void check_refused(const std::vector<std::string>& args,
+                   const std::string& says) {
+  child_process p{node_args(args)};
+  auto rc = p.wait_exit(60s);
+  BOOST_REQUIRE_MESSAGE(rc, p.output());
+  BOOST_CHECK_EQUAL(*rc, 2);
+  BOOST_CHECK_MESSAGE(p.output().find(says) != std::string::npos, p.output());
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(cluster_tests)
@@ -508,14 +519,8 @@ BOOST_AUTO_TEST_CASE(a_node_whose_optimizer_disagrees_is_refused_at_join) {
   BOOST_CHECK(!join(role::worker, "momentum@server lr=0.5"));
   BOOST_CHECK(!join(role::worker, ""));
   // A server process refused so exits 2, which its agent does not restart.
-  child_process srv{
-      node_args({"--role=server", s.flag(), "--optimizer.name=sgd"})};
-  auto rc = srv.wait_exit(30s);
-  BOOST_REQUIRE_MESSAGE(rc, srv.output());
-  BOOST_CHECK_EQUAL(*rc, 2);
-  BOOST_CHECK_MESSAGE(srv.output().find("this server's optimizer is sgd@server"
-                                        " lr=0.1") != std::string::npos,
-                      srv.output());
+  check_refused({"--role=server", s.flag(), "--optimizer.name=sgd"},
+                "this server's optimizer is sgd@server lr=0.1");
 }
 
 BOOST_AUTO_TEST_CASE(a_node_whose_mode_is_not_the_schedulers_is_refused) {
@@ -546,15 +551,9 @@ BOOST_AUTO_TEST_CASE(a_node_whose_mode_is_not_the_schedulers_is_refused) {
   BOOST_CHECK(!join(role::worker, ""));
   // A worker process refused so exits 2, which its agent does not
   // restart; it says why.
-  child_process w{node_args({"--role=worker", s.flag(), "--worker.task=counter",
-                             "--server.mode=async"})};
-  auto rc = w.wait_exit(30s);
-  BOOST_REQUIRE_MESSAGE(rc, w.output());
-  BOOST_CHECK_EQUAL(*rc, 2);
-  BOOST_CHECK_MESSAGE(w.output().find("this worker runs --server.mode=async,"
-                                      " the scheduler ssp:2") !=
-                          std::string::npos,
-                      w.output());
+  check_refused({"--role=worker", s.flag(), "--worker.task=counter",
+                 "--server.mode=async"},
+                "this worker runs --server.mode=async, the scheduler ssp:2");
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_of_other_steps_is_refused_in_sync) {
@@ -580,27 +579,14 @@ BOOST_AUTO_TEST_CASE(a_worker_of_other_steps_is_refused_in_sync) {
   BOOST_CHECK(!join("--worker.steps=5 --worker.keys=2"));
   BOOST_CHECK(!join(""));
   // A counter process of other steps exits 2, which its agent does not
-  // restart, and says why; the one of the same steps joined.
-  child_process w{node_args({"--role=worker", s.flag(), "--worker.task=counter",
-                             "--server.mode=sync", "--worker.steps=10",
-                             "--worker.keys=2"})};
-  auto rc = w.wait_exit(30s);
-  BOOST_REQUIRE_MESSAGE(rc, w.output());
-  BOOST_CHECK_EQUAL(*rc, 2);
-  BOOST_CHECK_MESSAGE(w.output().find("this worker runs --worker.steps=10"
-                                      " --worker.keys=2, worker 0") !=
-                          std::string::npos,
-                      w.output());
+  // restart, and says why.
+  check_refused({"--role=worker", s.flag(), "--worker.task=counter",
+                 "--server.mode=sync", "--worker.steps=10", "--worker.keys=2"},
+                "this worker runs --worker.steps=10 --worker.keys=2, worker 0");
   // A trainer says its epochs, batch and samples.
-  child_process t{node_args(
-      {"--role=worker", s.flag(), "--server.mode=sync", "--train.epochs=3"})};
-  rc = t.wait_exit(60s);
-  BOOST_REQUIRE_MESSAGE(rc, t.output());
-  BOOST_CHECK_EQUAL(*rc, 2);
-  BOOST_CHECK_MESSAGE(t.output().find("this worker runs --train.epochs=3"
-                                      " --train.batch=64 on 60000 samples,") !=
-                          std::string::npos,
-                      t.output());
+  check_refused(
+      {"--role=worker", s.flag(), "--server.mode=sync", "--train.epochs=3"},
+      "this worker runs --train.epochs=3 --train.batch=64 on 60000 samples,");
 }
 
 BOOST_AUTO_TEST_CASE(workers_of_other_steps_join_in_async) {
