@@ -280,9 +280,10 @@ caf::error check_mode(self_ptr self, const register_request& req) {
 /// Refuses a worker, in sync and ssp, whose work (the flags that decide
 /// how many clocks it runs) is not a live worker's where both said theirs.
 /// At ee5f66d counter workers of 5 and 10 steps in sync: the first waited
-/// at the end barrier, the second's pull of clock 6 for its round, until
-/// its 10 s timeout; then the first reported a false MISMATCH. In async a
-/// worker that ends first holds no one back.
+/// at the end barrier, the second's pull of clock 6 for a round that
+/// lacked the first's push, until its 10 s timeout; then the first said a
+/// false MISMATCH (in ssp:2 the second stalled at clock 8 alike). In async
+/// a worker that ends first holds no one back.
 caf::error check_work(self_ptr self, const register_request& req) {
   auto& mode = self->state.cfg.checkpoint.mode;
   if (req.work.empty() || mode == "async")
