@@ -347,8 +347,9 @@ BOOST_AUTO_TEST_CASE(a_finished_job_whose_check_failed_ends_once_nonzero) {
   BOOST_REQUIRE_MESSAGE(rc, agent->output());
   BOOST_CHECK_EQUAL(*rc, 1);
   BOOST_CHECK_MESSAGE(
-      agent->wait_for_line("*** agent: worker-0 reached the end, and its"
-                           " check failed",
+      agent->wait_for_line("*** agent: worker-0 failed its job's check (the"
+                           " sums differed at the end, or the job lost"
+                           " values: its output says which): not restarted",
                            1s),
       agent->output());
   BOOST_CHECK_MESSAGE(agent->wait_for_line("the sums differ: key ", 1s),
