@@ -203,4 +203,25 @@ inline double final_accuracy(child_process& p) {
   return std::stod(line->substr(line->find(": ") + 2));
 }
 
+/// A command line that must be refused: exit `code` (0: any nonzero
+/// one), saying `says`.
+struct bad_command {
+  std::vector<std::string> args; // the program first
+  std::string says;
+  int code = 0;
+};
+
+inline void check_refused(const std::vector<bad_command>& cases) {
+  for (auto& c : cases) {
+    child_process p{c.args};
+    auto rc = p.wait_exit(20s);
+    BOOST_REQUIRE(rc);
+    BOOST_CHECK_NE(*rc, 0);
+    if (c.code != 0)
+      BOOST_CHECK_MESSAGE(*rc == c.code, "exit " << *rc << ": " << p.output());
+    BOOST_CHECK_MESSAGE(p.output().find(c.says) != std::string::npos,
+                        p.output());
+  }
+}
+
 } // namespace troupe::test

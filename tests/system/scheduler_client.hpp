@@ -164,4 +164,13 @@ inline std::string dump(const std::vector<event_record>& xs) {
   return out;
 }
 
+/// The scheduler's answer to `req` from `fake`: its error, or none.
+inline caf::error register_as(caf::scoped_actor& fake, const caf::actor& sched,
+                              const register_request& req) {
+  caf::error out;
+  fake->request(sched, 10s, register_atom_v, encode(req))
+      .receive([](const frame&) {}, [&](caf::error& err) { out = err; });
+  return out;
+}
+
 } // namespace troupe::test
