@@ -75,6 +75,15 @@ void stop(worker_ptr self, caf::error err) {
   self->quit(std::move(err));
 }
 
+/// A request to our kv client failed with `err`. One to a client that has
+/// ended fails with CAF's bare request_receiver_down, which may come before
+/// the client's down message: that message says why it ended (a loss, the
+/// scheduler gone), and the down handler stops us with it.
+void kv_failed(worker_ptr self, caf::error err) {
+  if (err != caf::sec::request_receiver_down)
+    stop(self, std::move(err));
+}
+
 void on_final(worker_ptr self, const arrays& weights) { // 8
   self->state.logic->finish(weights);
   self->quit();
@@ -89,9 +98,9 @@ void finish_up(worker_ptr self) { // 7
           [self](uint64_t) {
             ask_kv(self, pull_atom_v, kv_clock(self->state), self->state.keys)
                 .then([self](const arrays& w) { on_final(self, w); },
-                      [self](caf::error& err) { stop(self, err); });
+                      [self](caf::error& err) { kv_failed(self, err); });
           },
-          [self](caf::error& err) { stop(self, err); });
+          [self](caf::error& err) { kv_failed(self, err); });
 }
 
 /// What a step returned holds one array for each of `keys` (those of
@@ -150,7 +159,7 @@ void on_weights(worker_ptr self, arrays& weights) { // 4, 5
               ++self->state.clock;
               on_weights(self, w);
             },
-            [self](caf::error& err) { stop(self, err); });
+            [self](caf::error& err) { kv_failed(self, err); });
     return;
   }
   ask_kv(self, push_atom_v, st.clock, std::move(*out))
@@ -159,7 +168,7 @@ void on_weights(worker_ptr self, arrays& weights) { // 4, 5
             ++self->state.clock;
             start_step(self);
           },
-          [self](caf::error& err) { stop(self, err); });
+          [self](caf::error& err) { kv_failed(self, err); });
 }
 
 // -- pipelined steps: push(t) is in flight while step(t + 1) runs ----------
@@ -200,12 +209,12 @@ void push_piped(worker_ptr self, uint64_t clock, arrays out) {
   if (!st.logic->done(clock + 2)) {
     ask_kv(self, push_atom_v, clock, std::move(out), st.keys)
         .then([self, clock](arrays& w) { on_piped_reply(self, clock, &w); },
-              [self](caf::error& err) { stop(self, err); });
+              [self](caf::error& err) { kv_failed(self, err); });
     return;
   }
   ask_kv(self, push_atom_v, clock, std::move(out))
       .then([self, clock](uint64_t) { on_piped_reply(self, clock, nullptr); },
-            [self](caf::error& err) { stop(self, err); });
+            [self](caf::error& err) { kv_failed(self, err); });
 }
 
 /// The first weights serve two steps: step() leaves them to us, the push
@@ -271,12 +280,12 @@ void push_block(worker_ptr self, uint64_t clock, size_t b, arrays grads,
   if (last) {
     ask_kv(self, push_atom_v, at, std::move(grads))
         .then([self, b](uint64_t) { on_block(self, b, nullptr); },
-              [self](caf::error& err) { stop(self, err); });
+              [self](caf::error& err) { kv_failed(self, err); });
     return;
   }
   ask_kv(self, push_atom_v, at, std::move(grads), st.blocks[b])
       .then([self, b](arrays& w) { on_block(self, b, &w); },
-            [self](caf::error& err) { stop(self, err); });
+            [self](caf::error& err) { kv_failed(self, err); });
 }
 
 /// Runs the step at st.clock on `weights` (the step may take them), its
@@ -332,7 +341,7 @@ void skip_rest_of_step(worker_ptr self, size_t first) {
               ++self->state.clock;
               start_step(self);
             },
-            [self](caf::error& err) { stop(self, err); });
+            [self](caf::error& err) { kv_failed(self, err); });
 }
 
 void start_step(worker_ptr self) {
@@ -351,7 +360,7 @@ void start_step(worker_ptr self) {
             else
               on_weights(self, w);
           },
-          [self](caf::error& err) { stop(self, err); });
+          [self](caf::error& err) { kv_failed(self, err); });
 }
 
 void on_started(worker_ptr self) { // 3
@@ -382,9 +391,9 @@ void on_started(worker_ptr self) { // 3
                       else
                         start_step(self);
                     },
-                    [self](caf::error& err) { stop(self, err); });
+                    [self](caf::error& err) { kv_failed(self, err); });
           },
-          [self](caf::error& err) { stop(self, err); });
+          [self](caf::error& err) { kv_failed(self, err); });
 }
 
 void on_initialised(worker_ptr self) { // 2
@@ -392,7 +401,7 @@ void on_initialised(worker_ptr self) { // 2
   ask_kv(self, barrier_atom_v, std::string{"start"},
          static_cast<uint32_t>(timeout.count()))
       .then([self](uint64_t) { on_started(self); },
-            [self](caf::error& err) { stop(self, err); });
+            [self](caf::error& err) { kv_failed(self, err); });
 }
 
 /// parameters() names each key once, with at least one float (the kv
@@ -486,7 +495,7 @@ caf::behavior worker(worker_ptr self, caf::actor kv,
   // 1; with blocks, each step is that many server clocks (the scheduler
   // cuts checkpoints between steps, and refuses workers that differ)
   auto on_init = [self](const arrays&) { on_initialised(self); };
-  auto on_error = [self](caf::error& err) { stop(self, err); };
+  auto on_error = [self](caf::error& err) { kv_failed(self, err); };
   if (st.blocks.empty())
     ask_kv(self, init_atom_v, std::move(params)).then(on_init, on_error);
   else
