@@ -23,9 +23,9 @@
 #include "actors/base/exit_codes.hpp"
 #include "actors/cluster/connect.hpp"
 #include "actors/pipeline/stage_driver_internal.hpp"
-#include "messages/checkpoint.hpp"
 #include "tests/system/nodes.hpp"
 #include "tests/system/scheduler_client.hpp"
+#include "tests/system/stage_weights.hpp"
 #include "tests/test_support.hpp"
 
 using namespace troupe;
@@ -91,21 +91,8 @@ void check_resumed_at_40(const std::string& out, const char* what) {
 
 /// The job's weights in `a` equal those in `b`, array by array.
 void check_same_weights(const std::string& a, const std::string& b,
-                        const char* what, uint64_t steps = job_steps);
-
-/// Every stage's weights at the end of a run into `dir`.
-std::vector<std::vector<named_array>>
-final_weights(const std::string& dir, uint64_t steps = job_steps) {
-  std::vector<std::vector<named_array>> out;
-  for (uint32_t s = 0; s < stages; ++s) {
-    auto bytes = read_checked_file(pipe::checkpoint_path(dir, s, steps));
-    BOOST_REQUIRE_MESSAGE(bytes, "stage " << s << ": no final checkpoint");
-    stage_checkpoint x;
-    BOOST_REQUIRE(!decode(*bytes, x));
-    BOOST_REQUIRE_EQUAL(x.step, steps);
-    out.push_back(std::move(x.arrays));
-  }
-  return out;
+                        const char* what, uint64_t steps = job_steps) {
+  test::check_same_weights(a, b, what, stages, steps);
 }
 
 double accuracy_in(const std::string& out) {
@@ -198,7 +185,7 @@ BOOST_AUTO_TEST_CASE(an_adam_stage_killed_keeps_its_moments_exactly) {
   adam.push_back("--pipeline.fault-kill=1@47");
   auto b = run_job(killed.path, adam);
   check_resumed_at_40(b, "the kill");
-  auto w = final_weights(plain.path);
+  auto w = final_weights(plain.path, stages, job_steps);
   for (uint32_t s = 0; s < stages; ++s) // w and b per layer, m, v of each
     BOOST_CHECK_MESSAGE(w[s].size() >= 6 && w[s].size() % 6 == 0,
                         "stage " << s << ": " << w[s].size() << " arrays");
@@ -339,25 +326,6 @@ BOOST_AUTO_TEST_CASE(a_stage_given_up_before_it_joins_ends_the_others_at_once) {
                       lone->output());
   check_stuck(s, *agent, stages - 1, "stage 2 of replica 0" + given_up);
 }
-
-namespace {
-
-void check_same_weights(const std::string& a, const std::string& b,
-                        const char* what, uint64_t steps) {
-  auto wa = final_weights(a, steps);
-  auto wb = final_weights(b, steps);
-  for (uint32_t s = 0; s < stages; ++s) {
-    BOOST_REQUIRE_EQUAL(wa[s].size(), wb[s].size());
-    for (size_t i = 0; i < wa[s].size(); ++i) {
-      BOOST_CHECK_EQUAL(wa[s][i].key, wb[s][i].key);
-      BOOST_CHECK_MESSAGE(wa[s][i].values == wb[s][i].values,
-                          "stage " << s << ", array " << wa[s][i].key
-                                   << " differs from the run without " << what);
-    }
-  }
-}
-
-} // namespace
 
 BOOST_AUTO_TEST_CASE(a_member_that_is_not_the_lead_steers_no_stage) {
   // A cluster member (it passed TLS) that is not the replica's lead sends
