@@ -334,7 +334,11 @@ void node_config::add_pipeline_options() {
       .add(pipeline.fault_lose_sync, "fault-lose-sync",
            "fault injection: S (or S/R: of replica R), stage S leaves its"
            " lead's first sync unanswered, as a cut connection loses an"
-           " answer; the lead asks again");
+           " answer; the lead asks again")
+      .add(pipeline.fault_lose_commit, "fault-lose-commit",
+           "fault injection: S@K (or S/R@K: of replica R), stage S drops"
+           " its lead's commit of mini-batch K, as a cut connection loses"
+           " it; the lead's stall watch starts the stages again");
 }
 
 std::string node_config::checkpoint_mode() const {

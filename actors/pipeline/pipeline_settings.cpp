@@ -33,6 +33,19 @@ bool stage_of(const std::string& t, uint32_t& stage, uint32_t& replica) {
          digits_of(t.substr(slash + 1), replica, 9);
 }
 
+/// A fault flag's target in `x`: "S" or "S/R" (`step` null), else
+/// "S@K" or "S/R@K"; false if it is not, or names a stage or replica `x`
+/// has not.
+bool target_of(const std::string& t, const pipeline_settings& x,
+               uint32_t& stage, uint32_t& replica, uint64_t* step) {
+  auto sign = step ? t.find('@') : t.size();
+  return sign != std::string::npos &&
+         stage_of(t.substr(0, sign), stage, replica) &&
+         (!step || digits_of(t.substr(sign + 1), *step, 18)) &&
+         stage < x.stages &&
+         (replica == pipeline_settings::any_replica || replica < x.replicas);
+}
+
 /// "2,3" -> {2, 3}; an error for anything but increasing positive numbers.
 caf::error parse_cut(const std::string& text, std::vector<size_t>& out) {
   out.clear();
@@ -101,13 +114,9 @@ caf::error validate(pipeline_settings& x) {
                  : ends_with(":eval")   ? at::eval
                  : ends_with(":device") ? at::device
                                         : at::step;
-    auto sign = text.find('@');
     uint32_t stage = 0, replica = 0;
     uint64_t step = 0;
-    if (sign == std::string::npos ||
-        !stage_of(text.substr(0, sign), stage, replica) ||
-        !digits_of(text.substr(sign + 1), step, 18) || stage >= x.stages ||
-        (replica != pipeline_settings::any_replica && replica >= x.replicas))
+    if (!target_of(text, x, stage, replica, &step))
       return caf::make_error(
           errc::invalid_config,
           "--pipeline.fault-kill must be"
@@ -123,8 +132,7 @@ caf::error validate(pipeline_settings& x) {
   x.lose_sync_replica = pipeline_settings::any_replica;
   if (!x.fault_lose_sync.empty()) {
     uint32_t stage = 0, replica = 0;
-    if (!stage_of(x.fault_lose_sync, stage, replica) || stage >= x.stages ||
-        (replica != pipeline_settings::any_replica && replica >= x.replicas))
+    if (!target_of(x.fault_lose_sync, x, stage, replica, nullptr))
       return caf::make_error(errc::invalid_config,
                              "--pipeline.fault-lose-sync must be"
                              " STAGE[/REPLICA] with STAGE below"
@@ -133,6 +141,23 @@ caf::error validate(pipeline_settings& x) {
                              x.fault_lose_sync);
     x.lose_sync_stage = stage;
     x.lose_sync_replica = replica;
+  }
+  x.lose_commit_stage = pipeline_settings::none;
+  x.lose_commit_replica = pipeline_settings::any_replica;
+  x.lose_commit_step = pipeline_settings::no_fault;
+  if (!x.fault_lose_commit.empty()) {
+    uint32_t stage = 0, replica = 0;
+    uint64_t step = 0;
+    if (!target_of(x.fault_lose_commit, x, stage, replica, &step))
+      return caf::make_error(errc::invalid_config,
+                             "--pipeline.fault-lose-commit must be"
+                             " STAGE[/REPLICA]@MINI_BATCH with STAGE below"
+                             " --pipeline.stages and REPLICA below"
+                             " --pipeline.replicas, got",
+                             x.fault_lose_commit);
+    x.lose_commit_stage = stage;
+    x.lose_commit_replica = replica;
+    x.lose_commit_step = step;
   }
   if (x.checkpoint_every == 0)
     return caf::make_error(errc::invalid_config,

@@ -81,6 +81,15 @@ struct pipeline_settings {
   static constexpr uint32_t none = ~uint32_t{0};
   uint32_t lose_sync_stage = none;
   uint32_t lose_sync_replica = any_replica;
+  /// Fault injection, "S@K" or "S/R@K": stage S (of replica R) drops its
+  /// lead's commit of mini-batch K, once, as a connection cut loses it;
+  /// the lead's stall watch starts the pipeline again. "" = off.
+  std::string fault_lose_commit;
+  /// fault_lose_commit, parsed by validate(); lose_commit_stage = none:
+  /// off.
+  uint32_t lose_commit_stage = none;
+  uint32_t lose_commit_replica = any_replica;
+  uint64_t lose_commit_step = no_fault;
 };
 
 /// True if a fault flag's stage `stage` of replica `replica` (any_replica:

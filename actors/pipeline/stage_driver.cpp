@@ -42,6 +42,17 @@ caf::timespan timeout(driver_ptr self) {
   return std::chrono::milliseconds{self->state.cfg.kv.request_timeout_ms};
 }
 
+caf::timespan stall_after(driver_ptr self) {
+  return 2 * timeout(self);
+}
+
+std::string generation_name(uint64_t g) {
+  auto name = std::to_string(g >> 32);
+  if (auto n = g & 0xffffffffu)
+    name += "." + std::to_string(n);
+  return name;
+}
+
 namespace {
 
 /// True once per checkpoint folder for stage `rank`'s fault in `step`: it
@@ -218,7 +229,8 @@ void begin_generation(driver_ptr self, uint64_t gen, uint64_t step,
                       std::vector<named_array> w) {
   reset_stage(self, gen, step, std::move(w), [self, gen](uint64_t at) {
     auto& st = self->state;
-    TROUPE_LOG(info, who(self), "generation ", gen, ": at mini-batch ", at);
+    TROUPE_LOG(info, who(self), "generation ", generation_name(gen),
+               ": at mini-batch ", at);
     st.step = at;
     if (at >= st.total_steps) // resumed at the end
       evaluate_at(self, at);
@@ -452,6 +464,9 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         }
         st.lose_sync = fault_names(p.lose_sync_stage, p.lose_sync_replica, rank,
                                    st.replica);
+        if (fault_names(p.lose_commit_stage, p.lose_commit_replica, rank,
+                        st.replica))
+          st.lose_commit = p.lose_commit_step;
         st.stage = self->spawn(stage_actor, s);
         if (s.roads)
           s.roads->deliver_to(st.stage);
@@ -485,8 +500,10 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
              uint64_t epoch) -> caf::result<caf::actor, std::vector<uint64_t>> {
         auto& st = self->state;
         if (epoch < st.gen)
-          return caf::make_error(errc::bad_shape, who(self) + ": sync", epoch,
-                                 "is older than generation", st.gen);
+          return caf::make_error(
+              errc::bad_shape, who(self) + ": sync " + generation_name(epoch) +
+                                   " is older than generation " +
+                                   generation_name(st.gen));
         auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
         if (st.lead_known && !is_lead_addr(self, from))
           return not_the_lead(self, "a sync");
@@ -513,6 +530,10 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
       },
       [self](tick_atom, uint64_t n) { on_wait_over(self, n); },
       [self](tick_atom) { end_job(self); }, // the stage wait of end_job
+      [self](stale_atom) {
+        if (self->current_sender() == self->ctrl())
+          on_stall_check(self);
+      },
       [self](start_atom, uint64_t gen, uint64_t step, caf::actor prev,
              caf::actor next) {
         auto& st = self->state;
@@ -538,6 +559,14 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         auto& st = self->state;
         if (!from_lead(self, "a commit") || gen != st.gen || k != st.step)
           return;
+        if (k == st.lose_commit) { // --pipeline.fault-lose-commit
+          st.lose_commit = ~uint64_t{0};
+          TROUPE_LOG(warning, who(self), "fault injection: drops the lead's",
+                     " commit of mini-batch ", k,
+                     ", as a cut connection"
+                     " loses it (--pipeline.fault-lose-commit)");
+          return;
+        }
         if (hybrid(self)) {
           push_through_servers(self, gen, k);
           return;

@@ -14,6 +14,7 @@
 //          -5-> finished
 //   any state -6-> stalled (a stage left the view: the mini-batch under
 //          way is given up) -1-> started (generation g' > g)
+//   stepping k -7-> stalled (no progress, every stage there) -1-> started
 //
 //   1: start. The lead, on every view where all P stages are present and
 //      one of them is new to it (its first view, a restarted process),
@@ -21,7 +22,8 @@
 //      steps it has checkpoints of, and takes the newest step all have.
 //      Then (start_atom, epoch, step, prev, next) to each driver: the
 //      stage drops what it was doing, loads that step's weights and links
-//      its neighbours. The generation is the view's epoch: tensors and
+//      its neighbours. The generation is the view's epoch E, as E << 32,
+//      plus n for the n-th start again in that view (7): tensors and
 //      messages of older generations are dropped.
 //   2: each driver gives its stage mini-batch k (stage 0 the images, the
 //      last stage the labels; batches follow from the seed alone).
@@ -37,6 +39,10 @@
 //      finish and will be dropped by the next start. One its agent gave up
 //      (the view's given_up) ends the driver at once; else it ends after
 //      --pipeline.stage-wait-ms without it (stage_lead.cpp).
+//   7: the lead's stall watch (on_stall_check): every stage in the view,
+//      but no done for stall_after (a start, done, commit or tensor lost
+//      with a connection that broke): the lead syncs again (1), in a new
+//      generation of the same view.
 //
 // Checkpoints: each driver writes its stage's weights after every
 // --pipeline.checkpoint-every mini-batches, and at the end, keeping its two

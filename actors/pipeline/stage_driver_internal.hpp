@@ -2,6 +2,7 @@
 // driver does): its state, its data, and its checkpoint files.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
@@ -104,6 +105,9 @@ struct driver_state {
   /// --pipeline.fault-lose-sync names this stage: its next sync from the
   /// lead is left unanswered (once).
   bool lose_sync = false;
+  /// --pipeline.fault-lose-commit=S@K names this stage: the lead's commit
+  /// of mini-batch K is dropped here (once). ~0 = none.
+  uint64_t lose_commit = ~uint64_t{0};
   cluster_view view;
   // The last stage: each mini-batch's mean loss, and the evaluations
   // under way by the mini-batches they follow.
@@ -171,7 +175,17 @@ struct driver_state {
   std::map<uint32_t, std::chrono::steady_clock::time_point> asked_since;
   uint64_t lead_step = 0;
   std::set<uint32_t> done;
+  /// Since when the pipeline waits to start again, and why ("a stage
+  /// left", "the pipeline stalled"); {} = it does not.
   std::chrono::steady_clock::time_point missing_since{};
+  const char* restart_why = "";
+  /// The lead's stall watch (on_stall_check): the sync whose generation
+  /// runs (== syncing once every stage has answered it; 0 = none), when a
+  /// stage last made progress in it (a start, a done), and whether the
+  /// watch's check is due (one at a time).
+  uint64_t started = 0;
+  std::chrono::steady_clock::time_point progress_at{};
+  bool stall_watch = false;
   // Every driver: since when a stage of its replica is out of the view
   // (before the first generation too; {} = none), the stages out of every
   // view since, and how many such absences began, which names the check
@@ -196,6 +210,26 @@ constexpr std::chrono::milliseconds sync_retry{500};
 /// sync mode the other replicas' rounds timed out waiting for its pushes
 /// (pipeline_hybrid_test under load).
 constexpr std::chrono::milliseconds sync_ask_every{1000};
+
+/// How long the lead lets the generation under way go without any
+/// stage's progress (a done) before it takes a message for lost (to a cut
+/// connection, which neither delivers nor fails it) and starts the
+/// generation again: twice the request timeout, the longest a stage waits
+/// legitimately between two mini-batches (a sync round on the servers)
+/// and more.
+caf::timespan stall_after(driver_ptr self);
+
+/// Generation `g` for logs: "E" (the view's epoch that began it) or
+/// "E.n" (its n-th start again after a stall in that view).
+std::string generation_name(uint64_t g);
+
+/// The generation a lead starts in the view of `epoch` after generation
+/// (or sync) `last`: above every one before, from any lead of the replica
+/// (a lead restarted in a newer view starts above what its predecessor
+/// started in older ones: n stays below 2^32).
+inline uint64_t next_generation(uint64_t epoch, uint64_t last) {
+  return std::max(epoch << 32, last + 1);
+}
 
 /// "stage S" (or "replica R stage S"), for logs.
 std::string who(driver_ptr self);
@@ -284,6 +318,14 @@ void retry(driver_ptr self, uint64_t epoch, uint32_t rank);
 /// The lead: stage `rank` is through mini-batch `k` of generation `gen`
 /// (3); once all are, the commit (4).
 void on_done(driver_ptr self, uint64_t gen, uint64_t k, uint32_t rank);
+/// The lead's stall watch, every half stall_after while it leads a
+/// generation: where no stage made progress for stall_after while every
+/// stage is in the view, a start, done, commit or tensor was lost on a
+/// connection that broke (the scheduler still sees every process, so no
+/// view comes to end the wait): the lead syncs again, and the stages start
+/// a new generation from the newest step all have, as after a stage that
+/// died.
+void on_stall_check(driver_ptr self);
 
 /// The driver of `cfg`'s stage in the cluster of `scheduler`. Its first
 /// message, from its process once it has joined: (start_atom, worker rank,

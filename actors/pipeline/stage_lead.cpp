@@ -114,10 +114,19 @@ bool watch_absence(driver_ptr self,
 }
 
 void lead_sync(driver_ptr self, uint64_t epoch);
-void reach(driver_ptr self, uint64_t epoch, uint32_t rank);
+void reach(driver_ptr self, uint64_t sync, uint32_t rank);
 
-/// The lead: every answer to sync `epoch` is in: start the generation.
-void lead_start(driver_ptr self, uint64_t epoch) {
+/// The lead: checks for a stall in half stall_after, if no check is due.
+void watch_stall(driver_ptr self) {
+  auto& st = self->state;
+  if (st.stall_watch)
+    return;
+  st.stall_watch = true;
+  self->delayed_send(self, stall_after(self) / 2, stale_atom_v);
+}
+
+/// The lead: every answer to sync `sync` is in: start its generation.
+void lead_start(driver_ptr self, uint64_t sync) {
   auto& st = self->state;
   // The newest step every stage has a checkpoint of; with servers, the
   // smallest clock: a stage that pushed it already is dropped there as a
@@ -142,55 +151,58 @@ void lead_start(driver_ptr self, uint64_t epoch) {
   for (uint32_t r = 0; r < st.stages; ++r) {
     auto prev = r > 0 ? st.answers[r - 1].stage : caf::actor{};
     auto next = r + 1 < st.stages ? st.answers[r + 1].stage : caf::actor{};
-    self->send(st.drivers[r], start_atom_v, epoch, step, prev, next);
+    self->send(st.drivers[r], start_atom_v, sync, step, prev, next);
   }
+  st.started = sync;
+  st.progress_at = std::chrono::steady_clock::now();
+  watch_stall(self);
   auto since = st.missing_since;
   if (since != std::chrono::steady_clock::time_point{}) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                   std::chrono::steady_clock::now() - since)
                   .count();
     TROUPE_LOG(info, who(self), "pipeline restarts at mini-batch ", step, ", ",
-               ms, " ms after a stage left");
+               ms, " ms after ", st.restart_why);
     std::printf("pipeline: every stage is back; resuming at mini-batch %llu,"
-                " %lld ms after a stage left\n",
+                " %lld ms after %s\n",
                 static_cast<unsigned long long>(step),
-                static_cast<long long>(ms));
+                static_cast<long long>(ms), st.restart_why);
     std::fflush(stdout);
     st.missing_since = {};
   }
 }
 
-/// The lead: asks driver `rank` (at `n`) for its stage and checkpoints,
-/// again every sync_ask_every while no answer came; says so once a request
-/// timeout passed without one.
-void ask(driver_ptr self, uint64_t epoch, const caf::actor& d, uint32_t rank) {
+/// The lead: asks driver `rank` (in sync `sync`) for its stage and
+/// checkpoints, again every sync_ask_every while no answer came; says so
+/// once a request timeout passed without one.
+void ask(driver_ptr self, uint64_t sync, const caf::actor& d, uint32_t rank) {
   self->request(d, std::min<caf::timespan>(sync_ask_every, timeout(self)),
-                sync_atom_v, epoch)
+                sync_atom_v, sync)
       .then(
-          [self, epoch, rank](caf::actor& stage, std::vector<uint64_t>& steps) {
+          [self, sync, rank](caf::actor& stage, std::vector<uint64_t>& steps) {
             auto& st = self->state;
             // An answer to an earlier ask of this sync starts nothing again.
-            if (st.syncing != epoch || st.answers.count(rank) != 0)
+            if (st.syncing != sync || st.answers.count(rank) != 0)
               return;
             st.answers[rank] = {std::move(stage), std::move(steps)};
             if (st.answers.size() == st.stages)
-              lead_start(self, epoch);
+              lead_start(self, sync);
           },
-          [self, epoch, rank](caf::error& err) {
+          [self, sync, rank](caf::error& err) {
             auto& st = self->state;
-            if (st.syncing != epoch || st.answers.count(rank) != 0)
+            if (st.syncing != sync || st.answers.count(rank) != 0)
               return;
             auto now = std::chrono::steady_clock::now();
             auto& since = st.asked_since[rank];
             if (err == caf::sec::request_timeout &&
                 now - since < timeout(self)) {
-              reach(self, epoch, rank); // its answer may have been lost
+              reach(self, sync, rank); // its answer may have been lost
               return;
             }
             TROUPE_LOG(warning, who(self), "stage ", rank,
                        " did not answer: ", describe(err));
             since = now;
-            self->delayed_send(self, sync_retry, sync_atom_v, epoch, rank);
+            self->delayed_send(self, sync_retry, sync_atom_v, sync, rank);
           });
 }
 
@@ -202,51 +214,93 @@ void lead_sync(driver_ptr self, uint64_t epoch) {
   std::map<uint32_t, node_info> members;
   if (!all_stages(self, st.view, members))
     return;
-  st.syncing = epoch;
+  st.syncing = next_generation(epoch, st.syncing);
   st.members = members;
   st.answers.clear();
   st.asked_since.clear();
   for (auto& m : members) {
     st.asked_since[m.first] = std::chrono::steady_clock::now();
-    reach(self, epoch, m.first);
+    reach(self, st.syncing, m.first);
   }
 }
 
-/// The lead: connects to driver `rank` of sync `epoch` and asks it.
-void reach(driver_ptr self, uint64_t epoch, uint32_t rank) {
+/// The lead: connects to driver `rank` of sync `sync` and asks it.
+void reach(driver_ptr self, uint64_t sync, uint32_t rank) {
   auto& st = self->state;
   auto& n = st.members[rank];
   if (rank == st.rank) {
     st.drivers[rank] = caf::actor{self};
-    ask(self, epoch, st.drivers[rank], rank);
+    ask(self, sync, st.drivers[rank], rank);
     return;
   }
   connect_actor(
       self, n.host, n.port, timeout(self),
-      [self, epoch, rank](caf::strong_actor_ptr& ptr) {
+      [self, sync, rank](caf::strong_actor_ptr& ptr) {
         auto& st = self->state;
-        if (st.syncing != epoch || !ptr)
+        if (st.syncing != sync || !ptr)
           return;
         st.drivers[rank] = caf::actor_cast<caf::actor>(ptr);
-        ask(self, epoch, st.drivers[rank], rank);
+        ask(self, sync, st.drivers[rank], rank);
       },
-      [self, epoch, rank](caf::error& err) {
+      [self, sync, rank](caf::error& err) {
         TROUPE_LOG(warning, who(self), "cannot reach stage ", rank, ": ",
                    describe(err));
-        if (self->state.syncing == epoch)
-          self->delayed_send(self, sync_retry, sync_atom_v, epoch, rank);
+        if (self->state.syncing == sync)
+          self->delayed_send(self, sync_retry, sync_atom_v, sync, rank);
       });
+}
+
+/// The ranks of the replica's stages not through the mini-batch under
+/// way, as "1, 2".
+std::string not_done(driver_ptr self) {
+  auto& st = self->state;
+  std::string out;
+  for (uint32_t r = 0; r < st.stages; ++r)
+    if (st.done.count(r) == 0)
+      out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
 }
 
 } // namespace
 
-/// The lead: driver `rank` of sync `epoch` again, if it has not answered.
-void retry(driver_ptr self, uint64_t epoch, uint32_t rank) {
+/// The lead: driver `rank` of sync `sync` again, if it has not answered.
+void retry(driver_ptr self, uint64_t sync, uint32_t rank) {
   auto& st = self->state;
   // A newer view of the same members leaves this sync in force: only new
   // members start another.
-  if (!st.finished && st.syncing == epoch && st.answers.count(rank) == 0)
-    reach(self, epoch, rank);
+  if (!st.finished && st.syncing == sync && st.answers.count(rank) == 0)
+    reach(self, sync, rank);
+}
+
+void on_stall_check(driver_ptr self) {
+  auto& st = self->state;
+  st.stall_watch = false;
+  if (st.finished || st.lead_step >= st.total_steps)
+    return; // the end's evaluation and finish are not watched
+  watch_stall(self);
+  std::map<uint32_t, node_info> members;
+  auto quiet = std::chrono::steady_clock::now() - st.progress_at;
+  // A sync under way retries by itself; a stage out of the view is the
+  // absence's wait (on_view, 6).
+  if (st.started != st.syncing || quiet < stall_after(self) ||
+      !all_stages(self, st.view, members) || members != st.members)
+    return;
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(quiet);
+  auto waiting = not_done(self);
+  TROUPE_LOG(warning, who(self), "mini-batch ", st.lead_step,
+             ": no progress for ", ms.count(), " ms (stages ", waiting,
+             " not through it), though every stage is in the cluster (a"
+             " message lost with a connection that broke, or a stage that"
+             " hangs): starting the stages again");
+  std::printf("pipeline: mini-batch %llu made no progress for %lld ms"
+              " (stages %s not through it) while every stage is in the"
+              " cluster; starting the stages again\n",
+              static_cast<unsigned long long>(st.lead_step),
+              static_cast<long long>(ms.count()), waiting.c_str());
+  std::fflush(stdout);
+  st.missing_since = st.progress_at;
+  st.restart_why = "the pipeline stalled";
+  lead_sync(self, st.view.epoch);
 }
 
 /// A view from the scheduler: 6 where a stage is gone, 1 (the lead) where
@@ -271,6 +325,7 @@ void on_view(driver_ptr self, const frame& f) {
     if (st.missing_since == std::chrono::steady_clock::time_point{} &&
         st.gen > 0 && st.step < st.total_steps) {
       st.missing_since = std::chrono::steady_clock::now();
+      st.restart_why = "a stage left";
       TROUPE_LOG(info, who(self), "a stage left: mini-batch ", st.step,
                  " will be dropped; waiting for it to come back",
                  wait > 0 ? " (at most " + std::to_string(wait) +
@@ -353,6 +408,7 @@ void on_done(driver_ptr self, uint64_t gen, uint64_t k, uint32_t rank) {
   auto& st = self->state;
   if (gen != st.syncing || k != st.lead_step || rank >= st.stages)
     return;
+  st.progress_at = std::chrono::steady_clock::now();
   st.done.insert(rank);
   if (st.done.size() < st.stages)
     return;

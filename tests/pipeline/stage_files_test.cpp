@@ -131,6 +131,24 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
   y.fault_lose_sync = "1/0";
   BOOST_REQUIRE(!validate(y));
   BOOST_CHECK(y.lose_sync_stage == 1 && y.lose_sync_replica == 0);
+  for (auto f : {"1", "3@4", "1/1@4", "1@", "@4", "1@x", "1@4:push", "1@-1"}) {
+    y = x;
+    y.fault_lose_commit = f;
+    refused(y, "--pipeline.fault-lose-commit");
+  }
+  y = x;
+  y.lose_commit_stage = 0; // validate() says off
+  BOOST_REQUIRE(!validate(y));
+  BOOST_CHECK(y.lose_commit_stage == pipeline_settings::none);
+  y.fault_lose_commit = "1/0@47";
+  BOOST_REQUIRE(!validate(y));
+  BOOST_CHECK(y.lose_commit_stage == 1 && y.lose_commit_replica == 0 &&
+              y.lose_commit_step == 47);
+  y.fault_lose_commit = "2@0";
+  BOOST_REQUIRE(!validate(y));
+  BOOST_CHECK(y.lose_commit_stage == 2 &&
+              y.lose_commit_replica == pipeline_settings::any_replica &&
+              y.lose_commit_step == 0);
 }
 
 BOOST_AUTO_TEST_CASE(a_cut_must_fit_the_model) {

@@ -4,8 +4,10 @@
 // leaves the view through heartbeats, training goes on without it, and the
 // worker rejoins once the link is back; a cut server is replaced by its
 // backup and no acknowledged update is lost; a worker cut from its server
-// alone (the scheduler still sees both) reconnects and loses nothing.
-// Afterwards no namespace or link is left behind.
+// alone (the scheduler still sees both) reconnects and loses nothing; a
+// pipeline stage cut from the other stages alone stalls the pipeline only
+// until the lead starts it again, and changes no weight. Afterwards no
+// namespace or link is left behind.
 //
 // Needs root (network namespaces): this test process moves into a network
 // namespace of its own first, so nothing on the machine changes, and runs
@@ -28,6 +30,8 @@
 #include "actors/supervision/netns.hpp"
 #include "tests/system/nodes.hpp"
 #include "tests/system/scheduler_client.hpp"
+#include "tests/system/stage_weights.hpp"
+#include "tests/test_support.hpp"
 
 using namespace troupe;
 using namespace troupe::test;
@@ -275,6 +279,89 @@ BOOST_AUTO_TEST_CASE(
       std::none_of(evs.begin(), evs.end(),
                    [](const event_record& e) { return e.kind == "crashed"; }),
       dump(evs));
+}
+
+namespace {
+
+constexpr uint32_t stages = 3;
+constexpr uint64_t pipeline_steps = 1500;
+
+/// A 3-stage pipeline job (--cluster.servers=0, checkpoints into `dir`)
+/// on `server_host`, with stage 2 in a network namespace of its own;
+/// `cut`: once the stages began, stage 2 loses its route to the other
+/// stages (not to the scheduler) until the lead says the pipeline
+/// stalled. The agent's output once it ended cleanly.
+std::string run_pipeline(const std::string& dir, bool cut) {
+  scheduler_process s{0, stages, on_cluster_host({})};
+  scheduler_client log{s.port, cluster_host};
+  auto agent = start_agent(
+      s, 0, stages,
+      {"--worker.task=stage", "--cluster.servers=0", "--pipeline.stages=3",
+       "--pipeline.schedule=1f1b", "--pipeline.micro-batches=4",
+       "--pipeline.steps=" + std::to_string(pipeline_steps),
+       "--pipeline.checkpoint-every=20", "--pipeline.checkpoint-dir=" + dir,
+       "--train.model=mlp:784-64-48-32-10", "--train.batch=32",
+       "--train.eval-samples=1000", "--optimizer.name=sgd",
+       "--optimizer.lr=0.05", "--kv.request-timeout-ms=2000",
+       "--fault.plan=heal:worker-2@0", "--scheduler-host=" + cluster_host,
+       "--host=" + server_host});
+  auto line = agent->wait_for_line("worker-2 runs in network namespace ", 5s);
+  BOOST_REQUIRE_MESSAGE(line, agent->output());
+  if (cut) {
+    // "... namespace troupe-P-worker-2 at 10.213.x.y (link ...)": the
+    // other stages reach stage 2 from the agent's end of its link, x.y - 1.
+    auto from = line->find("troupe-");
+    auto ns = line->substr(from, line->find(' ', from) - from);
+    auto at = line->find(" at ", from) + 4;
+    auto child = line->substr(at, line->find(' ', at) - at);
+    auto dot = child.rfind('.') + 1;
+    auto link_end =
+        child.substr(0, dot) + std::to_string(std::stoi(child.substr(dot)) - 1);
+    BOOST_REQUIRE_MESSAGE(agent->wait_for_line("stage 2: generation ", 60s),
+                          agent->output());
+    std::vector<std::string> routes;
+    for (auto& to : {server_host, link_end})
+      if (ip("-n " + ns + " route add blackhole " + to + "/32"))
+        routes.push_back(to);
+    BOOST_CHECK_EQUAL(routes.size(), 2u);
+    auto stalled = agent->wait_for_line("made no progress for ", 60s);
+    for (auto& to : routes)
+      BOOST_CHECK(ip("-n " + ns + " route del blackhole " + to + "/32"));
+    BOOST_REQUIRE_MESSAGE(stalled, agent->output());
+  }
+  expect_clean_end(*agent, 300s);
+  // Nobody was declared dead: the scheduler saw every stage all along.
+  auto evs = log.events();
+  BOOST_CHECK_MESSAGE(
+      std::none_of(evs.begin(), evs.end(),
+                   [](const event_record& e) { return e.kind == "crashed"; }),
+      dump(evs));
+  return agent->output();
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_pipeline_stage_cut_from_the_others_alone_stalls_a_while,
+                     *boost::unit_test::precondition(can_cut)) {
+  // Stage 2 of a pipeline loses its route to the other stages' address
+  // only: the scheduler still sees all three, so no view comes to end the
+  // pipeline's wait. The connections between stage 2 and the others
+  // break (heartbeats), and with them what was on its way (tensors, a
+  // done, a commit): the lead waited for stage 2's done, and the job hung.
+  // Now the lead's stall watch starts the stages again from their newest
+  // common checkpoint, once stage 2 can be reached; the weights are those
+  // of a run without the cut, bit for bit.
+  temp_dir plain, cut;
+  run_pipeline(plain.path, false);
+  auto out = run_pipeline(cut.path, true);
+  BOOST_TEST_MESSAGE("with the cut:\n" << out);
+  BOOST_CHECK_MESSAGE(occurrences(out, "pipeline: mini-batch ") >= 1 &&
+                          out.find(" ms after the pipeline stalled\n") !=
+                              std::string::npos,
+                      out);
+  BOOST_CHECK_MESSAGE(out.find("final test accuracy: ") != std::string::npos,
+                      out);
+  check_same_weights(plain.path, cut.path, "the cut", stages, pipeline_steps);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

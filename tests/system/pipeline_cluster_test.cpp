@@ -5,7 +5,9 @@
 // weights are those of a run without the kill, bit for bit; so too after
 // a device's failure in a step. Wrong flags,
 // missing data and a metrics file that cannot be written are refused in
-// one line, with exit 2 (not restarted); a stage that never comes ends the
+// one line, with exit 2 (not restarted); a commit lost on its way (as on
+// a cut connection) stalls the pipeline until the lead's stall watch
+// starts the stages again; a stage that never comes ends the
 // others after --pipeline.stage-wait-ms, one given up by its agent (after
 // joining or before) at once (exit 5).
 #define BOOST_TEST_MODULE pipeline_cluster_test
@@ -154,6 +156,33 @@ BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
   BOOST_CHECK_CLOSE(j.value("test_accuracy", 0.0), acc, 0.01);
   BOOST_CHECK_GT(j.value("samples_per_s", 0.0), 0.0);
   BOOST_CHECK_GT(j.value("train_loss", 0.0), 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(a_lost_commit_stalls_the_pipeline_only_a_while) {
+  // Stage 1 drops its lead's commit of mini-batch 47, as a connection that
+  // breaks while the scheduler still sees every process loses it. Before,
+  // stage 1 waited for that commit and the lead for stage 1's next done,
+  // for ever: no view came to end the wait. Now the lead's stall watch
+  // starts the stages again after twice the request timeout, from the
+  // checkpoint of 40, and the weights are those of a run without the loss.
+  temp_dir plain, lost;
+  run_job(plain.path);
+  auto out = run_job(lost.path, {"--pipeline.fault-lose-commit=1@47",
+                                 "--kv.request-timeout-ms=2000"});
+  BOOST_TEST_MESSAGE("with the lost commit:\n" << out);
+  BOOST_CHECK_MESSAGE(occurrences(out, "fault injection: drops the lead's"
+                                       " commit of mini-batch 47") == 1,
+                      out);
+  BOOST_CHECK_MESSAGE(occurrences(out, "pipeline: mini-batch 48 made no"
+                                       " progress for ") == 1,
+                      out);
+  check_resumed_at_40(out, "the lost commit");
+  auto at = out.find("every stage is back; resuming at mini-batch 40, ");
+  BOOST_CHECK_MESSAGE(at != std::string::npos &&
+                          out.find(" ms after the pipeline stalled\n", at) ==
+                              out.find('\n', at) - 30,
+                      out);
+  check_same_weights(plain.path, lost.path, "the lost commit");
 }
 
 BOOST_AUTO_TEST_CASE(a_job_without_a_checkpoint_folder_leaves_none_behind) {
@@ -361,11 +390,13 @@ BOOST_AUTO_TEST_CASE(a_member_that_is_not_the_lead_steers_no_stage) {
     BOOST_REQUIRE_MESSAGE(d, "stage " << w.rank << ": " << describe(err));
     self->send(d, start_atom_v, v.epoch + (uint64_t{1} << 40), uint64_t{0},
                caf::actor{}, caf::actor{});
-    self->send(d, finish_atom_v, v.epoch);
+    // The generation in force: the lead's first in the view of all stages.
+    auto gen = pipe::next_generation(v.epoch, 0);
+    self->send(d, finish_atom_v, gen);
     for (uint64_t k = 0; k < long_job; ++k) {
-      self->send(d, commit_atom_v, v.epoch, k);
+      self->send(d, commit_atom_v, gen, k);
       for (uint32_t r = 0; r < stages; ++r)
-        self->send(d, done_atom_v, v.epoch, k, r, 1.0);
+        self->send(d, done_atom_v, gen, k, r, 1.0);
     }
   }
   auto rc = agent->wait_exit(150s);
