@@ -583,6 +583,9 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
                 });
       },
       [self](eval_atom, const frame& f) { count_eval(self, f); },
+      [self](eval_atom, uint64_t gen, uint64_t step) {
+        on_final_counted(self, gen, step);
+      },
       [self](init_atom) { declare(self); }, // again, after a pause
       [self](finish_atom, uint64_t gen) {
         if (from_lead(self, "a finish", true) && gen == self->state.gen)

@@ -42,7 +42,9 @@
 //   7: the lead's stall watch (on_stall_check): every stage in the view,
 //      but no done for stall_after (a start, done, commit or tensor lost
 //      with a connection that broke): the lead syncs again (1), in a new
-//      generation of the same view.
+//      generation of the same view. After the last commit it waits so for
+//      the last stage's (eval_atom, gen, step): its final evaluation is
+//      counted (the line and the finish may wait for replicas below).
 //
 // Checkpoints: each driver writes its stage's weights after every
 // --pipeline.checkpoint-every mini-batches, and at the end, keeping its two

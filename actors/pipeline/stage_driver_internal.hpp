@@ -186,6 +186,9 @@ struct driver_state {
   uint64_t started = 0;
   std::chrono::steady_clock::time_point progress_at{};
   bool stall_watch = false;
+  /// The last stage counted the generation's final evaluation: nothing
+  /// more to watch.
+  bool final_counted = false;
   // Every driver: since when a stage of its replica is out of the view
   // (before the first generation too; {} = none), the stages out of every
   // view since, and how many such absences began, which names the check
@@ -324,8 +327,12 @@ void on_done(driver_ptr self, uint64_t gen, uint64_t k, uint32_t rank);
 /// connection that broke (the scheduler still sees every process, so no
 /// view comes to end the wait): the lead syncs again, and the stages start
 /// a new generation from the newest step all have, as after a stage that
-/// died.
+/// died. After the last commit, until the last stage says it counted the
+/// final evaluation (on_final_counted).
 void on_stall_check(driver_ptr self);
+/// The lead: the last stage counted generation `gen`'s final evaluation,
+/// after mini-batch `step` (its line may wait for the replicas below).
+void on_final_counted(driver_ptr self, uint64_t gen, uint64_t step);
 
 /// The driver of `cfg`'s stage in the cluster of `scheduler`. Its first
 /// message, from its process once it has joined: (start_atom, worker rank,

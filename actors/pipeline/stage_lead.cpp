@@ -154,6 +154,7 @@ void lead_start(driver_ptr self, uint64_t sync) {
     self->send(st.drivers[r], start_atom_v, sync, step, prev, next);
   }
   st.started = sync;
+  st.final_counted = false;
   st.progress_at = std::chrono::steady_clock::now();
   watch_stall(self);
   auto since = st.missing_since;
@@ -275,8 +276,8 @@ void retry(driver_ptr self, uint64_t sync, uint32_t rank) {
 void on_stall_check(driver_ptr self) {
   auto& st = self->state;
   st.stall_watch = false;
-  if (st.finished || st.lead_step >= st.total_steps)
-    return; // the end's evaluation and finish are not watched
+  if (st.finished || st.final_counted)
+    return; // the finish is not watched
   watch_stall(self);
   std::map<uint32_t, node_info> members;
   auto quiet = std::chrono::steady_clock::now() - st.progress_at;
@@ -286,17 +287,21 @@ void on_stall_check(driver_ptr self) {
       !all_stages(self, st.view, members) || members != st.members)
     return;
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(quiet);
-  auto waiting = not_done(self);
-  TROUPE_LOG(warning, who(self), "mini-batch ", st.lead_step,
-             ": no progress for ", ms.count(), " ms (stages ", waiting,
-             " not through it), though every stage is in the cluster (a"
-             " message lost with a connection that broke, or a stage that"
-             " hangs): starting the stages again");
-  std::printf("pipeline: mini-batch %llu made no progress for %lld ms"
-              " (stages %s not through it) while every stage is in the"
-              " cluster; starting the stages again\n",
-              static_cast<unsigned long long>(st.lead_step),
-              static_cast<long long>(ms.count()), waiting.c_str());
+  bool end = st.lead_step >= st.total_steps;
+  auto what = end ? "the final evaluation"
+                  : "mini-batch " + std::to_string(st.lead_step);
+  auto waiting =
+      end ? "stage " + std::to_string(st.stages - 1) + " has not counted it"
+          : "stages " + not_done(self) + " not through it";
+  TROUPE_LOG(warning, who(self), what, ": no progress for ", ms.count(),
+             " ms (", waiting,
+             "), though every stage is in the cluster (a message lost with"
+             " a connection that broke, or a stage that hangs): starting"
+             " the stages again");
+  std::printf("pipeline: %s made no progress for %lld ms (%s) while every"
+              " stage is in the cluster; starting the stages again\n",
+              what.c_str(), static_cast<long long>(ms.count()),
+              waiting.c_str());
   std::fflush(stdout);
   st.missing_since = st.progress_at;
   st.restart_why = "the pipeline stalled";
@@ -402,6 +407,13 @@ bool from_lead(driver_ptr self, const char* what, bool or_driver) {
   TROUPE_LOG_LIMITED(warning, who(self), "ignored ", what,
                      " from another than its lead");
   return false;
+}
+
+void on_final_counted(driver_ptr self, uint64_t gen, uint64_t step) {
+  auto& st = self->state;
+  if (gen == st.syncing && step == st.total_steps &&
+      from_driver(self, st.stages - 1))
+    st.final_counted = true;
 }
 
 void on_done(driver_ptr self, uint64_t gen, uint64_t k, uint32_t rank) {

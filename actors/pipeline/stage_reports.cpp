@@ -112,6 +112,8 @@ void count_eval(driver_ptr self, const frame& f) {
   // Only the reporting replica evaluates before the end (evaluate_at);
   // at the end every one does, and the lowest going speaks (end_job).
   if (y.step == st.total_steps) {
+    // The lead's stall watch ends here (the line may be held a while).
+    self->send(st.lead, eval_atom_v, st.gen, y.step);
     st.final_held = driver_state::final_line{epoch, y.step, mean, acc};
     end_job(self);
     return;

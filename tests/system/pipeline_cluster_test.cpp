@@ -183,6 +183,22 @@ BOOST_AUTO_TEST_CASE(a_lost_commit_stalls_the_pipeline_only_a_while) {
                               out.find('\n', at) - 30,
                       out);
   check_same_weights(plain.path, lost.path, "the lost commit");
+  // The last commit lost: stage 1 never applies mini-batch 89, and the
+  // final evaluation cannot pass it. The watch goes on after the last
+  // commit until the last stage has counted that evaluation, and the
+  // stages start again from the checkpoint of 80.
+  temp_dir last;
+  out = run_job(last.path, {"--pipeline.fault-lose-commit=1@89",
+                            "--kv.request-timeout-ms=2000"});
+  BOOST_TEST_MESSAGE("with the last commit lost:\n" << out);
+  BOOST_CHECK_MESSAGE(occurrences(out, "pipeline: the final evaluation made"
+                                       " no progress for ") == 1,
+                      out);
+  BOOST_CHECK_MESSAGE(out.find("every stage is back; resuming at mini-batch"
+                               " 80, ") != std::string::npos,
+                      out);
+  BOOST_CHECK_MESSAGE(occurrences(out, "final test accuracy: ") == 1, out);
+  check_same_weights(plain.path, last.path, "the last commit lost");
 }
 
 BOOST_AUTO_TEST_CASE(a_job_without_a_checkpoint_folder_leaves_none_behind) {
