@@ -338,7 +338,12 @@ void node_config::add_pipeline_options() {
       .add(pipeline.fault_lose_commit, "fault-lose-commit",
            "fault injection: S@K (or S/R@K: of replica R), stage S drops"
            " its lead's commit of mini-batch K, as a cut connection loses"
-           " it; the lead's stall watch starts the stages again");
+           " it; the lead's stall watch starts the stages again")
+      .add(pipeline.fault_lose_finish, "fault-lose-finish",
+           "fault injection: S (or S/R: of replica R), stage S drops the"
+           " first finish it gets (stage 0: the last stage's, which sends"
+           " it again; others: the lead's, and end once the view says the"
+           " lead finished)");
 }
 
 std::string node_config::checkpoint_mode() const {

@@ -46,6 +46,33 @@ bool target_of(const std::string& t, const pipeline_settings& x,
          (replica == pipeline_settings::any_replica || replica < x.replicas);
 }
 
+/// A --pipeline.fault-lose-* flag `text` (`flag`): its stage, replica
+/// and, where `step` is given, mini-batch; none where `text` is "".
+caf::error parse_loss(const std::string& text, const char* flag,
+                      const pipeline_settings& x, uint32_t& stage,
+                      uint32_t& replica, uint64_t* step = nullptr) {
+  stage = pipeline_settings::none;
+  replica = pipeline_settings::any_replica;
+  if (step)
+    *step = pipeline_settings::no_fault;
+  if (text.empty())
+    return caf::none;
+  uint32_t s = 0, r = 0;
+  uint64_t k = 0;
+  if (!target_of(text, x, s, r, step ? &k : nullptr))
+    return caf::make_error(errc::invalid_config,
+                           std::string{flag} + " must be STAGE[/REPLICA]" +
+                               (step ? "@MINI_BATCH" : "") +
+                               " with STAGE below --pipeline.stages and"
+                               " REPLICA below --pipeline.replicas, got",
+                           text);
+  stage = s;
+  replica = r;
+  if (step)
+    *step = k;
+  return caf::none;
+}
+
 /// "2,3" -> {2, 3}; an error for anything but increasing positive numbers.
 caf::error parse_cut(const std::string& text, std::vector<size_t>& out) {
   out.clear();
@@ -128,37 +155,16 @@ caf::error validate(pipeline_settings& x) {
     x.fault_stage = stage;
     x.fault_step = step;
   }
-  x.lose_sync_stage = pipeline_settings::none;
-  x.lose_sync_replica = pipeline_settings::any_replica;
-  if (!x.fault_lose_sync.empty()) {
-    uint32_t stage = 0, replica = 0;
-    if (!target_of(x.fault_lose_sync, x, stage, replica, nullptr))
-      return caf::make_error(errc::invalid_config,
-                             "--pipeline.fault-lose-sync must be"
-                             " STAGE[/REPLICA] with STAGE below"
-                             " --pipeline.stages and REPLICA below"
-                             " --pipeline.replicas, got",
-                             x.fault_lose_sync);
-    x.lose_sync_stage = stage;
-    x.lose_sync_replica = replica;
-  }
-  x.lose_commit_stage = pipeline_settings::none;
-  x.lose_commit_replica = pipeline_settings::any_replica;
-  x.lose_commit_step = pipeline_settings::no_fault;
-  if (!x.fault_lose_commit.empty()) {
-    uint32_t stage = 0, replica = 0;
-    uint64_t step = 0;
-    if (!target_of(x.fault_lose_commit, x, stage, replica, &step))
-      return caf::make_error(errc::invalid_config,
-                             "--pipeline.fault-lose-commit must be"
-                             " STAGE[/REPLICA]@MINI_BATCH with STAGE below"
-                             " --pipeline.stages and REPLICA below"
-                             " --pipeline.replicas, got",
-                             x.fault_lose_commit);
-    x.lose_commit_stage = stage;
-    x.lose_commit_replica = replica;
-    x.lose_commit_step = step;
-  }
+  if (auto err = parse_loss(x.fault_lose_sync, "--pipeline.fault-lose-sync", x,
+                            x.lose_sync_stage, x.lose_sync_replica))
+    return err;
+  if (auto err = parse_loss(x.fault_lose_commit, "--pipeline.fault-lose-commit",
+                            x, x.lose_commit_stage, x.lose_commit_replica,
+                            &x.lose_commit_step))
+    return err;
+  if (auto err = parse_loss(x.fault_lose_finish, "--pipeline.fault-lose-finish",
+                            x, x.lose_finish_stage, x.lose_finish_replica))
+    return err;
   if (x.checkpoint_every == 0)
     return caf::make_error(errc::invalid_config,
                            "--pipeline.checkpoint-every must be at least 1");

@@ -90,6 +90,14 @@ struct pipeline_settings {
   uint32_t lose_commit_stage = none;
   uint32_t lose_commit_replica = any_replica;
   uint64_t lose_commit_step = no_fault;
+  /// Fault injection, "S" or "S/R": stage S (of replica R) drops the first
+  /// finish it gets (stage 0: the last stage's; any other: the lead's),
+  /// as a connection cut loses it. "" = off.
+  std::string fault_lose_finish;
+  /// fault_lose_finish, parsed by validate(); lose_finish_stage = none:
+  /// off.
+  uint32_t lose_finish_stage = none;
+  uint32_t lose_finish_replica = any_replica;
 };
 
 /// True if a fault flag's stage `stage` of replica `replica` (any_replica:

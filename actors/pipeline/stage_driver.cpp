@@ -119,21 +119,6 @@ frame batch_frame(driver_ptr self, uint64_t k) {
 
 void begin_step(driver_ptr self);
 
-/// 5: the pipeline is through: every driver ends.
-void finish(driver_ptr self) {
-  auto& st = self->state;
-  if (st.finished)
-    return;
-  st.finished = true;
-  self->send_exit(st.stage, caf::exit_reason::user_shutdown);
-  if (is_lead(self))
-    for (auto& [rank, d] : st.drivers)
-      if (rank != st.rank)
-        self->send(d, finish_atom_v, st.gen);
-  TROUPE_LOG(info, who(self), "finished after ", st.step, " mini-batches");
-  self->quit();
-}
-
 /// 4: mini-batch `k` is applied here: checkpoint, evaluate, go on.
 void on_committed(driver_ptr self, uint64_t applied) {
   auto& st = self->state;
@@ -467,6 +452,8 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         if (fault_names(p.lose_commit_stage, p.lose_commit_replica, rank,
                         st.replica))
           st.lose_commit = p.lose_commit_step;
+        st.lose_finish = fault_names(p.lose_finish_stage, p.lose_finish_replica,
+                                     rank, st.replica);
         st.stage = self->spawn(stage_actor, s);
         if (s.roads)
           s.roads->deliver_to(st.stage);
@@ -587,9 +574,10 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
         on_final_counted(self, gen, step);
       },
       [self](init_atom) { declare(self); }, // again, after a pause
-      [self](finish_atom, uint64_t gen) {
-        if (from_lead(self, "a finish", true) && gen == self->state.gen)
-          finish(self);
+      [self](finish_atom, uint64_t gen) { on_finish(self, gen); },
+      [self](finish_atom) { // the last stage's finish again (end_job)
+        if (self->current_sender() == self->ctrl())
+          finish_again(self);
       },
   };
 }

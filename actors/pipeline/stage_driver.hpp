@@ -33,8 +33,10 @@
 //      applies a mini-batch another has not finished, so a stage that dies
 //      leaves no partial update behind.
 //   5: after the last commit and the last evaluation, the last stage's
-//      driver sends (finish_atom, gen) to the lead, which passes it on to
-//      every driver; each ends normally.
+//      driver sends (finish_atom, gen) to the lead (again every half
+//      stall_after until the lead's comes), which passes it on to every
+//      driver; each ends normally, or, its finish lost, on a view that
+//      says the lead finished.
 //   6: a view without one of the stages: the mini-batch under way cannot
 //      finish and will be dropped by the next start. One its agent gave up
 //      (the view's given_up) ends the driver at once; else it ends after

@@ -108,6 +108,9 @@ struct driver_state {
   /// --pipeline.fault-lose-commit=S@K names this stage: the lead's commit
   /// of mini-batch K is dropped here (once). ~0 = none.
   uint64_t lose_commit = ~uint64_t{0};
+  /// --pipeline.fault-lose-finish names this stage: the first finish it
+  /// gets is dropped.
+  bool lose_finish = false;
   cluster_view view;
   // The last stage: each mini-batch's mean loss, and the evaluations
   // under way by the mini-batches they follow.
@@ -285,8 +288,18 @@ void end_job(driver_ptr self);
 void report_epoch(driver_ptr self, uint64_t epoch, double loss, double acc,
                   uint64_t step);
 
+/// 5: the pipeline is through: the stage ends, then the driver (the lead
+/// tells every driver first).
+void finish(driver_ptr self);
+/// 5: a finish of generation `gen` came (at the lead, from the last stage;
+/// else from the lead).
+void on_finish(driver_ptr self, uint64_t gen);
+/// The last stage, its finish sent (end_job) and the lead's not come: its
+/// own again, and again in half stall_after.
+void finish_again(driver_ptr self);
 /// A view from the scheduler: a stage gone (6), or, the lead, all there
-/// with one new (1).
+/// with one new (1); a lead that finished (5, its finish to this driver
+/// lost).
 void on_view(driver_ptr self, const frame& f);
 /// The end of absence `n`'s wait (--pipeline.stage-wait-ms): if a stage of
 /// the replica is out of the view still, the driver ends with

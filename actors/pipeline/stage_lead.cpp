@@ -321,6 +321,19 @@ void on_view(driver_ptr self, const frame& f) {
     return;
   st.view = std::move(v);
   end_job(self); // if the final line waits for replicas below to leave
+  // 5 without its message: the lead finishes only once the final
+  // evaluation went through every stage, so the pipeline is through. (Its
+  // finish to this driver was lost: the driver waited out the stage wait,
+  // and ended with exit 5.)
+  auto& done = st.view.finished;
+  if (!is_lead(self) && !st.finished &&
+      std::count(done.begin(), done.end(), st.replica * st.stages) != 0) {
+    TROUPE_LOG(info, who(self),
+               "its lead finished, and its finish did not"
+               " come: the pipeline is through");
+    finish(self);
+    return;
+  }
   std::map<uint32_t, node_info> members;
   bool all = all_stages(self, st.view, members);
   if (!watch_absence(self, members))

@@ -1,6 +1,6 @@
 // A stage driver's evaluations and reports (stage_driver.hpp): which
 // replica reports, the test images through the pipeline, the epoch lines
-// and the metrics file.
+// and the metrics file; and the finish (5).
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -165,6 +165,47 @@ void end_job(driver_ptr self) {
   std::fflush(stdout);
   st.final_held.reset();
   self->send(st.lead, finish_atom_v, st.gen); // 5
+  // Again until the lead's finish comes (a finish can be lost as any
+  // message; the lead takes one once).
+  self->delayed_send(self, stall_after(self) / 2, finish_atom_v);
+}
+
+void finish(driver_ptr self) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  st.finished = true;
+  self->send_exit(st.stage, caf::exit_reason::user_shutdown);
+  if (is_lead(self))
+    for (auto& [rank, d] : st.drivers)
+      if (rank != st.rank)
+        self->send(d, finish_atom_v, st.gen);
+  TROUPE_LOG(info, who(self), "finished after ", st.step, " mini-batches");
+  self->quit();
+}
+
+void on_finish(driver_ptr self, uint64_t gen) {
+  auto& st = self->state;
+  if (!from_lead(self, "a finish", true) || gen != st.gen)
+    return;
+  if (st.lose_finish) { // --pipeline.fault-lose-finish
+    st.lose_finish = false;
+    TROUPE_LOG(warning, who(self), "fault injection: drops a finish, as a cut",
+               " connection loses it (--pipeline.fault-lose-finish)");
+    return;
+  }
+  finish(self);
+}
+
+void finish_again(driver_ptr self) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  TROUPE_LOG(info, who(self),
+             "no finish from the lead yet: sends its own"
+             " again");
+  self->send(st.lead, finish_atom_v, st.gen);
+  self->delayed_send(self, stall_after(self) / 2, finish_atom_v);
 }
 
 std::string open_metrics(driver_ptr self, bool reporting) {

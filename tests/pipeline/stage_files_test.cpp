@@ -121,6 +121,9 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
     y = x;
     y.fault_lose_sync = f;
     refused(y, "--pipeline.fault-lose-sync");
+    y = x;
+    y.fault_lose_finish = f;
+    refused(y, "--pipeline.fault-lose-finish");
   }
   y = x;
   BOOST_CHECK(y.lose_sync_stage == pipeline_settings::none); // off
@@ -144,6 +147,9 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
   BOOST_REQUIRE(!validate(y));
   BOOST_CHECK(y.lose_commit_stage == 1 && y.lose_commit_replica == 0 &&
               y.lose_commit_step == 47);
+  y.fault_lose_finish = "0/0";
+  BOOST_REQUIRE(!validate(y));
+  BOOST_CHECK(y.lose_finish_stage == 0 && y.lose_finish_replica == 0);
   y.fault_lose_commit = "2@0";
   BOOST_REQUIRE(!validate(y));
   BOOST_CHECK(y.lose_commit_stage == 2 &&

@@ -201,6 +201,34 @@ BOOST_AUTO_TEST_CASE(a_lost_commit_stalls_the_pipeline_only_a_while) {
   check_same_weights(plain.path, last.path, "the last commit lost");
 }
 
+BOOST_AUTO_TEST_CASE(a_lost_finish_ends_the_job_all_the_same) {
+  // The finish is the last one-way message. Stage 1 drops its lead's: it
+  // waited out --pipeline.stage-wait-ms for the lead that had left, and
+  // exited 5 (a job through, reported stuck); now the view that says the
+  // lead finished ends it. The lead drops the last stage's: every stage
+  // waited for ever; now the last stage sends its finish again.
+  for (auto* stage : {"1", "0"}) {
+    temp_dir dir;
+    auto out =
+        run_job(dir.path, {std::string{"--pipeline.fault-lose-finish="} + stage,
+                           "--kv.request-timeout-ms=2000"});
+    BOOST_TEST_MESSAGE("stage " << stage << " drops a finish:\n" << out);
+    BOOST_CHECK_MESSAGE(
+        occurrences(out, "fault injection: drops a finish") == 1, out);
+    BOOST_CHECK_MESSAGE(
+        occurrences(out, std::string{"stage "} + stage + ": finished after " +
+                             std::to_string(job_steps) + " mini-batches") == 1,
+        out);
+    BOOST_CHECK_MESSAGE(
+        out.find(*stage == '1' ? "stage 1: its lead finished, and its finish"
+                                 " did not come"
+                               : "stage 2: no finish from the lead yet") !=
+            std::string::npos,
+        out);
+    BOOST_CHECK_MESSAGE(occurrences(out, "final test accuracy: ") == 1, out);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_job_without_a_checkpoint_folder_leaves_none_behind) {
   // Its stages checkpoint into a folder of the job's own in the temporary
   // folder, which no later job finds: every job left one there, and in it
