@@ -56,21 +56,6 @@ using arrays = std::vector<named_array>;
 /// wake-up of CAF's clock thread per call).
 constexpr caf::infinite_t kv_grace = caf::infinite;
 
-/// Sends a request to our kv client. Its reply is due soon: the scheduler
-/// thread watches for it rather than sleeping (actors/base/spin_scheduler.hpp).
-template <class... Ts> auto ask_kv(worker_ptr self, Ts&&... xs) {
-  expect_work_soon();
-  return self->request(self->state.kv, kv_grace, std::forward<Ts>(xs)...);
-}
-
-void start_step(worker_ptr self);
-
-/// The servers' clock of the start of the worker's step (with blocks,
-/// each is a clock of its own).
-uint64_t kv_clock(const worker_state& st) {
-  return st.clock * std::max<size_t>(st.blocks.size(), 1);
-}
-
 void stop(worker_ptr self, caf::error err) {
   self->quit(std::move(err));
 }
@@ -84,6 +69,34 @@ void kv_failed(worker_ptr self, caf::error err) {
     stop(self, std::move(err));
 }
 
+/// A request to our kv client on its way (ask_kv): then(f) handles the
+/// answer, and every failure goes to kv_failed.
+template <class Handle> struct kv_request {
+  worker_ptr self;
+  Handle handle;
+  template <class F> void then(F f) && {
+    std::move(handle).then(std::move(f), [s = self](caf::error& err) {
+      kv_failed(s, std::move(err));
+    });
+  }
+};
+
+/// Sends a request to our kv client. Its reply is due soon: the scheduler
+/// thread watches for it rather than sleeping (actors/base/spin_scheduler.hpp).
+template <class... Ts> auto ask_kv(worker_ptr self, Ts&&... xs) {
+  expect_work_soon();
+  auto h = self->request(self->state.kv, kv_grace, std::forward<Ts>(xs)...);
+  return kv_request<decltype(h)>{self, std::move(h)};
+}
+
+void start_step(worker_ptr self);
+
+/// The servers' clock of the start of the worker's step (with blocks,
+/// each is a clock of its own).
+uint64_t kv_clock(const worker_state& st) {
+  return st.clock * std::max<size_t>(st.blocks.size(), 1);
+}
+
 void on_final(worker_ptr self, const arrays& weights) { // 8
   self->state.logic->finish(weights);
   self->quit();
@@ -94,13 +107,10 @@ void finish_up(worker_ptr self) { // 7
   auto timeout = st.barrier_timeout;
   ask_kv(self, barrier_atom_v, std::string{"end"},
          static_cast<uint32_t>(timeout.count()))
-      .then(
-          [self](uint64_t) {
-            ask_kv(self, pull_atom_v, kv_clock(self->state), self->state.keys)
-                .then([self](const arrays& w) { on_final(self, w); },
-                      [self](caf::error& err) { kv_failed(self, err); });
-          },
-          [self](caf::error& err) { kv_failed(self, err); });
+      .then([self](uint64_t) {
+        ask_kv(self, pull_atom_v, kv_clock(self->state), self->state.keys)
+            .then([self](const arrays& w) { on_final(self, w); });
+      });
 }
 
 /// What a step returned holds one array for each of `keys` (those of
@@ -154,21 +164,17 @@ void on_weights(worker_ptr self, arrays& weights) { // 4, 5
     // Push and the next pull in one round trip per server.
     ask_kv(self, push_atom_v, st.clock, std::move(*out),
            st.keys)
-        .then(
-            [self](arrays& w) { // 6 (ours alone: the step may take it)
-              ++self->state.clock;
-              on_weights(self, w);
-            },
-            [self](caf::error& err) { kv_failed(self, err); });
+        .then([self](arrays& w) { // 6 (ours alone: the step may take it)
+          ++self->state.clock;
+          on_weights(self, w);
+        });
     return;
   }
   ask_kv(self, push_atom_v, st.clock, std::move(*out))
-      .then(
-          [self](uint64_t) { // 6
-            ++self->state.clock;
-            start_step(self);
-          },
-          [self](caf::error& err) { kv_failed(self, err); });
+      .then([self](uint64_t) { // 6
+        ++self->state.clock;
+        start_step(self);
+      });
 }
 
 // -- pipelined steps: push(t) is in flight while step(t + 1) runs ----------
@@ -208,13 +214,11 @@ void push_piped(worker_ptr self, uint64_t clock, arrays out) {
   auto& st = self->state;
   if (!st.logic->done(clock + 2)) {
     ask_kv(self, push_atom_v, clock, std::move(out), st.keys)
-        .then([self, clock](arrays& w) { on_piped_reply(self, clock, &w); },
-              [self](caf::error& err) { kv_failed(self, err); });
+        .then([self, clock](arrays& w) { on_piped_reply(self, clock, &w); });
     return;
   }
   ask_kv(self, push_atom_v, clock, std::move(out))
-      .then([self, clock](uint64_t) { on_piped_reply(self, clock, nullptr); },
-            [self](caf::error& err) { kv_failed(self, err); });
+      .then([self, clock](uint64_t) { on_piped_reply(self, clock, nullptr); });
 }
 
 /// The first weights serve two steps: step() leaves them to us, the push
@@ -278,14 +282,13 @@ void push_block(worker_ptr self, uint64_t clock, size_t b, arrays grads,
   auto& st = self->state;
   auto at = clock * st.blocks.size() + b;
   if (last) {
-    ask_kv(self, push_atom_v, at, std::move(grads))
-        .then([self, b](uint64_t) { on_block(self, b, nullptr); },
-              [self](caf::error& err) { kv_failed(self, err); });
+    ask_kv(self, push_atom_v, at, std::move(grads)).then([self, b](uint64_t) {
+      on_block(self, b, nullptr);
+    });
     return;
   }
   ask_kv(self, push_atom_v, at, std::move(grads), st.blocks[b])
-      .then([self, b](arrays& w) { on_block(self, b, &w); },
-            [self](caf::error& err) { kv_failed(self, err); });
+      .then([self, b](arrays& w) { on_block(self, b, &w); });
 }
 
 /// Runs the step at st.clock on `weights` (the step may take them), its
@@ -334,14 +337,12 @@ void skip_rest_of_step(worker_ptr self, size_t first) {
   auto left = std::make_shared<size_t>(st.blocks.size() - first);
   for (auto b = first; b < st.blocks.size(); ++b)
     ask_kv(self, push_atom_v, st.clock * st.blocks.size() + b, arrays{})
-        .then(
-            [self, left](uint64_t) {
-              if (--*left > 0)
-                return;
-              ++self->state.clock;
-              start_step(self);
-            },
-            [self](caf::error& err) { kv_failed(self, err); });
+        .then([self, left](uint64_t) {
+          if (--*left > 0)
+            return;
+          ++self->state.clock;
+          start_step(self);
+        });
 }
 
 void start_step(worker_ptr self) {
@@ -350,58 +351,48 @@ void start_step(worker_ptr self) {
     finish_up(self);
     return;
   }
-  ask_kv(self, pull_atom_v, kv_clock(st), st.keys)
-      .then(
-          [self](arrays& w) {
-            if (!self->state.blocks.empty())
-              run_blocked(self, w);
-            else if (self->state.pipeline)
-              start_piped(self, w);
-            else
-              on_weights(self, w);
-          },
-          [self](caf::error& err) { kv_failed(self, err); });
+  ask_kv(self, pull_atom_v, kv_clock(st), st.keys).then([self](arrays& w) {
+    if (!self->state.blocks.empty())
+      run_blocked(self, w);
+    else if (self->state.pipeline)
+      start_piped(self, w);
+    else
+      on_weights(self, w);
+  });
 }
 
 void on_started(worker_ptr self) { // 3
-  ask_kv(self, view_atom_v)
-      .then(
-          [self](uint32_t rank, const frame& f) {
-            cluster_view v;
-            if (auto err = decode(f, v)) {
-              stop(self, err);
-              return;
-            }
-            // Partitions follow the job's size, not who is live right now
-            // (a worker restarted mid-failure keeps its share).
-            auto workers = std::max(v.expected_workers,
-                                    static_cast<uint32_t>(v.workers.size()));
-            ask_kv(self, clock_atom_v)
-                .then(
-                    [self, rank, workers](uint64_t clock) {
-                      if (clock > 0) // a restarted worker catches up
-                        TROUPE_LOG(info, "worker " + std::to_string(rank),
-                                   "rejoined: resuming at clock ", clock);
-                      auto& st = self->state;
-                      auto per = std::max<size_t>(st.blocks.size(), 1);
-                      st.clock = clock / per; // with blocks: step, block
-                      st.logic->start(rank, workers);
-                      if (auto first = clock % per; first > 0)
-                        skip_rest_of_step(self, first);
-                      else
-                        start_step(self);
-                    },
-                    [self](caf::error& err) { kv_failed(self, err); });
-          },
-          [self](caf::error& err) { kv_failed(self, err); });
+  ask_kv(self, view_atom_v).then([self](uint32_t rank, const frame& f) {
+    cluster_view v;
+    if (auto err = decode(f, v)) {
+      stop(self, err);
+      return;
+    }
+    // Partitions follow the job's size, not who is live right now
+    // (a worker restarted mid-failure keeps its share).
+    auto workers =
+        std::max(v.expected_workers, static_cast<uint32_t>(v.workers.size()));
+    ask_kv(self, clock_atom_v).then([self, rank, workers](uint64_t clock) {
+      if (clock > 0) // a restarted worker catches up
+        TROUPE_LOG(info, "worker " + std::to_string(rank),
+                   "rejoined: resuming at clock ", clock);
+      auto& st = self->state;
+      auto per = std::max<size_t>(st.blocks.size(), 1);
+      st.clock = clock / per; // with blocks: step, block
+      st.logic->start(rank, workers);
+      if (auto first = clock % per; first > 0)
+        skip_rest_of_step(self, first);
+      else
+        start_step(self);
+    });
+  });
 }
 
 void on_initialised(worker_ptr self) { // 2
   auto timeout = self->state.barrier_timeout;
   ask_kv(self, barrier_atom_v, std::string{"start"},
          static_cast<uint32_t>(timeout.count()))
-      .then([self](uint64_t) { on_started(self); },
-            [self](caf::error& err) { kv_failed(self, err); });
+      .then([self](uint64_t) { on_started(self); });
 }
 
 /// parameters() names each key once, with at least one float (the kv
@@ -495,13 +486,12 @@ caf::behavior worker(worker_ptr self, caf::actor kv,
   // 1; with blocks, each step is that many server clocks (the scheduler
   // cuts checkpoints between steps, and refuses workers that differ)
   auto on_init = [self](const arrays&) { on_initialised(self); };
-  auto on_error = [self](caf::error& err) { kv_failed(self, err); };
   if (st.blocks.empty())
-    ask_kv(self, init_atom_v, std::move(params)).then(on_init, on_error);
+    ask_kv(self, init_atom_v, std::move(params)).then(on_init);
   else
     ask_kv(self, init_atom_v, std::move(params),
            static_cast<uint32_t>(st.blocks.size()))
-        .then(on_init, on_error);
+        .then(on_init);
   return {[](caf::unit_t) {}}; // everything happens in replies
 }
 
