@@ -92,6 +92,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -164,9 +165,9 @@ struct scheduler_state {
   std::set<std::string> passed;             // released barrier names
   std::set<std::pair<role, uint32_t>> seen; // (role, rank) ever joined
   std::vector<event_record> events;         // oldest first
-  /// The first "lost" event (kind "" while none): every worker that joins
-  /// later is told of it, as the live ones were (tell_loss).
-  event_record first_loss;
+  /// The first "lost" event, if any: every worker that joins later is
+  /// told of it, as the live ones were (tell_loss).
+  std::optional<event_record> first_loss;
   /// cfg.events_file, open to append; null: none.
   std::shared_ptr<std::ofstream> events_out;
   /// cfg.status_port's page, fed each view and event; null: none.

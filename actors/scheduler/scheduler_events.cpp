@@ -61,8 +61,8 @@ void record(self_ptr self, event_record e) {
     evs.erase(evs.begin(), evs.begin() + max_events / 2);
     self->state.events_dropped += max_events / 2;
   }
-  bool first_loss = e.kind == "lost" && self->state.first_loss.kind.empty();
-  if (first_loss)
+  bool first_loss = e.kind == "lost" && !self->state.first_loss;
+  if (first_loss) // kept before e is moved
     self->state.first_loss = e;
   evs.push_back(std::move(e));
   if (first_loss)
@@ -76,8 +76,8 @@ void record(self_ptr self, event_record e) {
 }
 
 void tell_loss(self_ptr self, const caf::actor& to) {
-  if (!self->state.first_loss.kind.empty())
-    self->send(to, event_atom_v, encode(self->state.first_loss));
+  if (self->state.first_loss)
+    self->send(to, event_atom_v, encode(*self->state.first_loss));
 }
 
 void record(self_ptr self, const char* kind, const node_info& n,
