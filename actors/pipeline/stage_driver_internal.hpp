@@ -189,6 +189,10 @@ struct driver_state {
   uint64_t started = 0;
   std::chrono::steady_clock::time_point progress_at{};
   bool stall_watch = false;
+  /// Stalls that count (stall_wait, stalls_after_commit), and when the
+  /// mini-batch under way began (the last commit, or the start).
+  uint32_t stalls = 0;
+  std::chrono::steady_clock::time_point step_began{};
   /// The last stage counted the generation's final evaluation: nothing
   /// more to watch.
   bool final_counted = false;
@@ -224,6 +228,23 @@ constexpr std::chrono::milliseconds sync_ask_every{1000};
 /// legitimately between two mini-batches (a sync round on the servers)
 /// and more.
 caf::timespan stall_after(driver_ptr self);
+
+/// How long the stall watch waits after `stalls` stalls: `base`
+/// (stall_after) doubled for each, up to 64 times, so that mini-batches
+/// slower than `base` are not started again for ever.
+inline caf::timespan stall_wait(caf::timespan base, uint32_t stalls) {
+  return base * (int64_t{1} << std::min<uint32_t>(stalls, 6));
+}
+
+/// The stalls that count after a commit of a mini-batch that took `took`:
+/// one fewer where it fit the wait of one fewer (a lost message, not a
+/// slow step), so the wait shrinks back as mini-batches come quickly
+/// again, and stays long while they take long.
+inline uint32_t stalls_after_commit(uint32_t stalls, caf::timespan took,
+                                    caf::timespan base) {
+  return stalls > 0 && took < stall_wait(base, stalls - 1) ? stalls - 1
+                                                           : stalls;
+}
 
 /// Generation `g` for logs: "E" (the view's epoch that began it) or
 /// "E.n" (its n-th start again after a stall in that view).

@@ -155,7 +155,7 @@ void lead_start(driver_ptr self, uint64_t sync) {
   }
   st.started = sync;
   st.final_counted = false;
-  st.progress_at = std::chrono::steady_clock::now();
+  st.progress_at = st.step_began = std::chrono::steady_clock::now();
   watch_stall(self);
   auto since = st.missing_since;
   if (since != std::chrono::steady_clock::time_point{}) {
@@ -283,9 +283,11 @@ void on_stall_check(driver_ptr self) {
   auto quiet = std::chrono::steady_clock::now() - st.progress_at;
   // A sync under way retries by itself; a stage out of the view is the
   // absence's wait (on_view, 6).
-  if (st.started != st.syncing || quiet < stall_after(self) ||
+  if (st.started != st.syncing ||
+      quiet < stall_wait(stall_after(self), st.stalls) ||
       !all_stages(self, st.view, members) || members != st.members)
     return;
+  ++st.stalls;
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(quiet);
   bool end = st.lead_step >= st.total_steps;
   auto what = end ? "the final evaluation"
@@ -438,6 +440,10 @@ void on_done(driver_ptr self, uint64_t gen, uint64_t k, uint32_t rank) {
   if (st.done.size() < st.stages)
     return;
   st.done.clear();
+  auto now = std::chrono::steady_clock::now();
+  st.stalls =
+      stalls_after_commit(st.stalls, now - st.step_began, stall_after(self));
+  st.step_began = now;
   ++st.lead_step;
   for (auto& [r, d] : st.drivers) // 4
     self->send(d, commit_atom_v, gen, k);

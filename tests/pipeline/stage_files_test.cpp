@@ -157,6 +157,25 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
               y.lose_commit_step == 0);
 }
 
+BOOST_AUTO_TEST_CASE(the_stall_watch_waits_longer_while_steps_are_slow) {
+  using pipe::stall_wait, pipe::stalls_after_commit;
+  using std::chrono::seconds;
+  caf::timespan base = seconds{20};
+  BOOST_CHECK(stall_wait(base, 0) == seconds{20});
+  BOOST_CHECK(stall_wait(base, 1) == seconds{40});
+  BOOST_CHECK(stall_wait(base, 6) == seconds{20 * 64});
+  BOOST_CHECK(stall_wait(base, 60) == seconds{20 * 64}); // no more
+  // A lost message: the mini-batch after the start again is quick, and
+  // the wait shrinks back, one stall per commit.
+  BOOST_CHECK_EQUAL(stalls_after_commit(2, seconds{1}, base), 1u);
+  BOOST_CHECK_EQUAL(stalls_after_commit(1, seconds{1}, base), 0u);
+  BOOST_CHECK_EQUAL(stalls_after_commit(0, seconds{1}, base), 0u);
+  // Mini-batches of 50 s: the wait grew to 80 s (2 stalls) and stays,
+  // where one of 40 s would have started them again for ever.
+  BOOST_CHECK_EQUAL(stalls_after_commit(2, seconds{50}, base), 2u);
+  BOOST_CHECK_EQUAL(stalls_after_commit(1, seconds{50}, base), 1u);
+}
+
 BOOST_AUTO_TEST_CASE(a_cut_must_fit_the_model) {
   pipeline_settings x;
   x.cut_text = "2,3";
