@@ -36,14 +36,20 @@ std::set<uint32_t> lacking(driver_ptr self,
   return out;
 }
 
+/// `ranks` as "1, 2", for lines.
+std::string listed(const std::set<uint32_t>& ranks) {
+  std::string out;
+  for (auto r : ranks)
+    out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
 /// Ends the driver with member_missing: stages `out` of the replica are
 /// `why` (the process exits exit_job_stuck, not restarted).
 void end_stuck(driver_ptr self, const std::set<uint32_t>& out,
                const std::string& why) {
   auto& st = self->state;
-  std::string gone;
-  for (auto r : out)
-    gone += (gone.empty() ? "" : ", ") + std::to_string(r);
+  auto gone = listed(out);
   // Where the weights to resume from are: the stages' own checkpoints, or
   // (hybrid) the servers'.
   auto resume = hybrid(self) ? " with --resume to go on from the servers'"
@@ -252,13 +258,13 @@ void reach(driver_ptr self, uint64_t sync, uint32_t rank) {
 }
 
 /// The ranks of the replica's stages not through the mini-batch under
-/// way, as "1, 2".
-std::string not_done(driver_ptr self) {
+/// way.
+std::set<uint32_t> not_done(driver_ptr self) {
   auto& st = self->state;
-  std::string out;
+  std::set<uint32_t> out;
   for (uint32_t r = 0; r < st.stages; ++r)
     if (st.done.count(r) == 0)
-      out += (out.empty() ? "" : ", ") + std::to_string(r);
+      out.insert(r);
   return out;
 }
 
@@ -294,7 +300,7 @@ void on_stall_check(driver_ptr self) {
                   : "mini-batch " + std::to_string(st.lead_step);
   auto waiting =
       end ? "stage " + std::to_string(st.stages - 1) + " has not counted it"
-          : "stages " + not_done(self) + " not through it";
+          : "stages " + listed(not_done(self)) + " not through it";
   TROUPE_LOG(warning, who(self), what, ": no progress for ", ms.count(),
              " ms (", waiting,
              "), though every stage is in the cluster (a message lost with"
