@@ -49,8 +49,10 @@ struct pipeline_settings {
   /// with one line and exit_job_stuck (its agent does not restart it: the
   /// restart would wait again), in ms; 0 = for ever. Other replicas train
   /// on. Default 300000 (5 min: an agent restarts a stage in seconds). A
-  /// stage its agent gave up (the view's given_up) ends them at once,
-  /// unless 0.
+  /// stage its agent gave up (the view's given_up), or one that ended
+  /// stuck (the view's ended), ends them at once, unless 0. The lead waits
+  /// as long for a stage in the cluster that does not answer its sync (a
+  /// cut between the two alone).
   uint32_t stage_wait_ms = 300000;
   /// Fault injection, "S@K": stage S kills its own process (SIGKILL) in
   /// the middle of mini-batch K, once per checkpoint folder (its agent

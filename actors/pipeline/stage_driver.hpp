@@ -39,8 +39,10 @@
 //      says the lead finished.
 //   6: a view without one of the stages: the mini-batch under way cannot
 //      finish and will be dropped by the next start. One its agent gave up
-//      (the view's given_up) ends the driver at once; else it ends after
-//      --pipeline.stage-wait-ms without it (stage_lead.cpp).
+//      (the view's given_up), or one that ended stuck (the view's ended),
+//      ends the driver at once; else it ends after --pipeline.stage-wait-ms
+//      without it (stage_lead.cpp). The lead also ends after that wait
+//      where a stage in the view does not answer its sync (1).
 //   7: the lead's stall watch (on_stall_check): every stage in the view,
 //      but no done for stall_after (a start, done, commit or tensor lost
 //      with a connection that broke): the lead syncs again (1), in a new

@@ -176,6 +176,10 @@ struct driver_state {
   /// Since when each stage of the sync was asked, unanswered (its warning
   /// comes once a request timeout passed without an answer).
   std::map<uint32_t, std::chrono::steady_clock::time_point> asked_since;
+  /// When the sync under way began, and whether its stages that do not
+  /// answer were named on stdout (watch_sync).
+  std::chrono::steady_clock::time_point sync_began{};
+  bool sync_late = false;
   uint64_t lead_step = 0;
   std::set<uint32_t> done;
   /// Since when the pipeline waits to start again, and why ("a stage

@@ -67,12 +67,13 @@ void end_stuck(driver_ptr self, const std::set<uint32_t>& out,
                           " back and start the job again" + resume));
 }
 
-/// The stages of the replica in `lacks` whose process its agent gave up
-/// on (the view's given_up).
-std::set<uint32_t> given_up(driver_ptr self, const std::set<uint32_t>& lacks) {
+/// The stages of the replica in `lacks` that the view names in `ranks`
+/// (its given_up, or its ended).
+std::set<uint32_t> named_in(driver_ptr self, const std::vector<uint32_t>& ranks,
+                            const std::set<uint32_t>& lacks) {
   auto& st = self->state;
   std::set<uint32_t> out;
-  for (auto rank : st.view.given_up)
+  for (auto rank : ranks)
     if (rank / st.stages == st.replica && lacks.count(rank % st.stages) != 0)
       out.insert(rank % st.stages);
   return out;
@@ -82,20 +83,30 @@ std::set<uint32_t> given_up(driver_ptr self, const std::set<uint32_t>& lacks) {
 /// stage of the replica starts it (if it is not running), each later one
 /// keeps in `absent` only the stages it lacks too, and a view with every
 /// stage stops it. A stage its agent gave up on ends the driver at once
-/// (returns false): no restart will come to wait for; but 0 (wait for
-/// ever) waits for one started again by hand.
+/// (returns false): no restart will come to wait for; so do stages that
+/// ended stuck (the view's ended: each waited out its own bound), where
+/// they are all it lacks (else its own wait names the stages merely out,
+/// which the first to end waited for, and ends at about the same time).
+/// But 0 (wait for ever) waits for one started again by hand.
 bool watch_absence(driver_ptr self,
                    const std::map<uint32_t, node_info>& members) {
   auto& st = self->state;
   auto lacks = lacking(self, members);
   auto wait = st.cfg.pipeline.stage_wait_ms;
-  if (auto out = given_up(self, lacks);
-      !out.empty() && !st.finished && wait != 0) {
+  auto gone = named_in(self, st.view.given_up, lacks);
+  auto ended = named_in(self, st.view.ended, lacks);
+  bool by_agent = !gone.empty();
+  if ((by_agent || (!ended.empty() && ended == lacks)) && !st.finished &&
+      wait != 0) {
+    auto& out = by_agent ? gone : ended;
+    bool one = out.size() == 1;
     end_stuck(self, out,
-              out.size() == 1 ? "was given up by its agent (no restart"
-                                " will come)"
-                              : "were given up by their agents (no restart"
-                                " will come)");
+              by_agent
+                  ? std::string{one ? "was given up by its agent"
+                                    : "were given up by their agents"} +
+                        " (no restart will come)"
+                  : std::string{"ended stuck ("} + (one ? "its" : "their") +
+                        " output says why; no restart will come)");
     return false;
   }
   if (lacks.empty()) {
@@ -160,7 +171,6 @@ void lead_start(driver_ptr self, uint64_t sync) {
     self->send(st.drivers[r], start_atom_v, sync, step, prev, next);
   }
   st.started = sync;
-  st.final_counted = false;
   st.progress_at = st.step_began = std::chrono::steady_clock::now();
   watch_stall(self);
   auto since = st.missing_since;
@@ -225,6 +235,10 @@ void lead_sync(driver_ptr self, uint64_t epoch) {
   st.members = members;
   st.answers.clear();
   st.asked_since.clear();
+  st.sync_began = std::chrono::steady_clock::now();
+  st.sync_late = false;
+  st.final_counted = false; // of the generation this sync starts
+  watch_stall(self);        // also watches the sync (watch_sync)
   for (auto& m : members) {
     st.asked_since[m.first] = std::chrono::steady_clock::now();
     reach(self, st.syncing, m.first);
@@ -268,6 +282,52 @@ std::set<uint32_t> not_done(driver_ptr self) {
   return out;
 }
 
+/// The lead, its sync under way with every stage in the view (the same
+/// processes): names the stages that have not answered it on stdout once
+/// it took a request timeout, and ends the driver stuck once it took
+/// --pipeline.stage-wait-ms (unless 0). A stage the scheduler sees but the
+/// lead cannot reach (a cut between the two alone) was asked again for
+/// ever, and the job hung.
+void watch_sync(driver_ptr self) {
+  auto& st = self->state;
+  std::map<uint32_t, node_info> members;
+  if (!all_stages(self, st.view, members) || members != st.members)
+    return; // a stage out of the view: the absence's wait (on_view, 6)
+  std::set<uint32_t> silent;
+  for (auto& m : members)
+    if (st.answers.count(m.first) == 0)
+      silent.insert(m.first);
+  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - st.sync_began);
+  auto wait = st.cfg.pipeline.stage_wait_ms;
+  if (silent.empty() || waited < timeout(self))
+    return;
+  bool one = silent.size() == 1;
+  if (wait != 0 && waited.count() >= wait) {
+    end_stuck(self, silent,
+              std::string{one ? "is" : "are"} +
+                  " in the cluster but did not answer the lead for " +
+                  std::to_string(waited.count()) +
+                  " ms (--pipeline.stage-wait-ms): no connection between"
+                  " them");
+    return;
+  }
+  if (st.sync_late)
+    return;
+  st.sync_late = true;
+  auto bound = wait == 0 ? std::string{"for ever (--pipeline.stage-wait-ms=0)"}
+                         : "at most " + std::to_string(wait) +
+                               " ms (--pipeline.stage-wait-ms)";
+  auto which = (one ? "stage " : "stages ") + listed(silent) +
+               (one ? " is" : " are") + " in the cluster but " +
+               (one ? "has" : "have") + " not answered the lead for " +
+               std::to_string(waited.count()) + " ms";
+  TROUPE_LOG(warning, who(self), which, "; waiting ", bound);
+  std::printf("pipeline: %s (no connection between them?); waiting %s\n",
+              which.c_str(), bound.c_str());
+  std::fflush(stdout);
+}
+
 } // namespace
 
 /// The lead: driver `rank` of sync `sync` again, if it has not answered.
@@ -285,12 +345,14 @@ void on_stall_check(driver_ptr self) {
   if (st.finished || st.final_counted)
     return; // the finish is not watched
   watch_stall(self);
+  if (st.started != st.syncing) { // a sync under way retries by itself
+    watch_sync(self);
+    return;
+  }
   std::map<uint32_t, node_info> members;
   auto quiet = std::chrono::steady_clock::now() - st.progress_at;
-  // A sync under way retries by itself; a stage out of the view is the
-  // absence's wait (on_view, 6).
-  if (st.started != st.syncing ||
-      quiet < stall_wait(stall_after(self), st.stalls) ||
+  // A stage out of the view is the absence's wait (on_view, 6).
+  if (quiet < stall_wait(stall_after(self), st.stalls) ||
       !all_stages(self, st.view, members) || members != st.members)
     return;
   ++st.stalls;

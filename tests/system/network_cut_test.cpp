@@ -6,8 +6,9 @@
 // backup and no acknowledged update is lost; a worker cut from its server
 // alone (the scheduler still sees both) reconnects and loses nothing; a
 // pipeline stage cut from the other stages alone stalls the pipeline only
-// until the lead starts it again, and changes no weight. Afterwards no
-// namespace or link is left behind.
+// until the lead starts it again, and changes no weight, and one that stays
+// cut ends the job after the stage wait rather than hanging it. Afterwards
+// no namespace or link is left behind.
 //
 // Needs root (network namespaces): this test process moves into a network
 // namespace of its own first, so nothing on the machine changes, and runs
@@ -25,7 +26,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "actors/supervision/netns.hpp"
 #include "tests/system/nodes.hpp"
@@ -286,56 +289,109 @@ namespace {
 constexpr uint32_t stages = 3;
 constexpr uint64_t pipeline_steps = 1500;
 
-/// A 3-stage pipeline job (--cluster.servers=0, checkpoints into `dir`)
-/// on `server_host`, with stage 2 in a network namespace of its own;
-/// `cut`: once the stages began, stage 2 loses its route to the other
-/// stages (not to the scheduler) until the lead says the pipeline
-/// stalled. The agent's output once it ended cleanly.
+/// Starts a 3-stage pipeline job (--cluster.servers=0, checkpoints into
+/// `dir`, and `extra` flags) on `server_host`, with stage 2 in a network
+/// namespace of its own; returns its agent, and in `line` the agent's line
+/// that names that namespace.
+std::unique_ptr<child_process> start_pipeline(const scheduler_process& s,
+                                              const std::string& dir,
+                                              std::vector<std::string> extra,
+                                              std::string& line) {
+  std::vector<std::string> flags = {"--worker.task=stage",
+                                    "--cluster.servers=0",
+                                    "--pipeline.stages=3",
+                                    "--pipeline.schedule=1f1b",
+                                    "--pipeline.micro-batches=4",
+                                    "--pipeline.steps=" +
+                                        std::to_string(pipeline_steps),
+                                    "--pipeline.checkpoint-every=20",
+                                    "--pipeline.checkpoint-dir=" + dir,
+                                    "--train.model=mlp:784-64-48-32-10",
+                                    "--train.batch=32",
+                                    "--train.eval-samples=1000",
+                                    "--optimizer.name=sgd",
+                                    "--optimizer.lr=0.05",
+                                    "--kv.request-timeout-ms=2000",
+                                    "--fault.plan=heal:worker-2@0",
+                                    "--scheduler-host=" + cluster_host,
+                                    "--host=" + server_host};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  auto agent = start_agent(s, 0, stages, flags);
+  auto named = agent->wait_for_line("worker-2 runs in network namespace ", 5s);
+  BOOST_REQUIRE_MESSAGE(named, agent->output());
+  line = *named;
+  return agent;
+}
+
+/// Stage 2's routes to the other stages, cut.
+struct stage_cut {
+  std::string ns;
+  std::vector<std::string> routes;
+  /// Gives the routes back; true if every one came back (none to give
+  /// where the namespace went with its agent).
+  bool heal() {
+    std::error_code ec;
+    if (!std::filesystem::exists("/run/netns/" + ns, ec))
+      routes.clear();
+    bool all = true;
+    for (auto& to : routes)
+      all = ip("-n " + ns + " route del blackhole " + to + "/32") && all;
+    routes.clear();
+    return all;
+  }
+  ~stage_cut() { heal(); }
+};
+
+/// Once `agent` said `when` (by default: stage 2 began), cuts stage 2 (in
+/// the namespace its `line` names) from the other stages, not from the
+/// scheduler: its routes to their address and to its link's far end
+/// (whence the others' connections come) are blackholed.
+void cut_stage_2(child_process& agent, const std::string& line, stage_cut& cut,
+                 const std::string& when = "stage 2: generation ") {
+  // "... namespace troupe-P-worker-2 at 10.213.x.y (link ...)": the
+  // other stages reach stage 2 from the agent's end of its link, x.y - 1.
+  auto from = line.find("troupe-");
+  cut.ns = line.substr(from, line.find(' ', from) - from);
+  auto at = line.find(" at ", from) + 4;
+  auto child = line.substr(at, line.find(' ', at) - at);
+  auto dot = child.rfind('.') + 1;
+  auto link_end =
+      child.substr(0, dot) + std::to_string(std::stoi(child.substr(dot)) - 1);
+  BOOST_REQUIRE_MESSAGE(agent.wait_for_line("stage 2: generation ", 60s),
+                        agent.output());
+  for (auto& to : {server_host, link_end})
+    if (ip("-n " + cut.ns + " route add blackhole " + to + "/32"))
+      cut.routes.push_back(to);
+  BOOST_CHECK_EQUAL(cut.routes.size(), 2u);
+}
+
+/// The crashes among the scheduler's events `evs`: none, where the
+/// scheduler saw every stage all along.
+bool none_crashed(const std::vector<event_record>& evs) {
+  return std::none_of(evs.begin(), evs.end(), [](const event_record& e) {
+    return e.kind == "crashed";
+  });
+}
+
+/// Runs the pipeline job of start_pipeline to its end; `cut`: once the
+/// stages began, stage 2 loses its routes to the other stages (cut_stage_2)
+/// until the lead says the pipeline stalled. The agent's output once it
+/// ended cleanly.
 std::string run_pipeline(const std::string& dir, bool cut) {
   scheduler_process s{0, stages, on_cluster_host({})};
   scheduler_client log{s.port, cluster_host};
-  auto agent = start_agent(
-      s, 0, stages,
-      {"--worker.task=stage", "--cluster.servers=0", "--pipeline.stages=3",
-       "--pipeline.schedule=1f1b", "--pipeline.micro-batches=4",
-       "--pipeline.steps=" + std::to_string(pipeline_steps),
-       "--pipeline.checkpoint-every=20", "--pipeline.checkpoint-dir=" + dir,
-       "--train.model=mlp:784-64-48-32-10", "--train.batch=32",
-       "--train.eval-samples=1000", "--optimizer.name=sgd",
-       "--optimizer.lr=0.05", "--kv.request-timeout-ms=2000",
-       "--fault.plan=heal:worker-2@0", "--scheduler-host=" + cluster_host,
-       "--host=" + server_host});
-  auto line = agent->wait_for_line("worker-2 runs in network namespace ", 5s);
-  BOOST_REQUIRE_MESSAGE(line, agent->output());
+  std::string line;
+  auto agent = start_pipeline(s, dir, {}, line);
   if (cut) {
-    // "... namespace troupe-P-worker-2 at 10.213.x.y (link ...)": the
-    // other stages reach stage 2 from the agent's end of its link, x.y - 1.
-    auto from = line->find("troupe-");
-    auto ns = line->substr(from, line->find(' ', from) - from);
-    auto at = line->find(" at ", from) + 4;
-    auto child = line->substr(at, line->find(' ', at) - at);
-    auto dot = child.rfind('.') + 1;
-    auto link_end =
-        child.substr(0, dot) + std::to_string(std::stoi(child.substr(dot)) - 1);
-    BOOST_REQUIRE_MESSAGE(agent->wait_for_line("stage 2: generation ", 60s),
-                          agent->output());
-    std::vector<std::string> routes;
-    for (auto& to : {server_host, link_end})
-      if (ip("-n " + ns + " route add blackhole " + to + "/32"))
-        routes.push_back(to);
-    BOOST_CHECK_EQUAL(routes.size(), 2u);
+    stage_cut c;
+    cut_stage_2(*agent, line, c);
     auto stalled = agent->wait_for_line("made no progress for ", 60s);
-    for (auto& to : routes)
-      BOOST_CHECK(ip("-n " + ns + " route del blackhole " + to + "/32"));
+    BOOST_CHECK(c.heal());
     BOOST_REQUIRE_MESSAGE(stalled, agent->output());
   }
   expect_clean_end(*agent, 300s);
-  // Nobody was declared dead: the scheduler saw every stage all along.
   auto evs = log.events();
-  BOOST_CHECK_MESSAGE(
-      std::none_of(evs.begin(), evs.end(),
-                   [](const event_record& e) { return e.kind == "crashed"; }),
-      dump(evs));
+  BOOST_CHECK_MESSAGE(none_crashed(evs), dump(evs));
   return agent->output();
 }
 
@@ -362,6 +418,56 @@ BOOST_AUTO_TEST_CASE(a_pipeline_stage_cut_from_the_others_alone_stalls_a_while,
   BOOST_CHECK_MESSAGE(out.find("final test accuracy: ") != std::string::npos,
                       out);
   check_same_weights(plain.path, cut.path, "the cut", stages, pipeline_steps);
+}
+
+BOOST_AUTO_TEST_CASE(a_pipeline_stage_the_lead_cannot_reach_ends_the_job,
+                     *boost::unit_test::precondition(can_cut)) {
+  // Stage 2 keeps its cut from the other stages, and the scheduler still
+  // sees it. The lead's stall watch syncs again, and its sync cannot reach
+  // stage 2: it asked again for ever, and the job hung. Now the lead names
+  // stage 2 on stdout once a request timeout passed, and ends stuck after
+  // --pipeline.stage-wait-ms; the other two stages end at once on the view
+  // that says it ended stuck (not after a wait of their own), stage 2 too,
+  // cut as it is from all but the scheduler.
+  temp_dir d;
+  scheduler_process s{0, stages, on_cluster_host({})};
+  scheduler_client log{s.port, cluster_host};
+  std::string line;
+  auto agent =
+      start_pipeline(s, d.path, {"--pipeline.stage-wait-ms=15000"}, line);
+  stage_cut cut;
+  cut_stage_2(*agent, line, cut);
+  auto stuck = agent->wait_for_line(
+      "*** stage failed: stage: member_missing: stage 0: ", 120s);
+  // Had the others waited (15 s of their own), their lines would say
+  // "not in the cluster for 15000 ms" rather than "ended stuck".
+  auto rc = agent->wait_exit(60s); // its end removes the namespace, and cut
+  BOOST_REQUIRE_MESSAGE(stuck && rc, agent->output());
+  auto out = agent->output();
+  BOOST_TEST_MESSAGE("the agent's output:\n" << out);
+  BOOST_CHECK_NE(*rc, 0);
+  BOOST_CHECK_MESSAGE(
+      out.find("pipeline: stage 2 is in the cluster but has not answered the"
+               " lead for ") != std::string::npos,
+      out);
+  BOOST_CHECK_MESSAGE(
+      stuck->find("stage 0: stage 2 of replica 0 is in the"
+                  " cluster but did not answer the lead for ") !=
+          std::string::npos,
+      *stuck);
+  BOOST_CHECK_MESSAGE(occurrences(out, "of replica 0 ended stuck (its output"
+                                       " says why; no restart will come)") == 2,
+                      out);
+  BOOST_CHECK_MESSAGE(
+      occurrences(out, " could not go on: a member the job needs is gone") ==
+          stages,
+      out);
+  BOOST_CHECK_MESSAGE(out.find("final test accuracy: ") == std::string::npos,
+                      out);
+  BOOST_CHECK_MESSAGE(leftovers(agent->pid()).empty(),
+                      "left behind:" << leftovers(agent->pid()));
+  auto evs = log.events();
+  BOOST_CHECK_MESSAGE(none_crashed(evs), dump(evs));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
