@@ -9,7 +9,9 @@
 #include <set>
 
 #include "actors/base/log.hpp"
+#include "actors/cluster/connect.hpp"
 #include "actors/pipeline/stage_driver_internal.hpp"
+#include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
 namespace troupe::pipe {
@@ -204,7 +206,21 @@ void finish_again(driver_ptr self) {
   TROUPE_LOG(info, who(self),
              "no finish from the lead yet: sends its own"
              " again");
-  self->send(st.lead, finish_atom_v, st.gen);
+  // To the lead's address in the view, not to the handle its start came
+  // from: a connection that broke (a cut between the two alone) leaves
+  // that handle dead, and whatever is sent on it is lost; the connector
+  // makes a new connection where the old one is gone.
+  auto gen = st.gen;
+  connect_actor(
+      self, st.lead_node.host, st.lead_node.port, timeout(self),
+      [self, gen](caf::strong_actor_ptr& lead) {
+        if (lead && !self->state.finished)
+          self->send(caf::actor_cast<caf::actor>(lead), finish_atom_v, gen);
+      },
+      [self](caf::error& err) {
+        TROUPE_LOG(warning, who(self),
+                   "cannot reach the lead to finish: ", describe(err));
+      });
   self->delayed_send(self, stall_after(self) / 2, finish_atom_v);
 }
 

@@ -6,9 +6,10 @@
 // backup and no acknowledged update is lost; a worker cut from its server
 // alone (the scheduler still sees both) reconnects and loses nothing; a
 // pipeline stage cut from the other stages alone stalls the pipeline only
-// until the lead starts it again, and changes no weight, and one that stays
-// cut ends the job after the stage wait rather than hanging it. Afterwards
-// no namespace or link is left behind.
+// until the lead starts it again, and changes no weight, one that stays
+// cut ends the job after the stage wait rather than hanging it, and a
+// finish lost with the connection is sent anew. Afterwards no namespace or
+// link is left behind.
 //
 // Needs root (network namespaces): this test process moves into a network
 // namespace of its own first, so nothing on the machine changes, and runs
@@ -357,8 +358,7 @@ void cut_stage_2(child_process& agent, const std::string& line, stage_cut& cut,
   auto dot = child.rfind('.') + 1;
   auto link_end =
       child.substr(0, dot) + std::to_string(std::stoi(child.substr(dot)) - 1);
-  BOOST_REQUIRE_MESSAGE(agent.wait_for_line("stage 2: generation ", 60s),
-                        agent.output());
+  BOOST_REQUIRE_MESSAGE(agent.wait_for_line(when, 60s), agent.output());
   for (auto& to : {server_host, link_end})
     if (ip("-n " + cut.ns + " route add blackhole " + to + "/32"))
       cut.routes.push_back(to);
@@ -466,6 +466,38 @@ BOOST_AUTO_TEST_CASE(a_pipeline_stage_the_lead_cannot_reach_ends_the_job,
                       out);
   BOOST_CHECK_MESSAGE(leftovers(agent->pid()).empty(),
                       "left behind:" << leftovers(agent->pid()));
+  auto evs = log.events();
+  BOOST_CHECK_MESSAGE(none_crashed(evs), dump(evs));
+}
+
+BOOST_AUTO_TEST_CASE(a_finish_lost_with_a_broken_connection_is_sent_anew,
+                     *boost::unit_test::precondition(can_cut)) {
+  // The lead drops the last stage's first finish
+  // (--pipeline.fault-lose-finish=0), and stage 2, the last, is cut from
+  // it right then, long enough for their connection to break. Stage 2 sent
+  // its finish again on the handle of that connection, dead, for ever: the
+  // job hung at its end. Now each finish again goes to the lead's address
+  // in the view, on a new connection once the old one is gone: it cannot
+  // be made while the cut lasts (stage 2 says so), and once the routes
+  // come back the job ends cleanly, with one final line.
+  temp_dir d;
+  scheduler_process s{0, stages, on_cluster_host({})};
+  scheduler_client log{s.port, cluster_host};
+  std::string line;
+  auto agent =
+      start_pipeline(s, d.path, {"--pipeline.fault-lose-finish=0"}, line);
+  stage_cut cut;
+  cut_stage_2(*agent, line, cut, "fault injection: drops a finish");
+  // Twice: the cut then lasted twice the request timeout (2 s), past the
+  // connection timeout (2 s): their connection broke.
+  auto tried =
+      agent->wait_for_count("cannot reach the lead to finish: ", 2, 60s);
+  BOOST_CHECK(cut.heal());
+  BOOST_REQUIRE_MESSAGE(tried, agent->output());
+  expect_clean_end(*agent, 120s);
+  auto out = agent->output();
+  BOOST_TEST_MESSAGE("the agent's output:\n" << out);
+  BOOST_CHECK_EQUAL(occurrences(out, "final test accuracy: "), 1u);
   auto evs = log.events();
   BOOST_CHECK_MESSAGE(none_crashed(evs), dump(evs));
 }
