@@ -42,7 +42,7 @@
 //      (the view's given_up), or one that ended stuck (the view's ended),
 //      ends the driver at once; else it ends after --pipeline.stage-wait-ms
 //      without it (stage_lead.cpp). The lead also ends after that wait
-//      where a stage in the view does not answer its sync (1).
+//      where it cannot connect to a stage in the view in its sync (1).
 //   7: the lead's stall watch (on_stall_check): every stage in the view,
 //      but no done for stall_after (a start, done, commit or tensor lost
 //      with a connection that broke): the lead syncs again (1), in a new

@@ -176,9 +176,10 @@ struct driver_state {
   /// Since when each stage of the sync was asked, unanswered (its warning
   /// comes once a request timeout passed without an answer).
   std::map<uint32_t, std::chrono::steady_clock::time_point> asked_since;
-  /// When the sync under way began, and whether its stages that do not
-  /// answer were named on stdout (watch_sync).
-  std::chrono::steady_clock::time_point sync_began{};
+  /// Since when each stage of the sync under way could not be connected
+  /// to (every try failed since), and whether those were named on stdout
+  /// (watch_sync).
+  std::map<uint32_t, std::chrono::steady_clock::time_point> unreachable_since;
   bool sync_late = false;
   uint64_t lead_step = 0;
   std::set<uint32_t> done;

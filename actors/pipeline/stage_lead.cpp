@@ -235,7 +235,7 @@ void lead_sync(driver_ptr self, uint64_t epoch) {
   st.members = members;
   st.answers.clear();
   st.asked_since.clear();
-  st.sync_began = std::chrono::steady_clock::now();
+  st.unreachable_since.clear();
   st.sync_late = false;
   st.final_counted = false; // of the generation this sync starts
   watch_stall(self);        // also watches the sync (watch_sync)
@@ -260,14 +260,18 @@ void reach(driver_ptr self, uint64_t sync, uint32_t rank) {
         auto& st = self->state;
         if (st.syncing != sync || !ptr)
           return;
+        st.unreachable_since.erase(rank);
         st.drivers[rank] = caf::actor_cast<caf::actor>(ptr);
         ask(self, sync, st.drivers[rank], rank);
       },
       [self, sync, rank](caf::error& err) {
         TROUPE_LOG(warning, who(self), "cannot reach stage ", rank, ": ",
                    describe(err));
-        if (self->state.syncing == sync)
-          self->delayed_send(self, sync_retry, sync_atom_v, sync, rank);
+        auto& st = self->state;
+        if (st.syncing != sync)
+          return;
+        st.unreachable_since.emplace(rank, std::chrono::steady_clock::now());
+        self->delayed_send(self, sync_retry, sync_atom_v, sync, rank);
       });
 }
 
@@ -283,47 +287,56 @@ std::set<uint32_t> not_done(driver_ptr self) {
 }
 
 /// The lead, its sync under way with every stage in the view (the same
-/// processes): names the stages that have not answered it on stdout once
-/// it took a request timeout, and ends the driver stuck once it took
-/// --pipeline.stage-wait-ms (unless 0). A stage the scheduler sees but the
-/// lead cannot reach (a cut between the two alone) was asked again for
-/// ever, and the job hung.
+/// processes): names on stdout the stages it has not answered and could
+/// not connect to since a request timeout, and ends the driver stuck once
+/// one of them stayed so for --pipeline.stage-wait-ms (unless 0). A stage
+/// the scheduler sees but the lead cannot reach (a cut between the two
+/// alone) was asked again for ever, and the job hung. (A stage that is
+/// slow to answer, still building, can be connected to: not counted.)
 void watch_sync(driver_ptr self) {
   auto& st = self->state;
   std::map<uint32_t, node_info> members;
   if (!all_stages(self, st.view, members) || members != st.members)
     return; // a stage out of the view: the absence's wait (on_view, 6)
-  std::set<uint32_t> silent;
-  for (auto& m : members)
-    if (st.answers.count(m.first) == 0)
-      silent.insert(m.first);
-  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - st.sync_began);
-  auto wait = st.cfg.pipeline.stage_wait_ms;
-  if (silent.empty() || waited < timeout(self))
+  auto now = std::chrono::steady_clock::now();
+  auto wait = std::chrono::milliseconds{st.cfg.pipeline.stage_wait_ms};
+  std::set<uint32_t> cut, over;
+  std::chrono::milliseconds longest{0};
+  for (auto& [rank, since] : st.unreachable_since) {
+    auto out =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - since);
+    if (st.answers.count(rank) != 0 || out < timeout(self))
+      continue;
+    cut.insert(rank);
+    longest = std::max(longest, out);
+    if (wait.count() != 0 && out >= wait)
+      over.insert(rank);
+  }
+  if (cut.empty())
     return;
-  bool one = silent.size() == 1;
-  if (wait != 0 && waited.count() >= wait) {
-    end_stuck(self, silent,
-              std::string{one ? "is" : "are"} +
-                  " in the cluster but did not answer the lead for " +
-                  std::to_string(waited.count()) +
-                  " ms (--pipeline.stage-wait-ms): no connection between"
-                  " them");
+  bool one = cut.size() == 1;
+  auto which =
+      (one ? "stage " : "stages ") + listed(cut) + (one ? " is" : " are") +
+      " in the cluster, but the lead could not connect to " +
+      (one ? "it" : "them") + " for " + std::to_string(longest.count()) + " ms";
+  if (!over.empty()) {
+    end_stuck(self, over,
+              std::string{over.size() == 1 ? "is" : "are"} +
+                  " in the cluster, but the lead could not connect to " +
+                  (over.size() == 1 ? "it" : "them") + " for " +
+                  std::to_string(longest.count()) +
+                  " ms (--pipeline.stage-wait-ms)");
     return;
   }
   if (st.sync_late)
     return;
   st.sync_late = true;
-  auto bound = wait == 0 ? std::string{"for ever (--pipeline.stage-wait-ms=0)"}
-                         : "at most " + std::to_string(wait) +
-                               " ms (--pipeline.stage-wait-ms)";
-  auto which = (one ? "stage " : "stages ") + listed(silent) +
-               (one ? " is" : " are") + " in the cluster but " +
-               (one ? "has" : "have") + " not answered the lead for " +
-               std::to_string(waited.count()) + " ms";
+  auto bound = wait.count() == 0
+                   ? std::string{"for ever (--pipeline.stage-wait-ms=0)"}
+                   : "at most " + std::to_string(wait.count()) +
+                         " ms (--pipeline.stage-wait-ms)";
   TROUPE_LOG(warning, who(self), which, "; waiting ", bound);
-  std::printf("pipeline: %s (no connection between them?); waiting %s\n",
+  std::printf("pipeline: %s (a network cut between them?); waiting %s\n",
               which.c_str(), bound.c_str());
   std::fflush(stdout);
 }

@@ -425,8 +425,9 @@ BOOST_AUTO_TEST_CASE(a_pipeline_stage_the_lead_cannot_reach_ends_the_job,
   // Stage 2 keeps its cut from the other stages, and the scheduler still
   // sees it. The lead's stall watch syncs again, and its sync cannot reach
   // stage 2: it asked again for ever, and the job hung. Now the lead names
-  // stage 2 on stdout once a request timeout passed, and ends stuck after
-  // --pipeline.stage-wait-ms; the other two stages end at once on the view
+  // stage 2 on stdout once it could not connect to it for a request
+  // timeout, and ends stuck once it could not for --pipeline.stage-wait-ms;
+  // the other two stages end at once on the view
   // that says it ended stuck (not after a wait of their own), stage 2 too,
   // cut as it is from all but the scheduler.
   temp_dir d;
@@ -447,13 +448,12 @@ BOOST_AUTO_TEST_CASE(a_pipeline_stage_the_lead_cannot_reach_ends_the_job,
   BOOST_TEST_MESSAGE("the agent's output:\n" << out);
   BOOST_CHECK_NE(*rc, 0);
   BOOST_CHECK_MESSAGE(
-      out.find("pipeline: stage 2 is in the cluster but has not answered the"
-               " lead for ") != std::string::npos,
+      out.find("pipeline: stage 2 is in the cluster, but the lead could not"
+               " connect to it for ") != std::string::npos,
       out);
   BOOST_CHECK_MESSAGE(
-      stuck->find("stage 0: stage 2 of replica 0 is in the"
-                  " cluster but did not answer the lead for ") !=
-          std::string::npos,
+      stuck->find("stage 0: stage 2 of replica 0 is in the cluster, but the"
+                  " lead could not connect to it for ") != std::string::npos,
       *stuck);
   BOOST_CHECK_MESSAGE(occurrences(out, "of replica 0 ended stuck (its output"
                                        " says why; no restart will come)") == 2,
