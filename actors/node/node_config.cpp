@@ -325,7 +325,8 @@ void node_config::add_pipeline_options() {
       .add(pipeline.stage_wait_ms, "stage-wait-ms",
            "a stage missing from the cluster, or that its lead cannot"
            " connect to, this long ends the other stages of its replica"
-           " (exit 5; one given up or ended: at once); 0 = wait for ever")
+           " (exit 5; at once for one given up, or where all missing ended"
+           " so); 0 = wait for ever")
       .add(pipeline.fault_kill, "fault-kill",
            "fault injection: S@K, stage S kills its process in mini-batch K"
            " (once; S/R@K: of replica R); S@K:push, in its push of K to the"

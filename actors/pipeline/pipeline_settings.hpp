@@ -49,10 +49,11 @@ struct pipeline_settings {
   /// with one line and exit_job_stuck (its agent does not restart it: the
   /// restart would wait again), in ms; 0 = for ever. Other replicas train
   /// on. Default 300000 (5 min: an agent restarts a stage in seconds). A
-  /// stage its agent gave up (the view's given_up), or one that ended
-  /// stuck (the view's ended), ends them at once, unless 0. The lead waits
-  /// as long for a stage in the cluster it cannot connect to in its sync
-  /// (a cut between the two alone).
+  /// stage its agent gave up (the view's given_up) ends them at once, and
+  /// so do stages that ended stuck (the view's ended) where they are all
+  /// that is missing; unless 0. The lead waits as long (twice
+  /// --kv.request-timeout-ms at least) for a stage in the cluster it
+  /// cannot connect to in its sync (a cut between the two alone).
   uint32_t stage_wait_ms = 300000;
   /// Fault injection, "S@K": stage S kills its own process (SIGKILL) in
   /// the middle of mini-batch K, once per checkpoint folder (its agent

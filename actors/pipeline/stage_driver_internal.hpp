@@ -177,9 +177,9 @@ struct driver_state {
   /// comes once a request timeout passed without an answer).
   std::map<uint32_t, std::chrono::steady_clock::time_point> asked_since;
   /// Since when each stage of the sync under way could not be connected
-  /// to (every try failed since), and whether those were named on stdout
-  /// (watch_sync).
+  /// to (every try failed since: from the first failed try's start).
   std::map<uint32_t, std::chrono::steady_clock::time_point> unreachable_since;
+  /// Those were named on stdout in this sync (watch_sync).
   bool sync_late = false;
   uint64_t lead_step = 0;
   std::set<uint32_t> done;
@@ -208,6 +208,12 @@ struct driver_state {
   std::chrono::steady_clock::time_point absent_since{};
   std::set<uint32_t> absent;
   uint64_t absences = 0;
+  /// Every driver: the stages of its replica it saw in a view (a stage
+  /// that ended stuck ends it at once only if it saw that stage live: one
+  /// started again by hand waits for the others).
+  std::set<uint32_t> seen;
+  /// The last stage: its finish sent again this many times (finish_again).
+  uint32_t finish_resends = 0;
 };
 
 using driver_ptr = caf::stateful_actor<driver_state>*;
@@ -360,14 +366,15 @@ void retry(driver_ptr self, uint64_t epoch, uint32_t rank);
 /// The lead: stage `rank` is through mini-batch `k` of generation `gen`
 /// (3); once all are, the commit (4).
 void on_done(driver_ptr self, uint64_t gen, uint64_t k, uint32_t rank);
-/// The lead's stall watch, every half stall_after while it leads a
-/// generation: where no stage made progress for stall_after while every
+/// The lead's stall watch, every half stall_after from its first sync:
+/// where no stage made progress for stall_after while every
 /// stage is in the view, a start, done, commit or tensor was lost on a
 /// connection that broke (the scheduler still sees every process, so no
 /// view comes to end the wait): the lead syncs again, and the stages start
 /// a new generation from the newest step all have, as after a stage that
 /// died. After the last commit, until the last stage says it counted the
-/// final evaluation (on_final_counted).
+/// final evaluation (on_final_counted). During a sync it watches the
+/// stages the lead cannot connect to instead (watch_sync, stage_lead.cpp).
 void on_stall_check(driver_ptr self);
 /// The lead: the last stage counted generation `gen`'s final evaluation,
 /// after mini-batch `step` (its line may wait for the replicas below).

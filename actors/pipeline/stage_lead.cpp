@@ -95,6 +95,8 @@ bool watch_absence(driver_ptr self,
   auto wait = st.cfg.pipeline.stage_wait_ms;
   auto gone = named_in(self, st.view.given_up, lacks);
   auto ended = named_in(self, st.view.ended, lacks);
+  for (auto it = ended.begin(); it != ended.end();)
+    it = st.seen.count(*it) != 0 ? std::next(it) : ended.erase(it);
   bool by_agent = !gone.empty();
   if ((by_agent || (!ended.empty() && ended == lacks)) && !st.finished &&
       wait != 0) {
@@ -254,6 +256,7 @@ void reach(driver_ptr self, uint64_t sync, uint32_t rank) {
     ask(self, sync, st.drivers[rank], rank);
     return;
   }
+  auto tried = std::chrono::steady_clock::now(); // unreachable since then
   connect_actor(
       self, n.host, n.port, timeout(self),
       [self, sync, rank](caf::strong_actor_ptr& ptr) {
@@ -264,13 +267,13 @@ void reach(driver_ptr self, uint64_t sync, uint32_t rank) {
         st.drivers[rank] = caf::actor_cast<caf::actor>(ptr);
         ask(self, sync, st.drivers[rank], rank);
       },
-      [self, sync, rank](caf::error& err) {
+      [self, sync, rank, tried](caf::error& err) {
         TROUPE_LOG(warning, who(self), "cannot reach stage ", rank, ": ",
                    describe(err));
         auto& st = self->state;
         if (st.syncing != sync)
           return;
-        st.unreachable_since.emplace(rank, std::chrono::steady_clock::now());
+        st.unreachable_since.emplace(rank, tried);
         self->delayed_send(self, sync_retry, sync_atom_v, sync, rank);
       });
 }
@@ -286,20 +289,30 @@ std::set<uint32_t> not_done(driver_ptr self) {
   return out;
 }
 
-/// The lead, its sync under way with every stage in the view (the same
+/// What is said of stages `ranks` the lead could not connect to for `ms`:
+/// "is in the cluster, but the lead could not connect to it for N ms".
+std::string unreachable_words(const std::set<uint32_t>& ranks,
+                              std::chrono::milliseconds ms) {
+  bool one = ranks.size() == 1;
+  return std::string{one ? "is" : "are"} +
+         " in the cluster, but the lead could not connect to " +
+         (one ? "it" : "them") + " for " + std::to_string(ms.count()) + " ms";
+}
+
+/// The lead, its sync under way (every stage in the view, the same
 /// processes): names on stdout the stages it has not answered and could
-/// not connect to since a request timeout, and ends the driver stuck once
-/// one of them stayed so for --pipeline.stage-wait-ms (unless 0). A stage
-/// the scheduler sees but the lead cannot reach (a cut between the two
-/// alone) was asked again for ever, and the job hung. (A stage that is
-/// slow to answer, still building, can be connected to: not counted.)
+/// not connect to for a request timeout, and ends the driver stuck once
+/// one of them stayed so for --pipeline.stage-wait-ms, but twice the
+/// request timeout at least (unless 0: a streak of failed connects to a
+/// healthy stage on a starved machine must not end a job). A stage the
+/// scheduler sees but the lead cannot reach (a cut between the two alone)
+/// was asked again for ever, and the job hung. A stage slow to answer
+/// (still building its layers) can be connected to: not counted.
 void watch_sync(driver_ptr self) {
   auto& st = self->state;
-  std::map<uint32_t, node_info> members;
-  if (!all_stages(self, st.view, members) || members != st.members)
-    return; // a stage out of the view: the absence's wait (on_view, 6)
   auto now = std::chrono::steady_clock::now();
   auto wait = std::chrono::milliseconds{st.cfg.pipeline.stage_wait_ms};
+  auto bound = std::max<caf::timespan>(wait, stall_after(self));
   std::set<uint32_t> cut, over;
   std::chrono::milliseconds longest{0};
   for (auto& [rank, since] : st.unreachable_since) {
@@ -309,36 +322,31 @@ void watch_sync(driver_ptr self) {
       continue;
     cut.insert(rank);
     longest = std::max(longest, out);
-    if (wait.count() != 0 && out >= wait)
+    if (wait.count() != 0 && out >= bound)
       over.insert(rank);
   }
-  if (cut.empty())
-    return;
-  bool one = cut.size() == 1;
-  auto which =
-      (one ? "stage " : "stages ") + listed(cut) + (one ? " is" : " are") +
-      " in the cluster, but the lead could not connect to " +
-      (one ? "it" : "them") + " for " + std::to_string(longest.count()) + " ms";
   if (!over.empty()) {
     end_stuck(self, over,
-              std::string{over.size() == 1 ? "is" : "are"} +
-                  " in the cluster, but the lead could not connect to " +
-                  (over.size() == 1 ? "it" : "them") + " for " +
-                  std::to_string(longest.count()) +
-                  " ms (--pipeline.stage-wait-ms)");
+              unreachable_words(over, longest) + " (--pipeline.stage-wait-ms)");
     return;
   }
-  if (st.sync_late)
+  if (cut.empty() || st.sync_late)
     return;
   st.sync_late = true;
-  auto bound = wait.count() == 0
+  auto which = (cut.size() == 1 ? "stage " : "stages ") + listed(cut) + " " +
+               unreachable_words(cut, longest);
+  auto until = wait.count() == 0
                    ? std::string{"for ever (--pipeline.stage-wait-ms=0)"}
                    : "at most " + std::to_string(wait.count()) +
                          " ms (--pipeline.stage-wait-ms)";
-  TROUPE_LOG(warning, who(self), which, "; waiting ", bound);
+  TROUPE_LOG(warning, who(self), which, "; waiting ", until);
   std::printf("pipeline: %s (a network cut between them?); waiting %s\n",
-              which.c_str(), bound.c_str());
+              which.c_str(), until.c_str());
   std::fflush(stdout);
+  if (st.missing_since == std::chrono::steady_clock::time_point{}) {
+    st.missing_since = now - longest; // "every stage is back" at the start
+    st.restart_why = "the lead could not connect to a stage";
+  }
 }
 
 } // namespace
@@ -358,15 +366,16 @@ void on_stall_check(driver_ptr self) {
   if (st.finished || st.final_counted)
     return; // the finish is not watched
   watch_stall(self);
+  // A stage out of the view is the absence's wait (on_view, 6).
+  std::map<uint32_t, node_info> members;
+  if (!all_stages(self, st.view, members) || members != st.members)
+    return;
   if (st.started != st.syncing) { // a sync under way retries by itself
     watch_sync(self);
     return;
   }
-  std::map<uint32_t, node_info> members;
   auto quiet = std::chrono::steady_clock::now() - st.progress_at;
-  // A stage out of the view is the absence's wait (on_view, 6).
-  if (quiet < stall_wait(stall_after(self), st.stalls) ||
-      !all_stages(self, st.view, members) || members != st.members)
+  if (quiet < stall_wait(stall_after(self), st.stalls))
     return;
   ++st.stalls;
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(quiet);
@@ -419,6 +428,8 @@ void on_view(driver_ptr self, const frame& f) {
   }
   std::map<uint32_t, node_info> members;
   bool all = all_stages(self, st.view, members);
+  for (auto& m : members)
+    st.seen.insert(m.first);
   if (!watch_absence(self, members))
     return; // ended
   auto wait = st.cfg.pipeline.stage_wait_ms;

@@ -206,10 +206,17 @@ void finish_again(driver_ptr self) {
   TROUPE_LOG(info, who(self),
              "no finish from the lead yet: sends its own"
              " again");
-  // To the lead's address in the view, not to the handle its start came
-  // from: a connection that broke (a cut between the two alone) leaves
-  // that handle dead, and whatever is sent on it is lost; the connector
-  // makes a new connection where the old one is gone.
+  // First on the handle its start came from; then to the lead's address
+  // in the view: a connection that broke (a cut between the two alone)
+  // leaves that handle dead, and whatever is sent on it is lost; the
+  // connector makes a new connection where the old one is gone. (Not at
+  // once: a second connection between two connected nodes can break the
+  // first, and a finish is mostly lost alone.)
+  if (st.finish_resends++ == 0) {
+    self->send(st.lead, finish_atom_v, st.gen);
+    self->delayed_send(self, stall_after(self) / 2, finish_atom_v);
+    return;
+  }
   auto gen = st.gen;
   connect_actor(
       self, st.lead_node.host, st.lead_node.port, timeout(self),

@@ -80,23 +80,6 @@ public:
     }
   }
 
-  /// Reads output until `needle` occurred `n` times in it; false if the
-  /// deadline passed or the process closed its output first.
-  bool wait_for_count(const std::string& needle, size_t n,
-                      std::chrono::milliseconds limit) {
-    auto deadline = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-      size_t seen = 0;
-      for (auto at = out_.find(needle); at != std::string::npos;
-           at = out_.find(needle, at + needle.size()))
-        ++seen;
-      if (seen >= n)
-        return true;
-      if (!read_some(deadline))
-        return false;
-    }
-  }
-
   /// Reads what the process printed so far without waiting: a test that
   /// works a while between waits calls it, or a full pipe blocks the
   /// process on its next log line.
