@@ -290,41 +290,6 @@ namespace {
 constexpr uint32_t stages = 3;
 constexpr uint64_t pipeline_steps = 1500;
 
-/// Starts a 3-stage pipeline job (--cluster.servers=0, checkpoints into
-/// `dir`, requests timing out after `timeout_ms`, and `extra` flags) on
-/// `server_host`, with stage 2 in a network namespace of its own; returns
-/// its agent, and in `line` the agent's line that names that namespace.
-std::unique_ptr<child_process> start_pipeline(const scheduler_process& s,
-                                              const std::string& dir,
-                                              std::vector<std::string> extra,
-                                              std::string& line,
-                                              uint32_t timeout_ms = 2000) {
-  std::vector<std::string> flags = {
-      "--worker.task=stage",
-      "--cluster.servers=0",
-      "--pipeline.stages=3",
-      "--pipeline.schedule=1f1b",
-      "--pipeline.micro-batches=4",
-      "--pipeline.steps=" + std::to_string(pipeline_steps),
-      "--pipeline.checkpoint-every=20",
-      "--pipeline.checkpoint-dir=" + dir,
-      "--train.model=mlp:784-64-48-32-10",
-      "--train.batch=32",
-      "--train.eval-samples=1000",
-      "--optimizer.name=sgd",
-      "--optimizer.lr=0.05",
-      "--kv.request-timeout-ms=" + std::to_string(timeout_ms),
-      "--fault.plan=heal:worker-2@0",
-      "--scheduler-host=" + cluster_host,
-      "--host=" + server_host};
-  flags.insert(flags.end(), extra.begin(), extra.end());
-  auto agent = start_agent(s, 0, stages, flags);
-  auto named = agent->wait_for_line("worker-2 runs in network namespace ", 5s);
-  BOOST_REQUIRE_MESSAGE(named, agent->output());
-  line = *named;
-  return agent;
-}
-
 /// Stage 2's routes to the other stages, cut.
 struct stage_cut {
   std::string ns;
@@ -344,27 +309,53 @@ struct stage_cut {
   ~stage_cut() { heal(); }
 };
 
-/// Once `agent` said `when` (by default: stage 2 began), cuts stage 2 (in
-/// the namespace its `line` names) from the other stages, not from the
-/// scheduler: its routes to their address and to its link's far end
-/// (whence the others' connections come) are blackholed.
-void cut_stage_2(child_process& agent, const std::string& line, stage_cut& cut,
-                 const std::string& when = "stage 2: generation ") {
-  // "... namespace troupe-P-worker-2 at 10.213.x.y (link ...)": the
-  // other stages reach stage 2 from the agent's end of its link, x.y - 1.
-  auto from = line.find("troupe-");
-  cut.ns = line.substr(from, line.find(' ', from) - from);
-  auto at = line.find(" at ", from) + 4;
-  auto child = line.substr(at, line.find(' ', at) - at);
-  auto dot = child.rfind('.') + 1;
-  auto link_end =
-      child.substr(0, dot) + std::to_string(std::stoi(child.substr(dot)) - 1);
-  BOOST_REQUIRE_MESSAGE(agent.wait_for_line(when, 60s), agent.output());
-  for (auto& to : {server_host, link_end})
-    if (ip("-n " + cut.ns + " route add blackhole " + to + "/32"))
-      cut.routes.push_back(to);
-  BOOST_CHECK_EQUAL(cut.routes.size(), 2u);
-}
+/// A 3-stage pipeline job (--cluster.servers=0, checkpoints into `dir`,
+/// requests timing out after `timeout_ms`, and `extra` flags) on
+/// `server_host`, under a scheduler of its own, with stage 2 in a network
+/// namespace of its own.
+struct pipeline_job {
+  scheduler_process s{0, stages, on_cluster_host({})};
+  scheduler_client log{s.port, cluster_host};
+  std::unique_ptr<child_process> agent;
+  std::string line; ///< the agent's, naming stage 2's namespace
+  stage_cut routes;
+
+  pipeline_job(const std::string& dir, std::vector<std::string> extra,
+               uint32_t timeout_ms = 2000) {
+    std::vector<std::string> flags = {
+        "--kv.request-timeout-ms=" + std::to_string(timeout_ms),
+        "--fault.plan=heal:worker-2@0", "--scheduler-host=" + cluster_host,
+        "--host=" + server_host};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    agent = start_agent(s, 0, stages,
+                        stage_job_flags(dir, pipeline_steps, "0.05", flags));
+    auto named =
+        agent->wait_for_line("worker-2 runs in network namespace ", 5s);
+    BOOST_REQUIRE_MESSAGE(named, agent->output());
+    line = *named;
+  }
+
+  /// Once the agent said `when` (by default: stage 2 began), cuts stage 2
+  /// from the other stages, not from the scheduler: its routes to their
+  /// address and to its link's far end (whence the others' connections
+  /// come) are blackholed.
+  void cut(const std::string& when = "stage 2: generation ") {
+    // "... namespace troupe-P-worker-2 at 10.213.x.y (link ...)": the
+    // other stages reach stage 2 from the agent's end of its link, x.y - 1.
+    auto from = line.find("troupe-");
+    routes.ns = line.substr(from, line.find(' ', from) - from);
+    auto at = line.find(" at ", from) + 4;
+    auto child = line.substr(at, line.find(' ', at) - at);
+    auto dot = child.rfind('.') + 1;
+    auto link_end =
+        child.substr(0, dot) + std::to_string(std::stoi(child.substr(dot)) - 1);
+    BOOST_REQUIRE_MESSAGE(agent->wait_for_line(when, 60s), agent->output());
+    for (auto& to : {server_host, link_end})
+      if (ip("-n " + routes.ns + " route add blackhole " + to + "/32"))
+        routes.routes.push_back(to);
+    BOOST_CHECK_EQUAL(routes.routes.size(), 2u);
+  }
+};
 
 /// The crashes among the scheduler's events `evs`: none, where the
 /// scheduler saw every stage all along.
@@ -374,24 +365,21 @@ bool none_crashed(const std::vector<event_record>& evs) {
   });
 }
 
-/// Runs the pipeline job of start_pipeline to its end; `cut`: once the
-/// stages began, stage 2 loses its routes to the other stages (cut_stage_2)
+/// Runs a pipeline_job to its end; `cut`: once the stages began, stage 2
+/// loses its routes to the other stages (pipeline_job::cut)
 /// until the lead says the pipeline stalled. The agent's output once it
 /// ended cleanly.
 std::string run_pipeline(const std::string& dir, bool cut) {
-  scheduler_process s{0, stages, on_cluster_host({})};
-  scheduler_client log{s.port, cluster_host};
-  std::string line;
-  auto agent = start_pipeline(s, dir, {}, line);
+  pipeline_job job{dir, {}};
+  auto& agent = job.agent;
   if (cut) {
-    stage_cut c;
-    cut_stage_2(*agent, line, c);
+    job.cut();
     auto stalled = agent->wait_for_line("made no progress for ", 60s);
-    BOOST_CHECK(c.heal());
+    BOOST_CHECK(job.routes.heal());
     BOOST_REQUIRE_MESSAGE(stalled, agent->output());
   }
   expect_clean_end(*agent, 300s);
-  auto evs = log.events();
+  auto evs = job.log.events();
   BOOST_CHECK_MESSAGE(none_crashed(evs), dump(evs));
   return agent->output();
 }
@@ -432,13 +420,9 @@ BOOST_AUTO_TEST_CASE(a_pipeline_stage_the_lead_cannot_reach_ends_the_job,
   // that says it ended stuck (not after a wait of their own), stage 2 too,
   // cut as it is from all but the scheduler.
   temp_dir d;
-  scheduler_process s{0, stages, on_cluster_host({})};
-  scheduler_client log{s.port, cluster_host};
-  std::string line;
-  auto agent =
-      start_pipeline(s, d.path, {"--pipeline.stage-wait-ms=15000"}, line);
-  stage_cut cut;
-  cut_stage_2(*agent, line, cut);
+  pipeline_job job{d.path, {"--pipeline.stage-wait-ms=15000"}};
+  auto& agent = job.agent;
+  job.cut();
   auto stuck = agent->wait_for_line(
       "*** stage failed: stage: member_missing: stage 0: ", 120s);
   // Had the others waited (15 s of their own), their lines would say
@@ -467,7 +451,7 @@ BOOST_AUTO_TEST_CASE(a_pipeline_stage_the_lead_cannot_reach_ends_the_job,
                       out);
   BOOST_CHECK_MESSAGE(leftovers(agent->pid()).empty(),
                       "left behind:" << leftovers(agent->pid()));
-  auto evs = log.events();
+  auto evs = job.log.events();
   BOOST_CHECK_MESSAGE(none_crashed(evs), dump(evs));
 }
 
@@ -485,21 +469,17 @@ BOOST_AUTO_TEST_CASE(a_finish_lost_with_a_broken_connection_is_sent_anew,
   // again (half a stall later), and lasts twice that, far past the
   // connection timeout (2 s).
   temp_dir d;
-  scheduler_process s{0, stages, on_cluster_host({})};
-  scheduler_client log{s.port, cluster_host};
-  std::string line;
-  auto agent =
-      start_pipeline(s, d.path, {"--pipeline.fault-lose-finish=0"}, line, 5000);
-  stage_cut cut;
-  cut_stage_2(*agent, line, cut, "fault injection: drops a finish");
+  pipeline_job job{d.path, {"--pipeline.fault-lose-finish=0"}, 5000};
+  auto& agent = job.agent;
+  job.cut("fault injection: drops a finish");
   auto tried = agent->wait_for_line("cannot reach the lead to finish: ", 60s);
-  BOOST_CHECK(cut.heal());
+  BOOST_CHECK(job.routes.heal());
   BOOST_REQUIRE_MESSAGE(tried, agent->output());
   expect_clean_end(*agent, 120s);
   auto out = agent->output();
   BOOST_TEST_MESSAGE("the agent's output:\n" << out);
   BOOST_CHECK_EQUAL(occurrences(out, "final test accuracy: "), 1u);
-  auto evs = log.events();
+  auto evs = job.log.events();
   BOOST_CHECK_MESSAGE(none_crashed(evs), dump(evs));
 }
 

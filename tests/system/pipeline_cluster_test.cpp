@@ -47,24 +47,11 @@ constexpr uint64_t job_steps = 90;
 std::vector<std::string> job_flags(const std::string& dir,
                                    std::vector<std::string> extra = {},
                                    uint64_t steps = job_steps) {
-  std::vector<std::string> flags{"--worker.task=stage",
-                                 "--cluster.servers=0",
-                                 "--pipeline.stages=3",
-                                 "--pipeline.schedule=1f1b",
-                                 "--pipeline.micro-batches=4",
-                                 "--pipeline.steps=" + std::to_string(steps),
-                                 "--pipeline.checkpoint-every=20",
-                                 "--pipeline.checkpoint-dir=" + dir,
-                                 "--train.model=mlp:784-64-48-32-10",
-                                 "--train.batch=32",
-                                 "--train.eval-samples=1000",
-                                 "--optimizer.name=sgd",
-                                 "--optimizer.lr=0.1",
-                                 "--optimizer.lr-decay-steps=30",
+  std::vector<std::string> flags{"--optimizer.lr-decay-steps=30",
                                  "--optimizer.lr-decay=0.5",
                                  "--optimizer.weight-decay=0.0001"};
   flags.insert(flags.end(), extra.begin(), extra.end());
-  return flags;
+  return stage_job_flags(dir, steps, "0.1", flags);
 }
 
 /// Runs the job under one agent; its output once the agent exited 0.

@@ -1,7 +1,7 @@
-// The weights a pipeline job of stage processes (--cluster.servers=0) ends
-// with, read from its stages' final checkpoints, and their comparison with
-// another run's: a fault the pipeline survived must leave them bit for bit
-// as a run without it did.
+// The pipeline job of stage processes (--cluster.servers=0) that tests
+// run, and the weights it ends with, read from its stages' final
+// checkpoints, and their comparison with another run's: a fault the
+// pipeline survived must leave them bit for bit as a run without it did.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,29 @@
 #include "messages/checkpoint.hpp"
 
 namespace troupe::test {
+
+/// The flags of a 3-stage job of `steps` mini-batches of
+/// mlp:784-64-48-32-10 with SGD at `lr`, checkpoints into `dir` every 20,
+/// then `extra`.
+inline std::vector<std::string>
+stage_job_flags(const std::string& dir, uint64_t steps, const std::string& lr,
+                const std::vector<std::string>& extra) {
+  std::vector<std::string> flags{"--worker.task=stage",
+                                 "--cluster.servers=0",
+                                 "--pipeline.stages=3",
+                                 "--pipeline.schedule=1f1b",
+                                 "--pipeline.micro-batches=4",
+                                 "--pipeline.steps=" + std::to_string(steps),
+                                 "--pipeline.checkpoint-every=20",
+                                 "--pipeline.checkpoint-dir=" + dir,
+                                 "--train.model=mlp:784-64-48-32-10",
+                                 "--train.batch=32",
+                                 "--train.eval-samples=1000",
+                                 "--optimizer.name=sgd",
+                                 "--optimizer.lr=" + lr};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
+}
 
 /// Every one of `stages` stages' weights at the end (mini-batch `steps`)
 /// of a run into checkpoint folder `dir`.
