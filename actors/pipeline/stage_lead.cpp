@@ -300,9 +300,9 @@ std::string unreachable_words(const std::set<uint32_t>& ranks,
 }
 
 /// The lead, its sync under way (every stage in the view, the same
-/// processes): names on stdout the stages it has not answered and could
-/// not connect to for a request timeout, and ends the driver stuck once
-/// one of them stayed so for --pipeline.stage-wait-ms, but twice the
+/// processes): names on stdout the stages that have not answered it and
+/// it could not connect to for a request timeout, and ends the driver stuck
+/// once one of them stayed so for --pipeline.stage-wait-ms, but twice the
 /// request timeout at least (unless 0: a streak of failed connects to a
 /// healthy stage on a starved machine must not end a job). A stage the
 /// scheduler sees but the lead cannot reach (a cut between the two alone)
