@@ -45,26 +45,27 @@ std::string listed(const std::set<uint32_t>& ranks) {
 }
 
 /// Ends the driver with member_missing: stages `out` of the replica are
-/// `why` (the process exits exit_job_stuck, not restarted).
+/// `why` (the process exits exit_job_stuck, not restarted); `remedy` says
+/// what to do before the job starts again ("" = bring them back).
 void end_stuck(driver_ptr self, const std::set<uint32_t>& out,
-               const std::string& why) {
+               const std::string& why, const std::string& remedy = "") {
   auto& st = self->state;
   auto gone = listed(out);
+  auto them = out.size() == 1 ? "it" : "them";
   // Where the weights to resume from are: the stages' own checkpoints, or
   // (hybrid) the servers'.
   auto resume = hybrid(self) ? " with --resume to go on from the servers'"
                                " last checkpoint (--checkpoint.dir)"
                              : " with the same --pipeline.checkpoint-dir to"
                                " resume from the stages' checkpoints";
-  self->quit(
-      caf::make_error(errc::member_missing,
-                      who(self) + (out.size() == 1 ? ": stage " : ": stages ") +
-                          gone + " of replica " + std::to_string(st.replica) +
-                          " " + why + ": the replica cannot go on without " +
-                          (out.size() == 1 ? "it" : "them") +
-                          ", so this stage ends too (not restarted); bring " +
-                          (out.size() == 1 ? "it" : "them") +
-                          " back and start the job again" + resume));
+  self->quit(caf::make_error(
+      errc::member_missing,
+      who(self) + (out.size() == 1 ? ": stage " : ": stages ") + gone +
+          " of replica " + std::to_string(st.replica) + " " + why +
+          ": the replica cannot go on without " + them +
+          ", so this stage ends too (not restarted); " +
+          (remedy.empty() ? "bring " + std::string{them} + " back" : remedy) +
+          " and start the job again" + resume));
 }
 
 /// The stages of the replica in `lacks` that the view names in `ranks`
@@ -327,7 +328,10 @@ void watch_sync(driver_ptr self) {
   }
   if (!over.empty()) {
     end_stuck(self, over,
-              unreachable_words(over, longest) + " (--pipeline.stage-wait-ms)");
+              unreachable_words(over, longest) + " (--pipeline.stage-wait-ms)",
+              std::string{"let this host reach "} +
+                  (over.size() == 1 ? "its host" : "their hosts") +
+                  " again (a network cut?)");
     return;
   }
   if (cut.empty() || st.sync_late)

@@ -440,6 +440,10 @@ BOOST_AUTO_TEST_CASE(a_pipeline_stage_the_lead_cannot_reach_ends_the_job,
       stuck->find("stage 0: stage 2 of replica 0 is in the cluster, but the"
                   " lead could not connect to it for ") != std::string::npos,
       *stuck);
+  BOOST_CHECK_MESSAGE(stuck->find("; let this host reach its host again (a"
+                                  " network cut?) and start the job again") !=
+                          std::string::npos,
+                      *stuck);
   BOOST_CHECK_MESSAGE(occurrences(out, "of replica 0 ended stuck (its output"
                                        " says why; no restart will come)") == 2,
                       out);
