@@ -41,9 +41,9 @@
 //      finish and will be dropped by the next start. One its agent gave up
 //      (the view's given_up), or ones that ended stuck (the view's ended)
 //      where they are all it lacks, end the driver at once; else it ends
-//      after --pipeline.stage-wait-ms
-//      without it (stage_lead.cpp). The lead also ends after that wait
-//      where it cannot connect to a stage in the view in its sync (1).
+//      after --pipeline.stage-wait-ms without it (stage_lead.cpp). The
+//      lead also ends after that wait where it cannot connect to a stage
+//      in the view in its sync (1).
 //   7: the lead's stall watch (on_stall_check): every stage in the view,
 //      but no done for stall_after (a start, done, commit or tensor lost
 //      with a connection that broke): the lead syncs again (1), in a new

@@ -212,9 +212,9 @@ void finish_again(driver_ptr self) {
   // connector makes a new connection where the old one is gone. (Not at
   // once: a second connection between two connected nodes can break the
   // first, and a finish is mostly lost alone.)
+  self->delayed_send(self, stall_after(self) / 2, finish_atom_v);
   if (st.finish_resends++ == 0) {
     self->send(st.lead, finish_atom_v, st.gen);
-    self->delayed_send(self, stall_after(self) / 2, finish_atom_v);
     return;
   }
   auto gen = st.gen;
@@ -228,7 +228,6 @@ void finish_again(driver_ptr self) {
         TROUPE_LOG(warning, who(self),
                    "cannot reach the lead to finish: ", describe(err));
       });
-  self->delayed_send(self, stall_after(self) / 2, finish_atom_v);
 }
 
 std::string open_metrics(driver_ptr self, bool reporting) {
