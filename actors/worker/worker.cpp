@@ -9,8 +9,6 @@
 #include <optional>
 #include <set>
 
-#include <cxxabi.h>
-
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
@@ -20,6 +18,7 @@
 #include "actors/base/log.hpp"
 #include "actors/base/spin_scheduler.hpp"
 #include "actors/base/stray_errors.hpp"
+#include "actors/base/thrown.hpp"
 #include "actors/kv/kv.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -431,35 +430,12 @@ caf::error check_blocks(const worker_state& st) {
   return caf::none;
 }
 
-/// What `e`, thrown by the worker's code (a worker_logic of the user's),
-/// was: its type and what(), for the worker's last line, where CAF's own
-/// handler ends it with a bare system_error(runtime_error).
-caf::error thrown(const std::exception_ptr& e) {
-  auto type = [](const std::type_info& t) {
-    int status = 0;
-    char* name = abi::__cxa_demangle(t.name(), nullptr, nullptr, &status);
-    std::string out = status == 0 && name != nullptr ? name : t.name();
-    std::free(name);
-    return out;
-  };
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return caf::make_error(caf::sec::runtime_error, "the worker's code threw " +
-                                                        type(typeid(x)) + ": " +
-                                                        x.what());
-  } catch (...) {
-    auto* t = abi::__cxa_current_exception_type();
-    return caf::make_error(caf::sec::runtime_error,
-                           "the worker's code threw " +
-                               (t != nullptr ? type(*t) : "something"));
-  }
-}
-
 caf::behavior worker(worker_ptr self, caf::actor kv,
                      std::shared_ptr<worker_logic> logic, worker_options opts) {
   self->set_exception_handler(
-      [](caf::scheduled_actor*, std::exception_ptr& e) { return thrown(e); });
+      [](caf::scheduled_actor*, std::exception_ptr& e) {
+        return thrown("the worker's", e);
+      });
   auto& st = self->state;
   st.kv = kv;
   st.logic = std::move(logic);
