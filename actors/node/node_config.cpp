@@ -255,7 +255,7 @@ void node_config::add_fault_options() {
   opt_group{custom_options_, "fault"}
       .add(fault.plan, "plan",
            "faults to inject, e.g. kill:worker-1@3000,hang:worker-0@5000+4000,"
-           "cut:worker-1@8000+2000")
+           "cut:worker-1@8000+2000,stall:worker-0@9000")
       .add(fault.random_kills, "random-kills",
            "kill this many children at random times (each once before any"
            " twice; at most 10000)")
@@ -300,7 +300,11 @@ void node_config::add_worker_options() {
            " sleeps, 0 = at once; not with --worker.pipeline")
       .add(worker.blas_threads, "blas-threads",
            "threads OpenBLAS computes with (1: the machine's workers share"
-           " its cores)");
+           " its cores)")
+      .add(worker.step_timeout_ms, "step-timeout-ms",
+           "a step of its own work (training step, evaluation, stage forward"
+           " or backward) running this long (ms) is hung: the process ends"
+           " and its agent restarts it; 0 = half --kv.request-timeout-ms");
 }
 
 void node_config::add_pipeline_options() {
@@ -331,7 +335,8 @@ void node_config::add_pipeline_options() {
            "fault injection: S@K, stage S kills its process in mini-batch K"
            " (once; S/R@K: of replica R); S@K:push, in its push of K to the"
            " servers; S@K:eval, in the evaluation after K; S@K:device, its"
-           " step fails as a device's would (exit 1, restarted)")
+           " step fails as a device's would (exit 1, restarted); S@K:stall,"
+           " its work hangs (--worker.step-timeout-ms ends it)")
       .add(pipeline.fault_lose_sync, "fault-lose-sync",
            "fault injection: S (or S/R: of replica R), stage S leaves its"
            " lead's first sync unanswered, as a cut connection loses an"

@@ -22,6 +22,7 @@
 #include "actors/base/exit_codes.hpp"
 #include "actors/base/log.hpp"
 #include "actors/base/metrics.hpp"
+#include "actors/base/step_watch.hpp"
 #include "actors/cluster/connect.hpp"
 #include "actors/kv/kv.hpp"
 #include "actors/node/node_config.hpp"
@@ -142,6 +143,9 @@ int run_server(caf::actor_system& sys, const node_config& cfg) {
 }
 
 int run_worker(caf::actor_system& sys, const node_config& cfg) {
+  // Before all else: a fault plan's stall (SIGUSR1) must find its handler.
+  start_step_watch(
+      step_bound(cfg.worker.step_timeout_ms, cfg.kv.request_timeout_ms));
   auto sched = connect_scheduler(sys, cfg.scheduler_host, cfg.scheduler_port,
                                  cfg.kv.request_timeout_ms);
   if (!sched)

@@ -140,6 +140,7 @@ caf::error validate(pipeline_settings& x) {
     x.fault_in = ends_with(":push")     ? at::push
                  : ends_with(":eval")   ? at::eval
                  : ends_with(":device") ? at::device
+                 : ends_with(":stall")  ? at::stall
                                         : at::step;
     uint32_t stage = 0, replica = 0;
     uint64_t step = 0;
@@ -147,7 +148,7 @@ caf::error validate(pipeline_settings& x) {
       return caf::make_error(
           errc::invalid_config,
           "--pipeline.fault-kill must be"
-          " STAGE[/REPLICA]@MINI_BATCH[:push|:eval|:device] with"
+          " STAGE[/REPLICA]@MINI_BATCH[:push|:eval|:device|:stall] with"
           " STAGE below --pipeline.stages and REPLICA below"
           " --pipeline.replicas, got",
           x.fault_kill);

@@ -64,7 +64,9 @@ struct pipeline_settings {
   /// an epoch's end, or the last), at its first chunk. "S@K:device": no
   /// kill, but its forward there fails as a device's would (a GPU's
   /// transient fault): the process exits 1, and its agent restarts it.
-  /// "" = off.
+  /// "S@K:stall": no kill, but its work there hangs for good while its
+  /// process answers its peers (actors/base/step_watch.hpp: its
+  /// --worker.step-timeout-ms ends it, and its agent restarts it). "" = off.
   std::string fault_kill;
   /// fault_kill, parsed by validate(); fault_step = no_fault: off.
   static constexpr uint64_t no_fault = ~uint64_t{0};
@@ -73,8 +75,8 @@ struct pipeline_settings {
   uint32_t fault_replica = any_replica;
   uint64_t fault_step = no_fault;
   /// Where in mini-batch fault_step: its middle, its push, the evaluation
-  /// after it; or its middle, as a device's failure.
-  enum class fault_at { step, push, eval, device };
+  /// after it; or its middle, as a device's failure or a hang.
+  enum class fault_at { step, push, eval, device, stall };
   fault_at fault_in = fault_at::step;
   /// Fault injection, "S" or "S/R": stage S (of replica R) leaves the
   /// first sync its lead asks unanswered, as a connection cut loses an

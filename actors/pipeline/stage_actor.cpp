@@ -11,6 +11,7 @@
 #include <caf/event_based_actor.hpp>
 
 #include "actors/base/log.hpp"
+#include "actors/base/step_watch.hpp"
 #include "actors/device/stage_device.hpp"
 #include "actors/pipeline/stage_actor_internal.hpp"
 #include "actors/road/road_wire.hpp"
@@ -138,6 +139,13 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
                  st.step);
       ::kill(::getpid(), SIGKILL);
     }
+    if (st.step == st.cfg.stall_in_step &&
+        w.micro == std::min<uint32_t>(1, st.cfg.micros - 1)) {
+      TROUPE_LOG(warning, who(self),
+                 "fault injection: its next work hangs, in mini-batch ",
+                 st.step);
+      ::raise(SIGUSR1);
+    }
     return true;
   }
   case stage_work::backward:
@@ -206,6 +214,8 @@ void run_evals(stage_ptr self) {
     }
     tensor out;
     device_status r;
+    watched_work watch{who(self) + ": the evaluation after mini-batch " +
+                       std::to_string(x.step)};
     if (x.cols != m.input_size() ||
         !(r = m.infer(x.values.data(), x.rows, out)).ok()) {
       TROUPE_LOG_LIMITED(warning, who(self), "dropped an evaluation chunk of ",
@@ -259,6 +269,10 @@ void advance(stage_ptr self) {
   auto& st = self->state;
   while (st.running && st.at < st.plan.size()) {
     auto began = std::chrono::steady_clock::now();
+    // Bounded (step_watch.hpp): a stage hung here still answers its lead's
+    // connects, and the pipeline would wait for it for ever.
+    watched_work watch{who(self) + ": " + to_string(st.plan[st.at]) +
+                       " of mini-batch " + std::to_string(st.step)};
     auto ran = run(self, st.plan[st.at]);
     if (ran && *ran) {
       st.busy += std::chrono::steady_clock::now() - began;

@@ -128,6 +128,9 @@ struct stage_settings {
   /// ... or, in place of the kill in the step, its forward there fails as
   /// a device's would.
   uint64_t device_error_in_step = ~uint64_t{0};
+  /// ... or its next work there hangs (SIGUSR1 to itself, as a fault
+  /// plan's stall: actors/base/step_watch.hpp).
+  uint64_t stall_in_step = ~uint64_t{0};
   /// Where its layers run (actors/device/stage_device.hpp): the CPU, or a
   /// GPU through the plugin. `backend`, if set, is those layers opened
   /// already (the stage driver opens them, to report a device that cannot

@@ -444,6 +444,7 @@ caf::behavior stage_driver(driver_ptr self, stage_run_settings cfg,
           auto fault = p.fault_in == at::push     ? &st.kill_in_push
                        : p.fault_in == at::eval   ? &s.kill_in_eval
                        : p.fault_in == at::device ? &s.device_error_in_step
+                       : p.fault_in == at::stall  ? &s.stall_in_step
                                                   : &s.kill_in_step;
           *fault = p.fault_step;
         }

@@ -18,7 +18,7 @@ constexpr uint64_t max_plan_ms = 24ull * 3600 * 1000;
 caf::error bad_item(const std::string& item, const char* why) {
   return caf::make_error(errc::invalid_config, "--fault.plan item", item, why,
                          "(expected ACTION:CHILD@MS, ACTION kill, hang, resume,"
-                         " term, cut or heal, e.g. kill:worker-1@3000,"
+                         " term, cut, heal or stall, e.g. kill:worker-1@3000,"
                          " hang:worker-0@2000+1500 or cut:worker-1@2000+3000)");
 }
 
@@ -36,7 +36,8 @@ bool parse_ms(const std::string& text, std::chrono::milliseconds& out) {
 
 bool parse_kind(const std::string& text, fault_action::kind_t& out) {
   for (auto k : {fault_action::kill, fault_action::hang, fault_action::resume,
-                 fault_action::term, fault_action::cut, fault_action::heal})
+                 fault_action::term, fault_action::cut, fault_action::heal,
+                 fault_action::stall})
     if (text == to_string(k)) {
       out = k;
       return true;
@@ -55,6 +56,9 @@ caf::error parse_item(const std::string& item, std::vector<fault_action>& out) {
   a.target = item.substr(colon + 1, at - colon - 1);
   if (a.target.empty())
     return bad_item(item, "names no child");
+  if (a.kind == fault_action::stall && a.target.rfind("worker-", 0) != 0)
+    return bad_item(item, "stalls a child that is no worker (only a worker's"
+                          " steps are watched; SIGUSR1 would end it)");
   auto when = item.substr(at + 1);
   std::chrono::milliseconds hold{0};
   auto plus = when.find('+');
@@ -96,6 +100,8 @@ const char* to_string(fault_action::kind_t x) {
     return "cut";
   case fault_action::heal:
     return "heal";
+  case fault_action::stall:
+    return "stall";
   }
   return "?";
 }
@@ -110,6 +116,8 @@ int signal_of(fault_action::kind_t x) {
     return SIGCONT;
   case fault_action::term:
     return SIGTERM;
+  case fault_action::stall:
+    return SIGUSR1;
   case fault_action::cut:
   case fault_action::heal:
     return 0;

@@ -4,11 +4,15 @@
 // network (the child runs in a network namespace of its own,
 // actors/supervision/netns.hpp, whose link goes down, then up again after a
 // while) a chosen process at a chosen time, or kill random ones at random
-// times.
+// times. A stall (SIGUSR1, workers only) hangs the worker's next step
+// while its process goes on answering its peers, as a deadlock in a step
+// would; its --worker.step-timeout-ms ends it (actors/base/step_watch.hpp).
 //
 //   --fault.plan=kill:worker-1@3000,hang:worker-0@5000+4000,term:server-0@9000
 //       kill worker-1 3 s after the agent started; stop worker-0 at 5 s and
 //       continue it 4 s later; SIGTERM server-0 at 9 s
+//   --fault.plan=stall:worker-1@3000
+//       worker-1's step from 3 s on never ends
 //   --fault.plan=cut:worker-1@3000+2000
 //       cut worker-1 off the network at 3 s and reconnect it 2 s later
 //   --fault.random-kills=2 --fault.random-targets=worker
@@ -27,7 +31,7 @@ namespace troupe {
 
 /// One planned signal to one child of the agent.
 struct fault_action {
-  enum kind_t { kill, hang, resume, term, cut, heal } kind = kill;
+  enum kind_t { kill, hang, resume, term, cut, heal, stall } kind = kill;
   /// Child name, e.g. "worker-1" (role and index within the agent).
   std::string target;
   /// When, measured from the agent's start.
@@ -37,11 +41,11 @@ struct fault_action {
   }
 };
 
-/// "kill", "hang", "resume", "term", "cut" or "heal".
+/// "kill", "hang", "resume", "term", "cut", "heal" or "stall".
 const char* to_string(fault_action::kind_t x);
 
-/// The signal an action sends: SIGKILL, SIGSTOP, SIGCONT or SIGTERM; 0 for
-/// cut and heal, which are not signals.
+/// The signal an action sends: SIGKILL, SIGSTOP, SIGCONT, SIGTERM or
+/// SIGUSR1 (stall); 0 for cut and heal, which are not signals.
 int signal_of(fault_action::kind_t x);
 
 /// Parses a comma-separated plan (see above); "" is the empty plan. A hang

@@ -104,6 +104,7 @@ int run_training(caf::actor_system& sys, caf::actor scheduler,
   worker_options opts;
   opts.pipeline = cfg.worker.pipeline;
   opts.overlap = cfg.worker.overlap;
+  opts.step_timeout_ms = cfg.worker.step_timeout_ms;
   auto join = cfg.kv; // says which optimizer it expects, and its work
   join.optimizer = optimizer_fingerprint(cfg.optimizer);
   join.work = work;

@@ -17,6 +17,7 @@
 #include "actors/base/exit_codes.hpp"
 #include "actors/base/log.hpp"
 #include "actors/base/spin_scheduler.hpp"
+#include "actors/base/step_watch.hpp"
 #include "actors/base/stray_errors.hpp"
 #include "actors/base/thrown.hpp"
 #include "actors/kv/kv.hpp"
@@ -33,6 +34,7 @@ struct worker_state {
   caf::actor kv;
   std::vector<uint64_t> keys;
   uint64_t clock = 0;
+  std::string who = "worker"; // "worker 1" once it has its rank
   std::chrono::milliseconds barrier_timeout{60000};
   bool pipeline = false;
   /// Pipelined: a computed step waiting for the push before it to be
@@ -96,7 +98,15 @@ uint64_t kv_clock(const worker_state& st) {
   return st.clock * std::max<size_t>(st.blocks.size(), 1);
 }
 
+/// Watches a call of the logic (step_watch.hpp): "worker 1: step 12".
+watched_work watching(const worker_state& st, const char* what,
+                      uint64_t clock) {
+  return watched_work{st.who + ": " + what + " " + std::to_string(clock)};
+}
+
 void on_final(worker_ptr self, const arrays& weights) { // 8
+  auto watch =
+      watching(self->state, "its finish after clock", self->state.clock);
   self->state.logic->finish(weights);
   self->quit();
 }
@@ -144,6 +154,7 @@ caf::error check_step(const std::vector<uint64_t>& keys, const arrays& out) {
 caf::expected<arrays> run_step(worker_ptr self, uint64_t clock, arrays& weights,
                                bool first = false) {
   auto& st = self->state;
+  auto watch = watching(st, "step", clock);
   auto out = first ? st.logic->step(clock, weights)
                    : st.logic->step_taking(clock, weights);
   if (out)
@@ -300,6 +311,7 @@ void run_blocked(worker_ptr self, arrays& weights) {
   bool last = st.logic->done(clock + 1); // asked here: one call at a time
   size_t next = 0;                       // the block due next
   caf::error bad;
+  auto watch = watching(st, "step", clock);
   auto err = st.logic->step_blocked(
       clock, weights, [self, clock, last, &next, &bad](size_t b, arrays grads) {
         if (bad)
@@ -378,7 +390,11 @@ void on_started(worker_ptr self) { // 3
       auto& st = self->state;
       auto per = std::max<size_t>(st.blocks.size(), 1);
       st.clock = clock / per; // with blocks: step, block
-      st.logic->start(rank, workers);
+      st.who = "worker " + std::to_string(rank);
+      {
+        auto watch = watching(st, "its start at step", st.clock);
+        st.logic->start(rank, workers);
+      }
       if (auto first = clock % per; first > 0)
         skip_rest_of_step(self, first);
       else
@@ -432,10 +448,9 @@ caf::error check_blocks(const worker_state& st) {
 
 caf::behavior worker(worker_ptr self, caf::actor kv,
                      std::shared_ptr<worker_logic> logic, worker_options opts) {
-  self->set_exception_handler(
-      [](caf::scheduled_actor*, std::exception_ptr& e) {
-        return thrown("the worker's", e);
-      });
+  self->set_exception_handler([](caf::scheduled_actor*, std::exception_ptr& e) {
+    return thrown("the worker's", e);
+  });
   auto& st = self->state;
   st.kv = kv;
   st.logic = std::move(logic);
@@ -536,6 +551,7 @@ caf::actor spawn_worker(caf::actor_system& sys, caf::actor kv_client,
 int run_worker(caf::actor_system& sys, caf::actor scheduler,
                const kv_settings& cfg, std::shared_ptr<worker_logic> logic,
                worker_options opts) {
+  start_step_watch(step_bound(opts.step_timeout_ms, cfg.request_timeout_ms));
   auto ends = cfg; // a loss ends it at once, as at its end below
   ends.ends_on_loss = !cfg.allow_loss;
   auto kv = spawn_kv_client(sys, scheduler, ends);

@@ -121,6 +121,11 @@ struct worker_options {
   /// The kv client must run on a thread of its own meanwhile: give the
   /// actor system two scheduler threads or more.
   bool overlap = false;
+  /// A call of the logic (step, start, finish) that runs this long, in
+  /// ms, is hung: the process ends so that its agent restarts it
+  /// (actors/base/step_watch.hpp: the first watch of a process counts).
+  /// 0 = half the kv client's request timeout (--worker.step-timeout-ms).
+  uint32_t step_timeout_ms = 0;
 };
 
 /// Spawns a worker actor driving `logic` through the kv client `kv_client`

@@ -37,6 +37,11 @@ caf::error validate(const worker_settings& x) {
     return caf::make_error(errc::invalid_config,
                            "--worker.blas-threads must be 1..256, got",
                            x.blas_threads);
+  if (x.step_timeout_ms > max_step_timeout_ms)
+    return caf::make_error(errc::invalid_config,
+                           "--worker.step-timeout-ms must be 0..86400000 (a"
+                           " day; 0 = half --kv.request-timeout-ms), got",
+                           x.step_timeout_ms);
   if (x.task != "train" && x.task != "counter" && x.task != "stage")
     return caf::make_error(errc::invalid_config,
                            "--worker.task must be train, counter or stage,"

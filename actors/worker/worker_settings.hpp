@@ -44,6 +44,9 @@ caf::error validate(const train_settings& x);
 /// Most floats of the built-in workload's arrays together (4 GiB).
 constexpr uint64_t max_workload_floats = uint64_t{1} << 30;
 
+/// Longest --worker.step-timeout-ms: a day.
+constexpr uint32_t max_step_timeout_ms = 86400000;
+
 /// Settings of a worker process (INI group "worker").
 struct worker_settings {
   /// train (Fashion-MNIST), counter (push/pull check) or stage (one stage
@@ -73,6 +76,14 @@ struct worker_settings {
   /// choice (2 threads each) and 5.8 s with 1. Raise it for a worker that
   /// has a machine's cores to itself. It overrides OPENBLAS_NUM_THREADS.
   uint32_t blas_threads = 1;
+  /// A step of the worker's own work (a training step, an evaluation, a
+  /// stage's forward or backward) that runs this long, in ms, is hung: the
+  /// process ends so that its agent restarts it (actors/base/step_watch.hpp;
+  /// its process still answers peers, so nothing else notices). Default 0:
+  /// half --kv.request-timeout-ms, which the others' pulls wait at most in
+  /// sync mode (the hung worker ends before they give up and end instead);
+  /// 86400000 (a day) for never, as under a debugger.
+  uint32_t step_timeout_ms = 0;
   /// --device (a flag of its own): where the trainer computes
   /// (actors/device/). Default auto.
   device_settings device;

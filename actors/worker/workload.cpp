@@ -12,6 +12,7 @@
 
 #include "actors/base/exit_codes.hpp"
 #include "actors/base/log.hpp"
+#include "actors/base/step_watch.hpp"
 #include "actors/kv/kv.hpp"
 #include "actors/worker/accounting.hpp"
 #include "messages/errors.hpp"
@@ -109,6 +110,22 @@ caf::expected<push_accounting> final_accounting(caf::actor_system& sys,
   }
 }
 
+/// Every element holds our own acked pushes up to clock `t`. Servers
+/// apply pushes independently (async, ssp), so arrays need not be uniform
+/// mid-run. The clock's own work: bounded, and stalled by a fault plan's
+/// stall (actors/base/step_watch.hpp); the pushes and pulls around it wait
+/// on others.
+bool own_pushes_seen(uint32_t rank, uint64_t t,
+                     const std::vector<named_array>& got) {
+  watched_work watch{"worker " + std::to_string(rank) + ": clock " +
+                     std::to_string(t)};
+  if (min_value(got) >= float(t))
+    return true;
+  stderr_line() << "*** worker " << rank << ": clock " << t
+                << " does not see its own acked pushes\n";
+  return false;
+}
+
 } // namespace
 
 int run_counter_workload(caf::actor_system& sys, caf::actor scheduler,
@@ -149,13 +166,8 @@ int run_counter_workload(caf::actor_system& sys, caf::actor scheduler,
     auto got = store.pull(t, keys);
     if (!got)
       return fail("pull", got.error());
-    // Servers apply pushes independently (async, ssp), so arrays need not
-    // be uniform mid-run; every element must hold our own acked pushes.
-    if (min_value(*got) < float(t)) {
-      stderr_line() << "*** worker " << rank << ": clock " << t
-                    << " does not see its own acked pushes\n";
+    if (!own_pushes_seen(rank, t, *got)) // the clock's own work
       return 1;
-    }
     if (auto pushed = store.push(t, ones); !pushed)
       return fail("push", pushed.error());
   }

@@ -115,6 +115,8 @@ int main(int argc, char** argv) {
   // which would leave the others' rounds short.
   auto join = cfg.kv;
   join.work = "--worker.steps=" + std::to_string(cfg.worker.steps);
-  auto rc = troupe::run_worker(sys, *sched, join, logic);
+  troupe::worker_options opts; // a step hung past it ends the process
+  opts.step_timeout_ms = cfg.worker.step_timeout_ms;
+  auto rc = troupe::run_worker(sys, *sched, join, logic, opts);
   return rc != 0 ? rc : (logic->converged() ? 0 : 1);
 }

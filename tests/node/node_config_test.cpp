@@ -204,6 +204,7 @@ BOOST_AUTO_TEST_CASE(bad_values_get_an_error_naming_the_flag) {
   rejected({"--worker.watch-us=100001"}, "--worker.watch-us");
   rejected({"--worker.blas-threads=0"}, "--worker.blas-threads");
   rejected({"--worker.blas-threads=257"}, "--worker.blas-threads");
+  rejected({"--worker.step-timeout-ms=86400001"}, "--worker.step-timeout-ms");
   {
     node_config ok; // pipelined steps where the mode allows stale weights
     BOOST_CHECK(!parse(ok, {"--worker.pipeline", "--server.mode=async"}));

@@ -82,6 +82,8 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
                  "1@2eval",
                  "1@2:device:eval",
                  "1@:device",
+                 "1@2:stall:device",
+                 "1@:stall",
                  "4294967297@2",
                  "-1@2",
                  "1@-2",
@@ -116,6 +118,10 @@ BOOST_AUTO_TEST_CASE(settings_refuse_what_is_wrong_and_name_the_flag) {
   BOOST_REQUIRE(!validate(y));
   BOOST_CHECK(y.fault_stage == 0 && y.fault_step == 3 &&
               y.fault_in == at::device);
+  y.fault_kill = "1@4:stall";
+  BOOST_REQUIRE(!validate(y));
+  BOOST_CHECK(y.fault_stage == 1 && y.fault_step == 4 &&
+              y.fault_in == at::stall);
   for (auto f : {"3", "x", "-1", "1/", "/0", "1/1", "1/0/0", "1@2", "1 ",
                  "4294967297"}) {
     y = x;

@@ -54,6 +54,29 @@ BOOST_AUTO_TEST_CASE(a_cut_heals_after_its_hold_and_names_its_targets) {
   BOOST_CHECK(cut_targets(*parse_fault_plan("kill:worker-1@5")).empty());
 }
 
+BOOST_AUTO_TEST_CASE(a_stall_is_sigusr1_to_a_worker_and_to_no_server) {
+  // SIGUSR1 stalls a worker's next step (actors/base/step_watch.hpp);
+  // nothing handles it in a server or a scheduler, which it would end.
+  auto plan = parse_fault_plan("stall:worker-1@3000,kill:worker-0@1000");
+  BOOST_REQUIRE_MESSAGE(plan, test::why(plan));
+  std::vector<fault_action> expected{{fault_action::kill, "worker-0", 1000ms},
+                                     {fault_action::stall, "worker-1", 3000ms}};
+  BOOST_CHECK(*plan == expected);
+  BOOST_CHECK_EQUAL(signal_of(fault_action::stall), SIGUSR1);
+  BOOST_CHECK_EQUAL(to_string(fault_action::stall), std::string{"stall"});
+  for (std::string bad : {"stall:server-0@3000", "stall:worker-1@3000+500"}) {
+    auto refused = parse_fault_plan(bad);
+    BOOST_REQUIRE_MESSAGE(!refused, bad);
+    BOOST_CHECK(refused.error() == errc::invalid_config);
+    BOOST_CHECK_MESSAGE(describe(refused.error()).find(bad) !=
+                            std::string::npos,
+                        describe(refused.error()));
+  }
+  BOOST_CHECK_MESSAGE(describe(parse_fault_plan("stall:server-0@1").error())
+                              .find("no worker") != std::string::npos,
+                      describe(parse_fault_plan("stall:server-0@1").error()));
+}
+
 BOOST_AUTO_TEST_CASE(a_bad_plan_item_is_named_in_the_error) {
   for (std::string bad :
        {"kill", "kill:worker-1", "explode:worker-1@10", "kill:@10",

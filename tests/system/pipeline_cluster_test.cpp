@@ -3,7 +3,8 @@
 // mini-batch is restarted by its agent while the others drop that
 // mini-batch and start again from the stages' checkpoints: the final
 // weights are those of a run without the kill, bit for bit; so too after
-// a device's failure in a step. Wrong flags,
+// a device's failure in a step, and after a hang in a step that the
+// stage's step watch ends. Wrong flags,
 // missing data and a metrics file that cannot be written are refused in
 // one line, with exit 2 (not restarted); a commit lost on its way (as on
 // a cut connection) stalls the pipeline until the lead's stall watch
@@ -84,6 +85,17 @@ void check_same_weights(const std::string& a, const std::string& b,
   test::check_same_weights(a, b, what, stages, steps);
 }
 
+/// After `what` in stage 1 in mini-batch 47 (the job's output `out`, its
+/// folder `dir`): stage 1 was restarted once, the pipeline started again
+/// from mini-batch 40, and the weights are those of the job in `plain`.
+void check_recovered(const std::string& out, const std::string& plain,
+                     const std::string& dir, const char* what) {
+  BOOST_CHECK_MESSAGE(occurrences(out, " restarted (pid ") == 1,
+                      "after " << what << ", stage 1 was not restarted once");
+  check_resumed_at_40(out, what);
+  check_same_weights(plain, dir, what);
+}
+
 double accuracy_in(const std::string& out) {
   auto at = out.find("final test accuracy: ");
   BOOST_REQUIRE_MESSAGE(at != std::string::npos, out);
@@ -104,8 +116,7 @@ BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
   BOOST_CHECK_MESSAGE(b.find("fault injection: killing its process") !=
                           std::string::npos,
                       "the stage did not kill itself");
-  check_resumed_at_40(b, "the kill");
-  check_same_weights(plain.path, killed.path, "the kill");
+  check_recovered(b, plain.path, killed.path, "the kill");
   // A device's failure in the same place (a GPU's transient fault): the
   // process exits 1 and is restarted, as a worker's is. It exited 2 at
   // 06858d7, its agent gave it up, and the job ended unfinished.
@@ -116,10 +127,21 @@ BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
       c.find("*** stage failed: stage: device_failed: ") != std::string::npos &&
           c.find("fault injection: a device error") != std::string::npos,
       "no device error");
-  BOOST_CHECK_MESSAGE(occurrences(c, " restarted (pid ") == 1,
-                      "stage 1 was not restarted once");
-  check_resumed_at_40(c, "the device error");
-  check_same_weights(plain.path, device.path, "the device error");
+  check_recovered(c, plain.path, device.path, "the device error");
+  // Its work hung in the same place (a deadlock, a dead file system): the
+  // process still answers its peers, so the other stages and the lead
+  // would wait for ever; its step watch ends it, and its agent restarts it.
+  temp_dir stalled;
+  auto d = run_job(stalled.path, {"--pipeline.fault-kill=1@47:stall",
+                                  "--worker.step-timeout-ms=2000"});
+  BOOST_TEST_MESSAGE("with the stall:\n" << d);
+  BOOST_CHECK_MESSAGE(
+      d.find("fault injection: its next work hangs, in mini-batch 47") !=
+              std::string::npos &&
+          d.find(" of mini-batch 47 has run for ") != std::string::npos &&
+          d.find("past its bound of 2000 ms") != std::string::npos,
+      "no hang ended by the watch");
+  check_recovered(d, plain.path, stalled.path, "the stall");
   // Each stage computes with one BLAS thread: the stages share the cores.
   for (uint32_t s = 0; s < stages; ++s) {
     auto at =

@@ -53,6 +53,21 @@ bool is(const event_record& e, const char* kind, role about) {
   return e.kind == kind && e.about == about;
 }
 
+/// The scheduler's crashed event of the worker process `victim`, once a
+/// server has completed a round after it (the live worker alone: nothing
+/// waits for the dead).
+event_record crash_survived(event_reader& log, pid_t victim) {
+  auto crashed = log.wait_for_event([victim](const event_record& e) {
+    return is(e, "crashed", role::worker) && e.pid == uint32_t(victim);
+  });
+  BOOST_REQUIRE_MESSAGE(crashed, dump(log.events()));
+  auto resumed = log.wait_for_event([&crashed](const event_record& e) {
+    return is(e, "resumed", role::server) && e.at_ms >= crashed->at_ms;
+  });
+  BOOST_CHECK_MESSAGE(resumed, dump(log.events()));
+  return *crashed;
+}
+
 /// Flags for a short training run of `epochs` epochs.
 std::vector<std::string> short_training(uint32_t epochs = 2) {
   return {"--train.epochs=" + std::to_string(epochs),
@@ -142,14 +157,7 @@ BOOST_AUTO_TEST_CASE(a_hung_worker_leaves_the_view_and_training_goes_on) {
   ::kill(victim, SIGSTOP);
   // Its heartbeats stop: the scheduler declares it dead, and the server
   // completes rounds with the live worker alone.
-  auto crashed = log.wait_for_event([victim](const event_record& e) {
-    return is(e, "crashed", role::worker) && e.pid == uint32_t(victim);
-  });
-  BOOST_REQUIRE_MESSAGE(crashed, dump(log.events()));
-  auto resumed = log.wait_for_event([&crashed](const event_record& e) {
-    return is(e, "resumed", role::server) && e.at_ms >= crashed->at_ms;
-  });
-  BOOST_CHECK_MESSAGE(resumed, dump(log.events()));
+  crash_survived(log, victim);
   // Woken up, it finds itself out of the cluster, exits, and is restarted.
   ::kill(victim, SIGCONT);
   auto rc = agent->wait_exit(120s);
@@ -161,6 +169,37 @@ BOOST_AUTO_TEST_CASE(a_hung_worker_leaves_the_view_and_training_goes_on) {
                                   [victim](const event_record& e) {
                                     return is(e, "exited", role::worker) &&
                                            e.pid == uint32_t(victim);
+                                  }),
+                      dump(evs));
+}
+
+BOOST_AUTO_TEST_CASE(a_worker_stuck_in_its_step_is_ended_and_training_goes_on) {
+  // Its process still answers heartbeats, so the scheduler keeps it and
+  // the sync rounds wait for it: only its step watch notices.
+  scheduler_process s{1, 2};
+  event_reader log{s.port};
+  auto flags = short_training();
+  flags.push_back("--server.mode=sync");
+  flags.push_back("--worker.step-timeout-ms=3000");
+  auto agent = start_agent(s, 1, 2, flags);
+  auto victim = worker_1_mid_training(*agent);
+  ::kill(victim, SIGUSR1); // what --fault.plan=stall:worker-1@MS sends
+  auto line = agent->wait_for_line(" has run for ", 60s);
+  BOOST_REQUIRE_MESSAGE(line, agent->output());
+  auto rank = crash_survived(log, victim).rank; // worker-1's, 0 or 1
+  BOOST_CHECK_MESSAGE(
+      line->find("*** worker " + std::to_string(rank) + ": step ") == 0 &&
+          line->find(", past its bound of 3000 ms") != std::string::npos,
+      *line);
+  auto rc = agent->wait_exit(120s);
+  BOOST_REQUIRE_MESSAGE(rc, "agent did not finish: " << agent->output());
+  BOOST_CHECK_MESSAGE(*rc == 0, agent->output());
+  BOOST_CHECK_GE(final_accuracy(*agent), 0.80);
+  auto evs = log.events();
+  BOOST_CHECK_MESSAGE(std::any_of(evs.begin(), evs.end(),
+                                  [rank](const event_record& e) {
+                                    return is(e, "rejoined", role::worker) &&
+                                           e.rank == rank;
                                   }),
                       dump(evs));
 }

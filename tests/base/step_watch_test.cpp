@@ -1,0 +1,160 @@
+// The watch over a worker's own work (actors/base/step_watch.hpp): work
+// past its bound ends the process with exit_failed and one line naming
+// it, work within it does not, and SIGUSR1 stalls the next watched work.
+// Each case runs in a forked child, since the watch ends its process.
+#define BOOST_TEST_MODULE step_watch
+#include <boost/test/unit_test.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "actors/base/exit_codes.hpp"
+#include "actors/base/step_watch.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct child_result {
+  int code = -1; // the exit code; -1 if it did not exit by itself
+  std::string err;
+};
+
+/// Runs `body` in a forked child that exits 0 after it, its stderr read
+/// back; killed (code -1) if it runs past 20 s. Checks in `body` exit
+/// with a code of their own (Boost's would not reach us).
+child_result in_child(const std::function<void()>& body) {
+  int fds[2];
+  BOOST_REQUIRE(::pipe(fds) == 0);
+  std::fflush(nullptr); // not written again by the child
+  auto pid = ::fork();
+  BOOST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    body();
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
+  ::close(fds[1]);
+  ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  child_result out;
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  int status = 0;
+  char buf[512];
+  for (;;) {
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
+      out.err.append(buf, size_t(n));
+    if (::waitpid(pid, &status, WNOHANG) == pid)
+      break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
+    out.err.append(buf, size_t(n));
+  ::close(fds[0]);
+  if (WIFEXITED(status))
+    out.code = WEXITSTATUS(status);
+  return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(work_past_its_bound_ends_the_process_naming_it) {
+  auto r = in_child([] {
+    start_step_watch(300ms);
+    { watched_work w{"worker 0: step 1"}; } // within: nothing
+    watched_work w{"worker 1: step 12"};
+    std::this_thread::sleep_for(15s); // hung, as far as the watch knows
+  });
+  BOOST_CHECK_EQUAL(r.code, exit_failed);
+  BOOST_CHECK_MESSAGE(r.err.find("*** worker 1: step 12 has run for ") == 0,
+                      r.err);
+  BOOST_CHECK_MESSAGE(
+      r.err.find(", past its bound of 300 ms") != std::string::npos, r.err);
+  BOOST_CHECK_MESSAGE(r.err.find("its agent restarts it") != std::string::npos,
+                      r.err);
+}
+
+BOOST_AUTO_TEST_CASE(work_within_its_bound_and_time_between_work_are_fine) {
+  auto r = in_child([] {
+    start_step_watch(400ms);
+    for (int i = 0; i < 5; ++i) {
+      watched_work w{"step"};
+      std::this_thread::sleep_for(100ms);
+    }
+    std::this_thread::sleep_for(1s); // waiting on others is not work
+    start_step_watch(50ms);          // the first watch counts
+    if (step_watch_limit() != 400ms)
+      std::_Exit(7);
+    watched_work w{"step"};
+    std::this_thread::sleep_for(200ms);
+  });
+  BOOST_CHECK_MESSAGE(r.code == 0, r.code << ": " << r.err);
+  BOOST_CHECK_MESSAGE(r.err.empty(), r.err);
+}
+
+BOOST_AUTO_TEST_CASE(the_oldest_of_several_works_is_the_one_named) {
+  auto r = in_child([] {
+    start_step_watch(500ms);
+    std::thread old{[] {
+      watched_work w{"stage 1: F0 of mini-batch 3"};
+      std::this_thread::sleep_for(15s);
+    }};
+    std::this_thread::sleep_for(100ms);
+    for (;;) { // younger work that keeps ending does not hide it
+      watched_work w{"stage 1: B0 of mini-batch 3"};
+      std::this_thread::sleep_for(50ms);
+    }
+  });
+  BOOST_CHECK_EQUAL(r.code, exit_failed);
+  BOOST_CHECK_MESSAGE(
+      r.err.find("*** stage 1: F0 of mini-batch 3 has run for ") == 0, r.err);
+}
+
+BOOST_AUTO_TEST_CASE(sigusr1_stalls_the_next_watched_work_which_is_ended) {
+  auto r = in_child([] {
+    start_step_watch(300ms);
+    ::raise(SIGUSR1); // handled: the process goes on
+    std::this_thread::sleep_for(100ms);
+    watched_work w{"worker 1: step 4"}; // never returns
+  });
+  BOOST_CHECK_EQUAL(r.code, exit_failed);
+  BOOST_CHECK_MESSAGE(r.err.find("never ends") != std::string::npos, r.err);
+  BOOST_CHECK_MESSAGE(r.err.find("*** worker 1: step 4 has run for ") !=
+                          std::string::npos,
+                      r.err);
+}
+
+BOOST_AUTO_TEST_CASE(no_watch_means_no_bound) {
+  auto r = in_child([] {
+    start_step_watch(0ms);
+    if (step_watch_limit() != 0ms)
+      std::_Exit(7);
+    watched_work w{"step"};
+    std::this_thread::sleep_for(500ms);
+  });
+  BOOST_CHECK_MESSAGE(r.code == 0, r.code << ": " << r.err);
+}
+
+BOOST_AUTO_TEST_CASE(the_default_bound_is_half_the_request_timeout) {
+  // Others' pulls wait a request timeout for a hung worker's push in sync
+  // mode: it must end first, or they end instead of it.
+  BOOST_CHECK_EQUAL(step_bound(0, 10000).count(), 5000);
+  BOOST_CHECK_EQUAL(step_bound(0, 1).count(), 1);
+  BOOST_CHECK_EQUAL(step_bound(3000, 10000).count(), 3000);
+  BOOST_CHECK_EQUAL(step_bound(60000, 10000).count(), 60000);
+}
