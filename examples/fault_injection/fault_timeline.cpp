@@ -39,12 +39,14 @@ namespace {
 /// What became of one injected fault.
 struct fault_story {
   event_record injected;
-  std::string action;                   // kill, term, hang or cut
+  std::string action;                   // kill, term, hang, cut or stall
   std::optional<event_record> noticed;  // the scheduler's crashed event
   std::optional<event_record> resumed;  // first update without it
   std::optional<event_record> rejoined; // the restarted process joined
   /// A hang or cut-off is noticed by heartbeats, a death at once.
   bool silent() const { return action == "hang" || action == "cut"; }
+  /// A stalled step is noticed once --worker.step-timeout-ms ends it.
+  bool stalled() const { return action == "stall"; }
 };
 
 /// First event after `from` (in log order) that `pred` accepts.
@@ -161,7 +163,10 @@ void print(std::vector<event_record> log, int64_t heartbeat_timeout_ms) {
                 s.injected.detail.c_str(), after(s.noticed, at).c_str(),
                 after(s.resumed, at).c_str(), after(s.rejoined, at).c_str());
     auto noticed_in = s.noticed ? s.noticed->at_ms - at : INT64_MAX;
-    if (s.silent()) {
+    if (s.stalled()) {
+      // Noticed after the worker's step timeout, which the log does not
+      // hold: judged by neither target below.
+    } else if (s.silent()) {
       ++silences;
       silences_noticed += noticed_in < heartbeat_timeout_ms + 1000;
     } else {
@@ -170,7 +175,8 @@ void print(std::vector<event_record> log, int64_t heartbeat_timeout_ms) {
     }
     // A death counts from the kill; a hang or cut from being declared dead.
     ++resumes_judged;
-    auto from = s.silent() && s.noticed ? s.noticed->at_ms : at;
+    auto from =
+        (s.silent() || s.stalled()) && s.noticed ? s.noticed->at_ms : at;
     resumes_fast += s.resumed && s.resumed->at_ms - from < 2000;
     json += std::string{i ? "," : ""} + "{\"fault\":\"" + s.injected.detail +
             "\",\"action\":\"" + s.action +
@@ -183,8 +189,8 @@ void print(std::vector<event_record> log, int64_t heartbeat_timeout_ms) {
                        " heartbeat timeout (" +
                        std::to_string(heartbeat_timeout_ms) + " ms) + 1 s";
   print_target(silent_target.c_str(), silences, silences_noticed);
-  print_target("training resumed within 2 s of a death (a hang or cut: of"
-               " being declared dead)",
+  print_target("training resumed within 2 s of a death (a hang, cut or"
+               " stall: of being declared dead)",
                resumes_judged, resumes_fast);
   std::printf("%s]}\n", json.c_str());
 }

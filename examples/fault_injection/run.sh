@@ -25,6 +25,12 @@
 #                           the demo then runs in a network namespace of its
 #                           own, on 10.214.0.1, and the child in one of its
 #                           own inside it)
+#        TROUPE_STALL       also stall a worker's step, as a --fault.plan
+#                           item, e.g. stall:worker-0@4000: its process
+#                           still answers its peers; its step watch
+#                           (--worker.step-timeout-ms) ends it. Alone:
+#                           TROUPE_SERVER_KILL=none and --fault.random-kills=0
+#                           (a random kill may end the stalled worker first)
 #        TROUPE_TLS         on (default; certificates in TROUPE_CERTS,
 #                           default certs/, made if missing) or off
 set -euo pipefail
@@ -88,6 +94,10 @@ fi
 if [ -n "${TROUPE_CUT:-}" ]; then
   items+=("$TROUPE_CUT")
   echo "network fault: $TROUPE_CUT"
+fi
+if [ -n "${TROUPE_STALL:-}" ]; then
+  items+=("$TROUPE_STALL")
+  echo "stalled step: $TROUPE_STALL"
 fi
 plan=()
 if [ ${#items[@]} -gt 0 ]; then
