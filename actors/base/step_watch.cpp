@@ -2,6 +2,7 @@
 #include "actors/base/step_watch.hpp"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -41,27 +42,40 @@ watch_state& state() {
 
 std::atomic<int64_t> limit_ms{0};
 std::atomic<bool> handler_installed{false};
-/// Set by SIGUSR1: the next watched work stalls.
-volatile sig_atomic_t stall_asked = 0;
+/// Set by SIGUSR1: the next watched work stalls (a lock-free atomic, safe
+/// in a signal handler).
+std::atomic<bool> stall_asked{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
 
 void on_stall_signal(int) {
-  stall_asked = 1;
+  stall_asked = true;
 }
 
+/// Writes the line and ends the process. One write(2), not the log's
+/// writer: the hung work may hold the log's lock or stdout's (blocked on a
+/// full pipe), and the watch must not wait on it.
 [[noreturn]] void end_hung(const work_entry& e, clock_type::time_point now) {
   auto ran =
       std::chrono::duration_cast<std::chrono::milliseconds>(now - e.since);
-  stderr_line() << "*** " << e.what << " has run for " << ran.count()
-                << " ms, past its bound of " << limit_ms.load()
-                << " ms (--worker.step-timeout-ms; 0: half"
-                   " --kv.request-timeout-ms): it is hung, and its process"
-                   " still answers its peers, so nothing else would notice;"
-                   " this process ends so that its agent restarts it\n";
+  auto line = "*** " + e.what + " has run for " + std::to_string(ran.count()) +
+              " ms, past its bound of " + std::to_string(limit_ms.load()) +
+              " ms (--worker.step-timeout-ms): it is hung, and its process"
+              " still answers its peers, so nothing else would notice; this"
+              " process ends so that its agent restarts it\n";
+  auto n = ::write(STDERR_FILENO, line.data(), line.size());
+  (void)n; // nothing more to do if it fails
   std::_Exit(exit_failed);
 }
 
+/// How much later than asked the watch may wake before the time counts as
+/// the process not running (stopped by SIGSTOP, or starved): not work.
+constexpr std::chrono::milliseconds late_slack{200};
+
 void watch_loop(std::chrono::milliseconds limit) {
+  using std::chrono::milliseconds;
   auto& s = state();
+  // While work runs, it wakes at least this often, to see time stopped.
+  auto tick = std::clamp(limit / 4, milliseconds{10}, milliseconds{500});
   std::unique_lock<std::mutex> guard{s.mx};
   for (;;) {
     if (s.busy.empty()) {
@@ -69,11 +83,21 @@ void watch_loop(std::chrono::milliseconds limit) {
       continue;
     }
     // Ids grow with time, so the first entry is the oldest work.
-    auto& oldest = s.busy.begin()->second;
+    auto oldest = s.busy.begin()->second.since;
     auto now = clock_type::now();
-    if (now - oldest.since >= limit)
-      end_hung(oldest, now);
-    s.cv.wait_until(guard, oldest.since + limit);
+    if (now - oldest >= limit) {
+      auto hung = s.busy.begin()->second;
+      guard.unlock();
+      end_hung(hung, now);
+    }
+    auto deadline = std::min(oldest + limit, now + tick);
+    s.cv.wait_until(guard, deadline);
+    // Woken this late, the process did not run meanwhile: its work did
+    // not either (a worker stopped and continued is no hung one).
+    auto late = clock_type::now() - deadline;
+    if (late > late_slack)
+      for (auto& entry : s.busy)
+        entry.second.since += late;
   }
 }
 
@@ -91,6 +115,7 @@ void start_step_watch(std::chrono::milliseconds limit) {
   if (!handler_installed.exchange(true)) {
     struct sigaction sa {};
     sa.sa_handler = on_stall_signal;
+    sa.sa_flags = SA_RESTART; // no system call fails for it (EINTR)
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGUSR1, &sa, nullptr);
   }
@@ -100,9 +125,9 @@ void start_step_watch(std::chrono::milliseconds limit) {
 }
 
 std::chrono::milliseconds step_bound(uint32_t step_timeout_ms,
-                                     uint32_t request_timeout_ms) {
+                                     uint32_t others_wait_ms) {
   auto ms = step_timeout_ms > 0 ? step_timeout_ms
-                                : std::max<uint32_t>(request_timeout_ms / 2, 1);
+                                : std::max<uint32_t>(others_wait_ms / 2, 1);
   return std::chrono::milliseconds{ms};
 }
 
@@ -120,10 +145,9 @@ watched_work::watched_work(std::string what) {
     if (was_idle) // the watch sleeps without a deadline
       s.cv.notify_one();
   }
-  if (stall_asked != 0) {
-    stall_asked = 0; // one stall per signal
+  if (stall_asked.load(std::memory_order_relaxed) &&
+      stall_asked.exchange(false)) // one stall per signal
     stall(what);
-  }
 }
 
 watched_work::~watched_work() {

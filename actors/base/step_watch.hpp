@@ -8,7 +8,7 @@
 // (one line on stderr, exit_failed), and its agent restarts it; a killed
 // or stopped (SIGSTOP) process is noticed without it.
 //
-//   start_step_watch(step_bound(cfg.step_timeout_ms, request_timeout_ms));
+//   start_step_watch(step_bound(cfg.step_timeout_ms, others_wait_ms));
 //   ...
 //   {
 //     watched_work w{"worker 1: step 12"};
@@ -32,18 +32,18 @@ namespace troupe {
 void start_step_watch(std::chrono::milliseconds limit);
 
 /// The bound of --worker.step-timeout-ms=`step_timeout_ms`: 0 is half
-/// --kv.request-timeout-ms, the longest the other workers' pulls wait for
-/// a hung one's push in sync mode, so that it ends before they give up (and
-/// would end instead of it).
+/// `others_wait_ms`, the longest the others wait on one step of this
+/// worker (worker.hpp: step_bound_of), so that a hung one ends before they
+/// give up (and would end instead of it).
 std::chrono::milliseconds step_bound(uint32_t step_timeout_ms,
-                                     uint32_t request_timeout_ms);
+                                     uint32_t others_wait_ms);
 
 /// The watch's limit; 0 while none runs.
 std::chrono::milliseconds step_watch_limit();
 
 /// Watches the work done in its lifetime, on one thread: `what` names it
 /// in the line that ends the process ("worker 1: step 12"). Costs a lock
-/// and a clock read at each end; nothing while no watch runs.
+/// at each end and a clock read at its start; nothing while no watch runs.
 class watched_work {
 public:
   explicit watched_work(std::string what);

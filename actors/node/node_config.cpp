@@ -304,7 +304,9 @@ void node_config::add_worker_options() {
       .add(worker.step_timeout_ms, "step-timeout-ms",
            "a step of its own work (training step, evaluation, stage forward"
            " or backward) running this long (ms) is hung: the process ends"
-           " and its agent restarts it; 0 = half --kv.request-timeout-ms");
+           " and its agent restarts it; 0 = half what the others wait for it:"
+           " --kv.request-timeout-ms (sync, ssp), the end barrier's 60 s"
+           " (async)");
 }
 
 void node_config::add_pipeline_options() {

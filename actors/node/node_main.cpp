@@ -33,6 +33,7 @@
 #include "actors/server/shard_server.hpp"
 #include "actors/supervision/agent.hpp"
 #include "actors/worker/trainer.hpp"
+#include "actors/worker/worker.hpp"
 #include "actors/worker/workload.hpp"
 #include "kernels/blas.hpp"
 #include "messages/errors.hpp"
@@ -143,9 +144,6 @@ int run_server(caf::actor_system& sys, const node_config& cfg) {
 }
 
 int run_worker(caf::actor_system& sys, const node_config& cfg) {
-  // Before all else: a fault plan's stall (SIGUSR1) must find its handler.
-  start_step_watch(
-      step_bound(cfg.worker.step_timeout_ms, cfg.kv.request_timeout_ms));
   auto sched = connect_scheduler(sys, cfg.scheduler_host, cfg.scheduler_port,
                                  cfg.kv.request_timeout_ms);
   if (!sched)
@@ -209,6 +207,11 @@ int main(int argc, char** argv) {
   auto r = cfg.node_role();
   if (!r)
     return fail("checking options", r.error()) + 1;
+  if (*r == role::worker) { // first: a fault plan's stall (SIGUSR1) may
+    worker_options w;       // come at once, and must find its handler
+    w.step_timeout_ms = cfg.worker.step_timeout_ms;
+    start_step_watch(step_bound_of(w, cfg.kv));
+  }
   caf::actor_system sys{cfg};
   int rc = 2;
   switch (*r) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include <caf/event_based_actor.hpp>
@@ -97,11 +98,19 @@ void synthetic_work(stage_ptr self, const stage_work& w) {
         w.kind == stage_work::backward ? 2 * us : us});
 }
 
-/// Runs work `w` if what it needs is there; false if it must wait.
+/// Runs work `w` if what it needs is there; false if it must wait. Its
+/// math is bounded (step_watch.hpp: a stage hung there still answers its
+/// lead's connects, and the pipeline would wait for it for ever); sending
+/// its result waits on the neighbour, and is not.
 caf::expected<bool> run(stage_ptr self, const stage_work& w) {
   auto& st = self->state;
   auto& m = *st.model;
   stage_tensor in;
+  std::optional<watched_work> watch;
+  auto watch_math = [&] {
+    watch.emplace(who(self) + ": " + to_string(w) + " of mini-batch " +
+                  std::to_string(st.step));
+  };
   switch (w.kind) {
   case stage_work::forward: {
     const float* x = nullptr;
@@ -119,6 +128,7 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
                                who(self) + ": activations of the wrong shape");
       x = in.values.data();
     }
+    watch_math();
     synthetic_work(self, w);
     auto r = m.forward(w.micro, x, rows);
     if (r.ok() && st.step == st.cfg.device_error_in_step &&
@@ -129,6 +139,7 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
     }
     if (!r.ok())
       return failed(self, w, r.error);
+    watch.reset();
     if (!is_last(self))
       send_tensor(self, true, w.micro, m.output(w.micro));
     if (st.step == st.cfg.kill_in_step &&
@@ -174,17 +185,20 @@ caf::expected<bool> run(stage_ptr self, const stage_work& w) {
         return caf::make_error(errc::bad_shape,
                                who(self) + ": a gradient of the wrong shape");
     }
+    watch_math();
     synthetic_work(self, w);
     auto r = m.backward_input(w.micro, dy.data(), !is_first(self));
     if (r.ok() && w.kind == stage_work::backward)
       r = m.backward_weight(w.micro);
     if (!r.ok())
       return failed(self, w, r.error);
+    watch.reset();
     if (!is_first(self))
       send_tensor(self, false, w.micro, m.input_grad());
     return true;
   }
   case stage_work::backward_weight:
+    watch_math();
     synthetic_work(self, w);
     if (auto r = m.backward_weight(w.micro); !r.ok())
       return failed(self, w, r.error);
@@ -237,6 +251,8 @@ void run_evals(stage_ptr self) {
 /// The finished mini-batch's update: it is applied.
 caf::error apply_update(stage_ptr self) {
   auto& st = self->state;
+  watched_work watch{who(self) + ": the update of mini-batch " +
+                     std::to_string(st.step)};
   // On the host (a GPU's gradients come down first, its weights go up
   // after): once per mini-batch, beside its forwards and backwards.
   auto down = st.model->download_gradients();
@@ -269,10 +285,6 @@ void advance(stage_ptr self) {
   auto& st = self->state;
   while (st.running && st.at < st.plan.size()) {
     auto began = std::chrono::steady_clock::now();
-    // Bounded (step_watch.hpp): a stage hung here still answers its lead's
-    // connects, and the pipeline would wait for it for ever.
-    watched_work watch{who(self) + ": " + to_string(st.plan[st.at]) +
-                       " of mini-batch " + std::to_string(st.step)};
     auto ran = run(self, st.plan[st.at]);
     if (ran && *ran) {
       st.busy += std::chrono::steady_clock::now() - began;

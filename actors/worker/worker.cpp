@@ -270,7 +270,10 @@ void on_block(worker_ptr self, size_t b, arrays* weights) {
                                  "holds other keys"));
       return;
     }
-    st.logic->weights_arrived(st.clock + 1, b, *weights);
+    {
+      auto watch = watching(st, "weights_arrived of step", st.clock + 1);
+      st.logic->weights_arrived(st.clock + 1, b, *weights);
+    }
     for (auto& a : *weights)
       st.collected[st.position.at(a.key)] = std::move(a);
   }
@@ -539,6 +542,13 @@ int check_nothing_lost(caf::actor_system& sys, const caf::actor& scheduler,
   return exit_job_failed;
 }
 
+std::chrono::milliseconds step_bound_of(const worker_options& opts,
+                                        const kv_settings& kv) {
+  auto others_wait =
+      kv.mode == "async" ? opts.barrier_timeout_ms : kv.request_timeout_ms;
+  return step_bound(opts.step_timeout_ms, others_wait);
+}
+
 caf::actor spawn_worker(caf::actor_system& sys, caf::actor kv_client,
                         std::shared_ptr<worker_logic> logic,
                         worker_options opts) {
@@ -551,7 +561,7 @@ caf::actor spawn_worker(caf::actor_system& sys, caf::actor kv_client,
 int run_worker(caf::actor_system& sys, caf::actor scheduler,
                const kv_settings& cfg, std::shared_ptr<worker_logic> logic,
                worker_options opts) {
-  start_step_watch(step_bound(opts.step_timeout_ms, cfg.request_timeout_ms));
+  start_step_watch(step_bound_of(opts, cfg));
   auto ends = cfg; // a loss ends it at once, as at its end below
   ends.ends_on_loss = !cfg.allow_loss;
   auto kv = spawn_kv_client(sys, scheduler, ends);

@@ -14,6 +14,7 @@
 //   any error (a kv call, a step) stops the actor with that error.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -121,12 +122,20 @@ struct worker_options {
   /// The kv client must run on a thread of its own meanwhile: give the
   /// actor system two scheduler threads or more.
   bool overlap = false;
-  /// A call of the logic (step, start, finish) that runs this long, in
-  /// ms, is hung: the process ends so that its agent restarts it
-  /// (actors/base/step_watch.hpp: the first watch of a process counts).
-  /// 0 = half the kv client's request timeout (--worker.step-timeout-ms).
+  /// A call of the logic (start, step, weights_arrived, finish) that runs
+  /// this long, in ms, is hung: the process ends so that its agent
+  /// restarts it (actors/base/step_watch.hpp: the first watch of a process
+  /// counts). 0: see step_bound_of (--worker.step-timeout-ms).
   uint32_t step_timeout_ms = 0;
 };
+
+/// The step watch's bound for a worker that joins with `kv` and `opts`:
+/// opts.step_timeout_ms, or where it is 0 half the longest the others wait
+/// on one step of it: the request timeout in sync and ssp (their pulls wait
+/// for its push), the barrier's timeout in async (only the end barrier
+/// waits for it), so that it ends before they give up.
+std::chrono::milliseconds step_bound_of(const worker_options& opts,
+                                        const kv_settings& kv);
 
 /// Spawns a worker actor driving `logic` through the kv client `kv_client`
 /// (see actors/kv/kv.hpp: spawn_kv_client). A pipelined worker gets a thread

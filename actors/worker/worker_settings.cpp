@@ -40,7 +40,7 @@ caf::error validate(const worker_settings& x) {
   if (x.step_timeout_ms > max_step_timeout_ms)
     return caf::make_error(errc::invalid_config,
                            "--worker.step-timeout-ms must be 0..86400000 (a"
-                           " day; 0 = half --kv.request-timeout-ms), got",
+                           " day; 0 = half what the others wait for it), got",
                            x.step_timeout_ms);
   if (x.task != "train" && x.task != "counter" && x.task != "stage")
     return caf::make_error(errc::invalid_config,

@@ -80,9 +80,9 @@ struct worker_settings {
   /// stage's forward or backward) that runs this long, in ms, is hung: the
   /// process ends so that its agent restarts it (actors/base/step_watch.hpp;
   /// its process still answers peers, so nothing else notices). Default 0:
-  /// half --kv.request-timeout-ms, which the others' pulls wait at most in
-  /// sync mode (the hung worker ends before they give up and end instead);
-  /// 86400000 (a day) for never, as under a debugger.
+  /// half what the others wait for it (step_bound_of in worker.hpp), so
+  /// that it ends before they give up and end instead; 86400000 (a day)
+  /// for never, as under a debugger.
   uint32_t step_timeout_ms = 0;
   /// --device (a flag of its own): where the trainer computes
   /// (actors/device/). Default auto.

@@ -18,6 +18,7 @@
 
 #include "actors/base/exit_codes.hpp"
 #include "actors/base/step_watch.hpp"
+#include "actors/worker/worker.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
@@ -31,8 +32,10 @@ struct child_result {
 
 /// Runs `body` in a forked child that exits 0 after it, its stderr read
 /// back; killed (code -1) if it runs past 20 s. Checks in `body` exit
-/// with a code of their own (Boost's would not reach us).
-child_result in_child(const std::function<void()>& body) {
+/// with a code of their own (Boost's would not reach us). `meanwhile`
+/// runs here with the child's pid.
+child_result in_child(const std::function<void()>& body,
+                      const std::function<void(pid_t)>& meanwhile = {}) {
   int fds[2];
   BOOST_REQUIRE(::pipe(fds) == 0);
   std::fflush(nullptr); // not written again by the child
@@ -46,6 +49,8 @@ child_result in_child(const std::function<void()>& body) {
     std::_Exit(0);
   }
   ::close(fds[1]);
+  if (meanwhile)
+    meanwhile(pid);
   ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
   child_result out;
   auto deadline = std::chrono::steady_clock::now() + 20s;
@@ -150,11 +155,70 @@ BOOST_AUTO_TEST_CASE(no_watch_means_no_bound) {
   BOOST_CHECK_MESSAGE(r.code == 0, r.code << ": " << r.err);
 }
 
-BOOST_AUTO_TEST_CASE(the_default_bound_is_half_the_request_timeout) {
-  // Others' pulls wait a request timeout for a hung worker's push in sync
-  // mode: it must end first, or they end instead of it.
+BOOST_AUTO_TEST_CASE(the_default_bound_is_half_what_the_others_wait) {
+  // A hung worker must end before the others give up on it, or they end
+  // instead of it.
   BOOST_CHECK_EQUAL(step_bound(0, 10000).count(), 5000);
   BOOST_CHECK_EQUAL(step_bound(0, 1).count(), 1);
   BOOST_CHECK_EQUAL(step_bound(3000, 10000).count(), 3000);
   BOOST_CHECK_EQUAL(step_bound(60000, 10000).count(), 60000);
+  // Sync and ssp: the others' pulls wait a request timeout for its push;
+  // async: only the end barrier waits for it.
+  kv_settings kv;
+  kv.request_timeout_ms = 8000;
+  worker_options opts;
+  for (auto mode : {"sync", "ssp:2"}) {
+    kv.mode = mode;
+    BOOST_CHECK_EQUAL(step_bound_of(opts, kv).count(), 4000);
+  }
+  kv.mode = "async";
+  BOOST_CHECK_EQUAL(step_bound_of(opts, kv).count(),
+                    opts.barrier_timeout_ms / 2);
+  opts.step_timeout_ms = 700; // given: as it is
+  BOOST_CHECK_EQUAL(step_bound_of(opts, kv).count(), 700);
+}
+
+BOOST_AUTO_TEST_CASE(a_signal_during_work_stalls_the_next_work_and_only_one) {
+  auto r = in_child([] {
+    start_step_watch(1000ms);
+    {
+      watched_work w{"worker 1: step 3"};
+      ::raise(SIGUSR1); // the step under way goes on
+    }
+    std::thread stalled{[] { watched_work w{"worker 1: step 4"}; }};
+    std::this_thread::sleep_for(100ms);
+    for (int i = 0; i < 3; ++i) { // one stall per signal: these end
+      watched_work w{"worker 1: its finish"};
+    }
+    std::fputs("after\n", stderr);
+    stalled.join(); // never: the watch ends the process first
+  });
+  BOOST_CHECK_EQUAL(r.code, exit_failed);
+  BOOST_CHECK_MESSAGE(r.err.find("step 4 never ends") != std::string::npos &&
+                          r.err.find("after\n") != std::string::npos &&
+                          r.err.find("*** worker 1: step 4 has run for ") !=
+                              std::string::npos,
+                      r.err);
+  BOOST_CHECK_MESSAGE(r.err.find("step 3 never ends") == std::string::npos,
+                      r.err);
+}
+
+BOOST_AUTO_TEST_CASE(time_the_process_was_stopped_is_not_work) {
+  // A worker stopped (SIGSTOP) and continued mid-step is no hung one: the
+  // watch, stopped too, wakes late and counts that time out.
+  auto r = in_child(
+      [] {
+        // 2 s of work, 1.5 s of it stopped: 0.5 s run, within the bound,
+        // and it goes on after the stop (the watch looks then).
+        start_step_watch(1000ms);
+        watched_work w{"worker 0: step 9"};
+        std::this_thread::sleep_for(2000ms);
+      },
+      [](pid_t child) {
+        std::this_thread::sleep_for(100ms);
+        ::kill(child, SIGSTOP);
+        std::this_thread::sleep_for(1500ms);
+        ::kill(child, SIGCONT);
+      });
+  BOOST_CHECK_MESSAGE(r.code == 0, r.code << ": " << r.err);
 }
