@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -30,7 +29,6 @@ struct work_entry {
 /// watch may outlive main).
 struct watch_state {
   std::mutex mx;
-  std::condition_variable cv;
   std::map<uint64_t, work_entry> busy; // by id: the oldest first
   uint64_t next_id = 1;
 };
@@ -74,30 +72,26 @@ constexpr std::chrono::milliseconds late_slack{200};
 void watch_loop(std::chrono::milliseconds limit) {
   using std::chrono::milliseconds;
   auto& s = state();
-  // While work runs, it wakes at least this often, to see time stopped.
+  // It looks this often: hung work ends at most a quarter bound late, and
+  // work that starts wakes no one (a step costs a lock, no wake-up).
   auto tick = std::clamp(limit / 4, milliseconds{10}, milliseconds{500});
-  std::unique_lock<std::mutex> guard{s.mx};
-  for (;;) {
-    if (s.busy.empty()) {
-      s.cv.wait(guard);
-      continue;
+  for (auto deadline = clock_type::now() + tick;; deadline += tick) {
+    std::this_thread::sleep_until(deadline);
+    auto now = clock_type::now();
+    std::unique_lock<std::mutex> guard{s.mx};
+    // Woken this late, the process did not run meanwhile: its work did
+    // not either (a worker stopped and continued is no hung one).
+    if (auto late = now - deadline; late > late_slack) {
+      for (auto& entry : s.busy)
+        entry.second.since += late;
+      deadline = now;
     }
     // Ids grow with time, so the first entry is the oldest work.
-    auto oldest = s.busy.begin()->second.since;
-    auto now = clock_type::now();
-    if (now - oldest >= limit) {
+    if (!s.busy.empty() && now - s.busy.begin()->second.since >= limit) {
       auto hung = s.busy.begin()->second;
       guard.unlock();
       end_hung(hung, now);
     }
-    auto deadline = std::min(oldest + limit, now + tick);
-    s.cv.wait_until(guard, deadline);
-    // Woken this late, the process did not run meanwhile: its work did
-    // not either (a worker stopped and continued is no hung one).
-    auto late = clock_type::now() - deadline;
-    if (late > late_slack)
-      for (auto& entry : s.busy)
-        entry.second.since += late;
   }
 }
 
@@ -140,10 +134,7 @@ watched_work::watched_work(std::string what) {
     auto& s = state();
     std::lock_guard<std::mutex> guard{s.mx};
     id_ = s.next_id++;
-    bool was_idle = s.busy.empty();
     s.busy.emplace(id_, work_entry{clock_type::now(), what});
-    if (was_idle) // the watch sleeps without a deadline
-      s.cv.notify_one();
   }
   if (stall_asked.load(std::memory_order_relaxed) &&
       stall_asked.exchange(false)) // one stall per signal

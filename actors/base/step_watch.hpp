@@ -26,9 +26,10 @@
 namespace troupe {
 
 /// Starts the process's watch: watched work that runs `limit` or longer
-/// ends the process. The first call with a limit above 0 counts; later
-/// ones change nothing (0: no watch). Also makes SIGUSR1 stall the next
-/// watched work.
+/// ends the process (seen within a quarter of `limit` after, 500 ms at
+/// most: the watch looks that often). The first call with a limit above 0
+/// counts; later ones change nothing (0: no watch). Also makes SIGUSR1 stall
+/// the next watched work.
 void start_step_watch(std::chrono::milliseconds limit);
 
 /// The bound of --worker.step-timeout-ms=`step_timeout_ms`: 0 is half
