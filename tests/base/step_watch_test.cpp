@@ -30,12 +30,36 @@ struct child_result {
   std::string err;
 };
 
+/// Reads what is there on non-blocking `fd` into `out`.
+void drain(int fd, std::string& out) {
+  char buf[512];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+    out.append(buf, size_t(n));
+}
+
+/// Reads non-blocking `fd` into `out` until it holds `text`, 5 s at most
+/// (a bounded poll); whether it does.
+bool read_until(int fd, std::string& out, const std::string& text) {
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  for (drain(fd, out); out.find(text) == std::string::npos; drain(fd, out)) {
+    if (std::chrono::steady_clock::now() > deadline)
+      return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+/// What runs here beside a child: its pid, and a wait until its stderr
+/// says a text (read_until).
+using beside_child =
+    std::function<void(pid_t, const std::function<bool(const std::string&)>&)>;
+
 /// Runs `body` in a forked child that exits 0 after it, its stderr read
 /// back; killed (code -1) if it runs past 20 s. Checks in `body` exit
 /// with a code of their own (Boost's would not reach us). `meanwhile`
-/// runs here with the child's pid.
+/// runs here beside it.
 child_result in_child(const std::function<void()>& body,
-                      const std::function<void(pid_t)>& meanwhile = {}) {
+                      const beside_child& meanwhile = {}) {
   int fds[2];
   BOOST_REQUIRE(::pipe(fds) == 0);
   std::fflush(nullptr); // not written again by the child
@@ -49,16 +73,16 @@ child_result in_child(const std::function<void()>& body,
     std::_Exit(0);
   }
   ::close(fds[1]);
-  if (meanwhile)
-    meanwhile(pid);
   ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
   child_result out;
+  if (meanwhile)
+    meanwhile(pid, [&](const std::string& text) {
+      return read_until(fds[0], out.err, text);
+    });
   auto deadline = std::chrono::steady_clock::now() + 20s;
   int status = 0;
-  char buf[512];
   for (;;) {
-    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
-      out.err.append(buf, size_t(n));
+    drain(fds[0], out.err);
     if (::waitpid(pid, &status, WNOHANG) == pid)
       break;
     if (std::chrono::steady_clock::now() > deadline) {
@@ -68,8 +92,7 @@ child_result in_child(const std::function<void()>& body,
     }
     std::this_thread::sleep_for(10ms);
   }
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
-    out.err.append(buf, size_t(n));
+  drain(fds[0], out.err);
   ::close(fds[0]);
   if (WIFEXITED(status))
     out.code = WEXITSTATUS(status);
@@ -119,7 +142,6 @@ BOOST_AUTO_TEST_CASE(the_oldest_of_several_works_is_the_one_named) {
       watched_work w{"stage 1: F0 of mini-batch 3"};
       std::this_thread::sleep_for(15s);
     }};
-    std::this_thread::sleep_for(100ms);
     for (;;) { // younger work that keeps ending does not hide it
       watched_work w{"stage 1: B0 of mini-batch 3"};
       std::this_thread::sleep_for(50ms);
@@ -133,8 +155,7 @@ BOOST_AUTO_TEST_CASE(the_oldest_of_several_works_is_the_one_named) {
 BOOST_AUTO_TEST_CASE(sigusr1_stalls_the_next_watched_work_which_is_ended) {
   auto r = in_child([] {
     start_step_watch(300ms);
-    ::raise(SIGUSR1); // handled: the process goes on
-    std::this_thread::sleep_for(100ms);
+    ::raise(SIGUSR1); // handled (before raise returns): the process goes on
     watched_work w{"worker 1: step 4"}; // never returns
   });
   BOOST_CHECK_EQUAL(r.code, exit_failed);
@@ -185,8 +206,21 @@ BOOST_AUTO_TEST_CASE(a_signal_during_work_stalls_the_next_work_and_only_one) {
       watched_work w{"worker 1: step 3"};
       ::raise(SIGUSR1); // the step under way goes on
     }
+    // Its stall takes the signal, which its line says: read here (stderr
+    // to a pipe of our own meanwhile) before more work starts.
+    int own[2];
+    if (::pipe(own) != 0)
+      std::_Exit(7);
+    ::fcntl(own[0], F_SETFL, O_NONBLOCK);
+    int to_parent = ::dup(STDERR_FILENO);
+    ::dup2(own[1], STDERR_FILENO);
     std::thread stalled{[] { watched_work w{"worker 1: step 4"}; }};
-    std::this_thread::sleep_for(100ms);
+    std::string said;
+    bool stalls = read_until(own[0], said, "step 4 never ends");
+    ::dup2(to_parent, STDERR_FILENO);
+    std::fputs(said.c_str(), stderr);
+    if (!stalls)
+      std::_Exit(8);
     for (int i = 0; i < 3; ++i) { // one stall per signal: these end
       watched_work w{"worker 1: its finish"};
     }
@@ -212,10 +246,12 @@ BOOST_AUTO_TEST_CASE(time_the_process_was_stopped_is_not_work) {
         // and it goes on after the stop (the watch looks then).
         start_step_watch(1000ms);
         watched_work w{"worker 0: step 9"};
+        std::fputs("in step 9\n", stderr);
         std::this_thread::sleep_for(2000ms);
       },
-      [](pid_t child) {
-        std::this_thread::sleep_for(100ms);
+      [](pid_t child, const auto& says) {
+        if (!says("in step 9\n")) // else it is killed by the bound below
+          return;
         ::kill(child, SIGSTOP);
         std::this_thread::sleep_for(1500ms);
         ::kill(child, SIGCONT);
