@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include <caf/event_based_actor.hpp>
 
@@ -212,15 +213,20 @@ void reset_stage(driver_ptr self, uint64_t gen, uint64_t step,
 /// 1, once the weights of `step` are here.
 void begin_generation(driver_ptr self, uint64_t gen, uint64_t step,
                       std::vector<named_array> w) {
-  reset_stage(self, gen, step, std::move(w), [self, gen](uint64_t at) {
-    auto& st = self->state;
-    TROUPE_LOG(info, who(self), "generation ", generation_name(gen),
-               ": at mini-batch ", at);
-    st.step = at;
-    if (at >= st.total_steps) // resumed at the end
-      evaluate_at(self, at);
-    begin_step(self);
-  });
+  // Shared: the weights are not copied with the handlers that hold them.
+  auto held = std::make_shared<std::vector<named_array>>(std::move(w));
+  auto reset = [self, gen, step, held] {
+    reset_stage(self, gen, step, std::move(*held), [self, gen](uint64_t at) {
+      auto& st = self->state;
+      TROUPE_LOG(info, who(self), "generation ", generation_name(gen),
+                 ": at mini-batch ", at);
+      st.step = at;
+      if (at >= st.total_steps) // resumed at the end
+        evaluate_at(self, at);
+      begin_step(self);
+    });
+  };
+  meet_previous(self, gen, std::move(reset));
 }
 
 } // namespace

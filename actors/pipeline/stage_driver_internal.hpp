@@ -281,6 +281,21 @@ bool is_last(driver_ptr self);
 bool reports(driver_ptr self);
 /// kv.request-timeout-ms.
 caf::timespan timeout(driver_ptr self);
+/// True if every stage of our replica is in `v`; fills `out` with them by
+/// stage.
+bool all_stages(driver_ptr self, const cluster_view& v,
+                std::map<uint32_t, node_info>& out);
+/// Connects this stage's process to the previous stage's (stage 2 and on;
+/// the lead connects to every stage itself), then `then`, if generation
+/// `gen` is still in force; a connection that fails is logged, and `then`
+/// runs all the same. CAF carries messages between two nodes that only a
+/// third (the lead's) introduced through that third, and once the third's
+/// connection broke and anything was sent that way meanwhile, CAF drops
+/// the route for good: whatever a stage sent its neighbour later was lost,
+/// in every generation, though every process was up (a cut, or the lead's
+/// process restarted, with tensors over CAF: --kv.road=middleman or a
+/// road that failed). A connection of their own carries it, directly.
+void meet_previous(driver_ptr self, uint64_t gen, std::function<void()> then);
 
 /// Seconds since the driver began.
 inline double seconds_running(const driver_state& st) {

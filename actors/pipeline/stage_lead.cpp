@@ -12,10 +12,6 @@
 
 namespace troupe::pipe {
 
-namespace {
-
-/// True if every stage of our replica is in `v`; fills `out` with them by
-/// stage.
 bool all_stages(driver_ptr self, const cluster_view& v,
                 std::map<uint32_t, node_info>& out) {
   auto& st = self->state;
@@ -25,6 +21,8 @@ bool all_stages(driver_ptr self, const cluster_view& v,
       out[w.rank % st.stages] = w;
   return out.size() == st.stages;
 }
+
+namespace {
 
 /// The ranks of the replica's stages not in `members`.
 std::set<uint32_t> lacking(driver_ptr self,

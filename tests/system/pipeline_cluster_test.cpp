@@ -3,8 +3,9 @@
 // mini-batch is restarted by its agent while the others drop that
 // mini-batch and start again from the stages' checkpoints: the final
 // weights are those of a run without the kill, bit for bit; so too after
-// a device's failure in a step, and after a hang in a step that the
-// stage's step watch ends. Wrong flags,
+// a device's failure in a step, after a hang in a step that the
+// stage's step watch ends, and after the lead's process is killed with
+// CAF carrying the tensors between the other two. Wrong flags,
 // missing data and a metrics file that cannot be written are refused in
 // one line, with exit 2 (not restarted); a commit lost on its way (as on
 // a cut connection) stalls the pipeline until the lead's stall watch
@@ -85,13 +86,14 @@ void check_same_weights(const std::string& a, const std::string& b,
   test::check_same_weights(a, b, what, stages, steps);
 }
 
-/// After `what` in stage 1 in mini-batch 47 (the job's output `out`, its
-/// folder `dir`): stage 1 was restarted once, the pipeline started again
-/// from mini-batch 40, and the weights are those of the job in `plain`.
+/// After `what` in a stage in mini-batch 47 (the job's output `out`, its
+/// folder `dir`): that stage was restarted once, the pipeline started
+/// again from mini-batch 40, and the weights are those of the job in
+/// `plain`.
 void check_recovered(const std::string& out, const std::string& plain,
                      const std::string& dir, const char* what) {
   BOOST_CHECK_MESSAGE(occurrences(out, " restarted (pid ") == 1,
-                      "after " << what << ", stage 1 was not restarted once");
+                      "after " << what << ", the stage was not restarted once");
   check_resumed_at_40(out, what);
   check_same_weights(plain, dir, what);
 }
@@ -165,6 +167,39 @@ BOOST_AUTO_TEST_CASE(a_stage_killed_mid_mini_batch_changes_no_weight) {
   BOOST_CHECK_CLOSE(j.value("test_accuracy", 0.0), acc, 0.01);
   BOOST_CHECK_GT(j.value("samples_per_s", 0.0), 0.0);
   BOOST_CHECK_GT(j.value("train_loss", 0.0), 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(the_lead_killed_with_tensors_over_caf_changes_no_weight) {
+  // Stages 1 and 2 met through the lead, and CAF sent what went between
+  // them through the lead's process. Once it died, CAF had no route
+  // between them and never made one again (the restarted lead is a new
+  // process): stage 2's gradients were lost in every generation, and the
+  // job hung. Now each stage connects to the one before it itself.
+  temp_dir plain, killed;
+  const std::string caf_only = "--kv.road=middleman";
+  run_job(plain.path, {caf_only});
+  auto out = run_job(killed.path, {caf_only, "--pipeline.fault-kill=0@47"});
+  BOOST_TEST_MESSAGE("with the lead killed:\n" << out);
+  BOOST_CHECK_MESSAGE(out.find("stage 0: fault injection: killing its"
+                               " process") != std::string::npos,
+                      "the lead did not kill itself");
+  BOOST_CHECK_MESSAGE(out.find("take the ") == std::string::npos,
+                      "a road carried tensors: " << out);
+  // The restarted lead is a new process: it has nothing to say "every
+  // stage is back" about; the others say where they began again.
+  BOOST_CHECK_MESSAGE(occurrences(out, " restarted (pid ") == 1,
+                      "the lead was not restarted once: " << out);
+  for (auto s : {"stage 1: generation ", "stage 2: generation "}) {
+    auto at = out.rfind(s);
+    auto line = at == std::string::npos
+                    ? std::string{}
+                    : out.substr(at, out.find('\n', at) - at);
+    BOOST_CHECK_MESSAGE(line.size() > 18 && line.substr(line.size() - 18) ==
+                                                ": at mini-batch 40",
+                        s << "... did not begin again at mini-batch 40: "
+                          << out);
+  }
+  check_same_weights(plain.path, killed.path, "the lead's kill");
 }
 
 BOOST_AUTO_TEST_CASE(a_lost_commit_stalls_the_pipeline_only_a_while) {
