@@ -7,9 +7,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "actors/base/exit_codes.hpp"
 #include "actors/base/log.hpp"
@@ -52,14 +55,25 @@ void on_stall_signal(int) {
 /// Writes the line and ends the process. One write(2), not the log's
 /// writer: the hung work may hold the log's lock or stdout's (blocked on a
 /// full pipe), and the watch must not wait on it.
-[[noreturn]] void end_hung(const work_entry& e, clock_type::time_point now) {
-  auto ran =
-      std::chrono::duration_cast<std::chrono::milliseconds>(now - e.since);
-  auto line = "*** " + e.what + " has run for " + std::to_string(ran.count()) +
+/// `beside` is the other work under way then (a device's share of the
+/// step: which one hangs in it), named in the line too.
+[[noreturn]] void end_hung(const work_entry& e,
+                           const std::vector<work_entry>& beside,
+                           clock_type::time_point now) {
+  auto ms = [now](const work_entry& w) {
+    return std::to_string(
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - w.since)
+            .count());
+  };
+  auto line = "*** " + e.what + " has run for " + ms(e) +
               " ms, past its bound of " + std::to_string(limit_ms.load()) +
-              " ms (--worker.step-timeout-ms): it is hung, and its process"
-              " still answers its peers, so nothing else would notice; this"
-              " process ends so that its agent restarts it\n";
+              " ms (--worker.step-timeout-ms)";
+  for (size_t i = 0; i < beside.size(); ++i)
+    line += (i == 0 ? "; under way beside it: " : ", ") + beside[i].what +
+            " for " + ms(beside[i]) + " ms";
+  line += ": it is hung, and its process still answers its peers, so"
+          " nothing else would notice; this process ends so that its agent"
+          " restarts it\n";
   auto n = ::write(STDERR_FILENO, line.data(), line.size());
   (void)n; // nothing more to do if it fails
   std::_Exit(exit_failed);
@@ -68,6 +82,9 @@ void on_stall_signal(int) {
 /// How much later than asked the watch may wake before the time counts as
 /// the process not running (stopped by SIGSTOP, or starved): not work.
 constexpr std::chrono::milliseconds late_slack{200};
+/// Other work under way named beside hung work, at most (the line stays
+/// short: a worker has one step and its devices' shares).
+constexpr size_t max_beside = 8;
 
 void watch_loop(std::chrono::milliseconds limit) {
   using std::chrono::milliseconds;
@@ -89,8 +106,12 @@ void watch_loop(std::chrono::milliseconds limit) {
     // Ids grow with time, so the first entry is the oldest work.
     if (!s.busy.empty() && now - s.busy.begin()->second.since >= limit) {
       auto hung = s.busy.begin()->second;
+      std::vector<work_entry> beside;
+      for (auto i = std::next(s.busy.begin());
+           i != s.busy.end() && beside.size() < max_beside; ++i)
+        beside.push_back(i->second);
       guard.unlock();
-      end_hung(hung, now);
+      end_hung(hung, beside, now);
     }
   }
 }

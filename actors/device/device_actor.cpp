@@ -3,12 +3,14 @@
 #include "actors/device/device_actor.hpp"
 
 #include <exception>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include "actors/base/step_watch.hpp"
 #include "messages/type_ids.hpp"
 
 namespace troupe {
@@ -25,6 +27,9 @@ device_status each_array(const std::vector<device_array>& xs, Op op) {
       first = std::move(st);
   return first;
 }
+
+constexpr const char* collective_part =
+    "a collective, waiting for the other devices";
 
 } // namespace
 
@@ -43,6 +48,16 @@ void run_device_job(device_backend& backend, communicator* comm,
       job.collective_failed = true;
     }
   };
+  // The step watch (step_watch.hpp) names the part under way where the
+  // step hangs: a device's own work, or a collective, which waits for the
+  // other devices (the one hung in its own work is the one to blame).
+  std::optional<watched_work> watch;
+  auto watch_as = [&watch, &job](const char* part) {
+    watch.reset();
+    if (!job.what.empty())
+      watch.emplace(job.what + ": " + part);
+  };
+  watch_as("its share of the step");
   if (!comm && job.share == 1.0f) { // a device alone: one call, which a
                                     // GPU overlaps with its copies
     job.status = backend.step_alone(job.weights, job.x, job.labels, job.rows,
@@ -52,11 +67,13 @@ void run_device_job(device_backend& backend, communicator* comm,
   if (!job.weights.empty())
     keep(backend.set_parameters(job.weights));
   if (comm) { // rank 0's weights to every rank
+    watch_as(collective_part);
     keep(backend.sync());
     keep_collective(
         each_array(backend.parameter_arrays(), [comm](device_array a) {
           return comm->broadcast(a.data, a.size, 0);
         }));
+    watch_as("its share of the step");
   }
   if (st.ok())
     keep(backend.compute_gradients(job.x, job.labels, job.rows, &job.loss));
@@ -64,6 +81,7 @@ void run_device_job(device_backend& backend, communicator* comm,
     keep(backend.scale_gradients(job.share));
   job.loss *= job.share;
   if (comm) { // the batch's mean gradient on every rank
+    watch_as(collective_part);
     keep(backend.sync());
     keep_collective(
         each_array(backend.gradient_arrays(), [comm](device_array a) {

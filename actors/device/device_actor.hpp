@@ -11,6 +11,7 @@
 
 #include <future>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <caf/actor.hpp>
@@ -38,6 +39,10 @@ struct device_job {
   float share = 1;
   /// Host gradient arrays to fill with the sum (rank 0); empty: none.
   std::vector<param_ref> gradients;
+  /// The device, as the step watch (actors/base/step_watch.hpp) names its
+  /// part of the step where the step hangs ("cuda:0: its share of the
+  /// step"); "" = unwatched.
+  std::string what;
 
   // -- filled in by the device --
   float loss = 0; ///< its rows' mean loss times share

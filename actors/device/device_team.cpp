@@ -164,6 +164,7 @@ caf::error device_team::step(model& m, const float* x, const uint8_t* labels,
     job->x = x + first * per;
     job->labels = labels + first;
     job->share = float(job->rows) / float(batch);
+    job->what = name_of(r);
     if (r == 0) {
       job->weights = m.parameters();
       job->gradients = m.gradients();

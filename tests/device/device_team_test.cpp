@@ -12,12 +12,15 @@
 
 #include <caf/send.hpp>
 
+#include "actors/base/exit_codes.hpp"
+#include "actors/base/step_watch.hpp"
 #include "actors/device/device_actor.hpp"
 #include "actors/device/device_team.hpp"
 #include "actors/node/node_config.hpp"
 #include "kernels/random.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
+#include "tests/forked_child.hpp"
 
 using namespace troupe;
 
@@ -101,7 +104,9 @@ double check_step(caf::actor_system& sys, const std::vector<device_name>& ds,
 /// A CPU backend one of whose calls fails (a device that breaks).
 class failing_backend final : public device_backend {
 public:
-  enum class at { nowhere, attach, set_parameters, compute };
+  /// hang: its gradients never come (a hung device), as far as a watch
+  /// can tell.
+  enum class at { nowhere, attach, set_parameters, compute, hang };
   failing_backend(const model& m, at where)
       : cpu_(make_cpu_backend(m)), where_(where) {}
   std::string describe() const override { return "failing"; }
@@ -114,6 +119,8 @@ public:
   }
   device_status compute_gradients(const float* x, const uint8_t* y, size_t n,
                                   float* loss) override {
+    if (where_ == at::hang)
+      std::this_thread::sleep_for(std::chrono::seconds{30});
     auto st = fails(at::compute, "compute_gradients: an injected failure");
     return st.ok() ? cpu_->compute_gradients(x, y, n, loss) : st;
   }
@@ -252,6 +259,42 @@ BOOST_AUTO_TEST_CASE(a_failing_device_fails_the_step_named_without_a_hang) {
                             said.find(words) != std::string::npos,
                         said);
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_hung_device_is_named_by_the_step_watch) {
+  // The worker's step watch (default: 5 s in sync) ends a hung step long
+  // before the team's own watch (twice the group's wait), whose line names
+  // the device: its line named only the worker's step. Now it names the
+  // device's share of the step under way beside it too.
+  auto r = test::in_child([] {
+    node_config cfg;
+    caf::actor_system sys{cfg};
+    start_step_watch(std::chrono::milliseconds{500});
+    auto m = fresh_model();
+    batch_of b{8};
+    std::vector<std::shared_ptr<device_backend>> backends{
+        std::shared_ptr<device_backend>{make_cpu_backend(m)},
+        std::make_shared<failing_backend>(m, failing_backend::at::hang)};
+    auto wait = std::chrono::seconds{30};
+    auto team = device_team::assemble(sys, cpus(2), std::move(backends),
+                                      make_cpu_group(2, wait), wait, "test");
+    float loss = 0;
+    watched_work w{"worker 0: step 3"};
+    team->step(m, b.x.data(), b.y.data(), 8, &loss);
+  });
+  BOOST_TEST_MESSAGE(r.err);
+  BOOST_CHECK_EQUAL(r.code, exit_failed);
+  BOOST_CHECK_MESSAGE(
+      r.err.find("*** worker 0: step 3 has run for ") != std::string::npos &&
+          r.err.find("; under way beside it: ") != std::string::npos &&
+          r.err.find("cpu (rank 1): its share of the step for ") !=
+              std::string::npos,
+      r.err);
+  // Rank 0, through its own share, waits for rank 1 in the collective.
+  BOOST_CHECK_MESSAGE(r.err.find("cpu (rank 0): a collective, waiting for"
+                                 " the other devices for ") !=
+                          std::string::npos,
+                      r.err);
 }
 
 BOOST_AUTO_TEST_CASE(a_device_that_never_comes_fails_the_others_in_time) {
