@@ -28,10 +28,12 @@ device_status each_array(const std::vector<device_array>& xs, Op op) {
   return first;
 }
 
-constexpr const char* collective_part =
-    "a collective, waiting for the other devices";
-
 } // namespace
+
+device_parts device_parts_of(const std::string& device) {
+  return {device + ": its share of the step",
+          device + ": a collective, waiting for the other devices"};
+}
 
 void run_device_job(device_backend& backend, communicator* comm,
                     device_job& job) {
@@ -48,16 +50,14 @@ void run_device_job(device_backend& backend, communicator* comm,
       job.collective_failed = true;
     }
   };
-  // The step watch (step_watch.hpp) names the part under way where the
-  // step hangs: a device's own work, or a collective, which waits for the
-  // other devices (the one hung in its own work is the one to blame).
+  // The part under way, for the step watch (device_parts).
   std::optional<watched_work> watch;
-  auto watch_as = [&watch, &job](const char* part) {
+  auto watch_as = [&watch, &job](std::string device_parts::*part) {
     watch.reset();
-    if (!job.what.empty())
-      watch.emplace(job.what + ": " + part);
+    if (job.parts)
+      watch.emplace(job.parts->*part);
   };
-  watch_as("its share of the step");
+  watch_as(&device_parts::own);
   if (!comm && job.share == 1.0f) { // a device alone: one call, which a
                                     // GPU overlaps with its copies
     job.status = backend.step_alone(job.weights, job.x, job.labels, job.rows,
@@ -67,13 +67,13 @@ void run_device_job(device_backend& backend, communicator* comm,
   if (!job.weights.empty())
     keep(backend.set_parameters(job.weights));
   if (comm) { // rank 0's weights to every rank
-    watch_as(collective_part);
+    watch_as(&device_parts::collective);
     keep(backend.sync());
     keep_collective(
         each_array(backend.parameter_arrays(), [comm](device_array a) {
           return comm->broadcast(a.data, a.size, 0);
         }));
-    watch_as("its share of the step");
+    watch_as(&device_parts::own);
   }
   if (st.ok())
     keep(backend.compute_gradients(job.x, job.labels, job.rows, &job.loss));
@@ -81,7 +81,7 @@ void run_device_job(device_backend& backend, communicator* comm,
     keep(backend.scale_gradients(job.share));
   job.loss *= job.share;
   if (comm) { // the batch's mean gradient on every rank
-    watch_as(collective_part);
+    watch_as(&device_parts::collective);
     keep(backend.sync());
     keep_collective(
         each_array(backend.gradient_arrays(), [comm](device_array a) {

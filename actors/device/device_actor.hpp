@@ -26,6 +26,15 @@ namespace troupe {
 
 /// One device's part of a step. The sender keeps the host memory the
 /// pointers and param_refs point to alive until `done` is set.
+/// A device's parts of a step, as the step watch names them: its own work
+/// ("cuda:0: its share of the step"), and a collective, which waits for
+/// the other devices (the one hung in its own work is the one to blame).
+/// Built once per device (device_parts_of), not at each step.
+struct device_parts {
+  std::string own, collective;
+};
+device_parts device_parts_of(const std::string& device);
+
 struct device_job {
   /// Host weights to copy in (rank 0, or a device alone); empty: the
   /// broadcast from rank 0 brings them.
@@ -39,10 +48,9 @@ struct device_job {
   float share = 1;
   /// Host gradient arrays to fill with the sum (rank 0); empty: none.
   std::vector<param_ref> gradients;
-  /// The device, as the step watch (actors/base/step_watch.hpp) names its
-  /// part of the step where the step hangs ("cuda:0: its share of the
-  /// step"); "" = unwatched.
-  std::string what;
+  /// What the step watch (actors/base/step_watch.hpp) calls this device's
+  /// parts of the step where the step hangs; null = unwatched.
+  const device_parts* parts = nullptr;
 
   // -- filled in by the device --
   float loss = 0; ///< its rows' mean loss times share

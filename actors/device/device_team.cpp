@@ -127,6 +127,8 @@ device_team::assemble(caf::actor_system& sys, std::vector<device_name> names,
                       std::chrono::milliseconds wait, std::string description) {
   std::unique_ptr<device_team> team{new device_team};
   team->names_ = std::move(names);
+  for (size_t r = 0; r < team->names_.size(); ++r)
+    team->parts_.push_back(device_parts_of(team->name_of(r)));
   team->wait_ = wait;
   team->description_ = std::move(description);
   for (size_t r = 0; r < backends.size(); ++r) {
@@ -164,7 +166,7 @@ caf::error device_team::step(model& m, const float* x, const uint8_t* labels,
     job->x = x + first * per;
     job->labels = labels + first;
     job->share = float(job->rows) / float(batch);
-    job->what = name_of(r);
+    job->parts = &parts_[r];
     if (r == 0) {
       job->weights = m.parameters();
       job->gradients = m.gradients();

@@ -14,6 +14,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/error.hpp>
 
+#include "actors/device/device_actor.hpp"
 #include "actors/device/device_settings.hpp"
 #include "kernels/comm/communicator.hpp"
 #include "kernels/device_backend.hpp"
@@ -85,6 +86,7 @@ private:
   /// "cpu (rank 1)"; "cuda:0" for a device alone.
   std::string name_of(size_t rank) const;
   std::vector<device_name> names_;
+  std::vector<device_parts> parts_; ///< by rank, for the step watch
   std::vector<caf::actor> actors_;
   std::shared_ptr<float> batch_memory_;
   size_t batch_floats_ = 0;
